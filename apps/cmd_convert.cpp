@@ -1,0 +1,54 @@
+#include "cli_common.hpp"
+#include "commands.hpp"
+
+#include <ndtcu/filters.hpp>
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+namespace ndtcu::cli {
+
+namespace {
+struct ConvertOptions {
+  std::string in, out, encoding = "binary";
+  double voxel = 0.0;
+  std::vector<double> crop;
+};
+}  // namespace
+
+Command add_convert(CLI::App& app, const GlobalOptions& global) {
+  auto o = std::make_shared<ConvertOptions>();
+  auto* cmd = app.add_subcommand("convert", "Convert a point cloud between formats, optionally cropped and downsampled");
+  cmd->add_option("IN", o->in, "input .pcd, .ply or .bin")->required();
+  cmd->add_option("OUT", o->out, "output .pcd or .bin")->required();
+  cmd->add_option("--voxel", o->voxel, "voxel-grid leaf size in metres (centroid per cell); 0 keeps every point")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--crop-range", o->crop, "keep points whose range from the frame origin is in [MIN, MAX] metres")
+      ->expected(2)->type_name("MIN MAX");
+  cmd->add_option("--encoding", o->encoding, "PCD encoding of OUT")
+      ->check(CLI::IsMember({"ascii", "binary", "binary_compressed"}));
+  return [o, &global]() {
+    CloudInfo info;
+    PointCloud cloud = read_point_cloud(o->in, {}, &info);
+    const std::size_t loaded = cloud.size();
+    if (!o->crop.empty()) cloud = crop_range(cloud, o->crop[0], o->crop[1]);
+    const std::size_t cropped = cloud.size();
+    if (o->voxel > 0.0) cloud = voxel_downsample(cloud, o->voxel);
+    WriteOptions w;
+    w.pcd_encoding = pcd_encoding_from_string(o->encoding);
+    write_point_cloud(o->out, cloud, w);
+    if (global.json) {
+      nlohmann::json j{{"input", o->in},           {"output", o->out},          {"points_in", loaded},
+                       {"non_finite", info.non_finite}, {"after_crop", cropped}, {"points_out", cloud.size()}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << fmt::format("{} -> {}: {} points read ({} non-finite dropped), {} after crop, {} written\n", o->in,
+                               o->out, loaded, info.non_finite, cropped, cloud.size());
+    }
+    return 0;
+  };
+}
+
+}  // namespace ndtcu::cli

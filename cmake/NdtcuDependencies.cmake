@@ -1,0 +1,33 @@
+# Every dependency comes from Debian packages (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(Eigen3 3.3 REQUIRED NO_MODULE)
+find_package(spdlog REQUIRED)
+find_package(liblzf CONFIG REQUIRED)  # liblzf::liblzf, from liblzf-dev
+find_package(CLI11 QUIET CONFIG)
+if(NOT TARGET CLI11::CLI11)
+  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${CLI11_INCLUDE_DIR})
+endif()
+find_package(nlohmann_json 3 REQUIRED)
+
+if(NDTCU_BUILD_TESTS)
+  find_package(Catch2 2 REQUIRED)
+endif()
+
+# PCL is only ever the reference baseline in tests and benchmarks. Debian 12's PCL config
+# loads VTK's, which names MPI::MPI_C: without MPI installed, give it an empty stand-in.
+set(NDTCU_HAVE_PCL OFF)
+if(NDTCU_WITH_PCL)
+  find_package(MPI QUIET COMPONENTS C)
+  if(NOT TARGET MPI::MPI_C)
+    add_library(MPI::MPI_C INTERFACE IMPORTED)
+  endif()
+  find_package(PCL 1.10 QUIET COMPONENTS common io)
+  if(PCL_FOUND)
+    set(NDTCU_HAVE_PCL ON)
+    message(STATUS "ndtcu: PCL ${PCL_VERSION} found (baselines and parity tests)")
+  else()
+    message(STATUS "ndtcu: PCL not found; PCL baselines and parity tests are not built")
+  endif()
+endif()

@@ -1,0 +1,43 @@
+# Build options. Never force a build type: only default it.
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()
+
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_EXTENSIONS OFF)
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  set(_ndtcu_cuda_default ON)
+else()
+  set(_ndtcu_cuda_default OFF)
+endif()
+option(NDTCU_WITH_CUDA "Build the CUDA backend (needs nvcc)" ${_ndtcu_cuda_default})
+option(NDTCU_WITH_PCL "Build PCL baselines into tests and benchmarks (libpcl-dev)" ON)
+option(NDTCU_BUILD_TESTS "Build the tests" ${PROJECT_IS_TOP_LEVEL})
+option(NDTCU_BUILD_FUZZERS "Build the libFuzzer targets with clang++ when it is present" ON)
+
+if(NDTCU_WITH_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "NDTCU_WITH_CUDA=ON but no CUDA compiler was found; "
+                        "install the CUDA toolkit or configure with -DNDTCU_WITH_CUDA=OFF")
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # Hopper (H100/H200) is the target; override with -DCMAKE_CUDA_ARCHITECTURES=...
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "ndtcu: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, arch ${CMAKE_CUDA_ARCHITECTURES})")
+else()
+  message(STATUS "ndtcu: CUDA backend OFF")
+endif()
+
+# Shared with targets below: warnings for our own code only.
+add_library(ndtcu_warnings INTERFACE)
+target_compile_options(ndtcu_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter>)

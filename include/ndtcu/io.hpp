@@ -1,0 +1,116 @@
+#pragma once
+/// \file
+/// Reading and writing point-cloud files: PCD (ascii, binary, binary_compressed), PLY
+/// (ascii, binary little/big endian) and KITTI `.bin`. ndtcu reads files itself: no PCL.
+///
+/// Every failure throws ndtcu::IoError naming the file and what is wrong. Parsers never
+/// allocate more than the file's size can justify, so a header claiming 10^12 points is
+/// an error, not an allocation.
+
+#include <ndtcu/error.hpp>
+#include <ndtcu/point_cloud.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ndtcu {
+
+/// File formats ndtcu reads and writes.
+enum class FileFormat { Pcd, Ply, KittiBin };
+
+/// PCD body encodings.
+enum class PcdEncoding { Ascii, Binary, BinaryCompressed };
+
+/// How the origin of a loaded cloud is chosen (see PointCloud::origin).
+enum class OriginPolicy {
+  /// Zero, unless a coordinate's magnitude exceeds ReadOptions::auto_origin_threshold:
+  /// then the first finite point, rounded to whole metres, becomes the origin.
+  Auto,
+  /// Always zero: coordinates are stored as they are (precision is lost far from 0).
+  Zero,
+  /// ReadOptions::origin is subtracted from every point (e.g. a map's UTM offset).
+  Fixed,
+};
+
+/// Options for reading a point cloud.
+struct ReadOptions {
+  OriginPolicy origin_policy = OriginPolicy::Auto;  ///< how the origin is chosen
+  Eigen::Vector3d origin = Eigen::Vector3d::Zero();  ///< used with OriginPolicy::Fixed
+  /// Magnitude (m) beyond which OriginPolicy::Auto moves the origin. float32 resolves
+  /// about 1 mm at 1e4 m, so beyond it millimetres would be lost.
+  double auto_origin_threshold = 1.0e4;
+  bool read_intensity = true;  ///< read an intensity field when the file has one
+};
+
+/// One field (PCD) or vertex property (PLY) as the file declares it.
+struct FieldInfo {
+  std::string name;  ///< field name as written in the file ("_" is padding)
+  char type = 'F';   ///< 'F' float, 'I' signed, 'U' unsigned
+  int size = 4;      ///< bytes per value: 1, 2, 4 or 8
+  int count = 1;     ///< values per point
+};
+
+/// What a file declared and what reading it found.
+struct CloudInfo {
+  std::string path;                      ///< the file read
+  FileFormat format = FileFormat::Pcd;   ///< container format
+  std::string encoding;                  ///< "ascii", "binary", "binary_compressed",
+                                         ///< "binary_little_endian", "binary_big_endian"
+  std::vector<FieldInfo> fields;         ///< fields / vertex properties, in file order
+  std::uint64_t width = 0;               ///< PCD WIDTH (points for PLY/KITTI)
+  std::uint64_t height = 1;              ///< PCD HEIGHT (> 1: organized cloud)
+  std::uint64_t points_in_file = 0;      ///< points the file holds, finite or not
+  std::uint64_t non_finite = 0;          ///< points dropped because x, y or z was not finite
+  bool xyz_double = false;               ///< x, y, z stored as float64
+  std::string intensity_field;           ///< the field read as intensity, empty if none
+  std::uint64_t file_bytes = 0;          ///< size of the file
+};
+
+/// Format from the file name's extension (.pcd, .ply, .bin); throws IoError otherwise.
+FileFormat format_from_path(const std::string& path);
+
+/// Reads a PCD, PLY or KITTI `.bin` file, chosen by extension. Non-finite points are
+/// dropped and counted in `info->non_finite`. Throws IoError.
+PointCloud read_point_cloud(const std::string& path, const ReadOptions& options = {},
+                            CloudInfo* info = nullptr);
+
+/// Parses PCD bytes already in memory; `name` is used in error messages.
+PointCloud parse_pcd(std::string_view bytes, const std::string& name,
+                     const ReadOptions& options = {}, CloudInfo* info = nullptr);
+
+/// Parses PLY bytes already in memory; `name` is used in error messages.
+PointCloud parse_ply(std::string_view bytes, const std::string& name,
+                     const ReadOptions& options = {}, CloudInfo* info = nullptr);
+
+/// Parses KITTI `.bin` bytes (float32 x y z reflectance records).
+PointCloud parse_kitti_bin(std::string_view bytes, const std::string& name,
+                           const ReadOptions& options = {}, CloudInfo* info = nullptr);
+
+/// Options for writing a point cloud.
+struct WriteOptions {
+  PcdEncoding pcd_encoding = PcdEncoding::Binary;  ///< PCD body encoding
+  /// Write x y z as float64 world coordinates when the cloud's origin is not zero (so a
+  /// UTM map keeps millimetres); float32 relative coordinates otherwise.
+  bool world_double_when_offset = true;
+};
+
+/// Writes `cloud` as PCD, PLY is not written; `.bin` writes KITTI float32 records
+/// (world coordinates, intensity 0 when the cloud has none). Chosen by extension.
+void write_point_cloud(const std::string& path, const PointCloud& cloud,
+                       const WriteOptions& options = {});
+
+/// Writes a PCD file with fields x y z [intensity].
+void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options = {});
+
+/// Writes a KITTI `.bin` file (float32 x y z intensity, world coordinates).
+void write_kitti_bin(const std::string& path, const PointCloud& cloud);
+
+/// Name of a format ("pcd", "ply", "kitti_bin").
+const char* to_string(FileFormat format);
+
+/// Parses "ascii", "binary" or "binary_compressed"; throws Error otherwise.
+PcdEncoding pcd_encoding_from_string(const std::string& name);
+
+}  // namespace ndtcu

@@ -1,0 +1,100 @@
+// Device queries, the allocation counter, and the rigid-transform kernel.
+#include "cuda_check.cuh"
+#include "device_buffer.cuh"
+
+#include "../src/cuda/transform_points.hpp"
+
+#include <ndtcu/cuda_device.hpp>
+
+namespace ndtcu {
+namespace detail {
+
+namespace {
+std::atomic<std::uint64_t> g_allocations{0};
+
+struct Rigid {
+  float r[9];
+  float t[3];
+};
+
+__global__ void transform_points_kernel(const float3* in, float3* out, int n, Rigid T) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float3 p = in[i];
+  out[i] = make_float3(T.r[0] * p.x + T.r[1] * p.y + T.r[2] * p.z + T.t[0],
+                       T.r[3] * p.x + T.r[4] * p.y + T.r[5] * p.z + T.t[1],
+                       T.r[6] * p.x + T.r[7] * p.y + T.r[8] * p.z + T.t[2]);
+}
+}  // namespace
+
+std::uint64_t device_allocation_count() noexcept { return g_allocations.load(); }
+void count_device_allocation() noexcept { ++g_allocations; }
+
+std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vector3f>& points,
+                                                   const Eigen::Matrix4f& transform) {
+  std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw CudaError("no usable CUDA device: " + why);
+  static_assert(sizeof(Eigen::Vector3f) == sizeof(float3), "Vector3f and float3 must share a layout");
+  const int n = static_cast<int>(points.size());
+  std::vector<Eigen::Vector3f> result(points.size());
+  if (n == 0) return result;
+  Rigid T{};
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) T.r[3 * r + c] = transform(r, c);
+    T.t[r] = transform(r, 3);
+  }
+  DeviceBuffer<float3> in, out(points.size());
+  in.upload(reinterpret_cast<const float3*>(points.data()), points.size());
+  constexpr int kBlock = 256;
+  transform_points_kernel<<<(n + kBlock - 1) / kBlock, kBlock>>>(in.data(), out.data(), n, T);
+  NDTCU_CUDA_CHECK_LAUNCH();
+  out.download(reinterpret_cast<float3*>(result.data()), points.size());
+  NDTCU_CUDA_CHECK(cudaDeviceSynchronize());
+  return result;
+}
+
+}  // namespace detail
+
+bool cuda_compiled() noexcept { return true; }
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("the CUDA runtime reports ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  }
+  if (count == 0) return "no CUDA device is present";
+  return "";
+}
+
+std::vector<CudaDeviceInfo> cuda_devices() {
+  std::vector<CudaDeviceInfo> out;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return out;
+  }
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
+    CudaDeviceInfo info;
+    info.index = d;
+    info.name = prop.name;
+    info.compute_major = prop.major;
+    info.compute_minor = prop.minor;
+    info.multiprocessors = prop.multiProcessorCount;
+    info.total_memory_bytes = prop.totalGlobalMem;
+    int previous = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(d) == cudaSuccess) {
+      std::size_t free_b = 0, total_b = 0;
+      if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) info.free_memory_bytes = free_b;
+      cudaSetDevice(previous);
+    }
+    (void)cudaGetLastError();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace ndtcu

@@ -1,0 +1,311 @@
+// PLY reader: ascii, binary_little_endian and binary_big_endian; the `vertex` element's
+// x y z (any numeric type) and intensity; every other property and element is skipped,
+// list properties included.
+#include "bytes.hpp"
+#include "cloud_builder.hpp"
+
+#include <ndtcu/io.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+namespace ndtcu {
+namespace {
+
+using detail::ScalarKind;
+
+struct PlyProperty {
+  std::string name;
+  bool is_list = false;
+  ScalarKind count_kind = ScalarKind::U8;  // list length type
+  ScalarKind kind = ScalarKind::F32;       // value type (items for a list)
+};
+
+struct PlyElement {
+  std::string name;
+  std::uint64_t count = 0;
+  std::vector<PlyProperty> properties;
+};
+
+enum class PlyFormat { Ascii, BinaryLittle, BinaryBig };
+
+[[noreturn]] void fail(const std::string& name, const std::string& why) { throw IoError(name, why); }
+
+ScalarKind ply_kind(std::string_view t) {
+  if (t == "char" || t == "int8") return ScalarKind::I8;
+  if (t == "uchar" || t == "uint8") return ScalarKind::U8;
+  if (t == "short" || t == "int16") return ScalarKind::I16;
+  if (t == "ushort" || t == "uint16") return ScalarKind::U16;
+  if (t == "int" || t == "int32") return ScalarKind::I32;
+  if (t == "uint" || t == "uint32") return ScalarKind::U32;
+  if (t == "float" || t == "float32") return ScalarKind::F32;
+  if (t == "double" || t == "float64") return ScalarKind::F64;
+  return ScalarKind::Invalid;
+}
+
+std::uint64_t kind_size(ScalarKind k) {
+  switch (k) {
+    case ScalarKind::I8: case ScalarKind::U8: return 1;
+    case ScalarKind::I16: case ScalarKind::U16: return 2;
+    case ScalarKind::I32: case ScalarKind::U32: case ScalarKind::F32: return 4;
+    default: return 8;
+  }
+}
+
+char kind_letter(ScalarKind k) {
+  if (k == ScalarKind::F32 || k == ScalarKind::F64) return 'F';
+  if (k == ScalarKind::I8 || k == ScalarKind::I16 || k == ScalarKind::I32 || k == ScalarKind::I64) return 'I';
+  return 'U';
+}
+
+ScalarKind checked_kind(const std::string& name, std::string_view type, std::string_view prop) {
+  ScalarKind k = ply_kind(type);
+  if (k == ScalarKind::Invalid) {
+    fail(name, "property '" + std::string(prop) + "' has unknown PLY type '" + std::string(type.substr(0, 40)) + "'");
+  }
+  return k;
+}
+
+// Cursor over the body: binary reads with bounds checks, or ascii tokens.
+class Body {
+ public:
+  Body(std::string_view bytes, PlyFormat format, const std::string& name)
+      : bytes_(bytes), format_(format), name_(name) {}
+
+  std::size_t remaining() const { return bytes_.size() - pos_; }
+
+  double value(ScalarKind k, const char* what) {
+    if (format_ == PlyFormat::Ascii) {
+      std::string_view t = token(what);
+      double v = 0;
+      if (!detail::parse_double(t, v)) {
+        fail(name_, std::string("ascii ") + what + ": '" + std::string(t.substr(0, 40)) + "' is not a number");
+      }
+      return v;
+    }
+    std::uint64_t n = kind_size(k);
+    if (remaining() < n) fail(name_, std::string("truncated: the binary body ends inside ") + what);
+    double v = detail::load_scalar(bytes_.data() + pos_, k, format_ == PlyFormat::BinaryBig);
+    pos_ += n;
+    return v;
+  }
+
+  void skip_binary(std::uint64_t n, const char* what) {
+    if (remaining() < n) fail(name_, std::string("truncated: the binary body ends inside ") + what);
+    pos_ += n;
+  }
+
+  const char* data() const { return bytes_.data() + pos_; }
+  bool big_endian() const { return format_ == PlyFormat::BinaryBig; }
+
+ private:
+  std::string_view token(const char* what) {
+    while (pos_ < bytes_.size() && detail::is_space(bytes_[pos_])) ++pos_;
+    std::size_t start = pos_;
+    while (pos_ < bytes_.size() && !detail::is_space(bytes_[pos_])) ++pos_;
+    if (pos_ == start) fail(name_, std::string("truncated: the ascii body ends before ") + what);
+    return bytes_.substr(start, pos_ - start);
+  }
+
+  std::string_view bytes_;
+  std::size_t pos_ = 0;
+  PlyFormat format_;
+  const std::string& name_;
+};
+
+// Skips one list property of one record (its length, then its items).
+void skip_list(Body& body, const PlyProperty& p, const std::string& name) {
+  double len = body.value(p.count_kind, "a list length");
+  if (!(len >= 0) || len > static_cast<double>(std::numeric_limits<std::uint32_t>::max())) {
+    fail(name, "list property '" + p.name + "' has invalid length " + std::to_string(len));
+  }
+  auto n = static_cast<std::uint64_t>(len);
+  // Lengths are bounded by the remaining bytes, so a bogus length cannot loop for long.
+  if (n > body.remaining()) fail(name, "truncated: list property '" + p.name + "' claims " + std::to_string(n) + " items");
+  for (std::uint64_t i = 0; i < n; ++i) body.value(p.kind, "a list item");
+}
+
+bool fixed_size(const PlyElement& e, std::uint64_t& record) {
+  record = 0;
+  for (const auto& p : e.properties) {
+    if (p.is_list) return false;
+    record += kind_size(p.kind);
+  }
+  return true;
+}
+
+}  // namespace
+
+PointCloud parse_ply(std::string_view bytes, const std::string& name, const ReadOptions& options, CloudInfo* info) {
+  if (bytes.empty()) throw IoError(name, "empty file (0 bytes)");
+  detail::LineReader lines(bytes);
+  std::string_view line;
+  if (!lines.next(line) || line != "ply") fail(name, "not a PLY file: the first line is not 'ply'");
+  std::vector<std::string_view> tok;
+  std::vector<PlyElement> elements;
+  PlyFormat format = PlyFormat::Ascii;
+  bool have_format = false, ended = false;
+  while (lines.next(line)) {
+    detail::split_tokens(line, tok);
+    if (tok.empty()) continue;
+    std::string_view key = tok[0];
+    if (key == "comment" || key == "obj_info") continue;
+    if (key == "format") {
+      if (tok.size() < 2) fail(name, "PLY format line has no format");
+      if (tok[1] == "ascii") format = PlyFormat::Ascii;
+      else if (tok[1] == "binary_little_endian") format = PlyFormat::BinaryLittle;
+      else if (tok[1] == "binary_big_endian") format = PlyFormat::BinaryBig;
+      else fail(name, "unknown PLY format '" + std::string(tok[1].substr(0, 40)) + "'");
+      have_format = true;
+    } else if (key == "element") {
+      if (tok.size() != 3) fail(name, "PLY element line needs a name and a count");
+      PlyElement e;
+      e.name = std::string(tok[1]);
+      if (!detail::parse_u64(tok[2], e.count)) {
+        fail(name, "element '" + e.name + "' count '" + std::string(tok[2].substr(0, 40)) + "' is not a non-negative integer");
+      }
+      elements.push_back(std::move(e));
+    } else if (key == "property") {
+      if (elements.empty()) fail(name, "PLY property line before any element");
+      PlyProperty p;
+      if (tok.size() == 5 && tok[1] == "list") {
+        p.is_list = true;
+        p.name = std::string(tok[4]);
+        p.count_kind = checked_kind(name, tok[2], p.name);
+        p.kind = checked_kind(name, tok[3], p.name);
+        if (p.count_kind == ScalarKind::F32 || p.count_kind == ScalarKind::F64) {
+          fail(name, "list property '" + p.name + "' has a floating-point length type");
+        }
+      } else if (tok.size() == 3) {
+        p.name = std::string(tok[2]);
+        p.kind = checked_kind(name, tok[1], p.name);
+      } else {
+        fail(name, "malformed PLY property line '" + std::string(line.substr(0, 80)) + "'");
+      }
+      elements.back().properties.push_back(std::move(p));
+    } else if (key == "end_header") {
+      ended = true;
+      break;
+    } else {
+      fail(name, "unexpected PLY header line '" + std::string(line.substr(0, 80)) + "'");
+    }
+  }
+  if (!ended) fail(name, "PLY header has no end_header line (truncated?)");
+  if (!have_format) fail(name, "PLY header has no format line");
+
+  auto vertex_it = std::find_if(elements.begin(), elements.end(), [](const PlyElement& e) { return e.name == "vertex"; });
+  if (vertex_it == elements.end()) fail(name, "PLY file has no 'vertex' element");
+  const PlyElement& vertex = *vertex_it;
+  int xyz[3] = {-1, -1, -1}, intensity = -1, best_rank = 1 << 30;
+  const char* axis[3] = {"x", "y", "z"};
+  for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
+    const auto& p = vertex.properties[i];
+    for (int a = 0; a < 3; ++a) {
+      if (p.name == axis[a] && xyz[a] < 0) {
+        if (p.is_list) fail(name, std::string("vertex property ") + axis[a] + " is a list");
+        xyz[a] = i;
+      }
+    }
+    int rank = detail::intensity_rank(p.name);
+    if (options.read_intensity && !p.is_list && rank >= 0 && rank < best_rank) {
+      best_rank = rank;
+      intensity = i;
+    }
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (xyz[a] < 0) fail(name, std::string("PLY vertex element has no property ") + axis[a]);
+  }
+  bool xyz_double = false;
+  for (int a = 0; a < 3; ++a) xyz_double |= vertex.properties[xyz[a]].kind == ScalarKind::F64;
+
+  if (info) {
+    info->format = FileFormat::Ply;
+    info->encoding = format == PlyFormat::Ascii ? "ascii"
+                   : format == PlyFormat::BinaryLittle ? "binary_little_endian" : "binary_big_endian";
+    info->fields.clear();
+    for (const auto& p : vertex.properties) {
+      info->fields.push_back({p.name, kind_letter(p.kind), static_cast<int>(kind_size(p.kind)), 1});
+    }
+    info->width = vertex.count;
+    info->height = 1;
+    info->points_in_file = vertex.count;
+    info->intensity_field = intensity >= 0 ? vertex.properties[intensity].name : "";
+  }
+
+  Body body(bytes.substr(lines.position()), format, name);
+  // Skip the elements stored before the vertices.
+  for (auto it = elements.begin(); it != vertex_it; ++it) {
+    std::uint64_t record = 0;
+    if (format != PlyFormat::Ascii && fixed_size(*it, record)) {
+      if (record != 0 && it->count > body.remaining() / record) {
+        fail(name, "truncated: element '" + it->name + "' declares " + std::to_string(it->count) + " records");
+      }
+      body.skip_binary(record * it->count, "an element before the vertices");
+      continue;
+    }
+    for (std::uint64_t r = 0; r < it->count; ++r) {
+      for (const auto& p : it->properties) {
+        if (p.is_list) skip_list(body, p, name);
+        else body.value(p.kind, "an element before the vertices");
+      }
+    }
+  }
+
+  // Every record takes at least one byte per property (binary) or two (ascii "0 "), so
+  // the remaining bytes bound what a claimed count may allocate.
+  std::uint64_t min_record = 0;
+  for (const auto& p : vertex.properties) min_record += p.is_list ? kind_size(p.count_kind) : kind_size(p.kind);
+  if (format == PlyFormat::Ascii) min_record = 2 * vertex.properties.size() - 1;
+  std::uint64_t can_hold = body.remaining() / std::max<std::uint64_t>(1, min_record) + 1;
+  if (format != PlyFormat::Ascii && vertex.count > can_hold) {
+    fail(name, "truncated: the header declares " + std::to_string(vertex.count) + " vertices of at least " +
+                   std::to_string(min_record) + " bytes but only " + std::to_string(body.remaining()) +
+                   " bytes follow the header");
+  }
+  detail::CloudBuilder out(options, intensity >= 0, std::min(vertex.count, can_hold));
+  std::uint64_t record = 0;
+  if (format != PlyFormat::Ascii && fixed_size(vertex, record)) {
+    // Fixed-size binary records: read the wanted properties straight from their offsets.
+    std::uint64_t offsets[4] = {0, 0, 0, 0};
+    ScalarKind kinds[4] = {ScalarKind::F32, ScalarKind::F32, ScalarKind::F32, ScalarKind::F32};
+    int wanted[4] = {xyz[0], xyz[1], xyz[2], intensity};
+    for (int w = 0; w < 4; ++w) {
+      std::uint64_t off = 0;
+      for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
+        if (i == wanted[w]) {
+          offsets[w] = off;
+          kinds[w] = vertex.properties[i].kind;
+        }
+        off += kind_size(vertex.properties[i].kind);
+      }
+    }
+    if (vertex.count > body.remaining() / record) {
+      fail(name, "truncated: the header declares " + std::to_string(vertex.count) + " vertices of " +
+                     std::to_string(record) + " bytes but only " + std::to_string(body.remaining()) +
+                     " bytes follow the header");
+    }
+    const char* base = body.data();
+    bool swap = body.big_endian();
+    for (std::uint64_t k = 0; k < vertex.count; ++k) {
+      const char* r = base + k * record;
+      float value = intensity >= 0 ? static_cast<float>(detail::load_scalar(r + offsets[3], kinds[3], swap)) : 0.f;
+      out.add(detail::load_scalar(r + offsets[0], kinds[0], swap), detail::load_scalar(r + offsets[1], kinds[1], swap),
+              detail::load_scalar(r + offsets[2], kinds[2], swap), value);
+    }
+  } else {
+    std::vector<double> values(vertex.properties.size());
+    for (std::uint64_t k = 0; k < vertex.count; ++k) {
+      for (std::size_t i = 0; i < vertex.properties.size(); ++i) {
+        const auto& p = vertex.properties[i];
+        if (p.is_list) skip_list(body, p, name);
+        else values[i] = body.value(p.kind, "a vertex");
+      }
+      out.add(values[xyz[0]], values[xyz[1]], values[xyz[2]],
+              intensity >= 0 ? static_cast<float>(values[intensity]) : 0.f);
+    }
+  }
+  return out.finish(name, xyz_double, info);
+}
+
+}  // namespace ndtcu

@@ -1,0 +1,180 @@
+// Every malformed input named in the IO contract gives IoError naming the file and the
+// problem, never a crash, a hang, or an allocation the file cannot justify.
+#include "../support/alloc_tracker.hpp"
+#include "../support/pcd_builder.hpp"
+#include "../support/test_support.hpp"
+
+#include <ndtcu/io.hpp>
+
+using namespace ndtcu;
+using ndtcu::test::make_pcd;
+using ndtcu::test::PcdSpec;
+
+namespace {
+
+PcdSpec xyz_spec(const char* encoding, int n = 100) {
+  PcdSpec s;
+  s.encoding = encoding;
+  s.fields = {{"x", 'F', 4, 1}, {"y", 'F', 4, 1}, {"z", 'F', 4, 1}};
+  for (int i = 0; i < n; ++i) s.rows.push_back({1.0 * i, 2.0, 3.0});
+  return s;
+}
+
+// Writes `bytes` to a file named `file` and expects read_point_cloud to throw IoError
+// whose path is the file and whose reason contains `expected`; also bounds the largest
+// allocation by what the file size justifies (a few times the file plus 1 MiB).
+void expect_io_error(const std::string& file, const std::string& bytes, const std::string& expected) {
+  auto dir = ndtcu::test::temp_dir("bad_input");
+  auto path = (dir / file).string();
+  ndtcu::test::write_bytes(path, bytes);
+  CAPTURE(file, expected);
+  ndtcu::test::reset_largest_allocation();
+  try {
+    read_point_cloud(path);
+    FAIL("no IoError thrown");
+  } catch (const IoError& e) {
+    CAPTURE(e.what());
+    CHECK(e.path() == path);
+    CHECK(std::string(e.what()).find(path) == 0);
+    CHECK_THAT(e.reason(), Catch::Contains(expected));
+  }
+  CHECK(ndtcu::test::largest_allocation() <= 8 * bytes.size() + (1u << 20));
+}
+
+}  // namespace
+
+TEST_CASE("bad input: truncated files", "[unit][io][bad]") {
+  for (const char* enc : {"ascii", "binary", "binary_compressed"}) {
+    std::string full = make_pcd(xyz_spec(enc));
+    expect_io_error(std::string("trunc_") + enc + ".pcd", full.substr(0, full.size() - 20), "truncated");
+  }
+  std::string header_only = make_pcd(xyz_spec("binary"));
+  expect_io_error("header_cut.pcd", header_only.substr(0, 60), "ends before its DATA line");
+}
+
+TEST_CASE("bad input: POINTS disagreeing with WIDTH x HEIGHT", "[unit][io][bad]") {
+  PcdSpec s = xyz_spec("binary", 12);
+  s.width = 4;
+  s.height = 2;
+  s.points = 12;
+  expect_io_error("points_mismatch.pcd", make_pcd(s), "POINTS (12) disagrees with WIDTH x HEIGHT (4 x 2 = 8)");
+}
+
+TEST_CASE("bad input: unknown TYPE or SIZE", "[unit][io][bad]") {
+  std::string good = make_pcd(xyz_spec("ascii", 2));
+  std::string bad_type = good;
+  bad_type.replace(bad_type.find("TYPE F F F"), 10, "TYPE F Q F");
+  expect_io_error("bad_type.pcd", bad_type, "field 'y' has TYPE 'Q'");
+  std::string bad_size = good;
+  bad_size.replace(bad_size.find("SIZE 4 4 4"), 10, "SIZE 4 4 3");
+  expect_io_error("bad_size.pcd", bad_size, "field 'z' has SIZE 3");
+  std::string half = good;
+  half.replace(half.find("SIZE 4 4 4"), 10, "SIZE 2 4 4");
+  expect_io_error("half_float.pcd", half, "F needs SIZE 4 or 8");
+  std::string short_size = good;
+  short_size.replace(short_size.find("SIZE 4 4 4"), 10, "SIZE 4 4");
+  expect_io_error("short_size.pcd", short_size, "SIZE lists 2 values but FIELDS names 3");
+}
+
+TEST_CASE("bad input: no x, y or z field", "[unit][io][bad]") {
+  PcdSpec s;
+  s.fields = {{"x", 'F', 4, 1}, {"b", 'F', 4, 1}, {"c", 'F', 4, 1}};
+  s.rows = {{1, 2, 3}};
+  expect_io_error("no_yz.pcd", make_pcd(s), "PCD has no field y, z (fields: x b c)");
+}
+
+TEST_CASE("bad input: corrupt LZF block", "[unit][io][bad]") {
+  std::string pcd = make_pcd(xyz_spec("binary_compressed", 200));
+  std::size_t body = ndtcu::test::pcd_body_offset(pcd);
+  std::string backref = pcd;
+  // A back-reference as the very first LZF instruction points before the output start.
+  backref[body + 8] = static_cast<char>(0xE0);
+  expect_io_error("lzf_backref.pcd", backref, "corrupt LZF block");
+  std::string sizes = pcd;
+  std::uint32_t wrong = 12345;
+  std::memcpy(&sizes[body + 4], &wrong, 4);
+  expect_io_error("lzf_size.pcd", sizes, "uncompressed size 12345 disagrees");
+  std::string overlong = pcd;
+  std::uint32_t huge = 0x7fffffff;
+  std::memcpy(&overlong[body], &huge, 4);
+  expect_io_error("lzf_overlong.pcd", overlong, "declares 2147483647 compressed bytes");
+}
+
+TEST_CASE("bad input: a header claiming 10^12 points allocates nothing large", "[unit][io][bad]") {
+  for (const char* enc : {"ascii", "binary", "binary_compressed"}) {
+    PcdSpec s = xyz_spec(enc, 10);
+    s.width = 1000000000000ull;
+    s.points = 1000000000000ull;
+    std::string expected = std::string(enc) == "binary_compressed" ? "disagrees" : "truncated";
+    expect_io_error(std::string("huge_") + enc + ".pcd", make_pcd(s), expected);
+  }
+  // A compressed body whose sizes agree with a large header but that LZF cannot hold.
+  PcdSpec s = xyz_spec("binary_compressed", 10);
+  s.width = 100000000;
+  s.points = 100000000;
+  std::string pcd = make_pcd(s);
+  std::size_t body = ndtcu::test::pcd_body_offset(pcd);
+  std::uint32_t claimed = 1200000000;
+  std::memcpy(&pcd[body + 4], &claimed, 4);
+  expect_io_error("huge_lzf.pcd", pcd, "cannot hold the 1200000000 bytes");
+}
+
+TEST_CASE("bad input: empty file, directory, missing file, unknown extension", "[unit][io][bad]") {
+  expect_io_error("empty.pcd", "", "empty file");
+  expect_io_error("empty.ply", "", "empty file");
+  expect_io_error("empty.bin", "", "empty file");
+  auto dir = ndtcu::test::temp_dir("bad_dir");
+  std::filesystem::create_directories(dir / "cloud.pcd");
+  try {
+    read_point_cloud((dir / "cloud.pcd").string());
+    FAIL("no IoError for a directory");
+  } catch (const IoError& e) {
+    CHECK_THAT(e.reason(), Catch::Contains("is a directory"));
+  }
+  try {
+    read_point_cloud((dir / "missing.pcd").string());
+    FAIL("no IoError for a missing file");
+  } catch (const IoError& e) {
+    CHECK(e.path() == (dir / "missing.pcd").string());
+    CHECK_THAT(e.reason(), Catch::Contains("no such file"));
+  }
+  expect_io_error("cloud.xyz", "1 2 3\n", "unknown point-cloud extension 'xyz'");
+}
+
+TEST_CASE("bad input: malformed headers and values", "[unit][io][bad]") {
+  expect_io_error("garbage.pcd", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(100, 'x'), "not a PCD file");
+  expect_io_error("neg_width.pcd", "FIELDS x y z\nWIDTH -5\nPOINTS 1\nDATA ascii\n1 2 3\n", "WIDTH value '-5'");
+  expect_io_error("bad_data.pcd", "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA gzip\n", "DATA 'gzip'");
+  expect_io_error("bad_value.pcd", "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 two 3\n", "'two' is not a number");
+  expect_io_error("few_values.pcd", "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2\n", "has 2 values");
+  expect_io_error("zero_count.pcd", "FIELDS x y z\nCOUNT 1 0 1\nWIDTH 1\nDATA ascii\n1 2 3\n", "COUNT 0");
+}
+
+TEST_CASE("bad input: PLY", "[unit][io][bad]") {
+  const std::string head = "ply\nformat binary_little_endian 1.0\nelement vertex 10\nproperty float x\n"
+                           "property float y\nproperty float z\nend_header\n";
+  expect_io_error("trunc.ply", head + std::string(50, '\0'), "truncated");
+  expect_io_error("not.ply", "plx\nformat ascii 1.0\n", "not a PLY file");
+  expect_io_error("no_end.ply", "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n", "no end_header");
+  expect_io_error("no_vertex.ply", "ply\nformat ascii 1.0\nelement face 0\nproperty list uchar int vertex_indices\nend_header\n",
+                  "no 'vertex' element");
+  expect_io_error("no_z.ply", "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nend_header\n1 2\n",
+                  "no property z");
+  expect_io_error("bad_type.ply", "ply\nformat ascii 1.0\nelement vertex 1\nproperty float128 x\nend_header\n",
+                  "unknown PLY type 'float128'");
+  expect_io_error("bad_format.ply", "ply\nformat binary_middle_endian 1.0\nend_header\n", "unknown PLY format");
+  std::string huge = "ply\nformat binary_little_endian 1.0\nelement vertex 1000000000000\nproperty float x\n"
+                     "property float y\nproperty float z\nend_header\n" + std::string(120, '\0');
+  expect_io_error("huge.ply", huge, "declares 1000000000000 vertices");
+  std::string huge_ascii = "ply\nformat ascii 1.0\nelement vertex 1000000000000\nproperty float x\nproperty float y\n"
+                           "property float z\nend_header\n1 2 3\n";
+  expect_io_error("huge_ascii.ply", huge_ascii, "truncated");
+  std::string list = "ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uint int idx\n"
+                     "element vertex 1\nproperty float x\nproperty float y\nproperty float z\nend_header\n";
+  list += std::string("\xff\xff\xff\x7f", 4) + std::string(20, '\0');
+  expect_io_error("huge_list.ply", list, "claims 2147483647 items");
+}
+
+TEST_CASE("bad input: KITTI .bin of the wrong size", "[unit][io][bad]") {
+  expect_io_error("odd.bin", std::string(33, '\0'), "33 bytes is not a multiple of 16");
+}

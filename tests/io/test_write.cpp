@@ -1,0 +1,71 @@
+// Writing PCD (ascii, binary, binary_compressed) and KITTI .bin, read back by ndtcu.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/io.hpp>
+
+#include <random>
+
+using namespace ndtcu;
+
+namespace {
+PointCloud random_cloud(std::size_t n, bool intensity, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-50.f, 50.f);
+  PointCloud c;
+  for (std::size_t i = 0; i < n; ++i) {
+    c.points.emplace_back(u(rng), u(rng), u(rng));
+    if (intensity) c.intensity.push_back(std::abs(u(rng)));
+  }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("PCD round trip is exact in every encoding", "[unit][io]") {
+  auto dir = ndtcu::test::temp_dir("write_pcd");
+  for (bool with_intensity : {false, true}) {
+    PointCloud c = random_cloud(1000, with_intensity, 7);
+    for (auto enc : {PcdEncoding::Ascii, PcdEncoding::Binary, PcdEncoding::BinaryCompressed}) {
+      CAPTURE(with_intensity, static_cast<int>(enc));
+      WriteOptions w;
+      w.pcd_encoding = enc;
+      auto path = (dir / "c.pcd").string();
+      write_point_cloud(path, c, w);
+      PointCloud r = read_point_cloud(path);
+      REQUIRE(r.size() == c.size());
+      CHECK(r.points == c.points);
+      CHECK(r.intensity == c.intensity);
+    }
+  }
+}
+
+TEST_CASE("PCD of a cloud with a UTM origin is written as float64 world coordinates", "[unit][io]") {
+  auto dir = ndtcu::test::temp_dir("write_utm");
+  PointCloud c = random_cloud(100, true, 3);
+  c.origin = {680000.0, 3900000.0, 40.0};
+  auto path = (dir / "utm.pcd").string();
+  write_pcd(path, c);
+  CloudInfo info;
+  PointCloud r = read_point_cloud(path, {}, &info);
+  CHECK(info.xyz_double);
+  REQUIRE(r.size() == c.size());
+  // The reader picks its own origin (the first point, rounded), so coordinates are
+  // re-quantized relative to it: float32 spacing at up to ~90 m is 7.6e-6 m.
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK((r.world(i) - c.world(i)).norm() < 2e-5);
+}
+
+TEST_CASE("KITTI .bin round trip", "[unit][io]") {
+  auto dir = ndtcu::test::temp_dir("write_bin");
+  PointCloud c = random_cloud(200, true, 11);
+  auto path = (dir / "c.bin").string();
+  write_point_cloud(path, c);
+  CHECK(std::filesystem::file_size(path) == 200 * 16);
+  PointCloud r = read_point_cloud(path);
+  CHECK(r.points == c.points);
+  CHECK(r.intensity == c.intensity);
+}
+
+TEST_CASE("writing to a folder that does not exist names the file", "[unit][io]") {
+  PointCloud c = random_cloud(3, false, 1);
+  CHECK_THROWS_WITH(write_point_cloud("/nonexistent-dir/x.pcd", c), Catch::Contains("/nonexistent-dir/x.pcd: cannot open"));
+  CHECK_THROWS_AS(write_point_cloud("x.ply", c), IoError);
+}

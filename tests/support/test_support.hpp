@@ -1,0 +1,42 @@
+#pragma once
+// Test helpers: skipping (exit code 77 when every test that ran was skipped), the
+// location of ../shared/data, and temporary folders.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace ndtcu::test {
+
+/// Records that the running test case is skipped (the caller returns right after).
+void mark_skipped(const std::string& reason);
+
+/// The real-data folder: $NDTCU_DATA_DIR, else ../shared/data beside the source tree;
+/// nullopt when it does not exist.
+std::optional<std::filesystem::path> data_dir();
+
+/// A fresh, empty folder under the build tree's temporary area, removed at exit.
+std::filesystem::path temp_dir(const std::string& name);
+
+/// Whole file as bytes.
+std::string read_bytes(const std::filesystem::path& path);
+
+/// Writes bytes to a file (creating parent folders).
+void write_bytes(const std::filesystem::path& path, const std::string& bytes);
+
+}  // namespace ndtcu::test
+
+/// Skips the current test case with a reason (counted toward exit code 77).
+#define NDTCU_SKIP(reason)                  \
+  do {                                      \
+    ::ndtcu::test::mark_skipped(reason);    \
+    WARN("skipped: " << (reason));          \
+    return;                                 \
+  } while (0)
+
+/// The real-data folder, or skip the test when it is absent.
+#define NDTCU_REQUIRE_DATA_DIR(var)                                                  \
+  auto var##_opt = ::ndtcu::test::data_dir();                                        \
+  if (!var##_opt) NDTCU_SKIP("real data folder not found (set NDTCU_DATA_DIR)");     \
+  const std::filesystem::path var = *var##_opt

@@ -26,6 +26,13 @@ PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
     lo = lo.cwiseMin(p);
     hi = hi.cwiseMax(p);
   }
+  // Cell indices must fit comfortably in 64 bits before they are converted.
+  constexpr float kMaxCell = 1e18f;
+  for (int a = 0; a < 3; ++a) {
+    if (!(std::abs(lo[a] * inv) < kMaxCell && std::abs(hi[a] * inv) < kMaxCell)) {
+      throw Error("voxel leaf " + std::to_string(leaf) + " m is too small for the cloud's extent");
+    }
+  }
   std::int64_t min_cell[3], dims[3];
   for (int a = 0; a < 3; ++a) {
     min_cell[a] = static_cast<std::int64_t>(std::floor(lo[a] * inv));

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace ndtcu::detail {
@@ -15,16 +16,29 @@ class CloudBuilder {
   /// can hold.
   CloudBuilder(const ReadOptions& options, bool with_intensity, std::uint64_t expected_points);
 
-  void add(double x, double y, double z, float intensity) {
+  void add(double x, double y, double z, double intensity) {
     if (!(std::isfinite(x) && std::isfinite(y) && std::isfinite(z))) {
       ++non_finite_;
       return;
     }
     if (!origin_decided_) decide_origin(x, y, z);
-    cloud_.points.emplace_back(static_cast<float>(x - cloud_.origin.x()),
-                               static_cast<float>(y - cloud_.origin.y()),
-                               static_cast<float>(z - cloud_.origin.z()));
-    if (with_intensity_) cloud_.intensity.push_back(intensity);
+    const double rx = x - cloud_.origin.x(), ry = y - cloud_.origin.y(), rz = z - cloud_.origin.z();
+    // Beyond float32's range a coordinate cannot be stored (and the conversion would be
+    // undefined): such a point is as unusable as a NaN one.
+    constexpr double kFloatMax = 3.4028234663852886e38;
+    if (!(std::abs(rx) <= kFloatMax && std::abs(ry) <= kFloatMax && std::abs(rz) <= kFloatMax)) {
+      ++non_finite_;
+      return;
+    }
+    cloud_.points.emplace_back(static_cast<float>(rx), static_cast<float>(ry), static_cast<float>(rz));
+    if (with_intensity_) {
+      // Intensity outside float32's range saturates (NaN stays NaN) instead of an
+      // undefined conversion.
+      cloud_.intensity.push_back(std::abs(intensity) <= kFloatMax ? static_cast<float>(intensity)
+                                 : std::isnan(intensity)          ? std::numeric_limits<float>::quiet_NaN()
+                                 : intensity > 0                  ? std::numeric_limits<float>::infinity()
+                                                                  : -std::numeric_limits<float>::infinity());
+    }
   }
 
   /// Finishes the cloud, fills the counts of `info` (if given) and warns when float32

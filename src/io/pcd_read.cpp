@@ -241,7 +241,7 @@ void read_values(const Layout& l, std::uint64_t n, bool with_intensity, detail::
     } else {
       for (int a = 0; a < 3; ++a) v[a] = detail::load_scalar(l.base[a] + k * l.stride[a], l.kind[a]);
     }
-    float intensity = with_intensity ? static_cast<float>(detail::load_scalar(l.base[3] + k * l.stride[3], l.kind[3])) : 0.f;
+    double intensity = with_intensity ? detail::load_scalar(l.base[3] + k * l.stride[3], l.kind[3]) : 0.0;
     out.add(v[0], v[1], v[2], intensity);
   }
 }
@@ -274,7 +274,7 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, co
                        "' is not a number");
       }
     }
-    out.add(v[0], v[1], v[2], static_cast<float>(v[3]));
+    out.add(v[0], v[1], v[2], v[3]);
     ++done;
   }
   if (done < h.points) {

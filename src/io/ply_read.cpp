@@ -289,7 +289,7 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
     bool swap = body.big_endian();
     for (std::uint64_t k = 0; k < vertex.count; ++k) {
       const char* r = base + k * record;
-      float value = intensity >= 0 ? static_cast<float>(detail::load_scalar(r + offsets[3], kinds[3], swap)) : 0.f;
+      double value = intensity >= 0 ? detail::load_scalar(r + offsets[3], kinds[3], swap) : 0.0;
       out.add(detail::load_scalar(r + offsets[0], kinds[0], swap), detail::load_scalar(r + offsets[1], kinds[1], swap),
               detail::load_scalar(r + offsets[2], kinds[2], swap), value);
     }
@@ -302,7 +302,7 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
         else values[i] = body.value(p.kind, "a vertex");
       }
       out.add(values[xyz[0]], values[xyz[1]], values[xyz[2]],
-              intensity >= 0 ? static_cast<float>(values[intensity]) : 0.f);
+              intensity >= 0 ? values[intensity] : 0.0);
     }
   }
   return out.finish(name, xyz_double, info);

@@ -236,6 +236,9 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
   Body body(bytes.substr(lines.position()), format, name);
   // Skip the elements stored before the vertices.
   for (auto it = elements.begin(); it != vertex_it; ++it) {
+    // An element without properties has empty records, whatever its count: looping over
+    // a count of 10^18 of them would hang.
+    if (it->properties.empty()) continue;
     std::uint64_t record = 0;
     if (format != PlyFormat::Ascii && fixed_size(*it, record)) {
       if (record != 0 && it->count > body.remaining() / record) {

@@ -77,3 +77,6 @@ for fmt, end in (("binary_little_endian", "<"), ("binary_big_endian", ">")):
         body += b"".join(struct.pack(end + "3" + code + "B", x, y, z, int(i)) for x, y, z, i in pts[:3])
         write("ply", f"{fmt}_{t}.ply", ply_head.format(fmt=fmt, t=t).encode() + body)
 write("ply", "truncated.ply", ply_head.format(fmt="binary_little_endian", t="float").encode() + b"\x03\0\0")
+# an element without properties and a huge count (must not loop over its records)
+write("ply", "empty_element.ply", "ply\nformat ascii 1.0\nelement nothing 1000000000000000000\nelement vertex 1\n"
+      "property float x\nproperty float y\nproperty float z\nend_header\n1 2 3\n")

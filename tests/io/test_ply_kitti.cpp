@@ -99,3 +99,17 @@ TEST_CASE("KITTI .bin reads float32 x y z reflectance", "[unit][io]") {
   CHECK(c.intensity[4] == 0.4f);
   CHECK(info.intensity_field == "reflectance");
 }
+
+TEST_CASE("PLY element without properties and a huge count is skipped at once", "[unit][io]") {
+  for (const char* format : {"ascii", "binary_little_endian"}) {
+    CAPTURE(format);
+    std::string ply = std::string("ply\nformat ") + format +
+                      " 1.0\nelement nothing 1000000000000000000\nelement vertex 1\nproperty float x\n"
+                      "property float y\nproperty float z\nend_header\n";
+    if (std::string(format) == "ascii") ply += "1 2 3\n";
+    else for (float v : {1.f, 2.f, 3.f}) put<float>(ply, v, false);
+    PointCloud c = parse_ply(ply, "t.ply");
+    REQUIRE(c.size() == 1);
+    CHECK(c.points[0] == Eigen::Vector3f(1, 2, 3));
+  }
+}

@@ -1,0 +1,84 @@
+#pragma once
+/// \file
+/// Pose sequences: reading and writing TUM and KITTI trajectory files, and evaluating an
+/// estimate against a reference (absolute and relative pose error).
+
+#include <ndtcu/error.hpp>
+
+#include <Eigen/Geometry>
+
+#include <string>
+#include <vector>
+
+namespace ndtcu {
+
+/// One pose of a trajectory: T_world_sensor at a time stamp.
+struct StampedPose {
+  double time = 0.0;                                      ///< seconds
+  Eigen::Isometry3d pose = Eigen::Isometry3d::Identity();  ///< T_world_sensor
+};
+
+/// A trajectory: poses in time order.
+using Trajectory = std::vector<StampedPose>;
+
+/// Trajectory file formats.
+enum class TrajectoryFormat {
+  Tum,    ///< one line per pose: `t x y z qx qy qz qw`
+  Kitti,  ///< one line per pose: row-major 3x4 [R | t]; pose i gets time i * kitti_period
+  Auto,   ///< decided by the first data line: 8 numbers TUM, 12 numbers KITTI
+};
+
+/// Reads a TUM or KITTI file ('#' comment lines and blank lines skipped). KITTI poses
+/// get time stamps i * `kitti_period` (seconds). Throws IoError naming the file and line
+/// for anything malformed: wrong column count, non-numbers, a non-unit quaternion (off by
+/// more than 1e-3), a rotation that is not orthonormal (off by more than 1e-3).
+Trajectory read_trajectory(const std::string& path, TrajectoryFormat format = TrajectoryFormat::Auto,
+                           double kitti_period = 0.1);
+
+/// Writes `t x y z qx qy qz qw` lines (translations with micrometre digits even at 1e6 m).
+void write_trajectory_tum(const std::string& path, const Trajectory& trajectory);
+
+/// Writes row-major 3x4 KITTI lines (time stamps are not stored).
+void write_trajectory_kitti(const std::string& path, const Trajectory& trajectory);
+
+/// Parses "tum", "kitti" or "auto"; throws Error otherwise.
+TrajectoryFormat trajectory_format_from_string(const std::string& name);
+
+/// Absolute trajectory error: translation differences of associated poses, in the frame
+/// both are given in (no alignment is applied).
+struct AteStats {
+  std::size_t pairs = 0;  ///< associated poses
+  double rmse_m = 0.0;    ///< root mean square
+  double mean_m = 0.0;    ///< mean
+  double median_m = 0.0;  ///< median
+  double max_m = 0.0;     ///< largest
+  /// Per associated pose: index in the estimate, index in the reference, error (m).
+  std::vector<std::tuple<std::size_t, std::size_t, double>> per_pose;
+};
+
+/// Relative pose error over segments of one length (KITTI's odometry metric).
+struct RpeStats {
+  double segment_m = 0.0;            ///< segment length along the reference path
+  std::size_t pairs = 0;             ///< segments evaluated (0: path shorter than the length)
+  double translation_percent = 0.0;  ///< mean |t_err| / length * 100
+  double rotation_deg_per_m = 0.0;   ///< mean angle(R_err) / length
+};
+
+/// Pairs estimate and reference poses whose time stamps differ by at most
+/// `max_time_difference` (nearest reference for each estimate, in time order).
+/// Returns (estimate index, reference index) pairs.
+std::vector<std::pair<std::size_t, std::size_t>> associate(const Trajectory& estimate, const Trajectory& reference,
+                                                           double max_time_difference = 0.01);
+
+/// ATE over associated poses (see associate()).
+AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,
+                                   double max_time_difference = 0.01);
+
+/// RPE for each segment length: for every associated start pose i, the first associated
+/// pose j at least `length` further along the reference path; error
+/// E = (ref_i^-1 ref_j)^-1 (est_i^-1 est_j).
+std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Trajectory& reference,
+                                          const std::vector<double>& segment_lengths = {1.0, 5.0, 10.0},
+                                          double max_time_difference = 0.01);
+
+}  // namespace ndtcu

@@ -1,0 +1,202 @@
+#include <ndtcu/trajectory.hpp>
+
+#include "io/bytes.hpp"
+#include "io/mapped_file.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace ndtcu {
+namespace {
+
+// Rotations read from files must be rotations: a tolerance of 1e-3 admits the 6-9 digits
+// files usually carry while rejecting a wrong column order or a scaled matrix.
+constexpr double kRotationTolerance = 1e-3;
+
+std::vector<double> parse_numbers(const std::string& path, std::size_t line_no, std::string_view line) {
+  std::vector<std::string_view> tokens;
+  detail::split_tokens(line, tokens, 64);
+  std::vector<double> values(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (!detail::parse_double(tokens[i], values[i]) || !std::isfinite(values[i])) {
+      throw IoError(path, fmt::format("line {}: '{}' is not a finite number", line_no, tokens[i].substr(0, 40)));
+    }
+  }
+  return values;
+}
+
+void write_lines(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw IoError(path, std::string("cannot open for writing: ") + std::strerror(errno));
+  out << text;
+  out.close();
+  if (!out) throw IoError(path, "write failed");
+}
+
+}  // namespace
+
+TrajectoryFormat trajectory_format_from_string(const std::string& name) {
+  if (name == "tum") return TrajectoryFormat::Tum;
+  if (name == "kitti") return TrajectoryFormat::Kitti;
+  if (name == "auto") return TrajectoryFormat::Auto;
+  throw Error("unknown trajectory format '" + name + "' (use tum, kitti or auto)");
+}
+
+Trajectory read_trajectory(const std::string& path, TrajectoryFormat format, double kitti_period) {
+  detail::MappedFile file(path);
+  detail::LineReader lines(file.bytes());
+  std::string_view line;
+  Trajectory out;
+  std::size_t line_no = 0;
+  while (lines.next(line)) {
+    ++line_no;
+    std::size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos || line[first] == '#') continue;
+    std::vector<double> v = parse_numbers(path, line_no, line);
+    if (format == TrajectoryFormat::Auto) {
+      if (v.size() == 8) format = TrajectoryFormat::Tum;
+      else if (v.size() == 12) format = TrajectoryFormat::Kitti;
+      else {
+        throw IoError(path, fmt::format("line {}: {} numbers; a TUM line has 8 (t x y z qx qy qz qw), a KITTI "
+                                        "line 12 (row-major 3x4)", line_no, v.size()));
+      }
+    }
+    StampedPose p;
+    if (format == TrajectoryFormat::Tum) {
+      if (v.size() != 8) throw IoError(path, fmt::format("line {}: {} numbers, a TUM line has 8", line_no, v.size()));
+      Eigen::Quaterniond q(v[7], v[4], v[5], v[6]);
+      if (std::abs(q.norm() - 1.0) > kRotationTolerance) {
+        throw IoError(path, fmt::format("line {}: quaternion norm {:.6f} is not 1", line_no, q.norm()));
+      }
+      p.time = v[0];
+      p.pose.linear() = q.normalized().toRotationMatrix();
+      p.pose.translation() = Eigen::Vector3d(v[1], v[2], v[3]);
+    } else {
+      if (v.size() != 12) {
+        throw IoError(path, fmt::format("line {}: {} numbers, a KITTI line has 12", line_no, v.size()));
+      }
+      Eigen::Matrix3d R;
+      R << v[0], v[1], v[2], v[4], v[5], v[6], v[8], v[9], v[10];
+      double off = (R * R.transpose() - Eigen::Matrix3d::Identity()).cwiseAbs().maxCoeff();
+      if (off > kRotationTolerance || R.determinant() < 0) {
+        throw IoError(path, fmt::format("line {}: the 3x3 block is not a rotation (|R R^T - I| = {:.2g})", line_no, off));
+      }
+      // Re-orthonormalize the few-digit rotation so later products stay rigid.
+      Eigen::JacobiSVD<Eigen::Matrix3d> svd(R, Eigen::ComputeFullU | Eigen::ComputeFullV);
+      p.time = static_cast<double>(out.size()) * kitti_period;
+      p.pose.linear() = svd.matrixU() * svd.matrixV().transpose();
+      p.pose.translation() = Eigen::Vector3d(v[3], v[7], v[11]);
+    }
+    out.push_back(p);
+  }
+  if (out.empty()) throw IoError(path, "no poses in the file");
+  return out;
+}
+
+void write_trajectory_tum(const std::string& path, const Trajectory& trajectory) {
+  std::string text;
+  for (const auto& p : trajectory) {
+    Eigen::Quaterniond q(p.pose.linear());
+    q.normalize();
+    const auto& t = p.pose.translation();
+    text += fmt::format("{:.6f} {:.6f} {:.6f} {:.6f} {:.9f} {:.9f} {:.9f} {:.9f}\n", p.time, t.x(), t.y(), t.z(), q.x(),
+                        q.y(), q.z(), q.w());
+  }
+  write_lines(path, text);
+}
+
+void write_trajectory_kitti(const std::string& path, const Trajectory& trajectory) {
+  std::string text;
+  for (const auto& p : trajectory) {
+    const auto& R = p.pose.linear();
+    const auto& t = p.pose.translation();
+    text += fmt::format("{:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f}\n", R(0, 0),
+                        R(0, 1), R(0, 2), t.x(), R(1, 0), R(1, 1), R(1, 2), t.y(), R(2, 0), R(2, 1), R(2, 2), t.z());
+  }
+  write_lines(path, text);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> associate(const Trajectory& estimate, const Trajectory& reference,
+                                                           double max_time_difference) {
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  std::size_t r = 0;
+  for (std::size_t e = 0; e < estimate.size(); ++e) {
+    const double t = estimate[e].time;
+    // Both are in time order: advance the reference while the next one is closer.
+    while (r + 1 < reference.size() && std::abs(reference[r + 1].time - t) <= std::abs(reference[r].time - t)) ++r;
+    if (r < reference.size() && std::abs(reference[r].time - t) <= max_time_difference) pairs.emplace_back(e, r);
+  }
+  return pairs;
+}
+
+AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,
+                                   double max_time_difference) {
+  AteStats s;
+  std::vector<double> errors;
+  for (auto [e, r] : associate(estimate, reference, max_time_difference)) {
+    double err = (estimate[e].pose.translation() - reference[r].pose.translation()).norm();
+    errors.push_back(err);
+    s.per_pose.emplace_back(e, r, err);
+  }
+  s.pairs = errors.size();
+  if (errors.empty()) return s;
+  double sum = 0, sq = 0;
+  for (double err : errors) {
+    sum += err;
+    sq += err * err;
+    s.max_m = std::max(s.max_m, err);
+  }
+  s.mean_m = sum / errors.size();
+  s.rmse_m = std::sqrt(sq / errors.size());
+  std::vector<double> sorted = errors;
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  s.median_m = sorted[sorted.size() / 2];
+  return s;
+}
+
+std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Trajectory& reference,
+                                          const std::vector<double>& segment_lengths, double max_time_difference) {
+  auto pairs = associate(estimate, reference, max_time_difference);
+  // Distance along the reference path at each associated pose.
+  std::vector<double> along(pairs.size(), 0.0);
+  for (std::size_t k = 1; k < pairs.size(); ++k) {
+    along[k] = along[k - 1] +
+               (reference[pairs[k].second].pose.translation() - reference[pairs[k - 1].second].pose.translation()).norm();
+  }
+  std::vector<RpeStats> out;
+  for (double length : segment_lengths) {
+    if (!(length > 0)) throw Error("RPE segment length must be positive, got " + std::to_string(length));
+    RpeStats s;
+    s.segment_m = length;
+    double t_sum = 0, r_sum = 0;
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      j = std::max(j, i);
+      while (j < pairs.size() && along[j] - along[i] < length) ++j;
+      if (j >= pairs.size()) break;
+      const auto& ei = estimate[pairs[i].first].pose;
+      const auto& ej = estimate[pairs[j].first].pose;
+      const auto& ri = reference[pairs[i].second].pose;
+      const auto& rj = reference[pairs[j].second].pose;
+      Eigen::Isometry3d error = (ri.inverse() * rj).inverse() * (ei.inverse() * ej);
+      // Normalized by the nominal length, as KITTI's devkit does (the path between the
+      // two poses is at least that long; at 10 Hz the difference is centimetres).
+      t_sum += error.translation().norm() / length * 100.0;
+      r_sum += Eigen::AngleAxisd(error.linear()).angle() * 180.0 / M_PI / length;
+      ++s.pairs;
+    }
+    if (s.pairs > 0) {
+      s.translation_percent = t_sum / s.pairs;
+      s.rotation_deg_per_m = r_sum / s.pairs;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace ndtcu

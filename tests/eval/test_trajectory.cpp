@@ -1,0 +1,117 @@
+// Trajectory files (TUM, KITTI) and the ATE / RPE metrics.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/trajectory.hpp>
+
+#include <cmath>
+
+using namespace ndtcu;
+
+namespace {
+// A planar arc: 0.5 m steps, turning 2 degrees a step, at 10 Hz, far from the origin.
+Trajectory arc(int n) {
+  Trajectory t;
+  Eigen::Isometry3d pose = Eigen::Isometry3d::Identity();
+  pose.translation() = Eigen::Vector3d(680000.25, 3900000.75, 40.0);
+  for (int i = 0; i < n; ++i) {
+    t.push_back({0.1 * i, pose});
+    Eigen::Isometry3d step = Eigen::Isometry3d::Identity();
+    step.translation() = Eigen::Vector3d(0.5, 0, 0.01);
+    step.linear() = Eigen::AngleAxisd(2.0 * M_PI / 180.0, Eigen::Vector3d::UnitZ()).toRotationMatrix();
+    pose = pose * step;
+  }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("TUM and KITTI round trips keep sub-millimetre poses at UTM coordinates", "[unit][eval]") {
+  auto dir = ndtcu::test::temp_dir("trajectory");
+  Trajectory t = arc(50);
+  write_trajectory_tum((dir / "t.txt").string(), t);
+  write_trajectory_kitti((dir / "k.txt").string(), t);
+  Trajectory tum = read_trajectory((dir / "t.txt").string());
+  Trajectory kitti = read_trajectory((dir / "k.txt").string());
+  REQUIRE(tum.size() == 50);
+  REQUIRE(kitti.size() == 50);
+  for (int i = 0; i < 50; ++i) {
+    CHECK((tum[i].pose.translation() - t[i].pose.translation()).norm() < 2e-6);
+    CHECK((kitti[i].pose.translation() - t[i].pose.translation()).norm() < 2e-6);
+    CHECK(Eigen::AngleAxisd(tum[i].pose.linear().transpose() * t[i].pose.linear()).angle() < 1e-8);
+    CHECK(Eigen::AngleAxisd(kitti[i].pose.linear().transpose() * t[i].pose.linear()).angle() < 1e-8);
+    CHECK(std::abs(tum[i].time - t[i].time) < 1e-9);
+    CHECK(std::abs(kitti[i].time - 0.1 * i) < 1e-12);
+  }
+}
+
+TEST_CASE("trajectory files with errors name the file and line", "[unit][eval]") {
+  auto dir = ndtcu::test::temp_dir("trajectory_bad");
+  auto check = [&](const std::string& name, const std::string& text, const std::string& expected) {
+    auto path = (dir / name).string();
+    ndtcu::test::write_bytes(path, text);
+    CAPTURE(name);
+    try {
+      read_trajectory(path);
+      FAIL("no IoError");
+    } catch (const IoError& e) {
+      CHECK(e.path() == path);
+      CHECK_THAT(e.reason(), Catch::Contains(expected));
+    }
+  };
+  check("cols.txt", "# header\n1 2 3 4 5\n", "line 2: 5 numbers");
+  check("nan.txt", "0 1 2 3 0 0 0 nan\n", "line 1: 'nan' is not a finite number");
+  check("quat.txt", "0 1 2 3 0 0 0 2\n", "quaternion norm 2.000000 is not 1");
+  check("rot.txt", "2 0 0 1 0 1 0 2 0 0 1 3\n", "is not a rotation");
+  check("empty.txt", "# nothing\n\n", "no poses");
+  check("mixed.txt", "0 1 2 3 0 0 0 1\n1 0 0 1 0 1 0 2 0 0 1 3\n", "line 2: 12 numbers, a TUM line has 8");
+}
+
+TEST_CASE("ATE and RPE are zero for identical trajectories and measure known errors", "[unit][eval]") {
+  Trajectory ref = arc(200);
+  AteStats zero = absolute_trajectory_error(ref, ref);
+  CHECK(zero.pairs == 200);
+  CHECK(zero.rmse_m == 0.0);
+  for (const auto& r : relative_pose_error(ref, ref)) {
+    CHECK(r.pairs > 0);
+    CHECK(r.translation_percent < 1e-9);
+    CHECK(r.rotation_deg_per_m < 1e-9);
+  }
+
+  // Every estimate 3 cm off along +x of the world: ATE 3 cm everywhere, RPE zero (a
+  // constant world offset cancels in relative motion).
+  Trajectory shifted = ref;
+  for (auto& p : shifted) p.pose.translation().x() += 0.03;
+  AteStats ate = absolute_trajectory_error(shifted, ref);
+  CHECK(ate.rmse_m == Approx(0.03).epsilon(1e-6));
+  CHECK(ate.max_m == Approx(0.03).epsilon(1e-6));
+  CHECK(relative_pose_error(shifted, ref)[0].translation_percent < 1e-6);
+
+  // A scale error of 1% on every step: RPE translation 1%.
+  Trajectory scaled = ref;
+  for (std::size_t i = 1; i < ref.size(); ++i) {
+    Eigen::Isometry3d step = ref[i - 1].pose.inverse() * ref[i].pose;
+    step.translation() *= 1.01;
+    scaled[i].pose = scaled[i - 1].pose * step;
+  }
+  auto rpe = relative_pose_error(scaled, ref, {1.0, 5.0, 10.0});
+  REQUIRE(rpe.size() == 3);
+  for (const auto& r : rpe) {
+    CAPTURE(r.segment_m);
+    // The error is 1% of the segment's chord. On this arc a path of length s turns by
+    // theta = s / 0.5 m * 2 deg, and its chord is s * sin(theta/2) / (theta/2); each
+    // segment spans at least its nominal length, up to one 0.5 m step more.
+    const double half_turn = r.segment_m / 0.5 * (M_PI / 180.0);
+    CHECK(r.translation_percent > 0.999 * std::sin(half_turn) / half_turn);
+    CHECK(r.translation_percent < 1.01 * (r.segment_m + 0.5) / r.segment_m + 0.01);
+  }
+}
+
+TEST_CASE("association pairs poses by time and skips missing frames", "[unit][eval]") {
+  Trajectory ref = arc(20);
+  Trajectory est;
+  for (int i = 0; i < 20; i += 3) est.push_back(ref[i]);  // lost frames in between
+  est.push_back({100.0, Eigen::Isometry3d::Identity()});   // no reference near t = 100
+  auto pairs = associate(est, ref);
+  REQUIRE(pairs.size() == est.size() - 1);
+  for (std::size_t k = 0; k < pairs.size(); ++k) CHECK(pairs[k].second == 3 * k);
+  CHECK(absolute_trajectory_error(est, ref).rmse_m == 0.0);
+}

@@ -10,6 +10,9 @@ if(NOT TARGET CLI11::CLI11)
   set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${CLI11_INCLUDE_DIR})
 endif()
 find_package(nlohmann_json 3 REQUIRED)
+# Boost's header-only spreadsort gives voxel_downsample pcl::VoxelGrid's exact point order
+# (libboost-dev); without it cells are the same, last-bit centroid differences possible.
+find_package(Boost 1.66 QUIET CONFIG)
 
 if(NDTCU_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
@@ -23,7 +26,7 @@ if(NDTCU_WITH_PCL)
   if(NOT TARGET MPI::MPI_C)
     add_library(MPI::MPI_C INTERFACE IMPORTED)
   endif()
-  find_package(PCL 1.10 QUIET COMPONENTS common io)
+  find_package(PCL 1.10 QUIET COMPONENTS common io filters kdtree search registration)
   if(PCL_FOUND)
     set(NDTCU_HAVE_PCL ON)
     message(STATUS "ndtcu: PCL ${PCL_VERSION} found (baselines and parity tests)")

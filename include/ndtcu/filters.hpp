@@ -6,12 +6,15 @@
 
 namespace ndtcu {
 
-/// Voxel-grid downsampling with pcl::VoxelGrid's semantics: each point goes to the cell
-/// floor(p / leaf) (of its coordinates relative to the cloud's origin), each occupied
-/// cell becomes the float32 centroid of its points (and mean intensity), and cells come
-/// out in order of their linear index over the cloud's bounding lattice (x fastest).
-/// Throws Error for a leaf that is not positive and finite, or a lattice too large to
-/// index in 64 bits.
+/// Voxel-grid downsampling with pcl::VoxelGrid's semantics (PCL 1.13): each point goes to
+/// the cell floor(p * (1/leaf)) (inverse leaf in float; coordinates relative to the
+/// cloud's origin), each occupied cell becomes the float32 centroid of its points (and
+/// mean intensity), and cells come out in order of their linear index over the cloud's
+/// bounding lattice (x fastest). Points within a cell are summed in the order PCL's
+/// spreadsort leaves them, so the output equals pcl::VoxelGrid's bit for bit (when built
+/// with Boost). Where PCL gives up (more than 2^31 lattice cells: it returns the input
+/// unfiltered) this filters with 64-bit indices. Throws Error for a leaf that is not
+/// positive and finite, or a lattice too large to index in 64 bits.
 PointCloud voxel_downsample(const PointCloud& cloud, double leaf);
 
 /// Keeps points whose distance from the cloud's frame origin (world coordinates, so the

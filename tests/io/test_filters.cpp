@@ -40,8 +40,11 @@ TEST_CASE("voxel_downsample gives one centroid per occupied cell in lattice orde
       sum += c.points[m];
       isum += c.intensity[m];
     }
-    CHECK(d.points[k] == sum / static_cast<float>(members.size()));
-    CHECK(d.intensity[k] == isum / static_cast<float>(members.size()));
+    // Points within a cell are summed in pcl::VoxelGrid's sort order, not input order: the
+    // float centroid may differ from this input-order sum in the last bits (bit-exact
+    // agreement with PCL is checked by the ndt_parity test).
+    CHECK((d.points[k] - sum / static_cast<float>(members.size())).cwiseAbs().maxCoeff() < 1e-5f);
+    CHECK(d.intensity[k] == Approx(isum / static_cast<float>(members.size())).epsilon(1e-5));
     ++k;
   }
   CHECK_THROWS_AS(voxel_downsample(c, 0.0), ndtcu::Error);

@@ -1,0 +1,80 @@
+#pragma once
+/// \file
+/// The entry point: align a source scan to a voxelized target.
+///
+/// Frames. The target map keeps its points relative to its origin o_m (double). A source
+/// cloud's points are x_s = o_s + x (o_s its origin, zero for a sensor scan). The pose T
+/// maps source world coordinates into the target's world frame. Internally the optimizer
+/// works near zero: it moves the source origin into the translation and subtracts the map
+/// origin, t_internal = R o_s + t - o_m, so a UTM map (1e6 m) keeps millimetres; the result
+/// is converted back (t = t_internal - R o_s + o_m). With both origins zero (the usual
+/// scan-to-scan case) the internal pose is the pose.
+
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include <Eigen/Core>
+
+#include <memory>
+
+namespace ndtcu {
+
+/// 4x4 transform of pose [x y z roll pitch yaw]: Translation * Rx(roll) * Ry(pitch) * Rz(yaw).
+Eigen::Matrix4d pose_to_matrix(const Pose6& pose);
+
+/// Pose of a rigid 4x4 transform, roll in (-pi, pi], pitch in [-pi/2, pi/2] (yaw 0 and
+/// roll absorbing it at pitch +-pi/2). Throws Error for a non-finite or non-rigid matrix
+/// (rotation not orthonormal within 1e-4, bottom row not 0 0 0 1).
+Pose6 matrix_to_pose(const Eigen::Matrix4d& transform);
+
+/// The VoxelMapOptions an AlignSettings implies (resolution, covariance, thresholds, threads).
+VoxelMapOptions voxel_map_options(const AlignSettings& settings);
+
+/// Aligns source scans to one target. Holds the voxel map and the worker threads, so
+/// repeated align() calls (a localization loop) reuse both. Not thread-safe: one align at
+/// a time per Aligner.
+class Aligner {
+ public:
+  /// Validates `settings` (throws Error for an out-of-range value) and starts the workers.
+  explicit Aligner(const AlignSettings& settings = AlignSettings{});
+  ~Aligner();
+  /// Moves the map and the workers.
+  Aligner(Aligner&&) noexcept;
+  /// Moves the map and the workers.
+  Aligner& operator=(Aligner&&) noexcept;
+
+  /// The settings in use.
+  const AlignSettings& settings() const noexcept;
+  /// Builds the target voxel map from `target` with voxel_map_options(settings()).
+  void set_target(const PointCloud& target);
+  /// Uses a map built elsewhere; throws Error when its resolution or covariance mode
+  /// differs from the settings.
+  void set_target(std::shared_ptr<const VoxelMap> map);
+  /// The target map (null before set_target).
+  const std::shared_ptr<const VoxelMap>& target() const noexcept;
+
+  /// Aligns `source` starting at `guess` (source-to-target, world frames). Throws Error
+  /// when no target is set, the guess is not finite or not rigid, or a source point is not
+  /// finite. An empty source, a map without voxels, no correspondence or a singular
+  /// Hessian are results with that reason.
+  AlignResult align(const PointCloud& source, const Eigen::Matrix4d& guess = Eigen::Matrix4d::Identity());
+  /// The same with the guess as a pose [x y z roll pitch yaw], used as given (no
+  /// round trip through a matrix). Throws Error for a non-finite entry.
+  AlignResult align_from_pose(const PointCloud& source, const Pose6& guess);
+
+  /// Scores `source` at the fixed pose `transform` without iterating: score, TP, NVTL,
+  /// correspondences and Hessian (iterations 0, reason Converged unless degenerate).
+  AlignResult evaluate(const PointCloud& source, const Eigen::Matrix4d& transform);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One-shot: builds the map of `target` and aligns `source` from `guess`.
+AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
+                  const AlignSettings& settings);
+
+}  // namespace ndtcu

@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// What an alignment returns. Not converging, or not being able to start, is a result
+/// with a reason, never an exception.
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ndtcu {
+
+/// 6-vector pose [x y z roll pitch yaw] (m, rad), T = Translation * Rx(roll) * Ry(pitch) * Rz(yaw).
+using Pose6 = Eigen::Matrix<double, 6, 1>;
+
+/// Why the iterations stopped.
+enum class StopReason {
+  Converged,         ///< the convergence rule was met
+  MaxIterations,     ///< max_iterations reached without meeting it
+  EmptySource,       ///< the source cloud has no points: nothing was done
+  NoVoxels,          ///< the target has no voxel with a usable covariance
+  NoCorrespondence,  ///< no source point has a voxel around it at the current pose
+  SingularHessian,   ///< the Newton system has no unique solution (rank < 6) or no finite step
+};
+
+/// "converged", "max_iterations", "empty_source", "no_voxels", "no_correspondence",
+/// "singular_hessian".
+const char* to_string(StopReason r);
+
+/// One Newton iteration as the optimizer saw it.
+struct IterationTrace {
+  Pose6 pose = Pose6::Zero();  ///< pose after the iteration (world frame)
+  double score = 0.0;          ///< score at that pose
+  double step_length = 0.0;    ///< length of the step taken (|dp|)
+};
+
+/// Where the time went (milliseconds, wall clock).
+struct AlignTimings {
+  double total_ms = 0.0;        ///< the whole align() call
+  double optimize_ms = 0.0;     ///< the Newton loop (derivative evaluations and solves)
+  int evaluations = 0;          ///< derivative evaluations (Newton steps plus line-search trials)
+  double per_iteration_ms = 0.0;  ///< optimize_ms / iterations (0 without iterations)
+};
+
+/// The result of one alignment.
+struct AlignResult {
+  /// Source-to-target transform in the target's world frame (x_target = T x_source).
+  Eigen::Matrix4d transform = Eigen::Matrix4d::Identity();
+  Pose6 pose = Pose6::Zero();        ///< the same as [x y z roll pitch yaw]
+  bool converged = false;            ///< true only when the convergence rule stopped it
+  StopReason reason = StopReason::MaxIterations;  ///< why it stopped
+  int iterations = 0;                ///< Newton iterations taken
+  double score = 0.0;                ///< NDT score at the final pose (eq. 6.10, maximised)
+  double tp = 0.0;                   ///< transform probability: score / source points
+  /// Nearest-voxel transformation likelihood: mean over source points with a neighbour of
+  /// the best per-pair score term (Autoware's NVTL).
+  double nvtl = 0.0;
+  Eigen::Matrix<double, 6, 6> hessian = Eigen::Matrix<double, 6, 6>::Zero();  ///< at the final pose
+  std::size_t correspondences = 0;   ///< point-voxel pairs at the final pose
+  std::size_t matched_points = 0;    ///< source points with at least one voxel at the final pose
+  std::size_t source_points = 0;     ///< points in the source cloud
+  std::size_t target_voxels = 0;     ///< usable voxels in the target map
+  /// Autoware's oscillation count: the longest run of consecutive steps whose translation
+  /// reverses direction (cosine < -0.9) over the pose sequence guess, iteration 1, ...
+  int oscillation_count = 0;
+  std::vector<IterationTrace> trace;  ///< one entry per iteration
+  AlignTimings timings;               ///< where the time went
+  std::string backend;                ///< which backend ran ("cpu")
+};
+
+}  // namespace ndtcu

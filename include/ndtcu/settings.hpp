@@ -1,0 +1,112 @@
+#pragma once
+/// \file
+/// Settings of an NDT alignment: plain structs with documented defaults, and the two
+/// presets (`autoware`, the default, and `pcl`).
+
+#include <string>
+
+namespace ndtcu {
+
+/// How the voxels around a transformed source point are found.
+enum class SearchMethod {
+  /// Every voxel whose centroid lies closer than the resolution: what PCL and Autoware do
+  /// (with a kd-tree); here a 3x3x3 lattice block plus the same float distance test.
+  Radius,
+  Direct27,  ///< the 27 lattice cells around the point's cell (ndt_omp's DIRECT26 + centre)
+  Direct7,   ///< the point's cell and its 6 face neighbours (ndt_omp's DIRECT7)
+  Direct1,   ///< the point's cell only (ndt_omp's DIRECT1)
+};
+
+/// How the length of each Newton step is chosen.
+enum class LineSearch {
+  /// More-Thuente line search as PCL: mu 1e-4, nu 0.9, at most 10 trials, step length in
+  /// [epsilon / 2, step_size].
+  MoreThuente,
+  /// Autoware's default: no search, the Newton step's length clamped to
+  /// [epsilon / 2, step_size].
+  Fixed,
+};
+
+/// When the Newton iterations stop (besides max_iterations).
+enum class ConvergenceRule {
+  /// PCL 1.13: when the last step's squared translation is <= epsilon (a squared length
+  /// compared with epsilon, rotation ignored); with epsilon 0.01 and step 0.1 it stops
+  /// after one iteration. Kept for parity only.
+  Pcl,
+  /// Autoware: when the last step's length |dp| (all six entries) is below epsilon.
+  Autoware,
+};
+
+/// How each voxel's covariance is estimated from its n points (S = scatter sum of
+/// (x - mu)(x - mu)'); the two are different score functions.
+enum class CovarianceMode {
+  /// PCL 1.13's VoxelGridCovariance: S / (n - 1), computed single-pass as
+  /// (sum x x' - sum x mu') / (n - 1).
+  Pcl,
+  /// Autoware's multigrid NDT: each voxel's sum starts at the identity, so (S + I) / (n - 1).
+  Autoware,
+};
+
+/// Which backend runs the derivative evaluations.
+enum class Backend {
+  Cpu,   ///< the multi-threaded CPU reference
+  Auto,  ///< the fastest available; this build has only the CPU backend, and says so in the log
+};
+
+/// Everything an alignment needs besides the clouds.
+struct AlignSettings {
+  /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
+  /// and Autoware store it.
+  double resolution = 2.0;
+  double step_size = 0.1;     ///< largest step length |dp| per iteration
+  double epsilon = 0.01;      ///< convergence threshold (see ConvergenceRule)
+  int max_iterations = 30;    ///< Newton iterations at most
+  double outlier_ratio = 0.55;  ///< outlier ratio of the score's mixture (Magnusson eq. 6.7)
+  SearchMethod search = SearchMethod::Radius;            ///< neighbour search
+  LineSearch line_search = LineSearch::Fixed;            ///< step length rule
+  ConvergenceRule convergence = ConvergenceRule::Autoware;  ///< stopping rule
+  CovarianceMode covariance = CovarianceMode::Autoware;     ///< voxel covariance convention
+  int min_points_per_voxel = 6;   ///< voxels with fewer points are not used (PCL, Autoware: 6)
+  double eigenvalue_ratio = 0.01;  ///< eigenvalues below this times the largest are raised to it
+  int threads = 0;                ///< worker threads; 0 = std::thread::hardware_concurrency()
+  Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
+};
+
+/// Autoware's ndt_scan_matcher defaults: resolution 2.0, step 0.1, epsilon 0.01,
+/// 30 iterations, radius search, fixed step, Autoware convergence and covariance.
+AlignSettings autoware_preset();
+
+/// PCL's NormalDistributionsTransform as the tutorials use it: resolution 1.0, step 0.1,
+/// epsilon 0.01, 35 iterations, radius search, More-Thuente, PCL convergence and covariance.
+AlignSettings pcl_preset();
+
+/// The preset named "autoware" or "pcl"; throws Error otherwise.
+AlignSettings preset(const std::string& name);
+
+/// "radius", "direct27", "direct7", "direct1".
+const char* to_string(SearchMethod m);
+/// "more-thuente", "fixed".
+const char* to_string(LineSearch l);
+/// "pcl", "autoware".
+const char* to_string(ConvergenceRule c);
+/// "pcl", "autoware".
+const char* to_string(CovarianceMode c);
+/// "cpu", "auto".
+const char* to_string(Backend b);
+
+/// Parses a SearchMethod name (see to_string); throws Error otherwise.
+SearchMethod search_method_from_string(const std::string& name);
+/// Parses a LineSearch name; throws Error otherwise.
+LineSearch line_search_from_string(const std::string& name);
+/// Parses a ConvergenceRule name; throws Error otherwise.
+ConvergenceRule convergence_rule_from_string(const std::string& name);
+/// Parses a CovarianceMode name; throws Error otherwise.
+CovarianceMode covariance_mode_from_string(const std::string& name);
+/// Parses a Backend name; throws Error otherwise.
+Backend backend_from_string(const std::string& name);
+
+/// Throws Error naming the first setting out of range (resolution, step size, epsilon,
+/// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads).
+void validate(const AlignSettings& settings);
+
+}  // namespace ndtcu

@@ -1,0 +1,232 @@
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/error.hpp>
+
+#include "../log.hpp"
+#include "../thread_pool.hpp"
+#include "evaluator.hpp"
+#include "optimizer.hpp"
+
+#include <Eigen/Geometry>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <string>
+
+namespace ndtcu {
+
+Eigen::Matrix4d pose_to_matrix(const Pose6& p) {
+  const Eigen::Affine3d t = Eigen::Translation3d(p.head<3>()) * Eigen::AngleAxisd(p(3), Eigen::Vector3d::UnitX()) *
+                            Eigen::AngleAxisd(p(4), Eigen::Vector3d::UnitY()) *
+                            Eigen::AngleAxisd(p(5), Eigen::Vector3d::UnitZ());
+  return t.matrix();
+}
+
+Pose6 matrix_to_pose(const Eigen::Matrix4d& m) {
+  if (!m.allFinite()) throw Error("transform has a non-finite entry");
+  const Eigen::Matrix3d r = m.topLeftCorner<3, 3>();
+  const double ortho = (r.transpose() * r - Eigen::Matrix3d::Identity()).cwiseAbs().maxCoeff();
+  if (ortho > 1e-4 || std::fabs(r.determinant() - 1.0) > 1e-4 || m(3, 0) != 0.0 || m(3, 1) != 0.0 ||
+      m(3, 2) != 0.0 || m(3, 3) != 1.0) {
+    throw Error("transform is not rigid (rotation not orthonormal within 1e-4, or bottom row not 0 0 0 1)");
+  }
+  // R = Rx(a) Ry(b) Rz(c): r02 = sin b, r12 = -sin a cos b, r22 = cos a cos b,
+  // r01 = -cos b sin c, r00 = cos b cos c.
+  Pose6 p;
+  p.head<3>() = m.topRightCorner<3, 1>();
+  const double sb = std::max(-1.0, std::min(1.0, r(0, 2)));
+  p(4) = std::asin(sb);
+  if (std::fabs(sb) < 1.0 - 1e-12) {
+    p(3) = std::atan2(-r(1, 2), r(2, 2));
+    p(5) = std::atan2(-r(0, 1), r(0, 0));
+  } else {  // gimbal lock: only roll +- yaw is defined; put it all in roll
+    p(3) = std::atan2(r(2, 1), r(1, 1));
+    p(5) = 0.0;
+  }
+  return p;
+}
+
+VoxelMapOptions voxel_map_options(const AlignSettings& s) {
+  VoxelMapOptions o;
+  o.resolution = s.resolution;
+  o.covariance = s.covariance;
+  o.min_points = s.min_points_per_voxel;
+  o.eigenvalue_ratio = s.eigenvalue_ratio;
+  o.threads = s.threads;
+  return o;
+}
+
+struct Aligner::Impl {
+  AlignSettings settings;
+  std::shared_ptr<const VoxelMap> map;
+  detail::ThreadPool pool;
+  explicit Impl(const AlignSettings& s) : settings(s), pool(s.threads) {}
+};
+
+namespace {
+
+// The one place a backend is chosen. This build has the CPU backend only.
+const char* resolve_backend(Backend requested) {
+  if (requested == Backend::Auto) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      detail::log().info("backend auto: this build has no GPU backend, using the CPU backend");
+    });
+  }
+  return "cpu";
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Internal (map-relative) pose of a world pose: t_int = R o_s + t - o_m (see aligner.hpp).
+Pose6 to_internal(const Pose6& world, const Eigen::Vector3d& source_origin, const Eigen::Vector3d& map_origin) {
+  Pose6 p = world;
+  const Eigen::Matrix3d r = pose_to_matrix(world).topLeftCorner<3, 3>();
+  p.head<3>() = r * source_origin + world.head<3>() - map_origin;
+  return p;
+}
+
+Pose6 to_world(const Pose6& internal, const Eigen::Vector3d& source_origin, const Eigen::Vector3d& map_origin) {
+  Pose6 p = internal;
+  const Eigen::Matrix3d r = pose_to_matrix(internal).topLeftCorner<3, 3>();
+  p.head<3>() = internal.head<3>() - r * source_origin + map_origin;
+  return p;
+}
+
+void fill_from_evaluation(AlignResult& r, const detail::Evaluation& e) {
+  r.score = e.score;
+  r.tp = r.source_points ? e.score / static_cast<double>(r.source_points) : 0.0;
+  r.nvtl = e.matched_points ? e.nvtl_sum / static_cast<double>(e.matched_points) : 0.0;
+  r.hessian = e.hessian;
+  r.correspondences = e.correspondences;
+  r.matched_points = e.matched_points;
+}
+
+}  // namespace
+
+Aligner::Aligner(const AlignSettings& settings) {
+  validate(settings);
+  impl_ = std::make_unique<Impl>(settings);
+}
+Aligner::~Aligner() = default;
+Aligner::Aligner(Aligner&&) noexcept = default;
+Aligner& Aligner::operator=(Aligner&&) noexcept = default;
+
+const AlignSettings& Aligner::settings() const noexcept { return impl_->settings; }
+const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
+
+void Aligner::set_target(const PointCloud& target) {
+  impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, voxel_map_options(impl_->settings)));
+}
+
+void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
+  if (!map) throw Error("set_target: null voxel map");
+  if (map->resolution() != static_cast<double>(static_cast<float>(impl_->settings.resolution))) {
+    throw Error("set_target: voxel map resolution " + std::to_string(map->resolution()) +
+                " differs from the settings' " + std::to_string(impl_->settings.resolution));
+  }
+  if (map->options().covariance != impl_->settings.covariance) {
+    throw Error(std::string("set_target: voxel map covariance mode '") + to_string(map->options().covariance) +
+                "' differs from the settings' '" + to_string(impl_->settings.covariance) + "'");
+  }
+  impl_->map = std::move(map);
+}
+
+namespace {
+
+void check_inputs(const std::shared_ptr<const VoxelMap>& map, const PointCloud& source, const Eigen::Matrix4d& guess) {
+  if (!map) throw Error("align: no target set (call set_target first)");
+  if (!guess.allFinite()) throw Error("align: the initial guess has a non-finite entry");
+  for (std::size_t i = 0; i < source.size(); ++i) {
+    if (!source.points[i].allFinite()) throw Error("align: source point " + std::to_string(i) + " is not finite");
+  }
+}
+
+}  // namespace
+
+AlignResult Aligner::align(const PointCloud& source, const Eigen::Matrix4d& guess) {
+  if (!guess.allFinite()) throw Error("align: the initial guess has a non-finite entry");
+  return align_from_pose(source, matrix_to_pose(guess));
+}
+
+AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& guess_pose) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!guess_pose.allFinite()) throw Error("align: the initial guess has a non-finite entry");
+  check_inputs(impl_->map, source, Eigen::Matrix4d::Identity());
+  const VoxelMap& map = *impl_->map;
+  const AlignSettings& s = impl_->settings;
+
+  AlignResult r;
+  r.backend = resolve_backend(s.backend);
+  r.source_points = source.size();
+  r.target_voxels = map.size();
+  r.pose = guess_pose;
+  r.transform = pose_to_matrix(guess_pose);
+  if (source.empty() || map.empty()) {
+    r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
+    r.timings.total_ms = ms_since(t0);
+    detail::log().warn("align: {}", to_string(r.reason));
+    return r;
+  }
+
+  detail::CpuEvaluator evaluator(map, source.points, s.search, s.outlier_ratio, impl_->pool);
+  const Pose6 start = to_internal(guess_pose, source.origin, map.origin());
+  const auto t1 = std::chrono::steady_clock::now();
+  detail::OptimizerOutput out = detail::optimize(evaluator, start, s);
+  r.timings.optimize_ms = ms_since(t1);
+  r.timings.evaluations = out.evaluations;
+  r.timings.per_iteration_ms = out.iterations ? r.timings.optimize_ms / out.iterations : 0.0;
+
+  r.iterations = out.iterations;
+  r.reason = out.reason;
+  r.converged = out.reason == StopReason::Converged;
+  r.pose = to_world(out.pose, source.origin, map.origin());
+  r.transform = pose_to_matrix(r.pose);
+  fill_from_evaluation(r, out.final);
+  std::vector<Eigen::Vector3d> positions{guess_pose.head<3>()};
+  for (auto& it : out.trace) {
+    it.pose = to_world(it.pose, source.origin, map.origin());
+    positions.push_back(it.pose.head<3>());
+  }
+  r.trace = std::move(out.trace);
+  r.oscillation_count = detail::count_oscillation(positions);
+  r.timings.total_ms = ms_since(t0);
+  if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
+    detail::log().warn("align: stopped after {} iterations: {}", r.iterations, to_string(r.reason));
+  }
+  return r;
+}
+
+AlignResult Aligner::evaluate(const PointCloud& source, const Eigen::Matrix4d& transform) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_inputs(impl_->map, source, transform);
+  const VoxelMap& map = *impl_->map;
+  AlignResult r;
+  r.backend = resolve_backend(impl_->settings.backend);
+  r.source_points = source.size();
+  r.target_voxels = map.size();
+  r.pose = matrix_to_pose(transform);
+  r.transform = pose_to_matrix(r.pose);
+  r.reason = source.empty() ? StopReason::EmptySource : map.empty() ? StopReason::NoVoxels : StopReason::Converged;
+  if (r.reason == StopReason::Converged) {
+    detail::CpuEvaluator evaluator(map, source.points, impl_->settings.search, impl_->settings.outlier_ratio,
+                                   impl_->pool);
+    fill_from_evaluation(r, evaluator.evaluate(to_internal(r.pose, source.origin, map.origin()), true));
+    r.timings.evaluations = 1;
+    if (r.matched_points == 0) r.reason = StopReason::NoCorrespondence;
+  }
+  r.converged = r.reason == StopReason::Converged;
+  r.timings.total_ms = ms_since(t0);
+  return r;
+}
+
+AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
+                  const AlignSettings& settings) {
+  Aligner aligner(settings);
+  aligner.set_target(target);
+  return aligner.align(source, guess);
+}
+
+}  // namespace ndtcu

@@ -1,0 +1,94 @@
+#include "evaluator.hpp"
+
+#include "../thread_pool.hpp"
+
+#include <Eigen/Geometry>
+
+#include <algorithm>
+
+namespace ndtcu::detail {
+
+Evaluation to_evaluation(const math::DerivativeSums& sums) {
+  Evaluation e;
+  e.score = sums.v[math::kScore];
+  for (int i = 0; i < 6; ++i) e.gradient[i] = sums.v[math::kGradient + i];
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i; j < 6; ++j) {
+      e.hessian(i, j) = e.hessian(j, i) = sums.v[math::kHessian + math::upper_index(i, j)];
+    }
+  }
+  e.nvtl_sum = sums.v[math::kNvtlSum];
+  e.correspondences = static_cast<std::size_t>(sums.v[math::kCorrespondences]);
+  e.matched_points = static_cast<std::size_t>(sums.v[math::kPointsMatched]);
+  return e;
+}
+
+void pose_to_float_matrix(const Pose6& p, float out[12]) {
+  // Exactly pcl::NormalDistributionsTransform::convertTransform with Scalar = float
+  // (and Autoware's copy of it): the same Eigen expression, so the same float bits.
+  const Eigen::Affine3f t = Eigen::Translation<float, 3>(p.head<3>().cast<float>()) *
+                            Eigen::AngleAxis<float>(static_cast<float>(p(3)), Eigen::Vector3f::UnitX()) *
+                            Eigen::AngleAxis<float>(static_cast<float>(p(4)), Eigen::Vector3f::UnitY()) *
+                            Eigen::AngleAxis<float>(static_cast<float>(p(5)), Eigen::Vector3f::UnitZ());
+  const Eigen::Matrix4f m = t.matrix();
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4; ++c) out[4 * r + c] = m(r, c);
+  }
+}
+
+math::PoseTerms<double> pose_terms(const Pose6& pose, const math::GaussConstants& gauss) {
+  math::PoseTerms<double> t;
+  pose_to_float_matrix(pose, t.m);
+  t.angular = math::angular_terms<double>(pose(3), pose(4), pose(5));
+  t.d1 = gauss.d1;
+  t.d2 = gauss.d2;
+  return t;
+}
+
+math::Search to_math(SearchMethod m) {
+  switch (m) {
+    case SearchMethod::Radius: return math::Search::Radius;
+    case SearchMethod::Direct27: return math::Search::Direct27;
+    case SearchMethod::Direct7: return math::Search::Direct7;
+    case SearchMethod::Direct1: return math::Search::Direct1;
+  }
+  return math::Search::Radius;
+}
+
+CpuEvaluator::CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
+                           double outlier_ratio, ThreadPool& pool)
+    : points_(points), search_(to_math(search)), pool_(pool) {
+  view_.size = static_cast<std::int32_t>(map.size());
+  for (int a = 0; a < 3; ++a) {
+    view_.mean[a] = map.mean(a).data();
+    view_.centroid[a] = map.centroid(a).data();
+  }
+  for (int e = 0; e < 6; ++e) view_.icov[e] = map.inverse_covariance(e).data();
+  view_.table_keys = map.table_keys().data();
+  view_.table_values = map.table_values().data();
+  view_.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
+  view_.inv_resolution = map.inverse_resolution();
+  view_.radius_sq = map.radius_squared();
+  gauss_ = math::gauss_constants(map.resolution(), outlier_ratio);
+  chunk_sums_.resize((points_.size() + kChunkPoints - 1) / kChunkPoints);
+}
+
+Evaluation CpuEvaluator::evaluate(const Pose6& pose, bool with_hessian) {
+  const math::PoseTerms<double> terms = pose_terms(pose, gauss_);
+  const std::size_t n = points_.size();
+  pool_.parallel_for(chunk_sums_.size(), [&](std::size_t c) {
+    math::DerivativeSums& s = chunk_sums_[c];
+    s.clear();
+    const std::size_t end = std::min(n, (c + 1) * kChunkPoints);
+    for (std::size_t i = c * kChunkPoints; i < end; ++i) {
+      const Eigen::Vector3f& p = points_[i];
+      math::accumulate_point(view_, search_, terms, p.x(), p.y(), p.z(), with_hessian, s.v);
+    }
+  });
+  math::DerivativeSums total;
+  total.clear();
+  for (const auto& s : chunk_sums_) total.add(s);  // fixed order: chunk 0, 1, 2, ...
+  return to_evaluation(total);
+}
+
+}  // namespace ndtcu::detail

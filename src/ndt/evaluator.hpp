@@ -1,0 +1,74 @@
+#pragma once
+// What the optimizer needs from a backend: score, gradient and (optionally) Hessian of the
+// NDT score at a pose, in map-relative coordinates. The CPU backend implements it here;
+// the CUDA backend will implement the same interface.
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include "ndt_math.hpp"
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <vector>
+
+namespace ndtcu::detail {
+
+class ThreadPool;
+
+/// One evaluation of the score function at a pose.
+struct Evaluation {
+  double score = 0.0;
+  Eigen::Matrix<double, 6, 1> gradient = Eigen::Matrix<double, 6, 1>::Zero();
+  Eigen::Matrix<double, 6, 6> hessian = Eigen::Matrix<double, 6, 6>::Zero();  // zero unless asked for
+  double nvtl_sum = 0.0;
+  std::size_t correspondences = 0;
+  std::size_t matched_points = 0;
+};
+
+/// Converts a reduced DerivativeSums into an Evaluation (Hessian mirrored from its upper triangle).
+Evaluation to_evaluation(const math::DerivativeSums& sums);
+
+/// PCL's convertTransform in float: Translation3f * AngleAxisf(roll, X) * AngleAxisf(pitch, Y)
+/// * AngleAxisf(yaw, Z), as the row-major 3x4 matrix the points are transformed with.
+void pose_to_float_matrix(const Pose6& pose, float out[12]);
+
+/// The per-iteration constants of pose `pose` (internal, map-relative).
+math::PoseTerms<double> pose_terms(const Pose6& pose, const math::GaussConstants& gauss);
+
+/// Search enum of the math header for a SearchMethod.
+math::Search to_math(SearchMethod m);
+
+/// Score function evaluations of one backend.
+class DerivativeEvaluator {
+ public:
+  virtual ~DerivativeEvaluator() = default;
+  /// Score and gradient at `pose` (map-relative), and the Hessian when `with_hessian`.
+  virtual Evaluation evaluate(const Pose6& pose, bool with_hessian) = 0;
+};
+
+/// The CPU backend: points in fixed chunks of kChunkPoints, each chunk summed in point
+/// order into its own DerivativeSums, chunks reduced in chunk order, so the bits do not
+/// depend on the thread count.
+class CpuEvaluator final : public DerivativeEvaluator {
+ public:
+  /// Points per chunk: fixed, never derived from the thread count.
+  static constexpr std::size_t kChunkPoints = 256;
+
+  /// `points` are source points (relative to the source origin); `map` and `pool` must
+  /// outlive the evaluator.
+  CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
+               double outlier_ratio, ThreadPool& pool);
+  Evaluation evaluate(const Pose6& pose, bool with_hessian) override;
+
+ private:
+  const std::vector<Eigen::Vector3f>& points_;
+  math::VoxelGridView view_{};
+  math::Search search_;
+  math::GaussConstants gauss_{};
+  ThreadPool& pool_;
+  std::vector<math::DerivativeSums> chunk_sums_;
+};
+
+}  // namespace ndtcu::detail

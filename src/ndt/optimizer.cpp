@@ -1,0 +1,281 @@
+#include "optimizer.hpp"
+
+#include <Eigen/SVD>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ndtcu::detail {
+
+namespace {
+
+using Vector6d = Eigen::Matrix<double, 6, 1>;
+
+// More-Thuente (1994) as PCL 1.13 implements it (ndt.hpp computeStepLengthMT and helpers).
+// phi(a) = -score(x + a d) is minimised; psi is the auxiliary function of eq. 2.1.
+constexpr double kMu = 1.e-4;  // sufficient decrease constant, eq. 1.1
+constexpr double kNu = 0.9;    // curvature condition constant, eq. 1.2
+constexpr int kMaxStepIterations = 10;
+
+double psi(double a, double f_a, double f_0, double g_0) { return f_a - f_0 - kMu * g_0 * a; }
+double dpsi(double g_a, double g_0) { return g_a - kMu * g_0; }
+
+// Updating Algorithm (cases U1-U3) and Modified Updating Algorithm (cases a-c); returns
+// true when the interval has converged.
+bool update_interval(double& a_l, double& f_l, double& g_l, double& a_u, double& f_u, double& g_u, double a_t,
+                     double f_t, double g_t) {
+  if (f_t > f_l) {  // U1 / a
+    a_u = a_t;
+    f_u = f_t;
+    g_u = g_t;
+    return false;
+  }
+  if (g_t * (a_l - a_t) > 0) {  // U2 / b
+    a_l = a_t;
+    f_l = f_t;
+    g_l = g_t;
+    return false;
+  }
+  if (g_t * (a_l - a_t) < 0) {  // U3 / c
+    a_u = a_l;
+    f_u = f_l;
+    g_u = g_l;
+    a_l = a_t;
+    f_l = f_t;
+    g_l = g_t;
+    return false;
+  }
+  return true;
+}
+
+// Trial value selection, More-Thuente 1994 pp. 299-300, with the cubic and quadratic
+// minimisers of Sun and Yuan 2006 (eqs. 2.4.52, 2.4.56, 2.4.2, 2.4.5), PCL 1.13's version.
+double trial_value(double a_l, double f_l, double g_l, double a_u, double f_u, double g_u, double a_t, double f_t,
+                   double g_t) {
+  if (a_t == a_l && a_t == a_u) return a_t;
+  enum { Case1, Case2, Case3, Case4 } condition;
+  if (a_t == a_l) {
+    condition = Case4;
+  } else if (f_t > f_l) {
+    condition = Case1;
+  } else if (g_t * g_l < 0) {
+    condition = Case2;
+  } else if (std::fabs(g_t) <= std::fabs(g_l)) {
+    condition = Case3;
+  } else {
+    condition = Case4;
+  }
+  switch (condition) {
+    case Case1: {
+      const double z = 3 * (f_t - f_l) / (a_t - a_l) - g_t - g_l;
+      const double w = std::sqrt(z * z - g_t * g_l);
+      const double a_c = a_l + (a_t - a_l) * (w - g_l - z) / (g_t - g_l + 2 * w);
+      const double a_q = a_l - 0.5 * (a_l - a_t) * g_l / (g_l - (f_l - f_t) / (a_l - a_t));
+      if (std::fabs(a_c - a_l) < std::fabs(a_q - a_l)) return a_c;
+      return 0.5 * (a_q + a_c);
+    }
+    case Case2: {
+      const double z = 3 * (f_t - f_l) / (a_t - a_l) - g_t - g_l;
+      const double w = std::sqrt(z * z - g_t * g_l);
+      const double a_c = a_l + (a_t - a_l) * (w - g_l - z) / (g_t - g_l + 2 * w);
+      const double a_s = a_l - (a_l - a_t) / (g_l - g_t) * g_l;
+      if (std::fabs(a_c - a_t) >= std::fabs(a_s - a_t)) return a_c;
+      return a_s;
+    }
+    case Case3: {
+      const double z = 3 * (f_t - f_l) / (a_t - a_l) - g_t - g_l;
+      const double w = std::sqrt(z * z - g_t * g_l);
+      const double a_c = a_l + (a_t - a_l) * (w - g_l - z) / (g_t - g_l + 2 * w);
+      const double a_s = a_l - (a_l - a_t) / (g_l - g_t) * g_l;
+      const double a_t_next = std::fabs(a_c - a_t) < std::fabs(a_s - a_t) ? a_c : a_s;
+      // 0.66: More-Thuente's safeguard keeping the trial inside the interval.
+      if (a_t > a_l) return std::min(a_t + 0.66 * (a_u - a_t), a_t_next);
+      return std::max(a_t + 0.66 * (a_u - a_t), a_t_next);
+    }
+    case Case4:
+    default: {
+      const double z = 3 * (f_t - f_u) / (a_t - a_u) - g_t - g_u;
+      const double w = std::sqrt(z * z - g_t * g_u);
+      return a_u + (a_t - a_u) * (w - g_u - z) / (g_t - g_u + 2 * w);
+    }
+  }
+}
+
+struct StepContext {
+  DerivativeEvaluator& evaluator;
+  Evaluation& current;  // evaluation at the last trial: updated in place
+  int& evaluations;
+};
+
+// PCL's computeStepLengthMT. `dir` is the unit Newton direction (reversed when it is not
+// a descent direction of phi), `step_init` the Newton step's length. Leaves `current` at
+// the returned step, Hessian included.
+double more_thuente(StepContext& ctx, const Pose6& x, Vector6d& dir, double step_init, double step_max,
+                    double step_min) {
+  const double phi_0 = -ctx.current.score;
+  double d_phi_0 = -(ctx.current.gradient.dot(dir));
+  if (d_phi_0 >= 0) {
+    if (d_phi_0 == 0) return 0;  // not a descent direction, and no better one
+    d_phi_0 *= -1;
+    dir *= -1;
+  }
+  int step_iterations = 0;
+  double a_l = 0, a_u = 0;
+  double f_l = psi(a_l, phi_0, phi_0, d_phi_0);
+  double g_l = dpsi(d_phi_0, d_phi_0);
+  double f_u = psi(a_u, phi_0, phi_0, d_phi_0);
+  double g_u = dpsi(d_phi_0, d_phi_0);
+  bool interval_converged = (step_max - step_min) < 0, open_interval = true;
+
+  double a_t = step_init;
+  a_t = std::min(a_t, step_max);
+  a_t = std::max(a_t, step_min);
+  Pose6 x_t = x + dir * a_t;
+  ctx.current = ctx.evaluator.evaluate(x_t, true);
+  ++ctx.evaluations;
+  double phi_t = -ctx.current.score;
+  double d_phi_t = -(ctx.current.gradient.dot(dir));
+  double psi_t = psi(a_t, phi_t, phi_0, d_phi_0);
+  double d_psi_t = dpsi(d_phi_t, d_phi_0);
+
+  while (!interval_converged && step_iterations < kMaxStepIterations &&
+         !(psi_t <= 0 /* sufficient decrease */ && d_phi_t <= -kNu * d_phi_0 /* curvature */)) {
+    if (open_interval) {
+      a_t = trial_value(a_l, f_l, g_l, a_u, f_u, g_u, a_t, psi_t, d_psi_t);
+    } else {
+      a_t = trial_value(a_l, f_l, g_l, a_u, f_u, g_u, a_t, phi_t, d_phi_t);
+    }
+    a_t = std::min(a_t, step_max);
+    a_t = std::max(a_t, step_min);
+    x_t = x + dir * a_t;
+    ctx.current = ctx.evaluator.evaluate(x_t, false);
+    ++ctx.evaluations;
+    phi_t = -ctx.current.score;
+    d_phi_t = -(ctx.current.gradient.dot(dir));
+    psi_t = psi(a_t, phi_t, phi_0, d_phi_0);
+    d_psi_t = dpsi(d_phi_t, d_phi_0);
+    if (open_interval && (psi_t <= 0 && d_psi_t >= 0)) {
+      open_interval = false;
+      f_l += phi_0 - kMu * d_phi_0 * a_l;  // psi -> phi
+      g_l += kMu * d_phi_0;
+      f_u += phi_0 - kMu * d_phi_0 * a_u;
+      g_u += kMu * d_phi_0;
+    }
+    if (open_interval) {
+      interval_converged = update_interval(a_l, f_l, g_l, a_u, f_u, g_u, a_t, psi_t, d_psi_t);
+    } else {
+      interval_converged = update_interval(a_l, f_l, g_l, a_u, f_u, g_u, a_t, phi_t, d_phi_t);
+    }
+    ++step_iterations;
+  }
+  // The trials after the first skip the Hessian; PCL then computes it at the final trial.
+  if (step_iterations) {
+    ctx.current = ctx.evaluator.evaluate(x_t, true);
+    ++ctx.evaluations;
+  }
+  return a_t;
+}
+
+// Autoware's computeStepLengthMT with use_line_search = false: the Newton step's length
+// clamped to [step_min, step_max], one evaluation there.
+double fixed_step(StepContext& ctx, const Pose6& x, Vector6d& dir, double step_init, double step_max,
+                  double step_min) {
+  double d_phi_0 = -(ctx.current.gradient.dot(dir));
+  if (d_phi_0 >= 0) {
+    if (d_phi_0 == 0) return 0;
+    dir *= -1;
+  }
+  double a_t = step_init;
+  a_t = std::min(a_t, step_max);
+  a_t = std::max(a_t, step_min);
+  ctx.current = ctx.evaluator.evaluate(x + dir * a_t, true);
+  ++ctx.evaluations;
+  return a_t;
+}
+
+}  // namespace
+
+OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s) {
+  OptimizerOutput out;
+  out.pose = initial;
+  Evaluation current = evaluator.evaluate(initial, true);
+  out.evaluations = 1;
+  StepContext ctx{evaluator, current, out.evaluations};
+  const double step_min = s.epsilon / 2;  // PCL and Autoware: transformation_epsilon / 2
+  const double step_max = s.step_size;
+
+  for (;;) {
+    if (current.matched_points == 0) {
+      out.reason = StopReason::NoCorrespondence;
+      break;
+    }
+    // Newton direction: H dp = -g solved by SVD, as PCL (line 23 of Magnusson's Algorithm 2).
+    Eigen::JacobiSVD<Eigen::Matrix<double, 6, 6>> sv(current.hessian, Eigen::ComputeFullU | Eigen::ComputeFullV);
+    // Rank as Eigen's default threshold defines it: singular values above
+    // 6 * machine epsilon * the largest one.
+    const auto& sigma = sv.singularValues();
+    const double threshold = 6.0 * Eigen::NumTraits<double>::epsilon() * sigma(0);
+    if (!(sigma(0) > 0.0) || !(sigma(5) > threshold)) {
+      out.reason = StopReason::SingularHessian;
+      break;
+    }
+    Vector6d delta = sv.solve(-current.gradient);
+    double delta_norm = delta.norm();
+    if (delta_norm == 0 || std::isnan(delta_norm)) {
+      // PCL stops here too: converged when the step is exactly zero (zero gradient).
+      out.reason = delta_norm == 0 ? StopReason::Converged : StopReason::SingularHessian;
+      break;
+    }
+    delta /= delta_norm;
+    const double step = s.line_search == LineSearch::MoreThuente
+                            ? more_thuente(ctx, out.pose, delta, delta_norm, step_max, step_min)
+                            : fixed_step(ctx, out.pose, delta, delta_norm, step_max, step_min);
+    delta *= step;
+    out.pose += delta;
+    ++out.iterations;
+    out.trace.push_back({out.pose, current.score, std::fabs(step)});
+    if (!out.pose.allFinite()) {
+      out.reason = StopReason::SingularHessian;
+      break;
+    }
+
+    bool small_step;
+    if (s.convergence == ConvergenceRule::Pcl) {
+      // PCL 1.13: the step as a float transform; its translation's squared norm against
+      // epsilon itself (transformation_rotation_epsilon_ is 0, so rotation is ignored).
+      const Eigen::Vector3f t = delta.head<3>().cast<float>();
+      small_step = s.epsilon > 0 && static_cast<double>(t.squaredNorm()) <= s.epsilon;
+    } else {
+      // Autoware: the step length against epsilon.
+      small_step = std::fabs(step) < s.epsilon;
+    }
+    if (small_step) {
+      out.reason = StopReason::Converged;
+      break;
+    }
+    if (out.iterations >= s.max_iterations) {
+      out.reason = StopReason::MaxIterations;
+      break;
+    }
+  }
+  out.final = current;
+  return out;
+}
+
+int count_oscillation(const std::vector<Eigen::Vector3d>& positions) {
+  constexpr double kInversionCosine = -0.9;  // Autoware's inversion_vector_threshold
+  int run = 0, longest = 0;
+  for (std::size_t i = 2; i < positions.size(); ++i) {
+    const Eigen::Vector3d step = positions[i] - positions[i - 1];
+    const Eigen::Vector3d prev = positions[i - 1] - positions[i - 2];
+    if (step.norm() == 0.0 || prev.norm() == 0.0) {
+      run = 0;
+      continue;
+    }
+    run = step.normalized().dot(prev.normalized()) < kInversionCosine ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+
+}  // namespace ndtcu::detail

@@ -1,0 +1,31 @@
+#pragma once
+// The Newton loop of PCL's NormalDistributionsTransform::computeTransformation and
+// Autoware's multigrid NDT, backend-independent: it only calls DerivativeEvaluator.
+#include "evaluator.hpp"
+
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+
+#include <vector>
+
+namespace ndtcu::detail {
+
+/// What the Newton loop produced (poses map-relative, as the evaluator sees them).
+struct OptimizerOutput {
+  Pose6 pose = Pose6::Zero();     // final pose
+  int iterations = 0;
+  StopReason reason = StopReason::MaxIterations;
+  Evaluation final;               // evaluation at the final pose, Hessian included
+  std::vector<IterationTrace> trace;  // per iteration, map-relative poses
+  int evaluations = 0;
+};
+
+/// Runs the Newton iterations from `initial` with the step rule, line search and
+/// convergence rule of `settings`.
+OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& settings);
+
+/// Autoware's count_oscillation over a pose sequence: the longest run of consecutive
+/// translation steps whose directions have cosine below -0.9 (zero steps reset the run).
+int count_oscillation(const std::vector<Eigen::Vector3d>& positions);
+
+}  // namespace ndtcu::detail

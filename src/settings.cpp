@@ -1,0 +1,105 @@
+#include <ndtcu/error.hpp>
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+
+#include <cmath>
+#include <string>
+
+namespace ndtcu {
+
+AlignSettings autoware_preset() { return AlignSettings{}; }
+
+AlignSettings pcl_preset() {
+  AlignSettings s;
+  s.resolution = 1.0;  // PCL's default (ndt.hpp constructor)
+  s.step_size = 0.1;
+  s.epsilon = 0.01;
+  s.max_iterations = 35;
+  s.search = SearchMethod::Radius;
+  s.line_search = LineSearch::MoreThuente;
+  s.convergence = ConvergenceRule::Pcl;
+  s.covariance = CovarianceMode::Pcl;
+  return s;
+}
+
+AlignSettings preset(const std::string& name) {
+  if (name == "autoware") return autoware_preset();
+  if (name == "pcl") return pcl_preset();
+  throw Error("unknown preset '" + name + "' (expected autoware or pcl)");
+}
+
+const char* to_string(SearchMethod m) {
+  switch (m) {
+    case SearchMethod::Radius: return "radius";
+    case SearchMethod::Direct27: return "direct27";
+    case SearchMethod::Direct7: return "direct7";
+    case SearchMethod::Direct1: return "direct1";
+  }
+  return "?";
+}
+const char* to_string(LineSearch l) { return l == LineSearch::MoreThuente ? "more-thuente" : "fixed"; }
+const char* to_string(ConvergenceRule c) { return c == ConvergenceRule::Pcl ? "pcl" : "autoware"; }
+const char* to_string(CovarianceMode c) { return c == CovarianceMode::Pcl ? "pcl" : "autoware"; }
+const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : "auto"; }
+
+const char* to_string(StopReason r) {
+  switch (r) {
+    case StopReason::Converged: return "converged";
+    case StopReason::MaxIterations: return "max_iterations";
+    case StopReason::EmptySource: return "empty_source";
+    case StopReason::NoVoxels: return "no_voxels";
+    case StopReason::NoCorrespondence: return "no_correspondence";
+    case StopReason::SingularHessian: return "singular_hessian";
+  }
+  return "?";
+}
+
+namespace {
+template <typename E, std::size_t N>
+E parse(const std::string& name, const char* what, const E (&values)[N]) {
+  std::string names;
+  for (E v : values) {
+    if (name == to_string(v)) return v;
+    names += (names.empty() ? "" : ", ") + std::string(to_string(v));
+  }
+  throw Error("unknown " + std::string(what) + " '" + name + "' (expected " + names + ")");
+}
+}  // namespace
+
+SearchMethod search_method_from_string(const std::string& name) {
+  const SearchMethod all[] = {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7,
+                              SearchMethod::Direct1};
+  return parse(name, "search method", all);
+}
+LineSearch line_search_from_string(const std::string& name) {
+  const LineSearch all[] = {LineSearch::MoreThuente, LineSearch::Fixed};
+  return parse(name, "line search", all);
+}
+ConvergenceRule convergence_rule_from_string(const std::string& name) {
+  const ConvergenceRule all[] = {ConvergenceRule::Pcl, ConvergenceRule::Autoware};
+  return parse(name, "convergence rule", all);
+}
+CovarianceMode covariance_mode_from_string(const std::string& name) {
+  const CovarianceMode all[] = {CovarianceMode::Pcl, CovarianceMode::Autoware};
+  return parse(name, "covariance mode", all);
+}
+Backend backend_from_string(const std::string& name) {
+  const Backend all[] = {Backend::Cpu, Backend::Auto};
+  return parse(name, "backend", all);
+}
+
+void validate(const AlignSettings& s) {
+  auto fail = [](const std::string& what, double v) {
+    throw Error("invalid setting " + what + ": " + std::to_string(v));
+  };
+  if (!(s.resolution > 0.0) || !std::isfinite(s.resolution)) fail("resolution (must be > 0)", s.resolution);
+  if (!(s.step_size > 0.0) || !std::isfinite(s.step_size)) fail("step_size (must be > 0)", s.step_size);
+  if (!(s.epsilon >= 0.0) || !std::isfinite(s.epsilon)) fail("epsilon (must be >= 0)", s.epsilon);
+  if (s.max_iterations < 1) fail("max_iterations (must be >= 1)", s.max_iterations);
+  if (!(s.outlier_ratio > 0.0 && s.outlier_ratio < 1.0)) fail("outlier_ratio (must be in (0, 1))", s.outlier_ratio);
+  if (s.min_points_per_voxel < 3) fail("min_points_per_voxel (must be >= 3)", s.min_points_per_voxel);
+  if (!(s.eigenvalue_ratio >= 0.0 && s.eigenvalue_ratio <= 1.0)) fail("eigenvalue_ratio (must be in [0, 1])", s.eigenvalue_ratio);
+  if (s.threads < 0) fail("threads (must be >= 0)", s.threads);
+}
+
+}  // namespace ndtcu

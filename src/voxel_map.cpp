@@ -1,0 +1,235 @@
+#include <ndtcu/error.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include "log.hpp"
+#include "ndt_math.hpp"
+#include "thread_pool.hpp"
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+namespace ndtcu {
+
+namespace {
+
+using math::kEmptyKey;
+
+// One voxel's statistics, computed exactly as pcl::VoxelGridCovariance::applyFilter
+// (PCL 1.13) or Autoware's MultiVoxelGridCovariance::computeLeafParams do.
+struct CellResult {
+  bool usable = false;
+  Eigen::Vector3d mean = Eigen::Vector3d::Zero();
+  Eigen::Matrix3d cov = Eigen::Matrix3d::Zero();
+  Eigen::Matrix3d icov = Eigen::Matrix3d::Zero();
+  Eigen::Vector3f centroid = Eigen::Vector3f::Zero();
+};
+
+CellResult cell_statistics(const PointCloud& cloud, const std::pair<std::uint64_t, std::uint32_t>* members,
+                           std::size_t n, const VoxelMapOptions& o) {
+  CellResult r;
+  Eigen::Vector3d sum = Eigen::Vector3d::Zero();
+  // Autoware's Leaf starts cov_ at the identity, so its sum of x x' does too.
+  Eigen::Matrix3d sxx = Eigen::Matrix3d::Zero();
+  if (o.covariance == CovarianceMode::Autoware) sxx.setIdentity();
+  Eigen::Vector3f fsum = Eigen::Vector3f::Zero();
+  for (std::size_t m = 0; m < n; ++m) {
+    const Eigen::Vector3f& pf = cloud.points[members[m].second];
+    const Eigen::Vector3d p = pf.cast<double>();
+    sum += p;
+    sxx += p * p.transpose();
+    fsum += pf;  // PCL's float centroid accumulator (downsample_all_data_ path)
+  }
+  r.centroid = fsum / static_cast<float>(n);
+  r.mean = sum / static_cast<double>(n);
+  // Single pass covariance, PCL: (sum x x' - sum x mu') / (n - 1).
+  r.cov = (sxx - sum * r.mean.transpose()) / (static_cast<double>(n) - 1.0);
+
+  Eigen::SelfAdjointEigenSolver<Eigen::Matrix3d> solver;
+  solver.compute(r.cov);
+  Eigen::Matrix3d eigen_val = solver.eigenvalues().asDiagonal();
+  const Eigen::Matrix3d evecs = solver.eigenvectors();
+  // PCL tolerates eigenvalues down to -dummy_precision (1e-12); Autoware none below zero.
+  const double floor_ok =
+      o.covariance == CovarianceMode::Pcl ? -Eigen::NumTraits<double>::dummy_precision() : 0.0;
+  if (eigen_val(0, 0) < floor_ok || eigen_val(1, 1) < floor_ok || !(eigen_val(2, 2) > 0.0)) return r;
+
+  // Eq. 6.11: raise small eigenvalues to eigenvalue_ratio * lambda_max, rebuilding the
+  // covariance as V D V^-1 (as PCL: with the inverse, not the transpose).
+  const double min_eig = o.eigenvalue_ratio * eigen_val(2, 2);
+  if (eigen_val(0, 0) < min_eig) {
+    eigen_val(0, 0) = min_eig;
+    if (eigen_val(1, 1) < min_eig) eigen_val(1, 1) = min_eig;
+    r.cov = evecs * eigen_val * evecs.inverse();
+  }
+  r.icov = r.cov.inverse();
+  // PCL drops a voxel whose inverse holds +-inf; NaN is dropped too.
+  if (!r.icov.allFinite()) return r;
+  r.usable = true;
+  return r;
+}
+
+}  // namespace
+
+VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
+    throw Error("voxel map resolution must be positive and finite, got " + std::to_string(options.resolution));
+  }
+  if (options.min_points < 3) {
+    throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
+                std::to_string(options.min_points));
+  }
+  if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
+    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
+  }
+  VoxelMap map;
+  map.options_ = options;
+  // PCL and Autoware keep the resolution in float; so does the lattice.
+  const float res_f = static_cast<float>(options.resolution);
+  map.resolution_ = static_cast<double>(res_f);
+  map.inverse_resolution_ = 1.0f / res_f;
+  map.radius_squared_ = static_cast<float>(map.resolution_ * map.resolution_);
+  map.origin_ = cloud.origin;
+  map.stats_.points = cloud.size();
+
+  detail::ThreadPool pool(options.threads);
+  const std::size_t n = cloud.size();
+  // 1. Lattice key of every point (PCL: floor(p * inverse_leaf_size) in float).
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed(n);
+  if (n > std::numeric_limits<std::uint32_t>::max()) throw Error("voxel map: more than 2^32 points");
+  constexpr std::size_t kChunk = 1 << 16;
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+  pool.parallel_for(chunks, [&](std::size_t c) {
+    const std::size_t end = std::min(n, (c + 1) * kChunk);
+    for (std::size_t i = c * kChunk; i < end; ++i) {
+      const Eigen::Vector3f& p = cloud.points[i];
+      const std::int64_t a = math::lattice_index(p.x(), map.inverse_resolution_);
+      const std::int64_t b = math::lattice_index(p.y(), map.inverse_resolution_);
+      const std::int64_t k = math::lattice_index(p.z(), map.inverse_resolution_);
+      if (!math::key_in_range(a, b, k)) {
+        throw Error("voxel map: point " + std::to_string(i) + " lies more than 2^20 voxels of " +
+                    std::to_string(map.resolution_) + " m from the cloud origin; set an origin near the data");
+      }
+      keyed[i] = {math::pack_key(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b),
+                                 static_cast<std::int32_t>(k)),
+                  static_cast<std::uint32_t>(i)};
+    }
+  });
+  // 2. Sort by (key, point index): the packed key orders cells by (z, y, x), PCL's order,
+  // and within a cell the points keep their input order (PCL sums them in that order).
+  {
+    const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(pool.size()), std::max<std::size_t>(1, n / kChunk));
+    std::vector<std::size_t> bounds(parts + 1);
+    for (std::size_t p = 0; p <= parts; ++p) bounds[p] = n * p / parts;
+    pool.parallel_for(parts, [&](std::size_t p) {
+      std::sort(keyed.begin() + static_cast<std::ptrdiff_t>(bounds[p]),
+                keyed.begin() + static_cast<std::ptrdiff_t>(bounds[p + 1]));
+    });
+    for (std::size_t width = 1; width < parts; width *= 2) {
+      for (std::size_t p = 0; p + width < parts; p += 2 * width) {
+        const std::size_t hi = std::min(parts, p + 2 * width);
+        std::inplace_merge(keyed.begin() + static_cast<std::ptrdiff_t>(bounds[p]),
+                           keyed.begin() + static_cast<std::ptrdiff_t>(bounds[p + width]),
+                           keyed.begin() + static_cast<std::ptrdiff_t>(bounds[hi]));
+      }
+    }
+  }
+  // 3. Cells: runs of equal keys.
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [begin, end) into keyed
+  for (std::size_t b = 0; b < n;) {
+    std::size_t e = b + 1;
+    while (e < n && keyed[e].first == keyed[b].first) ++e;
+    runs.emplace_back(b, e);
+    b = e;
+  }
+  map.stats_.occupied_cells = runs.size();
+  // 4. Statistics per cell, in parallel (each cell's result to its own slot).
+  std::vector<CellResult> results(runs.size());
+  constexpr std::size_t kCellChunk = 1024;
+  pool.parallel_for((runs.size() + kCellChunk - 1) / kCellChunk, [&](std::size_t c) {
+    const std::size_t end = std::min(runs.size(), (c + 1) * kCellChunk);
+    for (std::size_t r = c * kCellChunk; r < end; ++r) {
+      const std::size_t count = runs[r].second - runs[r].first;
+      if (count < static_cast<std::size_t>(options.min_points)) continue;
+      results[r] = cell_statistics(cloud, keyed.data() + runs[r].first, count, options);
+    }
+  });
+  // 5. Keep usable cells in cell order.
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const std::size_t count = runs[r].second - runs[r].first;
+    if (count < static_cast<std::size_t>(options.min_points)) {
+      ++map.stats_.sparse_cells;
+      continue;
+    }
+    const CellResult& c = results[r];
+    if (!c.usable) {
+      ++map.stats_.singular_cells;
+      continue;
+    }
+    const std::uint64_t key = keyed[runs[r].first].first;
+    const std::int32_t mask = (1 << 21) - 1;
+    map.cells_.push_back({static_cast<std::int32_t>(key & mask) - math::kKeyOffset,
+                          static_cast<std::int32_t>((key >> 21) & mask) - math::kKeyOffset,
+                          static_cast<std::int32_t>((key >> 42) & mask) - math::kKeyOffset});
+    map.counts_.push_back(static_cast<std::uint32_t>(count));
+    for (int a = 0; a < 3; ++a) {
+      map.mean_[a].push_back(c.mean[a]);
+      map.centroid_[a].push_back(c.centroid[a]);
+    }
+    static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
+    for (int e = 0; e < 6; ++e) {
+      map.icov_[e].push_back(c.icov(kRow[e], kCol[e]));
+      map.cov_[e].push_back(c.cov(kRow[e], kCol[e]));
+    }
+  }
+  // 6. Hash table: capacity a power of two at least twice the voxel count (load <= 0.5).
+  std::size_t capacity = 16;
+  while (capacity < 2 * map.size()) capacity *= 2;
+  map.table_keys_.assign(capacity, kEmptyKey);
+  map.table_values_.assign(capacity, -1);
+  for (std::size_t v = 0; v < map.size(); ++v) {
+    const auto& cell = map.cells_[v];
+    const std::uint64_t key = math::pack_key(cell[0], cell[1], cell[2]);
+    std::uint64_t slot = math::hash_key(key) & (capacity - 1);
+    while (map.table_keys_[slot] != kEmptyKey) slot = (slot + 1) & (capacity - 1);
+    map.table_keys_[slot] = key;
+    map.table_values_[slot] = static_cast<std::int32_t>(v);
+  }
+  map.stats_.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  detail::log().debug("voxel map: {} points, {} cells, {} voxels ({} under {} points, {} singular), res {} m, {:.1f} ms",
+                      map.stats_.points, map.stats_.occupied_cells, map.size(), map.stats_.sparse_cells,
+                      options.min_points, map.stats_.singular_cells, map.resolution_, map.stats_.build_ms);
+  return map;
+}
+
+std::int32_t VoxelMap::find(std::int64_t i, std::int64_t j, std::int64_t k) const {
+  if (table_keys_.empty()) return -1;
+  math::VoxelGridView g{};
+  g.table_keys = table_keys_.data();
+  g.table_values = table_values_.data();
+  g.table_mask = table_keys_.size() - 1;
+  return math::find_voxel(g, i, j, k);
+}
+
+Eigen::Vector3d VoxelMap::mean_world(std::size_t v) const {
+  return origin_ + Eigen::Vector3d(mean_[0][v], mean_[1][v], mean_[2][v]);
+}
+
+namespace {
+Eigen::Matrix3d symmetric(const std::array<std::vector<double>, 6>& s, std::size_t v) {
+  Eigen::Matrix3d m;
+  m << s[0][v], s[1][v], s[2][v], s[1][v], s[3][v], s[4][v], s[2][v], s[4][v], s[5][v];
+  return m;
+}
+}  // namespace
+
+Eigen::Matrix3d VoxelMap::inverse_covariance_matrix(std::size_t v) const { return symmetric(icov_, v); }
+Eigen::Matrix3d VoxelMap::covariance_matrix(std::size_t v) const { return symmetric(cov_, v); }
+
+}  // namespace ndtcu

@@ -107,11 +107,21 @@ struct AngularTerms {
 /// rows carry PCL's 2021 sign fixes (the thesis has the wrong sign on sx*sz in c2; PCL
 /// 1.13 has -sy in d1, Autoware's copy still has +sy: the finite-difference test decides).
 template <typename T>
+NDTCU_HD inline AngularTerms<T> angular_terms_sincos(T cx, T sx, T cy, T sy, T cz, T sz);
+
+template <typename T>
 NDTCU_HD inline AngularTerms<T> angular_terms(T roll, T pitch, T yaw) {
   T cx, sx, cy, sy, cz, sz;
   small_angle_cos_sin(roll, cx, sx);
   small_angle_cos_sin(pitch, cy, sy);
   small_angle_cos_sin(yaw, cz, sz);
+  return angular_terms_sincos(cx, sx, cy, sy, cz, sz);
+}
+
+/// AngularTerms from cos and sin of roll (x), pitch (y) and yaw (z), the small-angle rule
+/// already applied: what the GPU computes from the uploaded sin/cos.
+template <typename T>
+NDTCU_HD inline AngularTerms<T> angular_terms_sincos(T cx, T sx, T cy, T sy, T cz, T sz) {
   AngularTerms<T> a;
   auto set = [](T* r, T v0, T v1, T v2) {
     r[0] = v0;
@@ -342,10 +352,25 @@ struct VoxelGridView {
   std::uint64_t table_mask;         ///< capacity - 1
   float inv_resolution;             ///< 1 / resolution in float, as PCL's inverse leaf size
   float radius_sq;                  ///< squared search radius in float, as FLANN compares it
+  /// Optional dense index over the occupied lattice box (voxel index or -1 per cell, x
+  /// fastest): one load per lookup instead of a probe sequence. Null: the hash is used.
+  const std::int32_t* dense;
+  std::int64_t dense_min[3];   ///< lattice cell of dense[0]
+  std::int64_t dense_dims[3];  ///< box size in cells along x, y, z
 };
 
 /// Voxel index for lattice cell (i, j, k), or -1.
 NDTCU_HD inline std::int32_t find_voxel(const VoxelGridView& g, std::int64_t i, std::int64_t j, std::int64_t k) {
+  if (g.dense) {
+    const std::int64_t a = i - g.dense_min[0], b = j - g.dense_min[1], c = k - g.dense_min[2];
+    // One unsigned comparison per axis rejects both sides of the box.
+    if (static_cast<std::uint64_t>(a) >= static_cast<std::uint64_t>(g.dense_dims[0]) ||
+        static_cast<std::uint64_t>(b) >= static_cast<std::uint64_t>(g.dense_dims[1]) ||
+        static_cast<std::uint64_t>(c) >= static_cast<std::uint64_t>(g.dense_dims[2])) {
+      return -1;
+    }
+    return g.dense[(c * g.dense_dims[1] + b) * g.dense_dims[0] + a];
+  }
   if (!key_in_range(i, j, k)) return -1;
   const std::uint64_t key = pack_key(static_cast<std::int32_t>(i), static_cast<std::int32_t>(j),
                                      static_cast<std::int32_t>(k));
@@ -458,13 +483,13 @@ struct PoseTerms {
 /// transform it, find its voxels, add every pair's terms to `sums`, and the point's best
 /// score term to the NVTL sum (Autoware's nearest-voxel transformation likelihood).
 template <typename T>
+NDTCU_HD inline void accumulate_point_derivatives(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
+                                                  float x, float y, float z, const PointJacobian<T>& J,
+                                                  const PointHessian<T>& H, bool with_hessian, double* sums);
+
+template <typename T>
 NDTCU_HD inline void accumulate_point(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x, float y,
                                       float z, bool with_hessian, double* sums) {
-  float tp[3];
-  transform_point(pt.m, x, y, z, tp);
-  std::int32_t nb[kMaxNeighbours];
-  const int n = find_neighbours(g, search, tp, nb);
-  if (n == 0) return;
   const T xd = static_cast<T>(x), yd = static_cast<T>(y), zd = static_cast<T>(z);
   const PointJacobian<T> J = point_jacobian(pt.angular, xd, yd, zd);
   PointHessian<T> H;
@@ -473,6 +498,20 @@ NDTCU_HD inline void accumulate_point(const VoxelGridView& g, Search search, con
   } else {
     for (int r = 0; r < 3; ++r) H.a[r] = H.b[r] = H.c[r] = H.d[r] = H.e[r] = H.f[r] = T(0);
   }
+  accumulate_point_derivatives(g, search, pt, x, y, z, J, H, with_hessian, sums);
+}
+
+/// accumulate_point with the point's Jacobian and point Hessian given (computed earlier,
+/// e.g. by a separate GPU pass into per-point buffers).
+template <typename T>
+NDTCU_HD inline void accumulate_point_derivatives(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
+                                                  float x, float y, float z, const PointJacobian<T>& J,
+                                                  const PointHessian<T>& H, bool with_hessian, double* sums) {
+  float tp[3];
+  transform_point(pt.m, x, y, z, tp);
+  std::int32_t nb[kMaxNeighbours];
+  const int n = find_neighbours(g, search, tp, nb);
+  if (n == 0) return;
   T best = T(0);
   for (int k = 0; k < n; ++k) {
     const std::int32_t v = nb[k];

@@ -18,3 +18,28 @@ std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vect
 }  // namespace detail
 
 }  // namespace ndtcu
+
+// Without CUDA compiled in, constructing the CUDA backend is the error; the other members
+// exist only so that code naming them links.
+#include "cuda_backend.hpp"
+
+namespace ndtcu::detail {
+
+struct CudaBackend::Impl {};
+CudaBackend::CudaBackend(CUstream_st*) { throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason()); }
+CudaBackend::~CudaBackend() = default;
+void CudaBackend::set_map(const VoxelMap&, VoxelLookup, std::size_t) {}
+void CudaBackend::set_source(const std::vector<Eigen::Vector3f>&) {}
+void CudaBackend::configure(SearchMethod, double, DerivativeVariant) {}
+math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool) {
+  throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
+}
+VoxelLookup CudaBackend::lookup() const noexcept { return VoxelLookup::Hash; }
+const CudaTelemetry& CudaBackend::telemetry() const noexcept {
+  static const CudaTelemetry none;
+  return none;
+}
+void CudaBackend::reset_telemetry() noexcept {}
+std::uint64_t device_allocations() noexcept { return 0; }
+
+}  // namespace ndtcu::detail

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       {"info", add_info(app, global)},
       {"convert", add_convert(app, global)},
       {"devices", add_devices(app, global)},
+      {"align", add_align(app, global)},
   };
   try {
     app.parse(argc, argv);

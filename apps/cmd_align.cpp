@@ -26,7 +26,7 @@ struct AlignOptions {
   double target_voxel = 0.0, source_voxel = 0.0;
   std::optional<double> resolution, step_size, epsilon;
   std::optional<int> max_iterations, threads;
-  std::optional<std::string> search, line_search, covariance, convergence, backend;
+  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives;
 };
 
 // A 4x4 (16 numbers) or 3x4 (12 numbers, KITTI pose line) row-major matrix.
@@ -88,7 +88,11 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--covariance", o->covariance, "voxel covariance convention")
       ->check(CLI::IsMember({"pcl", "autoware"}));
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", o->backend, "backend")->check(CLI::IsMember({"cpu", "auto"}));
+  cmd->add_option("--backend", o->backend, "backend (auto: CUDA when a device is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--gpu-derivatives", o->gpu_derivatives,
+                  "CUDA: point derivatives fused into the kernel, or precomputed into buffers")
+      ->check(CLI::IsMember({"fused", "precomputed"}));
   cmd->add_option("--output", o->output, "write the source, aligned into the target's frame (.pcd or .bin)");
 
   return [o, &global]() {
@@ -103,6 +107,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
     if (o->covariance) s.covariance = covariance_mode_from_string(*o->covariance);
     if (o->convergence) s.convergence = convergence_rule_from_string(*o->convergence);
     if (o->backend) s.backend = backend_from_string(*o->backend);
+    if (o->gpu_derivatives) s.gpu_derivatives = gpu_derivatives_from_string(*o->gpu_derivatives);
 
     Pose6 guess = Pose6::Zero();
     if (!o->init.empty()) {
@@ -164,6 +169,14 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       j["time_ms"] = r.timings.total_ms;
       j["per_iteration_ms"] = r.timings.per_iteration_ms;
       j["evaluations"] = r.timings.evaluations;
+      if (r.backend == "cuda") {
+        j["gpu"] = {{"gpu_ms", r.timings.gpu_ms},
+                    {"upload_ms", r.timings.upload_ms},
+                    {"bytes_up", r.timings.bytes_up},
+                    {"bytes_down", r.timings.bytes_down},
+                    {"setup_bytes_up", r.timings.setup_bytes_up},
+                    {"derivatives", to_string(s.gpu_derivatives)}};
+      }
       j["map_build_ms"] = map_ms;
       j["load_ms"] = load_ms;
       j["settings"] = {{"preset", o->preset},
@@ -200,6 +213,13 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
                          "load {:.1f} ms\n",
                          r.timings.total_ms, r.timings.per_iteration_ms, r.timings.evaluations, r.backend, map_ms,
                          load_ms);
+      if (r.backend == "cuda") {
+        out += fmt::format("  gpu         {:.3f} ms kernels ({:.1f} us/evaluation), upload {:.3f} ms, {} B up and {} B down "
+                           "per evaluation\n",
+                           r.timings.gpu_ms, r.timings.evaluations ? 1e3 * r.timings.gpu_ms / r.timings.evaluations : 0.0,
+                           r.timings.upload_ms, r.timings.evaluations ? r.timings.bytes_up / r.timings.evaluations : 0,
+                           r.timings.evaluations ? r.timings.bytes_down / r.timings.evaluations : 0);
+      }
       out += "  transform\n";
       for (int row = 0; row < 4; ++row) {
         out += fmt::format("    {:12.8f} {:12.8f} {:12.8f} {:12.6f}\n", r.transform(row, 0), r.transform(row, 1),

@@ -8,6 +8,7 @@
 
 #include "../src/cuda/cuda_backend.hpp"
 #include "../src/log.hpp"
+#include "../src/nvtx.hpp"
 
 #include <ndtcu/cuda_device.hpp>
 
@@ -344,6 +345,7 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian)
 
   const int blocks = (m.n + kBlock - 1) / kBlock;
   ReduceScratch<kSums> scratch{m.partials.data(), m.ticket.data(), m.result.data()};
+  NDTCU_NVTX_RANGE("derivatives");
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
   if (m.variant == DerivativeVariant::Fused) {
     fused_kernel<<<blocks, kBlock, 0, m.stream>>>(m.config.data(), up, scratch);
@@ -355,6 +357,7 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian)
     NDTCU_CUDA_CHECK_LAUNCH();
   }
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  NDTCU_NVTX_RANGE("reduce");  // the grid reduction's read-back and the one synchronization
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result, m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
                                    m.stream));
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the one synchronization per evaluation

@@ -40,7 +40,8 @@ const char* to_string(SearchMethod m) {
 const char* to_string(LineSearch l) { return l == LineSearch::MoreThuente ? "more-thuente" : "fixed"; }
 const char* to_string(ConvergenceRule c) { return c == ConvergenceRule::Pcl ? "pcl" : "autoware"; }
 const char* to_string(CovarianceMode c) { return c == CovarianceMode::Pcl ? "pcl" : "autoware"; }
-const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : "auto"; }
+const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "auto"; }
+const char* to_string(GpuDerivatives d) { return d == GpuDerivatives::Fused ? "fused" : "precomputed"; }
 
 const char* to_string(StopReason r) {
   switch (r) {
@@ -84,8 +85,12 @@ CovarianceMode covariance_mode_from_string(const std::string& name) {
   return parse(name, "covariance mode", all);
 }
 Backend backend_from_string(const std::string& name) {
-  const Backend all[] = {Backend::Cpu, Backend::Auto};
+  const Backend all[] = {Backend::Cpu, Backend::Cuda, Backend::Auto};
   return parse(name, "backend", all);
+}
+GpuDerivatives gpu_derivatives_from_string(const std::string& name) {
+  const GpuDerivatives all[] = {GpuDerivatives::Fused, GpuDerivatives::Precomputed};
+  return parse(name, "GPU derivative variant", all);
 }
 
 void validate(const AlignSettings& s) {

@@ -19,6 +19,8 @@
 
 #include <memory>
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
 namespace ndtcu {
 
 /// 4x4 transform of pose [x y z roll pitch yaw]: Translation * Rx(roll) * Ry(pitch) * Rz(yaw).
@@ -38,7 +40,10 @@ VoxelMapOptions voxel_map_options(const AlignSettings& settings);
 class Aligner {
  public:
   /// Validates `settings` (throws Error for an out-of-range value) and starts the workers.
-  explicit Aligner(const AlignSettings& settings = AlignSettings{});
+  /// With the CUDA backend every device operation runs on `cuda_stream` (a cudaStream_t;
+  /// null: the default stream), which the aligner uses but never owns. Backend::Cuda
+  /// without a CUDA build or device throws CudaError here.
+  explicit Aligner(const AlignSettings& settings = AlignSettings{}, CUstream_st* cuda_stream = nullptr);
   ~Aligner();
   /// Moves the map and the workers.
   Aligner(Aligner&&) noexcept;
@@ -47,6 +52,8 @@ class Aligner {
 
   /// The settings in use.
   const AlignSettings& settings() const noexcept;
+  /// The backend align() runs on: "cpu" or "cuda" (Backend::Auto resolved).
+  const char* backend() const noexcept;
   /// Builds the target voxel map from `target` with voxel_map_options(settings()).
   void set_target(const PointCloud& target);
   /// Uses a map built elsewhere; throws Error when its resolution or covariance mode

@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct AlignTimings {
   double optimize_ms = 0.0;     ///< the Newton loop (derivative evaluations and solves)
   int evaluations = 0;          ///< derivative evaluations (Newton steps plus line-search trials)
   double per_iteration_ms = 0.0;  ///< optimize_ms / iterations (0 without iterations)
+  double upload_ms = 0.0;       ///< CUDA: source upload (and map upload when it changed)
+  double gpu_ms = 0.0;          ///< CUDA: device time of the derivative kernels (events)
+  std::uint64_t bytes_up = 0;   ///< CUDA: bytes sent per evaluation, summed over the align
+  std::uint64_t bytes_down = 0; ///< CUDA: bytes read back per evaluation, summed
+  std::uint64_t setup_bytes_up = 0;  ///< CUDA: source (and map) upload bytes of this align
 };
 
 /// The result of one alignment.
@@ -66,7 +72,7 @@ struct AlignResult {
   int oscillation_count = 0;
   std::vector<IterationTrace> trace;  ///< one entry per iteration
   AlignTimings timings;               ///< where the time went
-  std::string backend;                ///< which backend ran ("cpu")
+  std::string backend;                ///< which backend ran ("cpu" or "cuda")
 };
 
 }  // namespace ndtcu

@@ -50,7 +50,14 @@ enum class CovarianceMode {
 /// Which backend runs the derivative evaluations.
 enum class Backend {
   Cpu,   ///< the multi-threaded CPU reference
-  Auto,  ///< the fastest available; this build has only the CPU backend, and says so in the log
+  Cuda,  ///< the CUDA pipeline; an error (CudaError) without a CUDA build or device
+  Auto,  ///< CUDA when this build has it and a device is present, else the CPU (logged once)
+};
+
+/// How the CUDA backend gets each point's Jacobian and point Hessian.
+enum class GpuDerivatives {
+  Fused,        ///< computed in registers inside the one per-evaluation kernel (faster)
+  Precomputed,  ///< written to preallocated per-point buffers by a first kernel, then read
 };
 
 /// Everything an alignment needs besides the clouds.
@@ -70,6 +77,7 @@ struct AlignSettings {
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below this times the largest are raised to it
   int threads = 0;                ///< worker threads; 0 = std::thread::hardware_concurrency()
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
+  GpuDerivatives gpu_derivatives = GpuDerivatives::Fused;  ///< CUDA backend variant
 };
 
 /// Autoware's ndt_scan_matcher defaults: resolution 2.0, step 0.1, epsilon 0.01,
@@ -91,8 +99,10 @@ const char* to_string(LineSearch l);
 const char* to_string(ConvergenceRule c);
 /// "pcl", "autoware".
 const char* to_string(CovarianceMode c);
-/// "cpu", "auto".
+/// "cpu", "cuda", "auto".
 const char* to_string(Backend b);
+/// "fused", "precomputed".
+const char* to_string(GpuDerivatives d);
 
 /// Parses a SearchMethod name (see to_string); throws Error otherwise.
 SearchMethod search_method_from_string(const std::string& name);
@@ -104,6 +114,8 @@ ConvergenceRule convergence_rule_from_string(const std::string& name);
 CovarianceMode covariance_mode_from_string(const std::string& name);
 /// Parses a Backend name; throws Error otherwise.
 Backend backend_from_string(const std::string& name);
+/// Parses a GpuDerivatives name; throws Error otherwise.
+GpuDerivatives gpu_derivatives_from_string(const std::string& name);
 
 /// Throws Error naming the first setting out of range (resolution, step size, epsilon,
 /// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads).

@@ -1,13 +1,17 @@
 #include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 
+#include "../cuda/cuda_backend.hpp"
 #include "../log.hpp"
+#include "../nvtx.hpp"
 #include "../thread_pool.hpp"
 #include "evaluator.hpp"
 #include "optimizer.hpp"
 
 #include <Eigen/Geometry>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -56,25 +60,77 @@ VoxelMapOptions voxel_map_options(const AlignSettings& s) {
   return o;
 }
 
+namespace {
+
+// The one place a backend is chosen: "cpu" or "cuda".
+const char* resolve_backend(Backend requested) {
+  if (requested == Backend::Cpu) return "cpu";
+  const std::string why = cuda_unavailable_reason();
+  if (requested == Backend::Cuda) {
+    if (!why.empty()) throw CudaError("backend cuda requested, but " + why);
+    return "cuda";
+  }
+  static std::once_flag once;
+  std::call_once(once, [&why] {
+    if (why.empty()) {
+      auto devices = cuda_devices();
+      detail::log().info("backend auto: using CUDA on {}", devices.empty() ? "device 0" : devices.front().name);
+    } else {
+      detail::log().info("backend auto: using the CPU backend ({})", why);
+    }
+  });
+  return why.empty() ? "cuda" : "cpu";
+}
+
+}  // namespace
+
 struct Aligner::Impl {
   AlignSettings settings;
   std::shared_ptr<const VoxelMap> map;
+  std::uint64_t map_generation = 0;  // bumped by set_target: the CUDA copy follows it
   detail::ThreadPool pool;
-  explicit Impl(const AlignSettings& s) : settings(s), pool(s.threads) {}
+  const char* backend;
+  std::unique_ptr<detail::CudaBackend> cuda;  // device state, kept across aligns
+  std::uint64_t uploaded_generation = 0;
+  Impl(const AlignSettings& s, CUstream_st* stream)
+      : settings(s), pool(s.threads),
+        backend(resolve_backend(s.backend)) {
+    if (std::string(backend) == "cuda") cuda = std::make_unique<detail::CudaBackend>(stream);
+  }
+
+  // The evaluator of the backend in use, with the map and the source on it. The CUDA
+  // map is uploaded once per set_target, the source once per call.
+  std::unique_ptr<detail::DerivativeEvaluator> evaluator(const PointCloud& source, AlignTimings& timings) {
+    const VoxelMap& m = *map;
+    if (!cuda) {
+      return std::make_unique<detail::CpuEvaluator>(m, source.points, settings.search, settings.outlier_ratio, pool);
+    }
+    NDTCU_NVTX_RANGE("upload");
+    const auto t0 = std::chrono::steady_clock::now();
+    cuda->reset_telemetry();
+    if (uploaded_generation != map_generation) {
+      cuda->set_map(m);
+      uploaded_generation = map_generation;
+    }
+    cuda->set_source(source.points);
+    cuda->configure(settings.search, settings.outlier_ratio,
+                    settings.gpu_derivatives == GpuDerivatives::Fused ? detail::DerivativeVariant::Fused
+                                                                       : detail::DerivativeVariant::Precomputed);
+    timings.upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::make_unique<detail::CudaEvaluator>(*cuda);
+  }
+
+  void record_telemetry(AlignTimings& timings) const {
+    if (!cuda) return;
+    const auto& t = cuda->telemetry();
+    timings.gpu_ms = t.gpu_ms;
+    timings.bytes_up = t.bytes_up;
+    timings.bytes_down = t.bytes_down;
+    timings.setup_bytes_up = t.setup_bytes_up;
+  }
 };
 
 namespace {
-
-// The one place a backend is chosen. This build has the CPU backend only.
-const char* resolve_backend(Backend requested) {
-  if (requested == Backend::Auto) {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      detail::log().info("backend auto: this build has no GPU backend, using the CPU backend");
-    });
-  }
-  return "cpu";
-}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -106,19 +162,21 @@ void fill_from_evaluation(AlignResult& r, const detail::Evaluation& e) {
 
 }  // namespace
 
-Aligner::Aligner(const AlignSettings& settings) {
+Aligner::Aligner(const AlignSettings& settings, CUstream_st* cuda_stream) {
   validate(settings);
-  impl_ = std::make_unique<Impl>(settings);
+  impl_ = std::make_unique<Impl>(settings, cuda_stream);
 }
 Aligner::~Aligner() = default;
 Aligner::Aligner(Aligner&&) noexcept = default;
 Aligner& Aligner::operator=(Aligner&&) noexcept = default;
 
 const AlignSettings& Aligner::settings() const noexcept { return impl_->settings; }
+const char* Aligner::backend() const noexcept { return impl_->backend; }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
 
 void Aligner::set_target(const PointCloud& target) {
   impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, voxel_map_options(impl_->settings)));
+  ++impl_->map_generation;
 }
 
 void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
@@ -132,6 +190,7 @@ void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
                 "' differs from the settings' '" + to_string(impl_->settings.covariance) + "'");
   }
   impl_->map = std::move(map);
+  ++impl_->map_generation;
 }
 
 namespace {
@@ -152,6 +211,7 @@ AlignResult Aligner::align(const PointCloud& source, const Eigen::Matrix4d& gues
 }
 
 AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& guess_pose) {
+  NDTCU_NVTX_RANGE("align");
   const auto t0 = std::chrono::steady_clock::now();
   if (!guess_pose.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   check_inputs(impl_->map, source, Eigen::Matrix4d::Identity());
@@ -159,7 +219,7 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
   const AlignSettings& s = impl_->settings;
 
   AlignResult r;
-  r.backend = resolve_backend(s.backend);
+  r.backend = impl_->backend;
   r.source_points = source.size();
   r.target_voxels = map.size();
   r.pose = guess_pose;
@@ -171,11 +231,12 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
     return r;
   }
 
-  detail::CpuEvaluator evaluator(map, source.points, s.search, s.outlier_ratio, impl_->pool);
+  auto evaluator = impl_->evaluator(source, r.timings);
   const Pose6 start = to_internal(guess_pose, source.origin, map.origin());
   const auto t1 = std::chrono::steady_clock::now();
-  detail::OptimizerOutput out = detail::optimize(evaluator, start, s);
+  detail::OptimizerOutput out = detail::optimize(*evaluator, start, s);
   r.timings.optimize_ms = ms_since(t1);
+  impl_->record_telemetry(r.timings);
   r.timings.evaluations = out.evaluations;
   r.timings.per_iteration_ms = out.iterations ? r.timings.optimize_ms / out.iterations : 0.0;
 
@@ -204,16 +265,16 @@ AlignResult Aligner::evaluate(const PointCloud& source, const Eigen::Matrix4d& t
   check_inputs(impl_->map, source, transform);
   const VoxelMap& map = *impl_->map;
   AlignResult r;
-  r.backend = resolve_backend(impl_->settings.backend);
+  r.backend = impl_->backend;
   r.source_points = source.size();
   r.target_voxels = map.size();
   r.pose = matrix_to_pose(transform);
   r.transform = pose_to_matrix(r.pose);
   r.reason = source.empty() ? StopReason::EmptySource : map.empty() ? StopReason::NoVoxels : StopReason::Converged;
   if (r.reason == StopReason::Converged) {
-    detail::CpuEvaluator evaluator(map, source.points, impl_->settings.search, impl_->settings.outlier_ratio,
-                                   impl_->pool);
-    fill_from_evaluation(r, evaluator.evaluate(to_internal(r.pose, source.origin, map.origin()), true));
+    auto evaluator = impl_->evaluator(source, r.timings);
+    fill_from_evaluation(r, evaluator->evaluate(to_internal(r.pose, source.origin, map.origin()), true));
+    impl_->record_telemetry(r.timings);
     r.timings.evaluations = 1;
     if (r.matched_points == 0) r.reason = StopReason::NoCorrespondence;
   }

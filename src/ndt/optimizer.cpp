@@ -1,5 +1,7 @@
 #include "optimizer.hpp"
 
+#include "../nvtx.hpp"
+
 #include <Eigen/SVD>
 
 #include <algorithm>
@@ -205,11 +207,13 @@ OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, c
   const double step_max = s.step_size;
 
   for (;;) {
+    NDTCU_NVTX_RANGE("iteration");
     if (current.matched_points == 0) {
       out.reason = StopReason::NoCorrespondence;
       break;
     }
     // Newton direction: H dp = -g solved by SVD, as PCL (line 23 of Magnusson's Algorithm 2).
+    NDTCU_NVTX_RANGE("solve");
     Eigen::JacobiSVD<Eigen::Matrix<double, 6, 6>> sv(current.hessian, Eigen::ComputeFullU | Eigen::ComputeFullV);
     // Rank as Eigen's default threshold defines it: singular values above
     // 6 * machine epsilon * the largest one.

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       {"info", add_info(app, global)},
       {"convert", add_convert(app, global)},
       {"devices", add_devices(app, global)},
+      {"simulate", add_simulate(app, global)},
   };
   try {
     app.parse(argc, argv);

@@ -147,8 +147,9 @@ struct Hit {
 };
 
 namespace detail {
+/// The acceleration structures behind a World (src/sim/world_data.hpp).
 struct WorldData;
-}
+}  // namespace detail
 
 /// An immutable scene plus a bounding-volume hierarchy over its primitives and a
 /// min/max hierarchy over its ground. Thread-safe for concurrent queries.
@@ -236,10 +237,11 @@ struct LidarModel {
 /// Names accepted by lidar_preset().
 const std::vector<std::string>& lidar_preset_names();
 
-/// A preset: "hdl32" (HDL-32E: 32 rings, -30.67 to +10.67 deg, 2250 columns, 100 m),
-/// "hdl64" (HDL-64E: 64 rings, +2 to -24.9 deg in two blocks, 2000 columns, 120 m),
-/// "os1-64" (64 rings, +/-22.5 deg uniform, 1024 columns, 120 m), "os0-64" (64 rings,
-/// +/-45 deg uniform, 1024 columns, 50 m). Throws Error for another name, listing these.
+/// A preset: "hdl32" (HDL-32E: 32 rings, -30.67 to +10.67 deg, 2250 columns, 1-100 m,
+/// 2 cm noise), "hdl64" (HDL-64E: 64 rings, +2 to -24.9 deg in two blocks, 2000 columns,
+/// 1-120 m, 2 cm), "os1-64" (64 rings, +/-22.5 deg uniform, 1024 columns, 0.5-120 m,
+/// 1 cm), "os0-64" (64 rings, +/-45 deg uniform, 1024 columns, 0.3-50 m, 1 cm); no
+/// dropout. Throws Error for another name, listing these.
 LidarModel lidar_preset(const std::string& name);
 
 /// Checks a model; throws Error naming the field (and its CLI option) and value.

@@ -273,6 +273,7 @@ class Generator {
 
   void fill_lot(const Rect& r) {
     if (r.w() < 6.0 || r.h() < 6.0) return;
+    // Lot use: 65% buildings, 20% park, 15% parking; a lot under 15 m is a pocket park.
     const double u = rng_.uniform();
     if (std::min(r.w(), r.h()) < 15.0 || (u >= 0.65 && u < 0.85)) {
       park(r);
@@ -292,7 +293,7 @@ class Generator {
     for (int row = 0; row < rows; ++row) {
       double a = 0.0;
       while (length - a >= 8.0) {
-        double w = rng_.uniform(12.0, 30.0);
+        double w = rng_.uniform(12.0, 30.0);  // frontages of town houses to office blocks (m)
         if (length - a - w < 8.0) w = length - a;  // the last parcel takes what is left
         const double d0 = row * row_depth, d1 = d0 + row_depth;
         const Rect parcel = along_x ? Rect{r.x0 + a, r.y0 + d0, r.x0 + a + w, r.y0 + d1}
@@ -307,13 +308,16 @@ class Generator {
     }
   }
 
+  /// Window lattice with common facade proportions: 2.4-4 m bays, windows a third to two
+  /// thirds of the bay wide and about half a storey high, recessed 15-45 cm (the wall's
+  /// thickness in front of the glass).
   WindowGrid windows(double floor_height, double base_z) {
     WindowGrid g;
     g.pitch = rng_.uniform(2.4, 4.0);
     g.width = g.pitch * rng_.uniform(0.35, 0.65);
     g.floor_height = floor_height;
     g.sill = rng_.uniform(0.6, 1.0);
-    g.height = std::min(floor_height * rng_.uniform(0.35, 0.55), floor_height - g.sill - 0.3);
+    g.height = std::min(floor_height * rng_.uniform(0.35, 0.55), floor_height - g.sill - 0.3);  // 0.3 m lintel at least
     g.depth = rng_.uniform(0.15, 0.45);
     g.margin = std::max(g.depth, rng_.uniform(0.6, 2.0));
     g.base_z = base_z;
@@ -333,6 +337,7 @@ class Generator {
   /// A building on a parcel: a main block with window recesses, sometimes a recessed
   /// ground floor (arcade) or a setback top storey.
   void building(const Rect& parcel) {
+    // Setbacks of up to 2.5 m on each side: gaps between neighbours and front yards.
     const Rect fp = parcel.shrunk(rng_.uniform(0.0, 2.5), rng_.uniform(0.0, 2.5), rng_.uniform(0.0, 2.5),
                                   rng_.uniform(0.0, 2.5));
     if (fp.w() < 6.0 || fp.h() < 6.0) return park(parcel);
@@ -340,10 +345,10 @@ class Generator {
     const double bottom = g_lo - 0.5;    // foundations reach below the lowest ground
     const double base = g_hi + 0.1;      // ground floor just above the highest
     // Mostly 2-7 floors; in large worlds some towers.
-    const bool tower = rng_.chance(0.08 * std::min(1.0, s_.size / 500.0));
+    const bool tower = rng_.chance(0.08 * std::min(1.0, s_.size / 500.0));  // towers belong to cities, not blocks
     const int floors = tower ? rng_.between(10, 25) : rng_.between(2, 7);
-    const double fh = rng_.uniform(3.0, 3.6);
-    const float wall = static_cast<float>(rng_.uniform(0.2, 0.6));
+    const double fh = rng_.uniform(3.0, 3.6);  // residential to office storey heights (m)
+    const float wall = static_cast<float>(rng_.uniform(0.2, 0.6));  // brick, concrete, plaster
     const WindowGrid upper = windows(fh, base);
     const double top = base + floors * fh + upper.top_margin;
 
@@ -380,7 +385,7 @@ class Generator {
   void park(const Rect& r) {
     if (r.w() < 3.0 || r.h() < 3.0) return;
     const double area = r.w() * r.h();
-    const int trees = static_cast<int>(area / rng_.uniform(40.0, 90.0));
+    const int trees = static_cast<int>(area / rng_.uniform(40.0, 90.0));  // one tree per 40-90 m^2
     std::vector<Eigen::Vector2d> placed;
     for (int k = 0; k < trees; ++k) {
       for (int attempt = 0; attempt < 30; ++attempt) {  // rejection sampling, 3.5 m apart
@@ -393,7 +398,7 @@ class Generator {
         break;
       }
     }
-    const int walls = static_cast<int>(area / 1200.0 + rng_.uniform());
+    const int walls = static_cast<int>(area / 1200.0 + rng_.uniform());  // about one per 1200 m^2
     for (int k = 0; k < walls; ++k) {
       const double len = rng_.uniform(3.0, 10.0), height = rng_.uniform(0.5, 1.2), yaw = rng_.uniform(0.0, kPi);
       if (!(r.w() > len && r.h() > len)) break;
@@ -416,7 +421,7 @@ class Generator {
       }
     }
     if (rng_.chance(0.6)) {
-      const double height = rng_.uniform(1.0, 2.2), t = 0.125;
+      const double height = rng_.uniform(1.0, 2.2), t = 0.125;  // fence to wall height; 25 cm thick
       const int gap_side = rng_.between(0, 3);
       auto side = [&](int k, double x0, double y0, double x1, double y1) {
         const Eigen::Vector2d a(x0, y0), b(x1, y1);
@@ -446,7 +451,7 @@ class Generator {
     b.center = {c.x(), c.y(), 0.5 * (g - 0.3 + top)};
     b.half_extents = {half_len, half_thick, 0.5 * (top - g + 0.3)};
     b.yaw = yaw;
-    b.reflectivity = static_cast<float>(rng_.uniform(0.25, 0.55));
+    b.reflectivity = static_cast<float>(rng_.uniform(0.25, 0.55));  // concrete, brick, render
     scene_.boxes.push_back(b);
     ++scene_.contents.walls;
   }
@@ -456,7 +461,7 @@ class Generator {
   void tree(const Eigen::Vector2d& p, double crown_radius) {
     const double g = scene_.ground.height_at(p.x(), p.y());
     if (!std::isfinite(g)) return;
-    const double trunk_h = rng_.uniform(2.2, 3.5), r = crown_radius;
+    const double trunk_h = rng_.uniform(2.2, 3.5), r = crown_radius;  // clear trunk: street trees are pruned high
     Cylinder trunk;
     trunk.center = p;
     trunk.radius = rng_.uniform(0.12, 0.25);
@@ -466,7 +471,7 @@ class Generator {
     scene_.cylinders.push_back(trunk);
     const Eigen::Vector3d centre(p.x(), p.y(), g + trunk_h + 0.8 * r);
     const int n = rng_.between(7, 14);
-    const float leaf = static_cast<float>(rng_.uniform(0.35, 0.6));
+    const float leaf = static_cast<float>(rng_.uniform(0.35, 0.6));  // foliage is bright in the near infrared
     for (int k = 0; k < n; ++k) {
       Eigen::Vector2d off(rng_.normal(), rng_.normal());
       off *= 0.25 * r;
@@ -495,8 +500,8 @@ class Generator {
 
   /// A car (body and cabin), a van or a truck (cab and cargo box), resting on the ground.
   void vehicle(const Eigen::Vector2d& c, double yaw) {
-    const double u = rng_.uniform();
-    const float paint = static_cast<float>(rng_.uniform(0.2, 0.8));
+    const double u = rng_.uniform();  // 80% cars, 15% vans, 5% trucks
+    const float paint = static_cast<float>(rng_.uniform(0.2, 0.8));  // dark to white paint
     const Eigen::Vector2d fwd(std::cos(yaw), std::sin(yaw));
     auto part = [&](double along, double half_l, double half_w, double z0, double z1) {
       OrientedBox b;
@@ -508,6 +513,7 @@ class Generator {
       scene_.boxes.push_back(b);
     };
     if (u < 0.8) {
+      // Compact to mid-size car: 4.2-4.8 m long, 1.74-1.9 m wide, 1.4-1.5 m tall.
       const double half_l = rng_.uniform(2.1, 2.4), half_w = rng_.uniform(0.87, 0.95);
       const double g = ground_min_oriented(c.x(), c.y(), half_l, half_w, yaw);
       const double body_top = g + 1.0;
@@ -515,11 +521,11 @@ class Generator {
       // The cabin overlaps the body by 5 cm so the two share no face.
       part(-0.2, rng_.uniform(1.2, 1.4), half_w - 0.1, body_top - 0.05, body_top + rng_.uniform(0.4, 0.5));
     } else if (u < 0.95) {
-      const double half_l = rng_.uniform(2.5, 2.75);
+      const double half_l = rng_.uniform(2.5, 2.75);  // van: 5-5.5 m long, 2 m wide, 2-2.3 m tall
       const double g = ground_min_oriented(c.x(), c.y(), half_l, 1.0, yaw);
       part(0.0, half_l, 1.0, g + 0.3, g + rng_.uniform(2.0, 2.3));
     } else {
-      const double half_l = rng_.uniform(3.25, 3.75);
+      const double half_l = rng_.uniform(3.25, 3.75);  // box truck: 6.5-7.5 m long, 3.2 m tall
       const double g = ground_min_oriented(c.x(), c.y(), half_l, 1.15, yaw);
       part(half_l - 0.9, 0.9, 1.15, g + 0.4, g + 2.6);             // cab
       part(-0.9, half_l - 0.9, 1.2, g + 0.6, g + 3.2);              // cargo box
@@ -541,13 +547,13 @@ class Generator {
     const double half = 0.5 * s_.size;
     for (int side = -1; side <= 1; side += 2) {
       // Street lights 25-35 m apart, 0.5 m behind the curb, arm over the parking strip.
-      const double spacing = rng_.uniform(25.0, 35.0);
+      const double spacing = rng_.uniform(25.0, 35.0);  // usual street-light spacing (m)
       std::vector<double> lights;
       for (double a = -half + rng_.uniform(3.0, spacing); a < half - 3.0; a += spacing) {
         if (near_crossing(a, kSidewalkOuter + 1.0)) continue;
         const Eigen::Vector2d p = at(a, side * 5.5);
         if (!inside_world(p.x(), p.y(), 1.0)) continue;
-        const double h = rng_.uniform(7.0, 9.0);
+        const double h = rng_.uniform(7.0, 9.0);  // mast height (m)
         pole(p, 0.09, h);
         const double g = scene_.ground.height_at(p.x(), p.y());
         OrientedBox arm;

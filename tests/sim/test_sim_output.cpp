@@ -212,11 +212,25 @@ TEST_CASE("the exact-count map has exactly the points asked for", "[unit][sim]")
   CHECK(map.size() == 54321);
   m.threads = 1;
   CHECK(sample_map(w, m).points == map.points);
-  // Points are on surfaces, never hidden inside a solid.
+  // Hidden surfaces are gone: no point lies deep inside a building (window recesses are
+  // at most 0.45 m deep, so 0.5 m from every face is inside the wall) or under the
+  // ground, and the roofs are there.
   const Eigen::Matrix3d to_scene = world_from_scene(w.scene()).linear().transpose();
-  std::size_t hidden = 0;
-  for (const auto& p : map.points) hidden += w.inside_solid(to_scene * p.cast<double>(), 0.01) ? 1 : 0;
+  REQUIRE(!w.scene().facades.empty());
+  std::size_t hidden = 0, below = 0, on_roofs = 0;
+  for (const auto& p : map.points) {
+    const Eigen::Vector3d q = to_scene * p.cast<double>();
+    below += q.z() < w.ground_height(q.x(), q.y()) - 0.01 ? 1 : 0;
+    for (const auto& f : w.scene().facades) {
+      const Eigen::Vector3d d = (q - f.box.center).cwiseAbs();  // the generator's boxes have yaw 0
+      const Eigen::Vector3d depth = f.box.half_extents - d;
+      hidden += depth.minCoeff() > 0.5 ? 1 : 0;
+      on_roofs += std::abs(depth.z()) < 0.01 && depth.x() > 0.5 && depth.y() > 0.5 ? 1 : 0;
+    }
+  }
   CHECK(hidden == 0);
+  CHECK(below == 0);
+  CHECK(on_roofs > 100);
 }
 
 TEST_CASE("simulate refuses options that cannot work, naming them", "[unit][sim]") {

@@ -17,5 +17,6 @@ Command add_info(CLI::App& app, const GlobalOptions& global);
 Command add_convert(CLI::App& app, const GlobalOptions& global);
 Command add_devices(CLI::App& app, const GlobalOptions& global);
 Command add_align(CLI::App& app, const GlobalOptions& global);
+Command add_simulate(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace ndtcu::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       {"convert", add_convert(app, global)},
       {"devices", add_devices(app, global)},
       {"align", add_align(app, global)},
+      {"simulate", add_simulate(app, global)},
   };
   try {
     app.parse(argc, argv);

@@ -1,0 +1,209 @@
+// `ndtcu simulate`: a synthetic world, a drive through it with exact poses, its map and
+// its scans; or, with --bench, timings of the ray caster and map sampler.
+#include "cli_common.hpp"
+#include "commands.hpp"
+
+#include <ndtcu/simulator.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+namespace ndtcu::cli {
+
+namespace {
+
+struct SimulateOptions {
+  std::string out;
+  std::uint64_t seed = 1;
+  std::string sensor = "hdl32";
+  int frames = 50;
+  double world_size = 200.0;
+  std::string origin = "0,0,0";
+  double map_voxel = 0.2;
+  double relief = 3.0;
+  double noise = 0.0;       // given or the preset's
+  int columns = 0;           // given or the preset's
+  double max_range = 0.0;    // given or the preset's
+  double dropout = 0.0;
+  std::size_t map_points = 0;
+  std::size_t scan_points = 0;
+  bool scale = false;
+  std::string encoding = "binary_compressed";
+  unsigned threads = 0;
+  bool bench = false;
+  int bench_scans = 20;
+};
+
+// --scale: a city of a square kilometre, a 10^7-point map and 10^5-point HDL-64 scans.
+constexpr double kScaleWorldSize = 1000.0;
+constexpr std::size_t kScaleMapPoints = 10000000;
+constexpr std::size_t kScaleScanPoints = 100000;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Times cast_scan on poses of a drive (one warm-up scan, then `scans` timed ones) and,
+/// when a map size or voxel is set, one map sampling.
+int run_bench(const sim::SimulationSettings& s, int scans, bool time_map, bool json) {
+  auto t0 = std::chrono::steady_clock::now();
+  sim::World world(sim::generate_scene(s.world));
+  const double world_ms = ms_since(t0);
+  sim::TrajectorySettings ts = s.trajectory;
+  ts.frames = scans + 1;
+  const auto drive = sim::generate_trajectory(world, ts);
+  sim::LidarModel lidar = s.lidar;
+  std::vector<double> ms;
+  std::size_t points = 0;
+  for (int k = 0; k <= scans; ++k) {
+    auto t = std::chrono::steady_clock::now();
+    const sim::Scan scan = sim::cast_scan(world, lidar, drive[static_cast<std::size_t>(k)].scene_from_sensor, 1,
+                                          static_cast<std::uint64_t>(k), s.threads);
+    if (k > 0) {
+      ms.push_back(ms_since(t));
+      points += scan.cloud.size();
+    }
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2], min = sorted.front();
+  double map_ms = 0.0;
+  std::size_t map_points = 0;
+  if (time_map) {
+    auto t = std::chrono::steady_clock::now();
+    map_points = sim::sample_map(world, s.map).size();
+    map_ms = ms_since(t);
+  }
+  const unsigned threads = s.threads ? s.threads : std::max(1u, std::thread::hardware_concurrency());
+  if (json) {
+    nlohmann::json j{{"world_size_m", s.world.size},
+                     {"primitives", world.scene().primitive_count()},
+                     {"world_ms", world_ms},
+                     {"sensor", lidar.name},
+                     {"rays_per_scan", lidar.rays()},
+                     {"points_per_scan_mean", static_cast<double>(points) / scans},
+                     {"scans_timed", scans},
+                     {"scan_ms_median", median},
+                     {"scan_ms_min", min},
+                     {"threads", threads}};
+    if (time_map) {
+      j["map_points"] = map_points;
+      j["map_ms"] = map_ms;
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("world      {:.0f} m, {} primitives, built in {:.1f} ms\n", s.world.size,
+                           world.scene().primitive_count(), world_ms);
+  std::cout << fmt::format("scan       {} ({} rings x {} columns = {} rays), {:.0f} points on average, {} threads\n",
+                           lidar.name, lidar.ring_elevations_deg.size(), lidar.columns, lidar.rays(),
+                           static_cast<double>(points) / scans, threads);
+  std::cout << fmt::format("           median {:.2f} ms, min {:.2f} ms over {} scans after one warm-up\n", median, min,
+                           scans);
+  if (time_map) std::cout << fmt::format("map        {} points in {:.0f} ms\n", map_points, map_ms);
+  return 0;
+}
+
+}  // namespace
+
+Command add_simulate(CLI::App& app, const GlobalOptions& global) {
+  auto o = std::make_shared<SimulateOptions>();
+  auto* cmd = app.add_subcommand(
+      "simulate", "Generate a synthetic world: map.pcd, scans/*.pcd, poses_tum.txt, poses_kitti.txt and world.json");
+  cmd->add_option("--out", o->out, "output folder (created; its scans/NNNNNN.pcd files are replaced)");
+  cmd->add_option("--seed", o->seed, "seed: the same seed and options give the same bytes")->capture_default_str();
+  auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64 or os0-64")->capture_default_str();
+  cmd->add_option("--frames", o->frames, "scans to make, at 10 Hz")->capture_default_str();
+  auto* size = cmd->add_option("--world-size", o->world_size, "side of the square world in metres (50 to 5000)")
+                   ->capture_default_str();
+  cmd->add_option("--origin", o->origin, "world position of the scene centre, x,y,z metres (e.g. 680000,3900000,40)")
+      ->capture_default_str();
+  auto* voxel = cmd->add_option("--map-voxel", o->map_voxel, "voxel filter of the map in metres; 0 keeps every sample")
+                    ->capture_default_str();
+  cmd->add_option("--relief", o->relief, "height of the rolling terrain in metres")->capture_default_str();
+  auto* noise = cmd->add_option("--noise", o->noise, "range noise sigma in metres (default: the sensor's)");
+  auto* columns = cmd->add_option("--columns", o->columns, "azimuth steps per revolution (default: the sensor's)");
+  auto* max_range = cmd->add_option("--max-range", o->max_range, "maximum range in metres (default: the sensor's)");
+  cmd->add_option("--dropout", o->dropout, "probability that a return is lost")->capture_default_str();
+  auto* map_points = cmd->add_option("--map-points", o->map_points, "exact number of map points (no voxel filter)");
+  map_points->excludes(voxel);
+  auto* scan_points = cmd->add_option("--scan-points", o->scan_points, "choose the columns for about this many points per scan");
+  cmd->add_flag("--scale", o->scale,
+                "large data: --world-size 1000 --sensor hdl64 --map-points 10000000 --scan-points 100000 "
+                "(options given explicitly win)");
+  cmd->add_option("--encoding", o->encoding, "PCD encoding of map and scans")
+      ->check(CLI::IsMember({"ascii", "binary", "binary_compressed"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "worker threads (0: one per hardware thread); the output does not depend on it");
+  cmd->add_flag("--bench", o->bench, "time ray casting (and map sampling with --map-points) instead of writing files");
+  cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(CLI::PositiveNumber)->capture_default_str();
+
+  return [o, &global, sensor, size, map_points, scan_points, voxel, noise, columns, max_range]() {
+    sim::SimulationSettings s;
+    if (o->scale) {
+      if (size->count() == 0) o->world_size = kScaleWorldSize;
+      if (sensor->count() == 0) o->sensor = "hdl64";
+      if (map_points->count() == 0 && voxel->count() == 0) o->map_points = kScaleMapPoints;
+      if (scan_points->count() == 0) o->scan_points = kScaleScanPoints;
+    }
+    s.world.seed = o->seed;
+    s.world.size = o->world_size;
+    s.world.origin = sim::parse_origin(o->origin);
+    s.world.relief = o->relief;
+    s.lidar = sim::lidar_preset(o->sensor);
+    // Sensor options replace the preset's values only when given; validation checks them.
+    if (noise->count() > 0) s.lidar.range_noise_sigma = o->noise;
+    if (columns->count() > 0) s.lidar.columns = o->columns;
+    if (max_range->count() > 0) s.lidar.max_range = o->max_range;
+    s.lidar.dropout = o->dropout;
+    s.trajectory.frames = o->frames;
+    s.map.voxel = o->map_voxel;
+    s.map.target_points = o->map_points;
+    s.scan_points = o->scan_points;
+    s.encoding = pcd_encoding_from_string(o->encoding);
+    s.threads = o->threads;
+    s.map.threads = o->threads;
+    if (o->bench) {
+      sim::validate(s);
+      return run_bench(s, o->bench_scans, o->map_points > 0, global.json);
+    }
+    if (o->out.empty()) throw Error("simulate: --out DIR is required (or use --bench)");
+    const sim::SimulationSummary r = sim::simulate(s, o->out);
+    if (global.json) {
+      nlohmann::json j{{"out", o->out},
+                       {"primitives", r.primitives},
+                       {"buildings", r.contents.buildings},
+                       {"trees", r.contents.trees},
+                       {"vehicles", r.contents.vehicles},
+                       {"map_points", r.map_points},
+                       {"frames", r.frames},
+                       {"columns", r.columns},
+                       {"scan_points_min", r.scan_points_min},
+                       {"scan_points_max", r.scan_points_max},
+                       {"scan_points_total", r.scan_points_total},
+                       {"path_length_m", r.path_length},
+                       {"seconds_world", r.seconds_world},
+                       {"seconds_map", r.seconds_map},
+                       {"seconds_scans", r.seconds_scans},
+                       {"seconds_total", r.seconds_total}};
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    std::cout << fmt::format("{}: {:.0f} m world, seed {}\n", o->out, s.world.size, s.world.seed);
+    std::cout << fmt::format("  world   {} buildings, {} trees, {} vehicles, {} primitives ({:.2f} s)\n",
+                             r.contents.buildings, r.contents.trees, r.contents.vehicles, r.primitives, r.seconds_world);
+    std::cout << fmt::format("  map     map.pcd, {} points ({:.2f} s)\n", r.map_points, r.seconds_map);
+    std::cout << fmt::format("  scans   {} frames of {} x {} columns, {} to {} points, {:.1f} m driven ({:.2f} s)\n",
+                             r.frames, s.lidar.name, r.columns, r.scan_points_min, r.scan_points_max, r.path_length,
+                             r.seconds_scans);
+    std::cout << fmt::format("  total   {:.2f} s\n", r.seconds_total);
+    return 0;
+  };
+}
+
+}  // namespace ndtcu::cli

@@ -1,0 +1,395 @@
+#pragma once
+/// \file
+/// Synthetic LiDAR worlds made by ndtcu itself: a procedural outdoor scene, a ray-cast
+/// spinning LiDAR, a drivable trajectory with exact ground-truth poses, and a map sampled
+/// from the same surfaces the scans hit. Everything is deterministic from a seed: the same
+/// settings give the same bytes, whatever the thread count.
+///
+/// Frames. Primitives live in the *scene frame* (metres, double, centred near 0). The
+/// *world frame* is `origin + Rz(yaw) * p_scene`: the large offset (e.g. UTM) stays in
+/// double and the yaw turns the street grid away from the axes, so maps are not aligned
+/// with voxel lattices. Scans are in the *sensor frame* (x forward, y left, z up).
+
+#include <ndtcu/error.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/point_cloud.hpp>
+
+#include <Eigen/Geometry>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ndtcu::sim {
+
+// ---------------------------------------------------------------------------------------
+// Scene description
+// ---------------------------------------------------------------------------------------
+
+/// A solid box turned about the vertical axis (vehicles, walls, sign plates, buildings).
+struct OrientedBox {
+  Eigen::Vector3d center = Eigen::Vector3d::Zero();             ///< centre, scene frame (m)
+  Eigen::Vector3d half_extents = Eigen::Vector3d::Constant(0.5);  ///< half sizes along the box's own axes (m)
+  double yaw = 0.0;          ///< angle (rad) from the scene's x axis to the box's x axis, about z
+  float reflectivity = 0.3f;  ///< diffuse reflectivity in [0, 1]
+};
+
+/// A lattice of rectangular window recesses cut into the four vertical faces of a
+/// FacadeBox. Windows are centred on each face in slots `pitch` wide; rows repeat every
+/// `floor_height` from `base_z` up to `top_margin` below the roof.
+struct WindowGrid {
+  double pitch = 3.0;         ///< horizontal slot width along a face (m); one window per slot
+  double width = 1.4;         ///< window width (m), less than `pitch`
+  double floor_height = 3.2;  ///< vertical spacing of window rows (m)
+  double height = 1.6;        ///< window height (m)
+  double sill = 0.9;          ///< window bottom above its floor level (m)
+  double depth = 0.25;        ///< recess depth into the wall (m)
+  double margin = 1.0;        ///< plain wall kept at each face's vertical edges (m), at least `depth`
+  double base_z = 0.0;        ///< scene z of the ground-floor level (m)
+  double top_margin = 0.8;    ///< plain wall kept below the roof (m)
+  float glass_reflectivity = 0.08f;  ///< reflectivity of a recess's back wall (the glass)
+};
+
+/// A building block: an oriented box whose vertical faces carry window recesses.
+struct FacadeBox {
+  OrientedBox box;     ///< the solid
+  WindowGrid windows;  ///< the recesses cut into its vertical faces
+};
+
+/// A solid vertical cylinder (poles, tree trunks), capped at both ends.
+struct Cylinder {
+  Eigen::Vector2d center = Eigen::Vector2d::Zero();  ///< axis position, scene x y (m)
+  double z_min = 0.0;         ///< bottom cap height (m)
+  double z_max = 1.0;         ///< top cap height (m)
+  double radius = 0.1;        ///< radius (m)
+  float reflectivity = 0.5f;  ///< diffuse reflectivity in [0, 1]
+};
+
+/// A solid sphere (tree crowns are clusters of them).
+struct Sphere {
+  Eigen::Vector3d center = Eigen::Vector3d::Zero();  ///< centre, scene frame (m)
+  double radius = 1.0;        ///< radius (m)
+  float reflectivity = 0.5f;  ///< diffuse reflectivity in [0, 1]
+};
+
+/// Ground as a regular grid of heights; each cell is split into two triangles along its
+/// (0,0)-(1,1) diagonal, so the surface is exact and the same for rays and for sampling.
+struct Heightfield {
+  Eigen::Vector2d min_corner = Eigen::Vector2d::Zero();  ///< scene x y of vertex (0, 0) (m)
+  double cell = 0.5;  ///< cell size (m)
+  int nx = 0;         ///< cells along x
+  int ny = 0;         ///< cells along y
+  /// Vertex heights, (nx + 1) * (ny + 1) of them, x fastest (m).
+  std::vector<float> heights;
+  /// Per-cell reflectivity, nx * ny of them, x fastest; empty means 0.3 everywhere.
+  std::vector<float> reflectivity;
+
+  /// True when there is no ground.
+  bool empty() const noexcept { return nx == 0 || ny == 0; }
+  /// Surface height at scene (x, y); NaN outside the grid.
+  double height_at(double x, double y) const;
+  /// Reflectivity of the cell holding (x, y); 0 outside the grid.
+  float reflectivity_at(double x, double y) const;
+};
+
+/// The street grid the generator laid out, which trajectories drive on.
+struct RoadNetwork {
+  std::vector<Eigen::Vector2d> nodes;          ///< intersections, scene x y (m)
+  std::vector<std::pair<int, int>> edges;      ///< straight road segments between nodes
+  double half_width = 5.0;                     ///< carriageway half width (m)
+  double lane_offset = 1.5;                    ///< distance of the driving line right of the centre (m)
+};
+
+/// What the procedural generator placed (all zero for a hand-built scene).
+struct SceneContents {
+  std::size_t buildings = 0;  ///< buildings (one or two facade boxes each)
+  std::size_t trees = 0;      ///< trees (trunk and a cluster of crown spheres)
+  std::size_t poles = 0;      ///< street lights and sign posts
+  std::size_t vehicles = 0;   ///< parked cars, vans and trucks
+  std::size_t walls = 0;      ///< free-standing and boundary walls
+};
+
+/// Everything a World is made of. Fill it by hand (tests, custom scenes) or with
+/// generate_scene().
+struct Scene {
+  Heightfield ground;                  ///< the terrain (may be empty)
+  std::vector<OrientedBox> boxes;      ///< plain solids
+  std::vector<FacadeBox> facades;      ///< solids with window recesses
+  std::vector<Cylinder> cylinders;     ///< vertical cylinders
+  std::vector<Sphere> spheres;         ///< spheres
+  RoadNetwork roads;                   ///< drivable streets (empty: no trajectory can be made)
+  SceneContents contents;              ///< generator statistics
+  Eigen::Vector3d origin = Eigen::Vector3d::Zero();  ///< world position of the scene frame's origin (m)
+  double yaw = 0.0;                    ///< rotation of the scene frame about world z (rad)
+  double size = 0.0;                   ///< side of the square the generator filled (m); 0 if hand-built
+
+  /// Number of primitives (boxes, facades, cylinders, spheres), ground not counted.
+  std::size_t primitive_count() const noexcept {
+    return boxes.size() + facades.size() + cylinders.size() + spheres.size();
+  }
+};
+
+/// T_world_scene: world pose of the scene frame (rotation yaw about z, translation origin).
+Eigen::Isometry3d world_from_scene(const Scene& scene);
+
+// ---------------------------------------------------------------------------------------
+// World: a scene with its acceleration structure, ready for ray casting
+// ---------------------------------------------------------------------------------------
+
+/// The first surface a ray meets.
+struct Hit {
+  double range = 0.0;                               ///< distance along the unit ray (m)
+  Eigen::Vector3d normal = Eigen::Vector3d::UnitZ();  ///< unit surface normal, scene frame
+  float reflectivity = 0.0f;                        ///< reflectivity of the surface hit
+};
+
+namespace detail {
+/// The acceleration structures behind a World (src/sim/world_data.hpp).
+struct WorldData;
+}  // namespace detail
+
+/// An immutable scene plus a bounding-volume hierarchy over its primitives and a
+/// min/max hierarchy over its ground. Thread-safe for concurrent queries.
+class World {
+ public:
+  /// Validates the scene and builds the acceleration structures. Throws Error for an
+  /// empty scene (no ground and no primitive) or a primitive with a non-finite or
+  /// non-positive size, naming the primitive and field.
+  explicit World(Scene scene);
+  /// Moves a world.
+  World(World&&) noexcept;
+  /// Moves a world.
+  World& operator=(World&&) noexcept;
+  /// Frees the acceleration structures.
+  ~World();
+
+  /// The scene this world was built from.
+  const Scene& scene() const noexcept;
+  /// First surface hit by the ray `origin + t * direction` (scene frame, `direction` of
+  /// unit length) for 0 < t <= max_range; nullopt when nothing is hit. A ray that starts
+  /// inside a solid does not see that solid.
+  std::optional<Hit> cast(const Eigen::Vector3d& origin, const Eigen::Vector3d& direction, double max_range) const;
+  /// True when `p` (scene frame) lies inside a solid primitive by more than `tolerance`
+  /// metres (window recesses are empty space) or below the ground by more than it.
+  bool inside_solid(const Eigen::Vector3d& p, double tolerance) const;
+  /// Ground height at scene (x, y); NaN where there is no ground.
+  double ground_height(double x, double y) const;
+  /// Internal data, for ndtcu's own sampling code and tests.
+  const detail::WorldData& data() const noexcept { return *data_; }
+
+ private:
+  std::unique_ptr<detail::WorldData> data_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Procedural scene
+// ---------------------------------------------------------------------------------------
+
+/// Options of the procedural outdoor scene.
+struct WorldSettings {
+  std::uint64_t seed = 1;  ///< every random choice derives from it
+  /// Side of the square world (m), 50 (one block and its streets) to 10000.
+  double size = 200.0;
+  /// World position of the scene's centre, e.g. {680000, 3900000, 40} for a UTM map.
+  Eigen::Vector3d origin = Eigen::Vector3d::Zero();
+  /// Amplitude of the rolling terrain (m): the largest octave's height; 0 is flat but for
+  /// bumps and curbs.
+  double relief = 3.0;
+  /// Ground grid cell (m); 0 chooses max(0.5, size / 4096) so the grid stays under 17M vertices.
+  double ground_cell = 0.0;
+};
+
+/// Checks WorldSettings; throws Error naming the option (--world-size, --origin) and value.
+void validate(const WorldSettings& settings);
+
+/// Builds the procedural scene: a rotated street grid on rolling terrain with cambered
+/// carriageways and 0.15 m curbs, buildings with window recesses and setbacks, street
+/// lights, sign posts, street and park trees (noisy sphere clusters), parked vehicles,
+/// parking lots and walls. Throws Error for invalid settings.
+Scene generate_scene(const WorldSettings& settings);
+
+/// Parses "x,y,z" (metres, three finite numbers) as given to --origin; throws Error
+/// naming --origin and the text otherwise.
+Eigen::Vector3d parse_origin(const std::string& text);
+
+// ---------------------------------------------------------------------------------------
+// LiDAR
+// ---------------------------------------------------------------------------------------
+
+/// A spinning multi-beam LiDAR: one laser per ring, fired at `columns` evenly spaced
+/// azimuths per revolution, all from the sensor origin.
+struct LidarModel {
+  std::string name = "custom";               ///< preset name or "custom"
+  std::vector<double> ring_elevations_deg;   ///< elevation of each ring (deg), ring index = position
+  int columns = 1800;                        ///< azimuth steps per revolution
+  double min_range = 0.5;                    ///< returns closer than this are discarded (m)
+  double max_range = 100.0;                  ///< nothing beyond this is seen (m)
+  double range_noise_sigma = 0.02;           ///< Gaussian range noise, one sigma (m)
+  double dropout = 0.0;                      ///< probability that a return is lost, in [0, 1)
+
+  /// Rays per revolution (rings * columns).
+  std::size_t rays() const noexcept { return ring_elevations_deg.size() * static_cast<std::size_t>(columns); }
+};
+
+/// Names accepted by lidar_preset().
+const std::vector<std::string>& lidar_preset_names();
+
+/// A preset: "hdl32" (HDL-32E: 32 rings, -30.67 to +10.67 deg, 2250 columns, 1-100 m,
+/// 2 cm noise), "hdl64" (HDL-64E: 64 rings, +2 to -24.9 deg in two blocks, 2000 columns,
+/// 1-120 m, 2 cm), "os1-64" (64 rings, +/-22.5 deg uniform, 1024 columns, 0.5-120 m,
+/// 1 cm), "os0-64" (64 rings, +/-45 deg uniform, 1024 columns, 0.3-50 m, 1 cm); no
+/// dropout. Throws Error for another name, listing these.
+LidarModel lidar_preset(const std::string& name);
+
+/// Checks a model; throws Error naming the field (and its CLI option) and value.
+void validate(const LidarModel& model);
+
+/// Unit direction of ring `ring` at column `column`, sensor frame. Azimuth is
+/// 2 pi column / columns, counter-clockwise from x.
+Eigen::Vector3d ray_direction(const LidarModel& model, int ring, int column);
+
+/// One simulated revolution.
+struct Scan {
+  PointCloud cloud;                  ///< sensor frame, with intensity (0 to 255)
+  std::vector<std::uint16_t> ring;   ///< ring of each point
+  std::vector<std::uint32_t> column; ///< column of each point
+  std::size_t rays = 0;              ///< rays cast (returns plus misses, dropouts, too-near hits)
+};
+
+/// Casts every ray of `model` from `scene_from_sensor` (T_scene_sensor). Points come in
+/// column-major order (all rings of column 0, then column 1, ...). Range noise and
+/// dropout are drawn per ray from a counter-based hash of (seed, frame, ray index), so
+/// the result does not depend on `threads` (0: one per hardware thread). Intensity is
+/// 255 * reflectivity * |cos(incidence)|. The scan is instantaneous (no motion skew).
+Scan cast_scan(const World& world, const LidarModel& model, const Eigen::Isometry3d& scene_from_sensor,
+               std::uint64_t seed, std::uint64_t frame, unsigned threads = 0);
+
+// ---------------------------------------------------------------------------------------
+// Trajectory
+// ---------------------------------------------------------------------------------------
+
+/// Options of the drive through the street grid.
+struct TrajectorySettings {
+  std::uint64_t seed = 1;       ///< route and speed choices derive from it
+  int frames = 50;              ///< poses to produce, at least 1 (--frames)
+  double rate_hz = 10.0;        ///< sampling rate (Hz)
+  double sensor_height = 1.8;   ///< sensor above the ground contact point, along the body's z (m)
+  double min_speed = 6.0;       ///< slowest cruise speed of a street segment (m/s)
+  double max_speed = 13.0;      ///< fastest cruise speed of a street segment (m/s)
+  double turn_radius = 7.0;     ///< radius of the road centre line through turns (m)
+};
+
+/// Checks TrajectorySettings; throws Error naming the option (--frames) and value.
+void validate(const TrajectorySettings& settings);
+
+/// One pose of the drive.
+struct TrajectorySample {
+  double time = 0.0;                                               ///< seconds from the first pose
+  Eigen::Isometry3d scene_from_sensor = Eigen::Isometry3d::Identity();  ///< T_scene_sensor
+  double speed = 0.0;                                              ///< m/s
+  double distance = 0.0;                                           ///< metres driven from the first pose
+};
+
+/// A random drive along the right-hand lane of the road network, turning at
+/// intersections (no U-turns) on circular arcs, with a speed profile limited in
+/// acceleration, braking and lateral acceleration. The body follows the ground: z from
+/// the four wheel contacts, pitch from front/rear and roll from left/right heights.
+/// Throws Error when the scene has no road network.
+std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& settings);
+
+// ---------------------------------------------------------------------------------------
+// Map
+// ---------------------------------------------------------------------------------------
+
+/// Options of the map sampled from the scene's surfaces.
+struct MapSettings {
+  std::uint64_t seed = 1;  ///< sample positions derive from it
+  /// Voxel-grid leaf applied to the samples (m, --map-voxel); 0 keeps every sample.
+  double voxel = 0.2;
+  /// Samples per square metre of surface; 0 chooses 6 / voxel^2 (about six samples per
+  /// voxel face), or 100 without a voxel filter.
+  double density = 0.0;
+  /// When non-zero, the map has exactly this many points (--map-points): the density is
+  /// chosen from the surface area and the voxel filter is not applied.
+  std::size_t target_points = 0;
+  unsigned threads = 0;  ///< worker threads, 0: one per hardware thread
+};
+
+/// Checks MapSettings; throws Error naming the option and value.
+void validate(const MapSettings& settings);
+
+/// Samples every surface of the world uniformly (ground triangles, box and facade faces,
+/// window recesses, cylinders, spheres), drops samples hidden inside another solid or
+/// under the ground, and voxel-filters them. The cloud is in the world frame: its
+/// `origin` is the scene's origin and its points are Rz(yaw) * p_scene, in float.
+PointCloud sample_map(const World& world, const MapSettings& settings);
+
+// ---------------------------------------------------------------------------------------
+// Poses on disk
+// ---------------------------------------------------------------------------------------
+
+/// A time-stamped pose (T_world_sensor in the files simulate() writes).
+struct TimedPose {
+  double time = 0.0;                                       ///< seconds
+  Eigen::Isometry3d pose = Eigen::Isometry3d::Identity();  ///< the pose
+};
+
+/// Writes TUM lines `t x y z qx qy qz qw` (translation to 1e-6 m, quaternion to 1e-9,
+/// qw >= 0). Throws IoError.
+void write_tum_poses(const std::string& path, const std::vector<TimedPose>& poses);
+
+/// Writes KITTI lines: the top 3x4 of each pose, row-major (rotation to 1e-9,
+/// translation to 1e-6 m). Throws IoError.
+void write_kitti_poses(const std::string& path, const std::vector<TimedPose>& poses);
+
+/// Reads a TUM file (`#` comments and blank lines skipped). Throws IoError naming the
+/// line that is not 8 numbers or whose quaternion is not of unit length.
+std::vector<TimedPose> read_tum_poses(const std::string& path);
+
+// ---------------------------------------------------------------------------------------
+// Everything at once: `ndtcu simulate`
+// ---------------------------------------------------------------------------------------
+
+/// Options of a whole simulated data set.
+struct SimulationSettings {
+  WorldSettings world;             ///< the scene
+  LidarModel lidar = lidar_preset("hdl32");  ///< the sensor
+  TrajectorySettings trajectory;   ///< the drive (its seed is derived from world.seed)
+  MapSettings map;                 ///< the map (its seed is derived from world.seed)
+  /// When non-zero, the columns of `lidar` are chosen so that a scan has about this many
+  /// points (--scan-points), from a pilot scan at the first pose.
+  std::size_t scan_points = 0;
+  PcdEncoding encoding = PcdEncoding::BinaryCompressed;  ///< PCD encoding of map and scans
+  unsigned threads = 0;            ///< worker threads, 0: one per hardware thread
+};
+
+/// What simulate() made, with how long each part took.
+struct SimulationSummary {
+  std::size_t primitives = 0;         ///< primitives in the scene
+  SceneContents contents;             ///< buildings, trees, ...
+  std::size_t map_points = 0;         ///< points in map.pcd
+  std::size_t frames = 0;             ///< scans written
+  int columns = 0;                    ///< columns per revolution actually used
+  std::size_t scan_points_min = 0;    ///< fewest points in a scan
+  std::size_t scan_points_max = 0;    ///< most points in a scan
+  std::size_t scan_points_total = 0;  ///< points over all scans
+  double path_length = 0.0;           ///< metres driven from the first to the last pose
+  double seconds_world = 0.0;         ///< scene generation and acceleration structures
+  double seconds_map = 0.0;           ///< map sampling, filtering and writing
+  double seconds_scans = 0.0;         ///< ray casting and writing every scan
+  double seconds_total = 0.0;         ///< everything
+};
+
+/// Checks every part of the settings; throws Error naming the option and value.
+void validate(const SimulationSettings& settings);
+
+/// Generates the world, trajectory, map and scans and writes into `out_dir` (created if
+/// needed): map.pcd (world frame), scans/000000.pcd ... (sensor frame, x y z
+/// intensity), poses_tum.txt and poses_kitti.txt (T_world_sensor per scan, origin
+/// included), and world.json (every parameter). Throws Error or IoError.
+SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir);
+
+}  // namespace ndtcu::sim

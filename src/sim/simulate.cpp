@@ -1,0 +1,280 @@
+// `ndtcu simulate` as a library call: world, trajectory, map and scans into one folder,
+// plus the pose files and world.json that describe them.
+#include "random.hpp"
+#include "world_data.hpp"
+
+#include "io/bytes.hpp"
+#include "log.hpp"
+
+#include <ndtcu/error.hpp>
+#include <ndtcu/version.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+namespace ndtcu::sim {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void write_text(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw IoError(path, std::string("cannot open for writing: ") + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw IoError(path, std::string("write failed: ") + std::strerror(errno));
+}
+
+/// Unit quaternion of a rotation with w >= 0, so each rotation has one spelling.
+Eigen::Quaterniond canonical_quaternion(const Eigen::Matrix3d& r) {
+  Eigen::Quaterniond q(r);
+  q.normalize();
+  if (q.w() < 0.0) q.coeffs() *= -1.0;
+  return q;
+}
+
+/// Removes scans/NNNNNN.pcd left by an earlier run, so the folder holds exactly this run's
+/// frames; nothing else in it is touched.
+void clear_old_scans(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool numbered = name.size() == 10 && name.compare(6, 4, ".pcd") == 0 &&
+                          std::all_of(name.begin(), name.begin() + 6, [](char c) { return c >= '0' && c <= '9'; });
+    if (numbered) fs::remove(entry.path(), ec);
+  }
+}
+
+nlohmann::ordered_json vec3(const Eigen::Vector3d& v) { return {v.x(), v.y(), v.z()}; }
+
+const char* encoding_name(PcdEncoding e) {
+  switch (e) {
+    case PcdEncoding::Ascii: return "ascii";
+    case PcdEncoding::Binary: return "binary";
+    default: return "binary_compressed";
+  }
+}
+
+}  // namespace
+
+void write_tum_poses(const std::string& path, const std::vector<TimedPose>& poses) {
+  std::string text;
+  for (const auto& p : poses) {
+    const Eigen::Vector3d t = p.pose.translation();
+    const Eigen::Quaterniond q = canonical_quaternion(p.pose.linear());
+    // Microns at 1e7 m need 14 significant digits; double carries 15-16.
+    text += fmt::format("{:.6f} {:.6f} {:.6f} {:.6f} {:.9f} {:.9f} {:.9f} {:.9f}\n", p.time, t.x(), t.y(), t.z(), q.x(),
+                        q.y(), q.z(), q.w());
+  }
+  write_text(path, text);
+}
+
+void write_kitti_poses(const std::string& path, const std::vector<TimedPose>& poses) {
+  std::string text;
+  for (const auto& p : poses) {
+    const Eigen::Matrix3d r = p.pose.linear();
+    const Eigen::Vector3d t = p.pose.translation();
+    text += fmt::format("{:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f}\n", r(0, 0),
+                        r(0, 1), r(0, 2), t.x(), r(1, 0), r(1, 1), r(1, 2), t.y(), r(2, 0), r(2, 1), r(2, 2), t.z());
+  }
+  write_text(path, text);
+}
+
+std::vector<TimedPose> read_tum_poses(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path, std::string("cannot open: ") + std::strerror(errno));
+  std::vector<TimedPose> poses;
+  std::string line;
+  std::vector<std::string_view> tokens;
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
+    tokens.clear();
+    ndtcu::detail::split_tokens(line, tokens);
+    if (tokens.empty() || tokens.front().front() == '#') continue;
+    double v[8];
+    bool ok = tokens.size() == 8;
+    for (int k = 0; ok && k < 8; ++k) ok = ndtcu::detail::parse_double(tokens[static_cast<std::size_t>(k)], v[k]) && std::isfinite(v[k]);
+    if (!ok) throw IoError(path, "line " + std::to_string(number) + ": expected 8 numbers 't x y z qx qy qz qw'");
+    const Eigen::Quaterniond q(v[7], v[4], v[5], v[6]);
+    // Files written to 9 decimals are unit to about 1e-8; anything far off is not a rotation.
+    if (std::abs(q.norm() - 1.0) > 1e-6) {
+      throw IoError(path, "line " + std::to_string(number) + ": quaternion norm " + fmt::format("{:.9f}", q.norm()) +
+                              " is not 1");
+    }
+    TimedPose p;
+    p.time = v[0];
+    p.pose.linear() = q.normalized().toRotationMatrix();
+    p.pose.translation() = Eigen::Vector3d(v[1], v[2], v[3]);
+    poses.push_back(p);
+  }
+  return poses;
+}
+
+void validate(const SimulationSettings& s) {
+  validate(s.world);
+  validate(s.lidar);
+  validate(s.trajectory);
+  validate(s.map);
+  if (s.scan_points > 100000000) {
+    throw Error("scan points (--scan-points) must be at most 100000000, got " + std::to_string(s.scan_points));
+  }
+}
+
+SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir) {
+  validate(settings);
+  const auto t_start = Clock::now();
+  auto& log = ndtcu::detail::log();
+  // One seed drives everything; each part gets its own stream of it.
+  const std::uint64_t seed = settings.world.seed;
+  TrajectorySettings trajectory_settings = settings.trajectory;
+  trajectory_settings.seed = detail::hash4(seed, detail::kStreamRoute, 1);
+  MapSettings map_settings = settings.map;
+  map_settings.seed = detail::hash4(seed, detail::kStreamMap, 1);
+  map_settings.threads = settings.threads;
+  const std::uint64_t noise_seed = detail::hash4(seed, detail::kStreamRayNoise, 1);
+
+  const fs::path dir(out_dir);
+  const fs::path scans_dir = dir / "scans";
+  std::error_code ec;
+  fs::create_directories(scans_dir, ec);
+  if (ec) throw IoError(scans_dir.string(), "cannot create folder: " + ec.message());
+  clear_old_scans(scans_dir);
+
+  SimulationSummary summary;
+  World world(generate_scene(settings.world));
+  const Scene& scene = world.scene();
+  summary.primitives = scene.primitive_count();
+  summary.contents = scene.contents;
+  summary.seconds_world = seconds_since(t_start);
+  log.debug("sim: {:.0f} m world with {} buildings, {} trees, {} vehicles ({} primitives) in {:.2f} s", scene.size,
+           scene.contents.buildings, scene.contents.trees, scene.contents.vehicles, summary.primitives,
+           summary.seconds_world);
+
+  const std::vector<TrajectorySample> trajectory = generate_trajectory(world, trajectory_settings);
+  LidarModel lidar = settings.lidar;
+  if (settings.scan_points > 0) {
+    // A pilot revolution at the first pose gives the fraction of rays that return.
+    const Scan pilot = cast_scan(world, lidar, trajectory.front().scene_from_sensor, noise_seed, 0, settings.threads);
+    if (pilot.cloud.empty()) throw Error("scan points (--scan-points): the first pose sees nothing to size the scan by");
+    const double per_column = static_cast<double>(pilot.cloud.size()) / lidar.columns;
+    lidar.columns = static_cast<int>(std::clamp(std::ceil(static_cast<double>(settings.scan_points) / per_column), 1.0, 1e6));
+    validate(lidar);
+  }
+  summary.columns = lidar.columns;
+
+  const auto t_map = Clock::now();
+  const PointCloud map = sample_map(world, map_settings);
+  WriteOptions write;
+  write.pcd_encoding = settings.encoding;
+  write_pcd((dir / "map.pcd").string(), map, write);
+  summary.map_points = map.size();
+  summary.seconds_map = seconds_since(t_map);
+  log.debug("sim: map.pcd: {} points in {:.2f} s", map.size(), summary.seconds_map);
+
+  const auto t_scans = Clock::now();
+  const Eigen::Isometry3d world_from_scene_frame = world_from_scene(scene);
+  std::vector<TimedPose> poses;
+  summary.scan_points_min = std::numeric_limits<std::size_t>::max();
+  for (std::size_t f = 0; f < trajectory.size(); ++f) {
+    const Scan scan = cast_scan(world, lidar, trajectory[f].scene_from_sensor, noise_seed, f, settings.threads);
+    write_pcd((scans_dir / fmt::format("{:06d}.pcd", f)).string(), scan.cloud, write);
+    summary.scan_points_min = std::min(summary.scan_points_min, scan.cloud.size());
+    summary.scan_points_max = std::max(summary.scan_points_max, scan.cloud.size());
+    summary.scan_points_total += scan.cloud.size();
+    poses.push_back({trajectory[f].time, world_from_scene_frame * trajectory[f].scene_from_sensor});
+  }
+  summary.frames = trajectory.size();
+  summary.path_length = trajectory.back().distance;
+  summary.seconds_scans = seconds_since(t_scans);
+  log.debug("sim: {} scans ({} to {} points) in {:.2f} s", summary.frames, summary.scan_points_min,
+           summary.scan_points_max, summary.seconds_scans);
+  write_tum_poses((dir / "poses_tum.txt").string(), poses);
+  write_kitti_poses((dir / "poses_kitti.txt").string(), poses);
+
+  // Every parameter, and nothing that changes from run to run (no times, paths, threads).
+  nlohmann::ordered_json j;
+  j["generator"] = {{"name", "ndtcu simulate"}, {"version", NDTCU_VERSION_STRING}};
+  j["seed"] = seed;
+  j["frames"] = {{"scene", "primitives and ground, metres"},
+                 {"world", "origin + Rz(yaw) * scene"},
+                 {"sensor", "x forward, y left, z up"},
+                 {"map", "world"},
+                 {"poses", "T_world_sensor, one per scan"}};
+  const Heightfield& g = scene.ground;
+  j["world"] = {{"size_m", scene.size},
+                {"origin", vec3(scene.origin)},
+                {"yaw_deg", scene.yaw * 180.0 / 3.14159265358979323846},
+                {"relief_m", settings.world.relief},
+                {"ground", {{"cell_m", g.cell}, {"cells", {g.nx, g.ny}}, {"min_corner_scene", {g.min_corner.x(), g.min_corner.y()}}}},
+                {"roads",
+                 {{"intersections", scene.roads.nodes.size()},
+                  {"streets", scene.roads.edges.size()},
+                  {"half_width_m", scene.roads.half_width},
+                  {"lane_offset_m", scene.roads.lane_offset}}},
+                {"contents",
+                 {{"buildings", scene.contents.buildings},
+                  {"trees", scene.contents.trees},
+                  {"poles", scene.contents.poles},
+                  {"vehicles", scene.contents.vehicles},
+                  {"walls", scene.contents.walls}}},
+                {"primitives",
+                 {{"boxes", scene.boxes.size()},
+                  {"facades", scene.facades.size()},
+                  {"cylinders", scene.cylinders.size()},
+                  {"spheres", scene.spheres.size()}}}};
+  j["sensor"] = {{"name", lidar.name},
+                 {"rings", lidar.ring_elevations_deg.size()},
+                 {"ring_elevations_deg", lidar.ring_elevations_deg},
+                 {"columns", lidar.columns},
+                 {"rays_per_scan", lidar.rays()},
+                 {"min_range_m", lidar.min_range},
+                 {"max_range_m", lidar.max_range},
+                 {"range_noise_sigma_m", lidar.range_noise_sigma},
+                 {"dropout", lidar.dropout},
+                 {"scan_points_requested", settings.scan_points},
+                 {"intensity", "255 * reflectivity * |cos(incidence)|"},
+                 {"motion_distortion", false}};
+  j["trajectory"] = {{"frames", trajectory.size()},
+                     {"rate_hz", trajectory_settings.rate_hz},
+                     {"sensor_height_m", trajectory_settings.sensor_height},
+                     {"cruise_speed_mps", {trajectory_settings.min_speed, trajectory_settings.max_speed}},
+                     {"turn_radius_m", trajectory_settings.turn_radius},
+                     {"path_length_m", summary.path_length},
+                     {"duration_s", trajectory.back().time}};
+  j["map"] = {{"file", "map.pcd"},
+              {"voxel_m", map_settings.target_points > 0 ? 0.0 : map_settings.voxel},
+              // The density sample_map() used: the exact-count mode picks its own.
+              {"density_per_m2", map_settings.target_points > 0 ? nlohmann::ordered_json(nullptr)
+                                 : map_settings.density > 0.0   ? nlohmann::ordered_json(map_settings.density)
+                                 : map_settings.voxel > 0.0
+                                     ? nlohmann::ordered_json(6.0 / (map_settings.voxel * map_settings.voxel))
+                                     : nlohmann::ordered_json(100.0)},
+              {"target_points", map_settings.target_points},
+              {"points", map.size()},
+              {"encoding", encoding_name(settings.encoding)}};
+  j["scans"] = {{"folder", "scans"},
+                {"count", summary.frames},
+                {"fields", {"x", "y", "z", "intensity"}},
+                {"points_min", summary.scan_points_min},
+                {"points_max", summary.scan_points_max},
+                {"points_total", summary.scan_points_total},
+                {"encoding", encoding_name(settings.encoding)}};
+  j["poses"] = {{"tum", "poses_tum.txt"}, {"kitti", "poses_kitti.txt"}};
+  write_text((dir / "world.json").string(), j.dump(2) + "\n");
+  summary.seconds_total = seconds_since(t_start);
+  return summary;
+}
+
+}  // namespace ndtcu::sim

@@ -1,0 +1,262 @@
+// simulate() end to end: the same bytes from the same seed, scans that lie on the map at
+// their true poses, files that ndtcu reads back, the drive, and refused options.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/io.hpp>
+#include <ndtcu/simulator.hpp>
+
+#include <nanoflann.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+using namespace ndtcu;
+using namespace ndtcu::sim;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Small but complete: a block and its streets, a few scans of a thinned HDL-32.
+SimulationSettings small_settings() {
+  SimulationSettings s;
+  s.world.seed = 21;
+  s.world.size = 80;
+  s.lidar = lidar_preset("hdl32");
+  s.lidar.columns = 720;
+  s.trajectory.frames = 4;
+  s.map.voxel = 0.2;
+  s.threads = 2;
+  return s;
+}
+
+std::vector<fs::path> files_under(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out.push_back(fs::relative(e.path(), dir));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// nanoflann over float points.
+struct Points {
+  const std::vector<Eigen::Vector3f>& pts;
+  std::size_t kdtree_get_point_count() const { return pts.size(); }
+  float kdtree_get_pt(std::size_t i, std::size_t dim) const { return pts[i][static_cast<Eigen::Index>(dim)]; }
+  template <class Box>
+  bool kdtree_get_bbox(Box&) const {
+    return false;
+  }
+};
+using KdTree = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<float, Points>, Points, 3, std::uint32_t>;
+
+/// Median distance from each scan point, put in the world by `pose`, to the nearest map
+/// point.
+double median_distance(const KdTree& tree, const PointCloud& map, const PointCloud& scan, const Eigen::Isometry3d& pose) {
+  std::vector<double> d;
+  d.reserve(scan.size());
+  for (const auto& p : scan.points) {
+    // World coordinates in double, then relative to the map's origin (UTM-sized values
+    // never go through float).
+    const Eigen::Vector3f q = (pose * p.cast<double>() - map.origin).cast<float>();
+    std::uint32_t index;
+    float dist2;
+    tree.knnSearch(q.data(), 1, &index, &dist2);
+    d.push_back(std::sqrt(static_cast<double>(dist2)));
+  }
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+  return d[d.size() / 2];
+}
+
+}  // namespace
+
+TEST_CASE("the same seed and options give the same bytes in every file", "[unit][sim]") {
+  const fs::path a = ndtcu::test::temp_dir("sim_same_a"), b = ndtcu::test::temp_dir("sim_same_b");
+  SimulationSettings s = small_settings();
+  s.world.origin = {680000, 3900000, 40};
+  s.lidar.dropout = 0.02;
+  simulate(s, a.string());
+  s.threads = 1;  // the thread count must not matter either
+  s.map.threads = 1;
+  simulate(s, b.string());
+  const auto names = files_under(a);
+  REQUIRE(names == files_under(b));
+  REQUIRE(names.size() == 4 + 4);  // map, 2 pose files, world.json, 4 scans
+  for (const auto& name : names) {
+    CAPTURE(name);
+    CHECK(ndtcu::test::read_bytes(a / name) == ndtcu::test::read_bytes(b / name));
+  }
+  // And another seed makes another world.
+  const fs::path c = ndtcu::test::temp_dir("sim_same_c");
+  s.world.seed = 22;
+  simulate(s, c.string());
+  CHECK(ndtcu::test::read_bytes(a / "map.pcd") != ndtcu::test::read_bytes(c / "map.pcd"));
+}
+
+TEST_CASE("scans at their true poses lie on the map, with a UTM-sized origin", "[unit][sim]") {
+  const fs::path dir = ndtcu::test::temp_dir("sim_truth");
+  SimulationSettings s = small_settings();
+  s.world.origin = {680000, 3900000, 40};
+  s.lidar.range_noise_sigma = 0.02;
+  const SimulationSummary summary = simulate(s, dir.string());
+
+  CloudInfo info;
+  const PointCloud map = read_point_cloud((dir / "map.pcd").string(), {}, &info);
+  CHECK(info.xyz_double);  // written as float64 world coordinates
+  REQUIRE(map.size() == summary.map_points);
+  REQUIRE(map.size() > 10000);
+  const auto tum = read_tum_poses((dir / "poses_tum.txt").string());
+  REQUIRE(tum.size() == 4);
+
+  // The KITTI file holds the same poses.
+  std::ifstream kitti(dir / "poses_kitti.txt");
+  for (const auto& p : tum) {
+    Eigen::Matrix<double, 3, 4> m;
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 4; ++c) kitti >> m(r, c);
+    }
+    REQUIRE(kitti);
+    CHECK((m.leftCols<3>() - p.pose.linear()).cwiseAbs().maxCoeff() < 2e-8);  // 9 decimals each
+    CHECK((m.col(3) - p.pose.translation()).norm() < 2e-6);                    // 6 decimals each
+    // World coordinates: the origin is in the poses.
+    CHECK(std::abs(p.pose.translation().x() - 680000) < 100);
+    CHECK(std::abs(p.pose.translation().y() - 3900000) < 100);
+  }
+  CHECK(tum[1].time == Approx(0.1));
+
+  Points adaptor{map.points};
+  KdTree tree(3, adaptor, nanoflann::KDTreeSingleIndexAdaptorParams(10));
+  // Allowance for the map's voxel filter: a surface point and the centroid that stands
+  // for its voxel both lie in that voxel; for the flat surfaces that dominate, the
+  // nearest centroid is within half a voxel diagonal, L * sqrt(3) / 2.
+  const double allowance = s.map.voxel * std::sqrt(3.0) / 2.0;
+  const double bound = 2.0 * s.lidar.range_noise_sigma + allowance;
+  for (std::size_t f = 0; f < tum.size(); ++f) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%06zu.pcd", f);
+    const PointCloud scan = read_point_cloud((dir / "scans" / name).string());
+    REQUIRE(scan.has_intensity());
+    REQUIRE(scan.size() > 10000);
+    const double median = median_distance(tree, map, scan, tum[f].pose);
+    CAPTURE(f, median, bound);
+    CHECK(median < bound);
+    // The check can fail: the same scan half a metre too high is far off the map.
+    Eigen::Isometry3d wrong = tum[f].pose;
+    wrong.translation().z() += 0.5;
+    const double wrong_median = median_distance(tree, map, scan, wrong);
+    CAPTURE(wrong_median);
+    CHECK(wrong_median > bound);
+  }
+
+  const auto json = nlohmann::json::parse(ndtcu::test::read_bytes(dir / "world.json"));
+  CHECK(json["seed"] == 21);
+  CHECK(json["world"]["origin"][0] == 680000.0);
+  CHECK(json["sensor"]["rings"] == 32);
+  CHECK(json["sensor"]["columns"] == 720);
+  CHECK(json["sensor"]["range_noise_sigma_m"] == 0.02);
+  CHECK(json["map"]["points"] == map.size());
+  CHECK(json["scans"]["count"] == 4);
+}
+
+TEST_CASE("the drive stays in its lane, follows the ground and changes speed and heading", "[unit][sim]") {
+  WorldSettings ws;
+  ws.seed = 4;
+  ws.size = 120;
+  const World w(generate_scene(ws));
+  TrajectorySettings ts;
+  ts.frames = 400;  // 40 s: longer than one street, so it must turn
+  const auto drive = generate_trajectory(w, ts);
+  REQUIRE(drive.size() == 400);
+  const RoadNetwork& roads = w.scene().roads;
+  double min_speed = 1e9, max_speed = 0, turned = 0;
+  for (std::size_t i = 0; i < drive.size(); ++i) {
+    const Eigen::Isometry3d& p = drive[i].scene_from_sensor;
+    const Eigen::Vector3d t = p.translation();
+    CHECK(drive[i].time == Approx(0.1 * static_cast<double>(i)));
+    // The sensor sits 1.8 m above the ground, give or take the body's tilt.
+    CHECK(t.z() - w.ground_height(t.x(), t.y()) == Approx(ts.sensor_height).margin(0.1));
+    // On a carriageway: within its half width of some street.
+    double nearest = 1e9;
+    for (const auto& [a, b] : roads.edges) {
+      const Eigen::Vector2d p0 = roads.nodes[static_cast<std::size_t>(a)], p1 = roads.nodes[static_cast<std::size_t>(b)];
+      const double u = std::clamp((t.head<2>() - p0).dot(p1 - p0) / (p1 - p0).squaredNorm(), 0.0, 1.0);
+      nearest = std::min(nearest, (t.head<2>() - (p0 + u * (p1 - p0))).norm());
+    }
+    CHECK(nearest < roads.half_width);
+    min_speed = std::min(min_speed, drive[i].speed);
+    max_speed = std::max(max_speed, drive[i].speed);
+    CHECK(drive[i].speed <= ts.max_speed + 1e-9);
+    if (i > 0) {
+      const Eigen::Vector3d step = t - drive[i - 1].scene_from_sensor.translation();
+      // Distance per frame agrees with the speed (both from the same profile).
+      CHECK(step.norm() == Approx(0.1 * 0.5 * (drive[i].speed + drive[i - 1].speed)).epsilon(0.03).margin(0.01));
+      const Eigen::Vector3d f0 = drive[i - 1].scene_from_sensor.linear().col(0), f1 = p.linear().col(0);
+      turned += std::acos(std::clamp(f0.head<2>().normalized().dot(f1.head<2>().normalized()), -1.0, 1.0));
+    }
+  }
+  CHECK(max_speed - min_speed > 2.0);   // slows for turns, changes cruise speed
+  CHECK(turned > 3.14159 / 2 - 0.01);   // at least one full turn
+}
+
+TEST_CASE("the exact-count map has exactly the points asked for", "[unit][sim]") {
+  WorldSettings ws;
+  ws.seed = 5;
+  ws.size = 60;
+  const World w(generate_scene(ws));
+  MapSettings m;
+  m.target_points = 54321;
+  const PointCloud map = sample_map(w, m);
+  CHECK(map.size() == 54321);
+  m.threads = 1;
+  CHECK(sample_map(w, m).points == map.points);
+  // Hidden surfaces are gone: no point lies deep inside a building (window recesses are
+  // at most 0.45 m deep, so 0.5 m from every face is inside the wall) or under the
+  // ground, and the roofs are there.
+  const Eigen::Matrix3d to_scene = world_from_scene(w.scene()).linear().transpose();
+  REQUIRE(!w.scene().facades.empty());
+  std::size_t hidden = 0, below = 0, on_roofs = 0;
+  for (const auto& p : map.points) {
+    const Eigen::Vector3d q = to_scene * p.cast<double>();
+    below += q.z() < w.ground_height(q.x(), q.y()) - 0.01 ? 1 : 0;
+    for (const auto& f : w.scene().facades) {
+      const Eigen::Vector3d d = (q - f.box.center).cwiseAbs();  // the generator's boxes have yaw 0
+      const Eigen::Vector3d depth = f.box.half_extents - d;
+      hidden += depth.minCoeff() > 0.5 ? 1 : 0;
+      on_roofs += std::abs(depth.z()) < 0.01 && depth.x() > 0.5 && depth.y() > 0.5 ? 1 : 0;
+    }
+  }
+  CHECK(hidden == 0);
+  CHECK(below == 0);
+  CHECK(on_roofs > 100);
+}
+
+TEST_CASE("simulate refuses options that cannot work, naming them", "[unit][sim]") {
+  const std::string out = ndtcu::test::temp_dir("sim_bad").string();
+  SimulationSettings s = small_settings();
+  s.trajectory.frames = 0;
+  CHECK_THROWS_WITH(simulate(s, out), Catch::Contains("--frames") && Catch::Contains("got 0"));
+  s = small_settings();
+  s.world.size = 0;
+  CHECK_THROWS_WITH(simulate(s, out), Catch::Contains("--world-size") && Catch::Contains("got 0"));
+  s = small_settings();
+  s.lidar.ring_elevations_deg.clear();
+  CHECK_THROWS_WITH(simulate(s, out), Catch::Contains("no rings"));
+  s = small_settings();
+  s.lidar.max_range = -1;
+  CHECK_THROWS_WITH(simulate(s, out), Catch::Contains("--max-range") && Catch::Contains("-1"));
+  s = small_settings();
+  s.map.voxel = -0.2;
+  CHECK_THROWS_WITH(simulate(s, out), Catch::Contains("--map-voxel") && Catch::Contains("-0.2"));
+  CHECK(fs::is_empty(out));  // nothing was written before the options were checked
+  // A hand-made world without streets has nowhere to drive.
+  Scene no_roads;
+  no_roads.spheres.emplace_back();
+  CHECK_THROWS_WITH(generate_trajectory(World(no_roads), TrajectorySettings{}), Catch::Contains("no road network"));
+  // An output path that is a file.
+  const fs::path file = fs::path(out) / "plain_file";
+  ndtcu::test::write_bytes(file, "x");
+  CHECK_THROWS_AS(simulate(small_settings(), file.string()), IoError);
+}

@@ -1,14 +1,38 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds ndtcu, and runs it on the sample data in data/.
+# Installs what is missing, builds ndtcu, and runs it on the sample data in data/sample:
+# describes the map and a scan, then aligns the scan to the map from a guess 1 m and 3 deg
+# off its true pose and compares the result with the truth.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
-NDTCU_BUILD_DIR=${NDTCU_BUILD_DIR:-$root/build} "$root/scripts/build.sh" >/dev/null
-ndtcu=${NDTCU_BUILD_DIR:-$root/build}/apps/ndtcu
+build=${NDTCU_BUILD_DIR:-$root/build}
+NDTCU_BUILD_DIR=$build "$root/scripts/build.sh" >/dev/null
+ndtcu=$build/apps/ndtcu
 sample=$root/data/sample
 if [[ ! -f $sample/map.pcd ]]; then
   echo "demo.sh: $sample/map.pcd is missing; regenerate it with scripts/make_sample.sh" >&2
   exit 1
 fi
-echo "== ndtcu info on the sample map and its first scan"
-"$ndtcu" info "$sample/map.pcd" "$(ls "$sample"/scans/*.pcd | head -n 1)"
+scan=$sample/scans/000003.pcd
+
+echo "== ndtcu info: the sample map and one scan"
+"$ndtcu" info "$sample/map.pcd" "$scan"
+
+# The scan's true pose (line 4 of poses_tum.txt) as x,y,z,roll,pitch,yaw, and a guess
+# 0.8 m, -0.6 m, 0.1 m and 3 degrees of yaw away from it.
+read -r truth guess < <(python3 - "$sample/poses_tum.txt" <<'PY'
+import math, sys
+t, x, y, z, qx, qy, qz, qw = map(float, open(sys.argv[1]).read().splitlines()[3].split())
+# R = Rx(roll) Ry(pitch) Rz(yaw), the convention ndtcu's --init uses
+r02 = 2 * (qx * qz + qw * qy)
+r12 = 2 * (qy * qz - qw * qx); r22 = 1 - 2 * (qx * qx + qy * qy)
+r01 = 2 * (qx * qy - qw * qz); r00 = 1 - 2 * (qy * qy + qz * qz)
+roll, pitch, yaw = math.atan2(-r12, r22), math.asin(max(-1, min(1, r02))), math.atan2(-r01, r00)
+fmt = lambda v: ",".join(f"{a:.6f}" for a in v)
+print(fmt([x, y, z, roll, pitch, yaw]), fmt([x + 0.8, y - 0.6, z + 0.1, roll, pitch, yaw + math.radians(3)]))
+PY
+)
+echo
+echo "== ndtcu align: scan 3 to the map (Autoware settings), from a guess 1 m and 3 deg off"
+echo "   truth x,y,z,roll,pitch,yaw = $truth"
+"$ndtcu" align "$sample/map.pcd" "$scan" --source-voxel 0.5 --init="$guess"

@@ -1,9 +1,12 @@
-// ndtcu_bench: times PCL's NDT (when built with PCL) and ndtcu's CPU backend on the same
-// pair, in one run: median and min of repeated aligns after a warm-up, iterations,
-// per-iteration cost, and the pose's distance from PCL's. Not a test: see BENCHMARK.md.
+// ndtcu_bench: times PCL's NDT (when built with PCL), ndtcu's CPU backend and, when a
+// device is present, its CUDA backend on the same pair, in one run: median and min of
+// repeated aligns after a warm-up, iterations, per-iteration cost, GPU time and bytes per
+// evaluation, and the pose's distance from PCL's. Not a test: see BENCHMARK.md.
 #include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/trajectory.hpp>
 #include <ndtcu/log.hpp>
 #include <ndtcu/version.hpp>
 
@@ -39,6 +42,8 @@ struct Row {
   std::vector<double> ms;
   int iterations = 0, evaluations = 0;
   Eigen::Matrix4d transform = Eigen::Matrix4d::Identity();
+  double gpu_ms = 0.0;                          // CUDA rows: kernel time of the last align
+  std::uint64_t bytes_up = 0, bytes_down = 0;   // CUDA rows: per-evaluation traffic of the last align
   double median() const {
     std::vector<double> v = ms;
     std::sort(v.begin(), v.end());
@@ -82,11 +87,25 @@ int main(int argc, char** argv) {
   std::string target = (data / "pairs/hdl32/target_251370668.pcd").string();
   std::string source = (data / "pairs/hdl32/source_251371071.pcd").string();
   double leaf = 0.1, resolution = 1.0, step = 1.0, epsilon = 1e-4;
+  std::optional<double> target_leaf, source_leaf;
+  std::vector<double> init;
+  bool no_pcl = false, few_cpu_rows = false;
+  std::string init_from;
+  std::size_t init_index = 0;
   int iterations = 35, repeats = 7, warmup = 1;
   bool json = false;
   app.add_option("--target", target, "target cloud (default: the hdl32 pair's target)");
   app.add_option("--source", source, "source cloud (default: the hdl32 pair's source)");
   app.add_option("--leaf", leaf, "voxel filter for both clouds (m)");
+  app.add_option("--target-leaf", target_leaf, "voxel filter for the target (m; default --leaf, 0 = none)");
+  app.add_option("--source-leaf", source_leaf, "voxel filter for the source (m; default --leaf, 0 = none)");
+  app.add_option("--init", init, "initial guess x,y,z,roll,pitch,yaw (world frame)")->delimiter(',')->expected(6);
+  app.add_option("--init-from", init_from, "initial guess: a pose of this TUM or KITTI trajectory file")
+      ->excludes("--init");
+  app.add_option("--init-index", init_index, "which pose of --init-from (0 = first)");
+  app.add_flag("--no-pcl", no_pcl, "skip the PCL row (slow on large clouds)");
+  app.add_flag("--few-cpu-rows", few_cpu_rows,
+               "CPU rows: only radius with one thread and radius/direct7 with all threads (large clouds)");
   app.add_option("--resolution", resolution, "NDT resolution (m)");
   app.add_option("--step-size", step, "step size");
   app.add_option("--epsilon", epsilon, "transformation epsilon");
@@ -97,12 +116,23 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   set_log_level(LogLevel::Warn);
 
-  const PointCloud tgt = prepare(target, leaf), src = prepare(source, leaf);
+  const PointCloud tgt = prepare(target, target_leaf.value_or(leaf)), src = prepare(source, source_leaf.value_or(leaf));
+  Pose6 guess = Pose6::Zero();
+  for (std::size_t i = 0; i < init.size(); ++i) guess(static_cast<int>(i)) = init[i];
+  if (!init_from.empty()) {
+    const Trajectory poses = read_trajectory(init_from);
+    if (init_index >= poses.size()) {
+      std::cerr << "ndtcu_bench: " << init_from << " has " << poses.size() << " poses, no index " << init_index << "\n";
+      return 2;
+    }
+    guess = matrix_to_pose(poses[init_index].pose.matrix());
+  }
+  const Eigen::Matrix4d guess_matrix = pose_to_matrix(guess);
   std::vector<Row> rows;
 
   std::optional<Eigen::Matrix4d> pcl_pose;
 #if defined(NDTCU_BENCH_WITH_PCL)
-  {
+  if (!no_pcl) {
     using Cloud = pcl::PointCloud<pcl::PointXYZ>;
     Cloud::Ptr pt(new Cloud), ps(new Cloud);
     for (const auto& p : tgt.points) pt->push_back(pcl::PointXYZ(p.x(), p.y(), p.z()));
@@ -116,7 +146,7 @@ int main(int argc, char** argv) {
     ndt.setInputTarget(pt);  // builds PCL's voxel grid, outside the timed aligns
     Row row{"pcl", "radius (kd-tree)", 1, {}, 0, 0, {}};
     Cloud out;
-    time_it(row, warmup, repeats, [&] { ndt.align(out); });
+    time_it(row, warmup, repeats, [&] { ndt.align(out, guess_matrix.cast<float>()); });
     row.iterations = ndt.getFinalNumIteration();
     row.transform = ndt.getFinalTransformation().cast<double>();
     pcl_pose = row.transform;
@@ -129,6 +159,7 @@ int main(int argc, char** argv) {
     SearchMethod search;
     int threads;
     LineSearch line_search;
+    Backend backend = Backend::Cpu;
   };
   // PCL's step rule and stopping rule in every row but "direct7 autoware": Autoware's
   // preset (fixed step 0.1, its stopping rule and covariance) at the same resolution, one
@@ -137,9 +168,20 @@ int main(int argc, char** argv) {
   std::vector<Config> configs = {{SearchMethod::Radius, 1, mt}, {SearchMethod::Direct27, 1, mt},
                                  {SearchMethod::Direct7, 1, mt}, {SearchMethod::Direct1, 1, mt},
                                  {SearchMethod::Direct7, 1, LineSearch::Fixed}};
+  if (few_cpu_rows) configs = {{SearchMethod::Radius, 1, mt}};
   if (all > 1) {
     configs.push_back({SearchMethod::Radius, all, mt});
     configs.push_back({SearchMethod::Direct7, all, mt});
+    configs.push_back({SearchMethod::Radius, all, LineSearch::Fixed});
+    configs.push_back({SearchMethod::Direct7, all, LineSearch::Fixed});
+  }
+  if (cuda_unavailable_reason().empty()) {
+    for (auto search : {SearchMethod::Radius, SearchMethod::Direct7}) {
+      configs.push_back({search, 1, mt, Backend::Cuda});
+      configs.push_back({search, 1, LineSearch::Fixed, Backend::Cuda});
+    }
+  } else {
+    std::cerr << "ndtcu_bench: no CUDA rows: " << cuda_unavailable_reason() << "\n";
   }
   for (const auto& c : configs) {
     const bool autoware = c.line_search == LineSearch::Fixed;
@@ -152,16 +194,20 @@ int main(int argc, char** argv) {
     }
     s.search = c.search;
     s.threads = c.threads;
-    s.backend = Backend::Cpu;
+    s.backend = c.backend;
     Aligner aligner(s);
     aligner.set_target(tgt);
-    Row row{"ndtcu cpu", std::string(to_string(c.search)) + (autoware ? " autoware" : ""), c.threads, {}, 0, 0,
-            {}};
+    const bool cuda = c.backend == Backend::Cuda;
+    Row row{cuda ? "ndtcu cuda" : "ndtcu cpu", std::string(to_string(c.search)) + (autoware ? " autoware" : ""),
+            cuda ? 0 : c.threads, {}, 0, 0, {}};
     AlignResult r;
-    time_it(row, warmup, repeats, [&] { r = aligner.align(src); });
+    time_it(row, warmup, repeats, [&] { r = aligner.align_from_pose(src, guess); });
     row.iterations = r.iterations;
     row.evaluations = r.timings.evaluations;
     row.transform = r.transform;
+    row.gpu_ms = r.timings.gpu_ms;
+    row.bytes_up = r.timings.evaluations ? r.timings.bytes_up / r.timings.evaluations : 0;
+    row.bytes_down = r.timings.evaluations ? r.timings.bytes_down / r.timings.evaluations : 0;
     rows.push_back(row);
   }
 
@@ -202,7 +248,9 @@ int main(int argc, char** argv) {
                            {"pcl_per_iteration_ratio", pcl_per_iter > 0 ? per_iter / pcl_per_iter : 0.0},
                            {"per_evaluation_ms", per_eval(row)},
                            {"pcl_per_evaluation_ratio", pcl_per_eval > 0 ? per_eval(row) / pcl_per_eval : 0.0},
-                           {"dt_vs_pcl_m", dt}, {"da_vs_pcl_rad", da}});
+                           {"dt_vs_pcl_m", dt}, {"da_vs_pcl_rad", da},
+                           {"gpu_us_per_evaluation", row.evaluations ? 1e3 * row.gpu_ms / row.evaluations : 0.0},
+                           {"bytes_up_per_evaluation", row.bytes_up}, {"bytes_down_per_evaluation", row.bytes_down}});
     }
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -210,20 +258,22 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("target {} ({} points), source {} ({} points), leaf {} m, resolution {} m, step {}, "
                            "epsilon {}, {} repeats after {} warm-up\n",
                            target, tgt.size(), source, src.size(), leaf, resolution, step, epsilon, repeats, warmup);
-  std::cout << fmt::format("{:<10} {:<17} {:>7} {:>9} {:>9} {:>4} {:>4} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8}\n",
+  std::cout << fmt::format("{:<10} {:<17} {:>7} {:>9} {:>9} {:>4} {:>4} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9}\n",
                            "backend", "search", "threads", "median ms", "min ms", "iter", "eval", "ms/iter", "vs pcl",
-                           "ms/eval", "vs pcl", "dt pcl m", "da rad");
+                           "ms/eval", "vs pcl", "dt pcl m", "da rad", "gpu us/e", "B up/down");
   for (const auto& row : rows) {
     const auto [dt, da] = agreement(row);
     const double per_iter = row.median() / std::max(1, row.iterations);
     std::cout << fmt::format(
-        "{:<10} {:<17} {:>7} {:>9.2f} {:>9.2f} {:>4} {:>4} {:>8.2f} {:>7} {:>8} {:>7} {:>8} {:>8}\n", row.name,
-        row.search, row.threads, row.median(), row.min(), row.iterations,
+        "{:<10} {:<17} {:>7} {:>9.3f} {:>9.3f} {:>4} {:>4} {:>8.4f} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9}\n",
+        row.name, row.search, row.threads ? std::to_string(row.threads) : "gpu", row.median(), row.min(), row.iterations,
         row.evaluations ? std::to_string(row.evaluations) : "-", per_iter,
         pcl_per_iter > 0 ? fmt::format("{:.3f}", per_iter / pcl_per_iter) : "-",
-        row.evaluations ? fmt::format("{:.2f}", per_eval(row)) : "-",
+        row.evaluations ? fmt::format("{:.4f}", per_eval(row)) : "-",
         pcl_per_eval > 0 && row.evaluations ? fmt::format("{:.3f}", per_eval(row) / pcl_per_eval) : "-",
-        dt >= 0 ? fmt::format("{:.1e}", dt) : "-", da >= 0 ? fmt::format("{:.1e}", da) : "-");
+        dt >= 0 ? fmt::format("{:.1e}", dt) : "-", da >= 0 ? fmt::format("{:.1e}", da) : "-",
+        row.gpu_ms > 0 && row.evaluations ? fmt::format("{:.1f}", 1e3 * row.gpu_ms / row.evaluations) : "-",
+        row.bytes_up ? fmt::format("{}/{}", row.bytes_up, row.bytes_down) : "-");
   }
   if (pcl_per_eval > 0) std::cout << "(PCL's evaluation count is the radius row's: the two follow the same path)\n";
   return 0;

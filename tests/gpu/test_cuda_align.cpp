@@ -1,0 +1,151 @@
+// Whole alignments on the CUDA backend against the CPU backend on identical input:
+// every pair of the data folder and a simulator scene, every search mode, both line
+// searches. Final pose within 1 mm and 0.01 deg, iterations equal (or within 1 where
+// float rounding decides a tie), TP and NVTL within 1e-4 relative; a map offset to UTM
+// coordinates gives the same relative result within 1 mm.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
+#include <ndtcu/filters.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <Eigen/Geometry>
+
+#include <cmath>
+
+using namespace ndtcu;
+
+namespace {
+
+struct Case {
+  std::string name;
+  PointCloud target, source;
+  AlignSettings settings;
+  Pose6 guess = Pose6::Zero();
+};
+
+PointCloud load(const std::filesystem::path& path, double leaf) {
+  PointCloud c = read_point_cloud(path.string());
+  // Points exactly at the origin are invalid returns in these scans.
+  PointCloud kept;
+  kept.origin = c.origin;
+  for (const auto& p : c.points) {
+    if (!p.isZero()) kept.points.push_back(p);
+  }
+  return leaf > 0 ? voxel_downsample(kept, leaf) : kept;
+}
+
+Pose6 pose_of(const Eigen::Isometry3d& t) { return matrix_to_pose(t.matrix()); }
+
+std::vector<Case> cases(const std::filesystem::path& data) {
+  std::vector<Case> out;
+  const std::filesystem::path sample = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  {  // the simulator's sample: scan 3 against the map from 0.8 m / 3 deg off its truth
+    Case c{"sample scan 3", load(sample / "map.pcd", 0.0), load(sample / "scans/000003.pcd", 0.5), autoware_preset()};
+    Trajectory truth = read_trajectory((sample / "poses_tum.txt").string());
+    c.guess = pose_of(truth[3].pose);
+    c.guess(0) += 0.8;
+    c.guess(1) -= 0.6;
+    c.guess(5) += 3.0 * M_PI / 180.0;
+    out.push_back(std::move(c));
+  }
+  if (data.empty()) return out;
+  {
+    Case c{"hdl32", load(data / "pairs/hdl32/target_251370668.pcd", 0.1),
+           load(data / "pairs/hdl32/source_251371071.pcd", 0.1), autoware_preset()};
+    c.settings.resolution = 1.0;
+    out.push_back(std::move(c));
+  }
+  {
+    Case c{"room_scan", load(data / "pairs/room_scan/room_scan1.pcd", 0.0),
+           load(data / "pairs/room_scan/room_scan2.pcd", 0.2), pcl_preset()};
+    c.guess << 1.79387, 0.720047, 0, 0, 0, 0.6931;
+    out.push_back(std::move(c));
+  }
+  {
+    Case c{"kitti00 0<-1", load(data / "kitti00/velodyne/000000.bin", 0.2), load(data / "kitti00/velodyne/000001.bin", 1.0),
+           autoware_preset()};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+double angle_between(const Pose6& a, const Pose6& b) {
+  const Eigen::Matrix3d ra = pose_to_matrix(a).topLeftCorner<3, 3>(), rb = pose_to_matrix(b).topLeftCorner<3, 3>();
+  return Eigen::AngleAxisd(ra.transpose() * rb).angle();
+}
+
+}  // namespace
+
+TEST_CASE("CUDA alignments match the CPU backend on every pair, search and line search", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  auto data = test::data_dir();
+  if (!data) WARN("data folder absent: only the simulator scene runs");
+  for (Case& c : cases(data ? *data : std::filesystem::path{})) {
+    for (SearchMethod search : {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
+      for (LineSearch line : {LineSearch::Fixed, LineSearch::MoreThuente}) {
+        AlignSettings s = c.settings;
+        s.search = search;
+        s.line_search = line;
+        s.threads = 0;
+        AlignSettings cpu_settings = s, gpu_settings = s;
+        cpu_settings.backend = Backend::Cpu;
+        gpu_settings.backend = Backend::Cuda;
+        Aligner cpu(cpu_settings), gpu(gpu_settings);
+        cpu.set_target(c.target);
+        gpu.set_target(c.target);
+        const AlignResult rc = cpu.align_from_pose(c.source, c.guess);
+        const AlignResult rg = gpu.align_from_pose(c.source, c.guess);
+        CAPTURE(c.name, to_string(search), to_string(line), rc.iterations, rg.iterations, rc.pose.transpose(),
+                rg.pose.transpose());
+        CHECK(rg.backend == "cuda");
+        CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);
+        CHECK(angle_between(rg.pose, rc.pose) < 0.01 * M_PI / 180.0);
+        CHECK(std::abs(rg.iterations - rc.iterations) <= 1);
+        CHECK(std::abs(rg.tp - rc.tp) <= 1e-4 * std::abs(rc.tp));
+        CHECK(std::abs(rg.nvtl - rc.nvtl) <= 1e-4 * std::abs(rc.nvtl));
+        CHECK(rg.timings.bytes_up == 64u * static_cast<unsigned>(rg.timings.evaluations));
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA alignment to a map at UTM coordinates gives the same relative result", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  Case c = cases({}).front();
+  AlignSettings s = c.settings;
+  s.backend = Backend::Cuda;
+  Aligner near(s), far(s);
+  near.set_target(c.target);
+  PointCloud utm = c.target;
+  const Eigen::Vector3d offset(680000.0, 3900000.0, 40.0);
+  utm.origin += offset;  // the same points, now 680 km east and 3900 km north
+  far.set_target(utm);
+  Pose6 far_guess = c.guess;
+  far_guess.head<3>() += offset;
+  const AlignResult a = near.align_from_pose(c.source, c.guess);
+  const AlignResult b = far.align_from_pose(c.source, far_guess);
+  CAPTURE(a.pose.transpose(), b.pose.transpose());
+  CHECK((b.pose.head<3>() - offset - a.pose.head<3>()).norm() < 1e-3);
+  CHECK(angle_between(a.pose, b.pose) < 0.01 * M_PI / 180.0);
+  CHECK(a.iterations == b.iterations);
+}
+
+TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]") {
+  AlignSettings s;
+  s.backend = Backend::Cuda;
+  if (!cuda_devices().empty()) {
+    CHECK(std::string(Aligner(s).backend()) == "cuda");
+    return;
+  }
+  try {
+    Aligner a(s);
+    FAIL("no CudaError");
+  } catch (const CudaError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("backend cuda requested, but"));
+  }
+  s.backend = Backend::Auto;
+  CHECK(std::string(Aligner(s).backend()) == "cpu");
+}

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The benchmark workloads of BENCHMARK.md, in one run, on a machine with a GPU:
 #   scripts/bench_gpu.sh BIN_DIR DATA_DIR OUT_DIR
-# BIN_DIR holds ndtcu and ndtcu_bench (or a device bundle's `run` wrapper: set RUN),
+# BIN_DIR holds ndtcu and ndtcu_bench; with RUN set (a device bundle's `run` wrapper) the
+# programs are started as `$RUN NAME ARGS` instead,
 # DATA_DIR is the real-data folder, OUT_DIR receives one JSON and one table per workload.
 set -euo pipefail
 bin=${1:?BIN_DIR}; data=${2:?DATA_DIR}; out=${3:?OUT_DIR}
 run=${RUN:-}
 mkdir -p "$out"
+exe() {  # program name, then its arguments
+  if [[ -n $run ]]; then "$run" "$@"; else local name=$1; shift; "$bin/$name" "$@"; fi
+}
 bench() {  # name, then ndtcu_bench arguments
   local name=$1; shift
   echo "== $name: ndtcu_bench $*"
-  $run "$bin/ndtcu_bench" "$@" | tee "$out/$name.txt"
-  $run "$bin/ndtcu_bench" "$@" --json --repeats 3 > "$out/$name.json" 2>/dev/null || true
+  exe ndtcu_bench "$@" | tee "$out/$name.txt"
 }
 bench hdl32 --target "$data/pairs/hdl32/target_251370668.pcd" --source "$data/pairs/hdl32/source_251371071.pcd" \
   --leaf 0.1 --resolution 1.0 --repeats 21
@@ -23,9 +26,9 @@ bench balm_scan0 --target "$data/balm_os0/map_even_frames_0-58_voxel0.1.pcd" --s
   --target-leaf 0 --source-leaf 0.5 --resolution 2.0 --step-size 0.5 --epsilon 1e-4 \
   --init-from "$data/balm_os0/poses_tum.txt" --init-index 0 --repeats 11
 # A simulator map of 10^7 points with scans of 10^4 and 10^5 points (made here, not shipped).
-sim=$out/sim_scale
-$run "$bin/ndtcu" simulate --scale --frames 2 --out "$sim" --encoding binary > /dev/null
-$run "$bin/ndtcu" simulate --scale --frames 2 --scan-points 10000 --out "$sim-10k" --encoding binary > /dev/null
+sim=${TMPDIR:-/tmp}/ndtcu_sim_scale
+exe ndtcu simulate --scale --frames 2 --out "$sim" --encoding binary > /dev/null
+exe ndtcu simulate --scale --frames 2 --scan-points 10000 --out "$sim-10k" --encoding binary > /dev/null
 for n in 10k 100k; do
   dir=$sim; [[ $n == 10k ]] && dir=$sim-10k
   bench "sim_1e7_map_scan_$n" --target "$dir/map.pcd" --source "$dir/scans/000001.pcd" --target-leaf 0 --source-leaf 0 \

@@ -257,8 +257,15 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
   bool use_dense = lookup == VoxelLookup::Dense || (lookup == VoxelLookup::Auto && dense_bytes <= dense_budget_bytes);
   if (nv == 0) use_dense = false;
   if (use_dense) {
-    if (dense_bytes > double(std::numeric_limits<std::size_t>::max() / 2)) {
-      throw CudaError("dense voxel index of " + std::to_string(cells) + " cells cannot be addressed");
+    // Check the device before building the host copy: a forced dense index over a sparse,
+    // wide map can ask for more than any device has.
+    std::size_t free_b = 0, total_b = 0;
+    NDTCU_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (dense_bytes > double(free_b)) {
+      throw CudaError("dense voxel index of " + std::to_string(static_cast<unsigned long long>(cells)) +
+                      " cells needs " + std::to_string(static_cast<unsigned long long>(dense_bytes)) +
+                      " bytes, the device has " + std::to_string(free_b) + " of " + std::to_string(total_b) +
+                      " bytes free (use the hash lookup)");
     }
     std::int64_t dims[3] = {hi[0] - lo[0] + 1, hi[1] - lo[1] + 1, hi[2] - lo[2] + 1};
     std::vector<std::int32_t> index(static_cast<std::size_t>(cells), -1);

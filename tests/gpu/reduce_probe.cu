@@ -44,4 +44,6 @@ std::vector<std::vector<double>> reduce_on_gpu(const std::vector<double>& x, int
   return out;
 }
 
+void allocate_and_free(std::size_t bytes) { detail::DeviceBuffer<char> buffer(bytes); }
+
 }  // namespace ndtcu::test

@@ -3,6 +3,7 @@
 // no device allocation inside the evaluation loop.
 #include "../ndt/synthetic.hpp"
 #include "../support/test_support.hpp"
+#include "reduce_probe.hpp"
 
 #include "cuda/cuda_backend.hpp"
 #include "ndt/evaluator.hpp"
@@ -144,4 +145,41 @@ TEST_CASE("CUDA evaluator on the real hdl32 pair matches the CPU", "[gpu][data]"
     CAPTURE(to_string(search));
     compare(gpu.evaluate(pose, true), cpu.evaluate(pose, true));
   }
+}
+
+TEST_CASE("CUDA out-of-memory is a CudaError with the sizes, and the backend keeps working", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  // Two clusters 4 km apart along each axis: at 1 m a dense index over their box would
+  // hold 4000^3 cells (256 GB), more than any device has.
+  PointCloud far = test::synthetic_scene(5, 20000);
+  PointCloud other = test::synthetic_scene(6, 20000);
+  for (auto& p : other.points) far.points.push_back(p + Eigen::Vector3f(4000.f, 4000.f, 4000.f));
+  VoxelMapOptions vo;
+  vo.resolution = 1.0;
+  const VoxelMap map = VoxelMap::build(far, vo);
+  const PointCloud source = test::synthetic_scene(7, 3000);
+  CudaBackend backend;
+  const std::uint64_t before = detail::device_allocations();
+  try {
+    backend.set_map(map, VoxelLookup::Dense);
+    FAIL("no CudaError");
+  } catch (const CudaError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("bytes free"));
+    CHECK_THAT(e.what(), Catch::Contains("needs"));
+  }
+  // A single buffer larger than the device: cudaMalloc fails, the error names both sizes.
+  try {
+    test::allocate_and_free(std::size_t(1) << 42);  // 4 TiB
+    FAIL("no CudaError");
+  } catch (const CudaError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("4398046511104 bytes failed"));
+    CHECK_THAT(e.what(), Catch::Contains("bytes free"));
+  }
+  // The same backend then works with the hash lookup.
+  backend.set_map(map, VoxelLookup::Hash);
+  backend.set_source(source.points);
+  backend.configure(SearchMethod::Radius, 0.55);
+  const math::DerivativeSums sums = backend.evaluate(Pose6::Zero(), true);
+  CHECK(sums.v[math::kPointsMatched] > 1000);
+  CHECK(detail::device_allocations() > before);
 }

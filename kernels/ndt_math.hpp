@@ -482,6 +482,19 @@ struct PoseTerms {
 /// All of one source point's contributions (PCL's computeDerivatives loop body):
 /// transform it, find its voxels, add every pair's terms to `sums`, and the point's best
 /// score term to the NVTL sum (Autoware's nearest-voxel transformation likelihood).
+/// One point-voxel pair of transformed point `tp` and voxel `v`: q = tp - mu in T, the
+/// voxel's inverse covariance, and accumulate_pair. Returns the pair's score term.
+template <typename T>
+NDTCU_HD inline T accumulate_voxel(const VoxelGridView& g, std::int32_t v, const float* tp, const PointJacobian<T>& J,
+                                   const PointHessian<T>& H, const PoseTerms<T>& pt, bool with_hessian, double* sums) {
+  const T q[3] = {static_cast<T>(tp[0]) - static_cast<T>(g.mean[0][v]),
+                  static_cast<T>(tp[1]) - static_cast<T>(g.mean[1][v]),
+                  static_cast<T>(tp[2]) - static_cast<T>(g.mean[2][v])};
+  const T icov[6] = {static_cast<T>(g.icov[0][v]), static_cast<T>(g.icov[1][v]), static_cast<T>(g.icov[2][v]),
+                     static_cast<T>(g.icov[3][v]), static_cast<T>(g.icov[4][v]), static_cast<T>(g.icov[5][v])};
+  return accumulate_pair(q, icov, J, H, pt.d1, pt.d2, with_hessian, sums);
+}
+
 template <typename T>
 NDTCU_HD inline void accumulate_point_derivatives(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
                                                   float x, float y, float z, const PointJacobian<T>& J,
@@ -514,18 +527,73 @@ NDTCU_HD inline void accumulate_point_derivatives(const VoxelGridView& g, Search
   if (n == 0) return;
   T best = T(0);
   for (int k = 0; k < n; ++k) {
-    const std::int32_t v = nb[k];
-    const T q[3] = {static_cast<T>(tp[0]) - static_cast<T>(g.mean[0][v]),
-                    static_cast<T>(tp[1]) - static_cast<T>(g.mean[1][v]),
-                    static_cast<T>(tp[2]) - static_cast<T>(g.mean[2][v])};
-    const T icov[6] = {static_cast<T>(g.icov[0][v]), static_cast<T>(g.icov[1][v]), static_cast<T>(g.icov[2][v]),
-                       static_cast<T>(g.icov[3][v]), static_cast<T>(g.icov[4][v]), static_cast<T>(g.icov[5][v])};
-    const T s = accumulate_pair(q, icov, J, H, pt.d1, pt.d2, with_hessian, sums);
+    const T s = accumulate_voxel(g, nb[k], tp, J, H, pt, with_hessian, sums);
     if (s > best) best = s;
   }
   sums[kNvtlSum] += static_cast<double>(best);
   sums[kCorrespondences] += static_cast<double>(n);
   sums[kPointsMatched] += 1.0;
+}
+
+/// Number of lattice cells a search visits around a point.
+NDTCU_HD inline int search_cells(Search search) {
+  return search == Search::Direct7 ? 7 : search == Search::Direct1 ? 1 : 27;
+}
+
+/// Lattice offset of cell m of a search, in lattice order: Radius and Direct27 z, y, x
+/// ascending over the 3x3x3 block; Direct7 the centre, then +x -x +y -y +z -z.
+NDTCU_HD inline void search_cell_offset(Search search, int m, int& di, int& dj, int& dk) {
+  if (search == Search::Radius || search == Search::Direct27) {
+    di = m % 3 - 1;
+    dj = (m / 3) % 3 - 1;
+    dk = m / 9 - 1;
+    return;
+  }
+  di = dj = dk = 0;
+  if (search == Search::Direct7 && m > 0) {
+    const int d = (m % 2 == 1) ? 1 : -1;
+    if (m <= 2) di = d;
+    else if (m <= 4) dj = d;
+    else dk = d;
+  }
+}
+
+/// The share of one point's work that one of `stride` cooperating threads does: cells
+/// first, first + stride, ... of the search, in lattice order (no sort, no neighbour
+/// array: every load of a cell is independent of the other cells'). The same voxel set as
+/// find_neighbours, the same per-pair terms (accumulate_voxel); only the order in which
+/// the pairs are added differs from accumulate_point's distance order. Adds the pairs'
+/// terms to `sums`, raises `best` to the best score term found and returns the number of
+/// pairs; the caller combines `best` (max) and the counts over the point's threads and
+/// adds the NVTL and match counts once. `tp` is the transformed point.
+template <typename T>
+NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
+                                           const float* tp, const PointJacobian<T>& J, const PointHessian<T>& H,
+                                           bool with_hessian, int first, int stride, double* sums, T& best) {
+  if (g.size == 0) return 0;
+  const std::int64_t ci = lattice_index(tp[0], g.inv_resolution);
+  const std::int64_t cj = lattice_index(tp[1], g.inv_resolution);
+  const std::int64_t ck = lattice_index(tp[2], g.inv_resolution);
+  const int cells = search_cells(search);
+  int pairs = 0;
+  for (int m = first; m < cells; m += stride) {
+    int di, dj, dk;
+    search_cell_offset(search, m, di, dj, dk);
+    const std::int32_t v = find_voxel(g, ci + di, cj + dj, ck + dk);
+    if (v < 0) continue;
+    if (search == Search::Radius) {
+      // The same float distance test as find_neighbours (FLANN's L2_Simple<float>).
+      const float dx = tp[0] - g.centroid[0][v];
+      const float dy = tp[1] - g.centroid[1][v];
+      const float dz = tp[2] - g.centroid[2][v];
+      const float d = add_rn(add_rn(mul_rn(dx, dx), mul_rn(dy, dy)), mul_rn(dz, dz));
+      if (!(d < g.radius_sq)) continue;
+    }
+    const T s = accumulate_voxel(g, v, tp, J, H, pt, with_hessian, sums);
+    if (s > best) best = s;
+    ++pairs;
+  }
+  return pairs;
 }
 
 }  // namespace ndtcu::math

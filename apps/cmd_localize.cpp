@@ -467,12 +467,26 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     write_frames_csv(out / "frames.csv", frames, reference);
 
     // Plots: run the script when python3 and matplotlib are there; a missing plotter never
-    // fails the localization, it only leaves the command to run.
+    // fails the localization, it only leaves the command to run. The script reads
+    // summary.json for its titles, so the summary is written first and rewritten with the
+    // plots' paths once they exist.
     const auto script = plot_script();
     const std::string plot_cmd =
         fmt::format("python3 {} {}", script ? shell_quote(script->string()) : "scripts/plot_localization.py",
                     shell_quote(o->out));
-    nlohmann::json plots = nlohmann::json::array();
+    j["files"] = {{"trajectory_tum", (out / "trajectory_tum.txt").string()},
+                  {"trajectory_kitti", (out / "trajectory_kitti.txt").string()},
+                  {"frames_csv", (out / "frames.csv").string()},
+                  {"summary_json", (out / "summary.json").string()},
+                  {"plots", nlohmann::json::array()},
+                  {"plot_command", plot_cmd}};
+    auto write_summary = [&] {
+      j["total_s"] = ms_since(run_start) / 1000.0;
+      std::ofstream sj(out / "summary.json");
+      sj << j.dump(2) << "\n";
+      if (!sj) throw IoError((out / "summary.json").string(), "write error");
+    };
+    write_summary();
     std::string plot_note;
     if (o->no_plot) {
       plot_note = "plots: run " + plot_cmd;
@@ -483,21 +497,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     } else if (std::system((plot_cmd + " 1>&2").c_str()) != 0) {
       plot_note = "plots: the plot script failed; run " + plot_cmd;
     } else {
-      plots.push_back((out / "trajectory.png").string());
-      plots.push_back((out / "frames.png").string());
-      plot_note = fmt::format("plots: {} and {}", plots[0].get<std::string>(), plots[1].get<std::string>());
-    }
-    j["files"] = {{"trajectory_tum", (out / "trajectory_tum.txt").string()},
-                  {"trajectory_kitti", (out / "trajectory_kitti.txt").string()},
-                  {"frames_csv", (out / "frames.csv").string()},
-                  {"summary_json", (out / "summary.json").string()},
-                  {"plots", plots},
-                  {"plot_command", plot_cmd}};
-    j["total_s"] = ms_since(run_start) / 1000.0;
-    {
-      std::ofstream sj(out / "summary.json");
-      sj << j.dump(2) << "\n";
-      if (!sj) throw IoError((out / "summary.json").string(), "write error");
+      const std::string a = (out / "trajectory.png").string(), b = (out / "frames.png").string();
+      j["files"]["plots"] = {a, b};
+      plot_note = fmt::format("plots: {} and {}", a, b);
+      write_summary();
     }
 
     if (global.json) {

@@ -106,12 +106,18 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
   localizer.set_initial_pose(truth[0].pose.matrix());
   for (int k = 0; k < 10; ++k) {
     PointCloud scan = read_point_cloud(scans[k].path);
-    if (k == 4) scan = shifted(scan, Eigen::Vector3f(500.f, -300.f, 0.f));  // a scan taken elsewhere
+    if (k == 4) scan = shifted(scan, Eigen::Vector3f(30.f, 25.f, 4.f));  // a scan taken elsewhere, still in range
+    if (k == 6) scan = shifted(scan, Eigen::Vector3f(500.f, -300.f, 0.f));  // nothing left after the range crop
     const Eigen::Matrix4d predicted = localizer.predict(scans[k].time);
     const LocalizationResult r = localizer.localize(scan, scans[k].time);
-    CAPTURE(k, r.alignment.nvtl, to_string(r.alignment.reason));
+    CAPTURE(k, r.alignment.nvtl, to_string(r.alignment.reason), r.points_used);
     const double err = (r.pose.topRightCorner<3, 1>() - truth[k].pose.translation()).norm();
-    if (k == 4) {
+    if (k == 6) {
+      CHECK(r.status == FrameStatus::Lost);
+      CHECK(r.points_used == 0);
+      CHECK(r.alignment.reason == StopReason::EmptySource);
+      CHECK(r.pose == predicted);
+    } else if (k == 4) {
       CHECK(r.status == FrameStatus::Lost);
       CHECK_FALSE(r.valid);
       CHECK(r.pose == predicted);  // the prediction, never the failed alignment

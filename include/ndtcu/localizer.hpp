@@ -94,6 +94,7 @@ class Localizer {
   /// Validates `settings` (throws Error) and creates the aligner (see Aligner's constructor
   /// for the backend and `cuda_stream`).
   explicit Localizer(const LocalizerSettings& settings = LocalizerSettings{}, CUstream_st* cuda_stream = nullptr);
+  /// Releases the map, the aligner and its workers.
   ~Localizer();
   /// Moves the map, the aligner and the motion state.
   Localizer(Localizer&&) noexcept;

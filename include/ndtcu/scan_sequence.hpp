@@ -71,7 +71,9 @@ class ScanPrefetcher {
   ScanPrefetcher(std::vector<ScanEntry> scans, Preprocess preprocess, int threads = 2, std::size_t capacity = 4);
   /// Stops the readers (work in progress finishes) and joins them.
   ~ScanPrefetcher();
+  /// Not copyable: it owns running threads.
   ScanPrefetcher(const ScanPrefetcher&) = delete;
+  /// Not copyable: it owns running threads.
   ScanPrefetcher& operator=(const ScanPrefetcher&) = delete;
 
   /// The next scan in sequence order (waiting for it), or nullopt after the last. A scan

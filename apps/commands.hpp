@@ -18,5 +18,6 @@ Command add_convert(CLI::App& app, const GlobalOptions& global);
 Command add_devices(CLI::App& app, const GlobalOptions& global);
 Command add_align(CLI::App& app, const GlobalOptions& global);
 Command add_simulate(CLI::App& app, const GlobalOptions& global);
+Command add_localize(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace ndtcu::cli

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       {"devices", add_devices(app, global)},
       {"align", add_align(app, global)},
       {"simulate", add_simulate(app, global)},
+      {"localize", add_localize(app, global)},
   };
   try {
     app.parse(argc, argv);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds ndtcu, and runs it on the sample data in data/sample:
 # describes the map and a scan, then aligns the scan to the map from a guess 1 m and 3 deg
-# off its true pose and compares the result with the truth.
+# off its true pose and compares the result with the truth; finally localizes the whole
+# sequence in the map and evaluates it against the true poses (summary and plots).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -36,3 +37,12 @@ echo
 echo "== ndtcu align: scan 3 to the map (Autoware settings), from a guess 1 m and 3 deg off"
 echo "   truth x,y,z,roll,pitch,yaw = $truth"
 "$ndtcu" align "$sample/map.pcd" "$scan" --source-voxel 0.5 --init="$guess"
+
+# Localize the whole sequence in the map, starting from the first true pose, and evaluate
+# against the truth; the plots land next to the trajectory.
+out=$build/demo_localize
+echo
+echo "== ndtcu localize: the 10 sample scans in the map, evaluated against the true poses"
+"$ndtcu" localize --map "$sample/map.pcd" --scans "$sample/scans" --reference "$sample/poses_tum.txt" \
+  --init-from "$sample/poses_tum.txt" --out "$out"
+echo "   summary: $out/summary.json; per-frame records: $out/frames.csv"

@@ -1,0 +1,529 @@
+// `ndtcu localize --map MAP --scans DIR_OR_LIST`: scan-to-map localization over a sequence,
+// with per-frame records, a summary, evaluation against reference poses, and plots.
+#include "cli_common.hpp"
+#include "commands.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
+#include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/log.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <thread>
+
+namespace ndtcu::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct LocalizeOptions {
+  std::string map, scans, init_from, reference, reference_format = "auto", out = "localization", preset = "autoware";
+  std::vector<double> init;
+  std::optional<double> resolution, step_size, epsilon;
+  std::optional<int> max_iterations, threads;
+  std::optional<std::string> search, line_search, covariance, backend;
+  double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
+  int recovery_attempts = 2, readers = 2;
+  std::size_t queue = 4;
+  bool accept_max_iterations = false, no_plot = false;
+  double period = 0.1, max_time_difference = 0.01;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Percentile by nearest rank (p in [0, 1]) of a copy of `v`; 0 for an empty one.
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+nlohmann::json stats_json(const std::vector<double>& v) {
+  double mean = 0.0;
+  for (double x : v) mean += x;
+  if (!v.empty()) mean /= static_cast<double>(v.size());
+  return {{"median", percentile(v, 0.5)},
+          {"p95", percentile(v, 0.95)},
+          {"max", v.empty() ? 0.0 : *std::max_element(v.begin(), v.end())},
+          {"mean", mean}};
+}
+
+// The pose of `trajectory` for the first scan: index 0 when it has one pose per scan,
+// else the pose nearest the scan's time.
+Eigen::Matrix4d first_scan_pose(const std::string& path, const Trajectory& trajectory, std::vector<ScanEntry> scans,
+                                double max_time_difference) {
+  const auto match = match_to_reference(scans, trajectory, max_time_difference);
+  if (!match.front()) {
+    throw Error(fmt::format("--init-from {}: no pose within {} s of the first scan's time {:.6f} (and {} poses for "
+                            "{} scans, so not matched by index)",
+                            path, max_time_difference, scans.front().time, trajectory.size(), scans.size()));
+  }
+  return trajectory[*match.front()].pose.matrix();
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, a plain line now and then otherwise.
+class Progress {
+ public:
+  Progress(std::size_t total, bool enabled)
+      : total_(total), enabled_(enabled), tty_(enabled && isatty(fileno(stderr))), start_(std::chrono::steady_clock::now()) {}
+
+  void update(std::size_t done, std::size_t lost, std::size_t skipped) {
+    if (!enabled_) return;
+    const double s = ms_since(start_) / 1000.0;
+    const double rate = s > 0 ? static_cast<double>(done) / s : 0.0;
+    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
+    if (tty_) {
+      // Redraw at most 10 times a second, and always at the end.
+      if (done != total_ && s - last_draw_ < 0.1) return;
+      last_draw_ = s;
+      constexpr int width = 30;
+      const int filled = static_cast<int>(width * static_cast<double>(done) / static_cast<double>(total_));
+      std::cerr << fmt::format("\r  [{}{}] {}/{} frames  {:.1f} fps  ETA {:.1f} s  lost {}  skipped {}  ",
+                               std::string(filled, '#'), std::string(width - filled, '.'), done, total_, rate, eta,
+                               lost, skipped)
+                << std::flush;
+      drawn_ = true;
+      if (done == total_) finish();
+    } else {
+      // About ten lines per run.
+      const std::size_t every = std::max<std::size_t>(1, total_ / 10);
+      if (done % every != 0 && done != total_) return;
+      std::cerr << fmt::format("localize: {}/{} frames, {:.1f} fps, ETA {:.1f} s, {} lost, {} skipped\n", done, total_,
+                               rate, eta, lost, skipped);
+    }
+  }
+
+  // A message on its own line (clearing the bar first; it is redrawn on the next update).
+  void message(const std::string& text) {
+    if (!enabled_) return;
+    if (tty_ && drawn_) std::cerr << "\r\033[K";
+    std::cerr << text << "\n";
+    last_draw_ = -1.0;
+  }
+
+  void finish() {
+    if (tty_ && drawn_) std::cerr << "\n";
+    drawn_ = false;
+  }
+
+ private:
+  std::size_t total_;
+  bool enabled_, tty_;
+  std::chrono::steady_clock::time_point start_;
+  double last_draw_ = -1.0;
+  bool drawn_ = false;
+};
+
+// One frame's record (a row of frames.csv).
+struct FrameRecord {
+  PreparedScan scan;
+  std::optional<LocalizationResult> result;  // empty: skipped
+  std::optional<std::size_t> reference;      // matched reference pose
+  std::optional<double> error_m;             // ATE of this frame
+};
+
+std::string csv_number(double v) { return fmt::format("{:.6f}", v); }
+
+void write_frames_csv(const fs::path& path, const std::vector<FrameRecord>& frames, const Trajectory& reference) {
+  std::ofstream out(path);
+  if (!out) throw IoError(path.string(), "cannot create");
+  out << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,tp,nvtl,converged,"
+         "read_ms,preprocess_ms,align_ms,total_ms,x,y,z,roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,"
+         "error_m\n";
+  for (const auto& f : frames) {
+    const auto& s = f.scan;
+    std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
+    if (!f.result) {
+      row += fmt::format("skipped,0,0,1,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
+                         s.read_ms + s.preprocess_ms);
+    } else {
+      const auto& r = *f.result;
+      const auto& a = r.alignment;
+      const bool lost = r.status == FrameStatus::Lost;
+      row += fmt::format("{},{},{},0,{},{},{},{},{:.6f},{:.6f},{},{:.3f},{:.3f},{:.3f},{:.3f},", to_string(r.status),
+                         lost ? 1 : 0, r.status == FrameStatus::Recovered ? 1 : 0, s.points_read, r.points_used,
+                         a.iterations, r.attempts, a.tp, a.nvtl, a.converged ? 1 : 0, s.read_ms, s.preprocess_ms,
+                         r.align_ms, s.read_ms + s.preprocess_ms + r.align_ms);
+      // A lost frame has no pose: the columns stay empty rather than hold a guess.
+      if (lost) {
+        row += ",,,,,,";
+      } else {
+        const Pose6 p = matrix_to_pose(r.pose);
+        for (int i = 0; i < 6; ++i) row += csv_number(p(i)) + ",";
+      }
+      for (int i = 0; i < 3; ++i) row += csv_number(r.prediction(i, 3)) + ",";
+    }
+    if (f.reference) {
+      const Eigen::Vector3d t = reference[*f.reference].pose.translation();
+      row += fmt::format("{},{},{},", csv_number(t.x()), csv_number(t.y()), csv_number(t.z()));
+    } else {
+      row += ",,,";
+    }
+    row += f.error_m ? csv_number(*f.error_m) : "";
+    out << row << "\n";
+  }
+  if (!out) throw IoError(path.string(), "write error");
+}
+
+// Where scripts/plot_localization.py is: $NDTCU_SCRIPTS_DIR, else the source tree's scripts/.
+std::optional<fs::path> plot_script() {
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("NDTCU_SCRIPTS_DIR")) candidates.emplace_back(env);
+#ifdef NDTCU_SCRIPTS_DIR
+  candidates.emplace_back(NDTCU_SCRIPTS_DIR);
+#endif
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (fs::is_regular_file(c / "plot_localization.py", ec)) return c / "plot_localization.py";
+  }
+  return std::nullopt;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+Command add_localize(CLI::App& app, const GlobalOptions& global) {
+  auto o = std::make_shared<LocalizeOptions>();
+  auto* cmd = app.add_subcommand("localize", "Localize a sequence of scans in a map (NDT, Autoware's settings)");
+  cmd->add_option("--map", o->map, "map point cloud (.pcd, .ply, .bin), world frame")->required();
+  cmd->add_option("--scans", o->scans, "folder of scans (ordered by name) or a text file listing scan paths [time]")
+      ->required();
+  auto* init = cmd->add_option("--init", o->init, "pose of the first scan x,y,z,roll,pitch,yaw (m, rad)")
+                   ->delimiter(',')
+                   ->expected(6);
+  cmd->add_option("--init-from", o->init_from, "take the first scan's pose from this TUM or KITTI file")
+      ->excludes(init);
+  cmd->add_option("--reference", o->reference, "reference poses (TUM or KITTI) to evaluate against");
+  cmd->add_option("--reference-format", o->reference_format, "format of --reference (--init-from is always detected)")
+      ->check(CLI::IsMember({"tum", "kitti", "auto"}));
+  cmd->add_option("--out", o->out, "output folder (created)")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "starting NDT settings; every other option overrides them")
+      ->check(CLI::IsMember({"autoware", "pcl"}));
+  cmd->add_option("--resolution", o->resolution, "NDT voxel size (m)")->check(CLI::PositiveNumber);
+  cmd->add_option("--search", o->search, "neighbour search")
+      ->check(CLI::IsMember({"radius", "direct27", "direct7", "direct1"}));
+  cmd->add_option("--line-search", o->line_search, "step length rule")->check(CLI::IsMember({"more-thuente", "fixed"}));
+  cmd->add_option("--step-size", o->step_size, "largest step |dp|")->check(CLI::PositiveNumber);
+  cmd->add_option("--epsilon", o->epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-iterations", o->max_iterations, "Newton iterations at most")->check(CLI::PositiveNumber);
+  cmd->add_option("--covariance", o->covariance, "voxel covariance convention")
+      ->check(CLI::IsMember({"pcl", "autoware"}));
+  cmd->add_option("--threads", o->threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", o->backend, "backend (auto: CUDA when a device is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--min-range", o->min_range, "drop scan points closer than this (m)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-range", o->max_range, "drop scan points farther than this (m)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--voxel", o->voxel, "scan voxel-filter leaf (m; 0 = no filter)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--map-voxel", o->map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--nvtl-threshold", o->nvtl_threshold, "a pose is valid when its NVTL reaches this")->capture_default_str();
+  cmd->add_flag("--accept-max-iterations", o->accept_max_iterations,
+                "accept an alignment that used every iteration when its NVTL passes (by default it is retried)");
+  cmd->add_option("--recovery-attempts", o->recovery_attempts, "retries before a frame is lost")->capture_default_str()
+      ->check(CLI::Range(0, 10));
+  cmd->add_option("--readers", o->readers, "scan reader threads")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--queue", o->queue, "scans read ahead at most")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--period", o->period, "scan period (s) for scans without time stamps")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-time-difference", o->max_time_difference,
+                  "largest time gap (s) when matching scans to reference poses by time")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-plot", o->no_plot, "do not run scripts/plot_localization.py (the command is printed instead)");
+
+  return [o, &global]() {
+    const auto run_start = std::chrono::steady_clock::now();
+    LocalizerSettings ls;
+    AlignSettings& s = ls.align;
+    s = preset(o->preset);
+    if (o->resolution) s.resolution = *o->resolution;
+    if (o->step_size) s.step_size = *o->step_size;
+    if (o->epsilon) s.epsilon = *o->epsilon;
+    if (o->max_iterations) s.max_iterations = *o->max_iterations;
+    if (o->threads) s.threads = *o->threads;
+    if (o->search) s.search = search_method_from_string(*o->search);
+    if (o->line_search) s.line_search = line_search_from_string(*o->line_search);
+    if (o->covariance) s.covariance = covariance_mode_from_string(*o->covariance);
+    if (o->backend) s.backend = backend_from_string(*o->backend);
+    ls.min_range = o->min_range;
+    ls.max_range = o->max_range;
+    ls.voxel_leaf = o->voxel;
+    ls.nvtl_threshold = o->nvtl_threshold;
+    ls.reject_max_iterations = !o->accept_max_iterations;
+    ls.recovery_attempts = o->recovery_attempts;
+    validate(ls);
+
+    std::vector<ScanEntry> scans = list_scans(o->scans, o->period);
+    const TrajectoryFormat ref_format = trajectory_format_from_string(o->reference_format);
+
+    Trajectory reference;
+    std::vector<std::optional<std::size_t>> matches(scans.size());
+    std::string matching = "none";
+    if (!o->reference.empty()) {
+      reference = read_trajectory(o->reference, ref_format, o->period);
+      matching = reference.size() == scans.size() ? "index" : "time";
+      matches = match_to_reference(scans, reference, o->max_time_difference);
+    }
+
+    Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();
+    std::string initial_source = "identity";
+    if (!o->init.empty()) {
+      Pose6 p;
+      for (int i = 0; i < 6; ++i) p(i) = o->init[static_cast<std::size_t>(i)];
+      if (!p.allFinite()) throw Error("--init: every value must be finite");
+      initial = pose_to_matrix(p);
+      initial_source = "--init";
+    } else if (!o->init_from.empty()) {
+      const Trajectory t = o->init_from == o->reference && !reference.empty() ? reference : read_trajectory(o->init_from, TrajectoryFormat::Auto, o->period);
+      if (t.empty()) throw IoError(o->init_from, "holds no pose");
+      initial = first_scan_pose(o->init_from, t, scans, o->max_time_difference);
+      initial_source = "--init-from";
+    }
+
+    // Map.
+    auto t0 = std::chrono::steady_clock::now();
+    PointCloud map = read_point_cloud(o->map);
+    const std::size_t map_points_read = map.size();
+    if (o->map_voxel > 0) map = voxel_downsample(map, o->map_voxel);
+    const double map_load_ms = ms_since(t0);
+    Localizer localizer(ls);
+    t0 = std::chrono::steady_clock::now();
+    localizer.set_map(map);
+    const double map_build_ms = ms_since(t0);
+    const std::size_t map_voxels = localizer.aligner().target()->size();
+    if (map_voxels == 0) throw Error(o->map + ": the map has no usable voxel at resolution " + fmt::format("{}", s.resolution));
+    localizer.set_initial_pose(initial);
+
+    std::error_code ec;
+    fs::create_directories(o->out, ec);
+    if (ec || !fs::is_directory(o->out)) throw IoError(o->out, "cannot create output folder");
+
+    // The loop: readers fill the queue while the aligner works on the current scan.
+    const bool show_progress = log_level() <= LogLevel::Info;
+    Progress progress(scans.size(), show_progress);
+    std::vector<FrameRecord> frames;
+    frames.reserve(scans.size());
+    std::size_t lost = 0, recovered = 0, skipped = 0;
+    const auto loop_start = std::chrono::steady_clock::now();
+    {
+      ScanPrefetcher prefetcher(scans, [&localizer](const PointCloud& c) { return localizer.preprocess(c); },
+                                o->readers, o->queue);
+      while (auto scan = prefetcher.next()) {
+        FrameRecord f;
+        f.reference = matches[scan->index];
+        if (!scan->error.empty()) {
+          ++skipped;
+          progress.message(fmt::format("ndtcu: warning: frame {} skipped: {}", scan->index, scan->error));
+        } else {
+          LocalizationResult r = localizer.localize_preprocessed(scan->cloud, scan->entry.time);
+          r.points_in = scan->points_read;
+          if (r.status == FrameStatus::Lost) {
+            ++lost;
+            progress.message(fmt::format("ndtcu: warning: frame {} ({}) lost: best NVTL {:.3f} < {} after {} attempts "
+                                         "({}), not written to the trajectory",
+                                         scan->index, fs::path(scan->entry.path).filename().string(), r.alignment.nvtl,
+                                         ls.nvtl_threshold, r.attempts, to_string(r.alignment.reason)));
+          } else if (r.status == FrameStatus::Recovered) {
+            ++recovered;
+          }
+          f.result = std::move(r);
+        }
+        scan->cloud = PointCloud{};  // the record keeps the timings, not the points
+        f.scan = std::move(*scan);
+        frames.push_back(std::move(f));
+        progress.update(frames.size(), lost, skipped);
+      }
+    }
+    const double loop_s = ms_since(loop_start) / 1000.0;
+    progress.finish();
+
+    // Trajectory: valid frames only (lost frames are in frames.csv, flagged).
+    Trajectory estimate;
+    std::vector<std::size_t> estimate_frame;
+    std::vector<double> latency, align_ms, iterations, points;
+    for (std::size_t k = 0; k < frames.size(); ++k) {
+      const auto& f = frames[k];
+      if (!f.result) continue;
+      latency.push_back(f.scan.read_ms + f.scan.preprocess_ms + f.result->align_ms);
+      align_ms.push_back(f.result->align_ms);
+      iterations.push_back(f.result->alignment.iterations);
+      points.push_back(static_cast<double>(f.result->points_used));
+      if (!f.result->valid) continue;
+      StampedPose p;
+      p.time = f.scan.entry.time;
+      p.pose = Eigen::Isometry3d(f.result->pose);
+      estimate.push_back(p);
+      estimate_frame.push_back(k);
+    }
+    const fs::path out(o->out);
+    write_trajectory_tum((out / "trajectory_tum.txt").string(), estimate);
+    write_trajectory_kitti((out / "trajectory_kitti.txt").string(), estimate);
+
+    const std::size_t aligned = frames.size() - skipped;
+    nlohmann::json j;
+    j["frames"] = frames.size();
+    j["aligned"] = aligned;
+    j["localized"] = estimate.size();
+    j["lost"] = lost;
+    j["recovered"] = recovered;
+    j["skipped"] = skipped;
+    j["fps"] = loop_s > 0 ? static_cast<double>(aligned) / loop_s : 0.0;
+    j["wall_s"] = loop_s;
+    j["latency_ms"] = stats_json(latency);
+    j["align_ms"] = stats_json(align_ms);
+    j["iterations"] = stats_json(iterations);
+    j["points_per_scan"] = stats_json(points);
+    j["backend"] = localizer.backend();
+    std::string device;
+    if (std::string(localizer.backend()) == "cuda") {
+      const auto devices = cuda_devices();
+      device = devices.empty() ? "CUDA device 0" : devices.front().name;
+    } else {
+      const int threads = s.threads > 0 ? s.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      device = fmt::format("CPU, {} threads", threads);
+    }
+    j["device"] = device;
+    j["map"] = {{"path", o->map},
+                {"points_read", map_points_read},
+                {"points", map.size()},
+                {"voxels", map_voxels},
+                {"load_ms", map_load_ms},
+                {"build_ms", map_build_ms}};
+    j["scans"] = o->scans;
+    const Pose6 ip = matrix_to_pose(initial);
+    j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
+    j["settings"] = {{"preset", o->preset},
+                     {"resolution", s.resolution},
+                     {"step_size", s.step_size},
+                     {"epsilon", s.epsilon},
+                     {"max_iterations", s.max_iterations},
+                     {"search", to_string(s.search)},
+                     {"line_search", to_string(s.line_search)},
+                     {"covariance", to_string(s.covariance)},
+                     {"min_range", ls.min_range},
+                     {"max_range", ls.max_range},
+                     {"voxel", ls.voxel_leaf},
+                     {"map_voxel", o->map_voxel},
+                     {"nvtl_threshold", ls.nvtl_threshold},
+                     {"reject_max_iterations", ls.reject_max_iterations},
+                     {"recovery_attempts", ls.recovery_attempts},
+                     {"readers", o->readers},
+                     {"queue", o->queue}};
+
+    std::string eval_text;
+    if (!o->reference.empty()) {
+      const AteStats ate = absolute_trajectory_error(estimate, reference, o->max_time_difference);
+      for (const auto& [e, r, err] : ate.per_pose) frames[estimate_frame[e]].error_m = err;
+      const auto rpe = relative_pose_error(estimate, reference, {1.0, 5.0, 10.0}, o->max_time_difference);
+      std::size_t matched = 0;
+      for (const auto& m : matches) matched += m.has_value();
+      j["reference"] = {{"path", o->reference}, {"poses", reference.size()}, {"matched_scans", matched},
+                        {"matching", matching}};
+      j["ate"] = {{"pairs", ate.pairs}, {"rmse_m", ate.rmse_m}, {"mean_m", ate.mean_m},
+                  {"median_m", ate.median_m}, {"max_m", ate.max_m}};
+      auto& jr = j["rpe"] = nlohmann::json::array();
+      eval_text += fmt::format("  ATE         RMSE {:.4f} m, mean {:.4f} m, median {:.4f} m, max {:.4f} m over {} poses "
+                               "(matched by {}, no alignment)\n",
+                               ate.rmse_m, ate.mean_m, ate.median_m, ate.max_m, ate.pairs, matching);
+      for (const auto& r : rpe) {
+        jr.push_back({{"segment_m", r.segment_m}, {"pairs", r.pairs}, {"translation_percent", r.translation_percent},
+                      {"rotation_deg_per_m", r.rotation_deg_per_m}});
+        eval_text += r.pairs == 0 ? fmt::format("  RPE {:>4} m  no segment (path too short)\n", r.segment_m)
+                                  : fmt::format("  RPE {:>4} m  {:.3f} % translation, {:.5f} deg/m rotation over {} "
+                                                "segments\n",
+                                                r.segment_m, r.translation_percent, r.rotation_deg_per_m, r.pairs);
+      }
+      if (ate.pairs == 0) {
+        progress.message(fmt::format("ndtcu: warning: no localized scan matches a pose of {} (matching by {})",
+                                     o->reference, matching));
+      }
+    }
+    write_frames_csv(out / "frames.csv", frames, reference);
+
+    // Plots: run the script when python3 and matplotlib are there; a missing plotter never
+    // fails the localization, it only leaves the command to run. The script reads
+    // summary.json for its titles, so the summary is written first and rewritten with the
+    // plots' paths once they exist.
+    const auto script = plot_script();
+    const std::string plot_cmd =
+        fmt::format("python3 {} {}", script ? shell_quote(script->string()) : "scripts/plot_localization.py",
+                    shell_quote(o->out));
+    j["files"] = {{"trajectory_tum", (out / "trajectory_tum.txt").string()},
+                  {"trajectory_kitti", (out / "trajectory_kitti.txt").string()},
+                  {"frames_csv", (out / "frames.csv").string()},
+                  {"summary_json", (out / "summary.json").string()},
+                  {"plots", nlohmann::json::array()},
+                  {"plot_command", plot_cmd}};
+    auto write_summary = [&] {
+      j["total_s"] = ms_since(run_start) / 1000.0;
+      std::ofstream sj(out / "summary.json");
+      sj << j.dump(2) << "\n";
+      if (!sj) throw IoError((out / "summary.json").string(), "write error");
+    };
+    write_summary();
+    std::string plot_note;
+    if (o->no_plot) {
+      plot_note = "plots: run " + plot_cmd;
+    } else if (!script) {
+      plot_note = "plots: plot_localization.py not found (set NDTCU_SCRIPTS_DIR); run " + plot_cmd;
+    } else if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+      plot_note = "plots: python3 with matplotlib not available; install it and run " + plot_cmd;
+    } else if (std::system((plot_cmd + " 1>&2").c_str()) != 0) {
+      plot_note = "plots: the plot script failed; run " + plot_cmd;
+    } else {
+      const std::string a = (out / "trajectory.png").string(), b = (out / "frames.png").string();
+      j["files"]["plots"] = {a, b};
+      plot_note = fmt::format("plots: {} and {}", a, b);
+      write_summary();
+    }
+
+    if (global.json) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o->scans, o->out, o->map,
+                                     map.size(), map_voxels, s.resolution);
+      text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} skipped of {}\n", estimate.size(),
+                          recovered, lost, skipped, frames.size());
+      text += fmt::format("  speed       {:.1f} fps ({} backend, {}); latency median {:.1f} ms, p95 {:.1f} ms, max "
+                          "{:.1f} ms\n",
+                          j["fps"].get<double>(), localizer.backend(), device, percentile(latency, 0.5),
+                          percentile(latency, 0.95), latency.empty() ? 0.0 : *std::max_element(latency.begin(), latency.end()));
+      text += fmt::format("  per scan    {:.0f} points after the filter, {:.1f} iterations (medians)\n",
+                          percentile(points, 0.5), percentile(iterations, 0.5));
+      text += eval_text;
+      text += fmt::format("  files       trajectory_tum.txt, trajectory_kitti.txt (localized frames only), frames.csv, "
+                          "summary.json\n");
+      text += "  " + plot_note + "\n";
+      std::cout << text;
+    }
+    return 0;
+  };
+}
+
+}  // namespace ndtcu::cli

@@ -1,0 +1,144 @@
+#pragma once
+/// \file
+/// Scan-to-map localization: one scan in, one pose and a validity verdict out.
+///
+/// Per scan the Localizer (1) crops by range and voxel-downsamples the scan (unless it was
+/// preprocessed already), (2) predicts the pose from the last two good poses (constant
+/// velocity, scaled by the time stamps), (3) aligns the scan to the map with NDT from that
+/// prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default) and (5) on
+/// failure retries a bounded number of times, first from the last good pose, then by
+/// continuing the best attempt; if nothing passes, the frame is *lost*: the result says so,
+/// carries the prediction (not the failed alignment) as its pose, and the motion model keeps
+/// the last good poses. A localization stack feeds scans and reads `valid` before using a pose.
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <memory>
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
+namespace ndtcu {
+
+/// Everything a Localizer needs besides the map and the scans.
+struct LocalizerSettings {
+  /// NDT settings (Autoware's preset: resolution 2.0, fixed step 0.1, 30 iterations,
+  /// Autoware covariance, which the NVTL threshold below was tuned on).
+  AlignSettings align = autoware_preset();
+  /// Scan points closer than this to the sensor are dropped (m): returns from the vehicle
+  /// itself and the sensor's near-field noise.
+  double min_range = 1.0;
+  /// Scan points farther than this are dropped (m): sparse far returns add little but cost.
+  double max_range = 100.0;
+  /// Voxel-filter leaf for the scan (m; 0 keeps every point). 1.0 m brings a 64-ring scan
+  /// (~70-120k points) to a few thousand, the size Autoware's NDT input is tuned for.
+  double voxel_leaf = 1.0;
+  /// A pose is valid when its NVTL reaches this (Autoware's ndt_scan_matcher default, tuned
+  /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
+  /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
+  double nvtl_threshold = 2.3;
+  /// Reject an alignment that used every iteration without meeting the convergence rule,
+  /// even when its NVTL passes (Autoware's check). On BALM OS0 the frames that ran out of
+  /// iterations were the ones 0.2-0.7 m off with NVTL still above 2.3; the retry fixes them.
+  bool reject_max_iterations = true;
+  /// Retries after a failed first attempt (0: none): first from the last good pose, then
+  /// continuing from the best attempt's end pose. Bounds the time a bad frame can take.
+  int recovery_attempts = 2;
+  /// Largest prediction step, in multiples of the last inter-frame motion (a long gap after
+  /// lost frames would otherwise extrapolate the velocity without limit).
+  double max_prediction_scale = 5.0;
+};
+
+/// Throws Error naming the first setting out of range (ranges, leaf, NVTL threshold,
+/// recovery attempts, prediction scale) after checking the NDT settings.
+void validate(const LocalizerSettings& settings);
+
+/// What happened to one frame.
+enum class FrameStatus {
+  Tracked,    ///< the first attempt (from the prediction) passed the check
+  Recovered,  ///< the first attempt failed, a retry passed
+  Lost,       ///< no attempt passed: the pose is the prediction and must not be trusted
+};
+
+/// "tracked", "recovered", "lost".
+const char* to_string(FrameStatus status);
+
+/// The outcome of one Localizer::localize call.
+struct LocalizationResult {
+  /// T_map_sensor. For a valid frame, the accepted alignment; for a lost one, the prediction.
+  Eigen::Matrix4d pose = Eigen::Matrix4d::Identity();
+  bool valid = false;                         ///< the pose passed the check (Tracked or Recovered)
+  FrameStatus status = FrameStatus::Lost;     ///< tracked, recovered or lost
+  Eigen::Matrix4d prediction = Eigen::Matrix4d::Identity();  ///< the constant-velocity guess
+  /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
+  AlignResult alignment;
+  int attempts = 0;                 ///< alignments run for this frame (1 + retries)
+  std::size_t points_in = 0;        ///< scan points given
+  std::size_t points_used = 0;      ///< points after the range crop and voxel filter
+  double preprocess_ms = 0.0;       ///< crop and filter time inside localize() (0 if done before)
+  double align_ms = 0.0;            ///< wall time of all attempts
+  /// Laplace approximation of the pose covariance, (-H)^-1 of the NDT score's Hessian at the
+  /// accepted pose, in [x y z roll pitch yaw] order; zero when H is not negative definite.
+  Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
+};
+
+/// Tracks a sensor in a fixed map, one scan at a time. Not thread-safe (one call at a
+/// time), but preprocess() is const and may run on other threads meanwhile.
+class Localizer {
+ public:
+  /// Validates `settings` (throws Error) and creates the aligner (see Aligner's constructor
+  /// for the backend and `cuda_stream`).
+  explicit Localizer(const LocalizerSettings& settings = LocalizerSettings{}, CUstream_st* cuda_stream = nullptr);
+  /// Releases the map, the aligner and its workers.
+  ~Localizer();
+  /// Moves the map, the aligner and the motion state.
+  Localizer(Localizer&&) noexcept;
+  /// Moves the map, the aligner and the motion state.
+  Localizer& operator=(Localizer&&) noexcept;
+
+  /// The settings in use.
+  const LocalizerSettings& settings() const noexcept;
+  /// The backend the alignments run on: "cpu" or "cuda".
+  const char* backend() const noexcept;
+  /// The aligner (its target map, settings and backend).
+  const Aligner& aligner() const noexcept;
+
+  /// Builds the voxel map from `map` (world frame). Keeps the motion state.
+  void set_map(const PointCloud& map);
+  /// Uses a voxel map built elsewhere (see Aligner::set_target).
+  void set_map(std::shared_ptr<const VoxelMap> map);
+
+  /// Starts (or restarts) tracking: the next scan is aligned from `pose` (T_map_sensor).
+  /// Forgets the velocity. Throws Error for a non-finite or non-rigid matrix.
+  void set_initial_pose(const Eigen::Matrix4d& pose);
+  /// True once an initial pose was given.
+  bool initialized() const noexcept;
+
+  /// The range crop and voxel filter of the settings; thread-safe.
+  PointCloud preprocess(const PointCloud& scan) const;
+
+  /// Preprocesses `scan` (sensor frame) and localizes it. `time` (seconds) scales the
+  /// constant-velocity prediction; equal or non-increasing times predict one frame's motion.
+  /// Throws Error before set_map / set_initial_pose, or for a non-finite point.
+  LocalizationResult localize(const PointCloud& scan, double time);
+  /// The same for a scan already passed through preprocess().
+  LocalizationResult localize_preprocessed(const PointCloud& filtered, double time);
+
+  /// The constant-velocity prediction for a scan at `time` (the last good pose when fewer
+  /// than two are known). Throws Error before set_initial_pose.
+  Eigen::Matrix4d predict(double time) const;
+
+  /// Frames lost in a row since the last valid one.
+  int consecutive_lost() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ndtcu

@@ -1,0 +1,90 @@
+#pragma once
+/// \file
+/// A sequence of scan files: listing them (a folder or a list file), giving them time
+/// stamps, matching them to reference poses, and reading them ahead on host threads.
+///
+/// Time stamps. A list-file line `path time` gives the time (s). Otherwise a file name whose
+/// stem is a decimal number with a point (`1630577758.569490.pcd`) is its time in seconds;
+/// a stem of digits only (`000042.bin`) is a frame number n, at n * period; any other name
+/// is its position k in the sequence, at k * period (period 0.1 s: KITTI's and most
+/// spinning LiDARs' 10 Hz).
+///
+/// Matching to reference poses. When the reference has exactly as many poses as there are
+/// scans, scan k is reference pose k and takes its time stamp. Otherwise scans and poses are
+/// matched by time (the nearest pose within a tolerance).
+
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ndtcu {
+
+/// One scan of a sequence.
+struct ScanEntry {
+  std::string path;  ///< the file (.pcd, .ply, .bin)
+  double time = 0.0;  ///< time stamp (s), see the file comment for where it comes from
+};
+
+/// Lists the scans of `folder_or_list`: every .pcd, .ply and .bin file of a folder (not
+/// recursive), ordered by name (names that are all numbers by value, so 9 comes before 10),
+/// or the lines of a text file (`path [time]`; '#' comments and blank lines skipped;
+/// relative paths are relative to the list file's folder), in the file's order. Throws
+/// IoError when the path does not exist or cannot be read, Error when it lists no scan.
+std::vector<ScanEntry> list_scans(const std::string& folder_or_list, double period = 0.1);
+
+/// Matches scans to reference poses (see the file comment); element k is the reference
+/// index of scan k, or nullopt. With index matching, each matched scan's time is set to its
+/// pose's time, so later time association (ATE, RPE) pairs them exactly.
+std::vector<std::optional<std::size_t>> match_to_reference(std::vector<ScanEntry>& scans,
+                                                           const Trajectory& reference,
+                                                           double max_time_difference = 0.01);
+
+/// A scan read and preprocessed ahead of its turn.
+struct PreparedScan {
+  std::size_t index = 0;        ///< position in the sequence
+  ScanEntry entry;              ///< the file and its time
+  PointCloud cloud;             ///< the preprocessed points
+  std::size_t points_read = 0;  ///< points in the file (finite ones)
+  double read_ms = 0.0;         ///< time to read the file
+  double preprocess_ms = 0.0;   ///< time of the preprocessing function
+  /// Non-empty when the file could not be read or preprocessed: the reason (the scan is
+  /// skipped, `cloud` is empty).
+  std::string error;
+};
+
+/// Reads and preprocesses the scans of a sequence on host threads, ahead of the consumer,
+/// into a bounded queue, and hands them out in sequence order. Reading thus overlaps with
+/// whatever the consumer does (aligning the previous scan), so file reading does not set
+/// the frame rate while it is faster than the alignment.
+class ScanPrefetcher {
+ public:
+  /// The preprocessing applied to each scan after reading (e.g. Localizer::preprocess).
+  using Preprocess = std::function<PointCloud(const PointCloud&)>;
+  /// Starts `threads` (at least 1) reader threads that keep at most `capacity` (at least 1)
+  /// scans ready or in progress ahead of the consumer. Throws Error for 0 threads or capacity.
+  ScanPrefetcher(std::vector<ScanEntry> scans, Preprocess preprocess, int threads = 2, std::size_t capacity = 4);
+  /// Stops the readers (work in progress finishes) and joins them.
+  ~ScanPrefetcher();
+  /// Not copyable: it owns running threads.
+  ScanPrefetcher(const ScanPrefetcher&) = delete;
+  /// Not copyable: it owns running threads.
+  ScanPrefetcher& operator=(const ScanPrefetcher&) = delete;
+
+  /// The next scan in sequence order (waiting for it), or nullopt after the last. A scan
+  /// that failed comes back with `error` set rather than throwing.
+  std::optional<PreparedScan> next();
+  /// Number of scans in the sequence.
+  std::size_t size() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ndtcu

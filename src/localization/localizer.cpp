@@ -1,0 +1,262 @@
+#include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
+#include <ndtcu/localizer.hpp>
+
+#include "../log.hpp"
+#include "../nvtx.hpp"
+
+#include <Eigen/Geometry>
+#include <Eigen/LU>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace ndtcu {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Throws unless `m` is a finite rigid transform (matrix_to_pose checks both).
+void check_rigid(const Eigen::Matrix4d& m, const char* what) {
+  try {
+    (void)matrix_to_pose(m);
+  } catch (const Error& e) {
+    throw Error(std::string(what) + ": " + e.what());
+  }
+}
+
+// The rigid motion `delta` scaled by `s`: rotation angle and translation times s. For the
+// small inter-frame motions this extrapolates, this first-order split differs from the
+// exact screw motion by far less than the alignment's capture range.
+Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
+  const Eigen::AngleAxisd aa(Eigen::Matrix3d(delta.topLeftCorner<3, 3>()));
+  Eigen::Matrix4d out = Eigen::Matrix4d::Identity();
+  out.topLeftCorner<3, 3>() = Eigen::AngleAxisd(aa.angle() * s, aa.axis()).toRotationMatrix();
+  out.topRightCorner<3, 1>() = s * delta.topRightCorner<3, 1>();
+  return out;
+}
+
+// Translation (m) and rotation (rad) between two transforms.
+double translation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
+  return (a.topRightCorner<3, 1>() - b.topRightCorner<3, 1>()).norm();
+}
+double rotation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
+  return Eigen::AngleAxisd(Eigen::Matrix3d(a.topLeftCorner<3, 3>().transpose() * b.topLeftCorner<3, 3>())).angle();
+}
+
+// A failed NDT run (empty source, no voxel, no correspondence, singular Hessian) gives no
+// pose at all; the others give one to check.
+bool has_pose(const AlignResult& r) {
+  return (r.reason == StopReason::Converged || r.reason == StopReason::MaxIterations) && r.transform.allFinite();
+}
+
+}  // namespace
+
+void validate(const LocalizerSettings& s) {
+  validate(s.align);
+  if (!(s.min_range >= 0.0) || !std::isfinite(s.min_range)) {
+    throw Error("localizer min_range must be finite and >= 0, got " + std::to_string(s.min_range));
+  }
+  if (!(s.max_range > s.min_range)) {
+    throw Error("localizer max_range must exceed min_range (" + std::to_string(s.min_range) + "), got " +
+                std::to_string(s.max_range));
+  }
+  if (!(s.voxel_leaf >= 0.0) || !std::isfinite(s.voxel_leaf)) {
+    throw Error("localizer voxel_leaf must be finite and >= 0 (0: no filter), got " + std::to_string(s.voxel_leaf));
+  }
+  if (!std::isfinite(s.nvtl_threshold)) {
+    throw Error("localizer nvtl_threshold must be finite, got " + std::to_string(s.nvtl_threshold));
+  }
+  if (s.recovery_attempts < 0 || s.recovery_attempts > 10) {
+    throw Error("localizer recovery_attempts must be in [0, 10], got " + std::to_string(s.recovery_attempts));
+  }
+  if (!(s.max_prediction_scale >= 1.0) || !std::isfinite(s.max_prediction_scale)) {
+    throw Error("localizer max_prediction_scale must be finite and >= 1, got " +
+                std::to_string(s.max_prediction_scale));
+  }
+}
+
+const char* to_string(FrameStatus status) {
+  switch (status) {
+    case FrameStatus::Tracked: return "tracked";
+    case FrameStatus::Recovered: return "recovered";
+    case FrameStatus::Lost: return "lost";
+  }
+  return "?";
+}
+
+struct Localizer::Impl {
+  LocalizerSettings settings;
+  Aligner aligner;
+  bool initialized = false;
+  Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();  // the guess for the first frame
+  // The last two good poses and their times; `known` says how many there are (0-2). The
+  // initial pose is not one of them: it is a guess for the first frame, not a pose at a
+  // time, so the first velocity comes from the first two localized frames.
+  Eigen::Matrix4d last = Eigen::Matrix4d::Identity(), before_last = Eigen::Matrix4d::Identity();
+  double last_time = 0.0, before_last_time = 0.0;
+  int known = 0;
+  int consecutive_lost = 0;
+
+  // Where a retry starts: the last good pose, or the initial guess before the first one.
+  const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
+
+  Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(s.align, stream) {}
+
+  bool accept(const AlignResult& r) const {
+    if (!has_pose(r)) return false;
+    if (settings.reject_max_iterations && !r.converged) return false;
+    return r.nvtl >= settings.nvtl_threshold;
+  }
+};
+
+Localizer::Localizer(const LocalizerSettings& settings, CUstream_st* cuda_stream) {
+  validate(settings);
+  impl_ = std::make_unique<Impl>(settings, cuda_stream);
+  if (settings.align.covariance != CovarianceMode::Autoware) {
+    detail::log().warn("localizer: NVTL threshold {} was tuned with the autoware covariance, not '{}'",
+                       settings.nvtl_threshold, to_string(settings.align.covariance));
+  }
+}
+Localizer::~Localizer() = default;
+Localizer::Localizer(Localizer&&) noexcept = default;
+Localizer& Localizer::operator=(Localizer&&) noexcept = default;
+
+const LocalizerSettings& Localizer::settings() const noexcept { return impl_->settings; }
+const char* Localizer::backend() const noexcept { return impl_->aligner.backend(); }
+const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
+
+void Localizer::set_map(const PointCloud& map) { impl_->aligner.set_target(map); }
+void Localizer::set_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.set_target(std::move(map)); }
+
+void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
+  check_rigid(pose, "initial pose");
+  impl_->initial = pose;
+  impl_->known = 0;
+  impl_->initialized = true;
+  impl_->consecutive_lost = 0;
+}
+
+bool Localizer::initialized() const noexcept { return impl_->initialized; }
+int Localizer::consecutive_lost() const noexcept { return impl_->consecutive_lost; }
+
+PointCloud Localizer::preprocess(const PointCloud& scan) const {
+  NDTCU_NVTX_RANGE("preprocess");
+  const auto& s = impl_->settings;
+  PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
+  return s.voxel_leaf > 0.0 ? voxel_downsample(cropped, s.voxel_leaf) : cropped;
+}
+
+Eigen::Matrix4d Localizer::predict(double time) const {
+  const Impl& m = *impl_;
+  if (!m.initialized) throw Error("localizer: predict before set_initial_pose");
+  if (m.known < 2) return m.anchor();
+  const Eigen::Matrix4d delta = m.before_last.inverse() * m.last;  // motion over one frame gap
+  const double gap = m.last_time - m.before_last_time;
+  double s = 1.0;
+  // Scale the motion by elapsed time when the stamps allow it (frames lost in between, or
+  // an uneven rate); equal, decreasing or non-finite stamps predict one frame's motion.
+  if (gap > 0.0 && std::isfinite(gap) && std::isfinite(time) && time > m.last_time) s = (time - m.last_time) / gap;
+  s = std::min(s, m.settings.max_prediction_scale);
+  return m.last * scale_motion(delta, s);
+}
+
+LocalizationResult Localizer::localize(const PointCloud& scan, double time) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PointCloud filtered = preprocess(scan);
+  const double pre_ms = ms_since(t0);
+  LocalizationResult r = localize_preprocessed(filtered, time);
+  r.points_in = scan.size();
+  r.preprocess_ms = pre_ms;
+  return r;
+}
+
+LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, double time) {
+  NDTCU_NVTX_RANGE("localize");
+  Impl& m = *impl_;
+  if (!m.aligner.target()) throw Error("localizer: no map (call set_map first)");
+  if (!m.initialized) throw Error("localizer: no initial pose (call set_initial_pose first)");
+  LocalizationResult out;
+  out.points_in = filtered.size();
+  out.points_used = filtered.size();
+  out.prediction = predict(time);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  // Attempt 1 from the prediction; then the last good pose (undoing a velocity that no
+  // longer holds); then the best attempt continued from where it stopped (a long
+  // correction that ran out of iterations). Guesses within 1 mm and 1e-4 rad of one already
+  // tried are skipped: they would give the same result.
+  std::vector<Eigen::Matrix4d> tried;
+  auto already_tried = [&](const Eigen::Matrix4d& guess) {
+    for (const auto& g : tried) {
+      if (translation_gap(g, guess) < 1e-3 && rotation_gap(g, guess) < 1e-4) return true;
+    }
+    return false;
+  };
+  bool have_best = false;
+  AlignResult best;
+  auto run = [&](const Eigen::Matrix4d& guess) -> bool {
+    tried.push_back(guess);
+    AlignResult r = m.aligner.align(filtered, guess);
+    ++out.attempts;
+    const bool ok = m.accept(r);
+    if (ok || !have_best || (has_pose(r) && (!has_pose(best) || r.nvtl > best.nvtl))) {
+      best = std::move(r);
+      have_best = true;
+    }
+    return ok;
+  };
+  bool ok = run(out.prediction);
+  out.status = FrameStatus::Tracked;
+  int retries = 0;
+  for (int stage = 0; !ok && retries < m.settings.recovery_attempts; ++stage) {
+    Eigen::Matrix4d guess;
+    if (stage == 0) {
+      guess = m.anchor();
+    } else if (has_pose(best) && best.reason == StopReason::MaxIterations) {
+      guess = best.transform;
+    } else {
+      break;
+    }
+    if (already_tried(guess)) {
+      if (stage == 0) continue;
+      break;  // the best attempt ended where an attempt started: continuing changes nothing
+    }
+    ++retries;
+    out.status = FrameStatus::Recovered;
+    ok = run(guess);
+  }
+  out.align_ms = ms_since(t0);
+  out.alignment = std::move(best);
+
+  if (ok) {
+    out.valid = true;
+    out.pose = out.alignment.transform;
+    // Laplace approximation: the score is maximised, so -H is the information matrix.
+    const Eigen::Matrix<double, 6, 6> info = -out.alignment.hessian;
+    Eigen::LLT<Eigen::Matrix<double, 6, 6>> llt(info);
+    if (llt.info() == Eigen::Success) out.covariance = llt.solve(Eigen::Matrix<double, 6, 6>::Identity());
+    m.before_last = m.last;
+    m.before_last_time = m.last_time;
+    m.last = out.pose;
+    m.last_time = time;
+    m.known = std::min(m.known + 1, 2);  // before_last is meaningful from the second pose on
+    m.consecutive_lost = 0;
+  } else {
+    out.status = FrameStatus::Lost;
+    out.valid = false;
+    out.pose = out.prediction;
+    ++m.consecutive_lost;
+    detail::log().debug("localizer: frame at t={} lost after {} attempts (best NVTL {:.3f}, {})", time, out.attempts,
+                        out.alignment.nvtl, to_string(out.alignment.reason));
+  }
+  return out;
+}
+
+}  // namespace ndtcu

@@ -1,0 +1,423 @@
+// Scan-to-map localization: the Localizer, scan sequences and the prefetcher.
+//
+// Accuracy bounds. The sample sequence (data/sample, made by `ndtcu simulate`) has exact
+// truth and 2 cm range noise: 2 cm ATE. BALM's reference is a bundle adjustment consistent
+// to about 1 cm: 3 cm ATE (PCL's NDT reaches 7.2 cm on the odd scans). KITTI's reference is
+// itself an ICP registration with 3.7-4.5 cm fit residuals: 5 cm ATE.
+#include "../ndt/synthetic.hpp"
+#include "../support/test_support.hpp"
+
+#include <ndtcu/filters.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <Eigen/Geometry>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+
+struct RunStats {
+  Trajectory estimate;
+  std::size_t lost = 0, recovered = 0, skipped = 0;
+  double seconds = 0.0;
+  std::vector<LocalizationResult> results;
+};
+
+// Localizes `scans` from `initial` the way `ndtcu localize` does (prefetcher + localizer).
+RunStats run_sequence(Localizer& localizer, const std::vector<ScanEntry>& scans, const Eigen::Matrix4d& initial) {
+  localizer.set_initial_pose(initial);
+  RunStats out;
+  const auto t0 = std::chrono::steady_clock::now();
+  ScanPrefetcher prefetcher(scans, [&](const PointCloud& c) { return localizer.preprocess(c); }, 2, 4);
+  while (auto scan = prefetcher.next()) {
+    if (!scan->error.empty()) {
+      ++out.skipped;
+      continue;
+    }
+    LocalizationResult r = localizer.localize_preprocessed(scan->cloud, scan->entry.time);
+    out.lost += r.status == FrameStatus::Lost;
+    out.recovered += r.status == FrameStatus::Recovered;
+    if (r.valid) out.estimate.push_back({scan->entry.time, Eigen::Isometry3d(r.pose)});
+    out.results.push_back(std::move(r));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+PointCloud shifted(const PointCloud& c, const Eigen::Vector3f& by) {
+  PointCloud out = c;
+  for (auto& p : out.points) p += by;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the sample sequence localizes within 2 cm of its exact truth, no frame lost", "[unit][localization]") {
+  std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  REQUIRE(scans.size() == 10);
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  const auto match = match_to_reference(scans, truth);
+  for (std::size_t k = 0; k < scans.size(); ++k) {
+    REQUIRE(match[k] == k);  // as many poses as scans: by index, with the pose's time
+    CHECK(scans[k].time == truth[k].time);
+  }
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+  const RunStats run = run_sequence(localizer, scans, truth.front().pose.matrix());
+  const AteStats ate = absolute_trajectory_error(run.estimate, truth);
+  std::printf("sample: ATE rmse %.4f m, max %.4f m, %zu lost, %zu recovered, %.1f fps\n", ate.rmse_m, ate.max_m,
+              run.lost, run.recovered, scans.size() / run.seconds);
+  CHECK(run.lost == 0);
+  CHECK(run.skipped == 0);
+  REQUIRE(ate.pairs == scans.size());
+  CHECK(ate.rmse_m < 0.02);
+  CHECK(ate.max_m < 0.04);
+  for (const auto& r : run.results) {
+    CHECK(r.valid);
+    CHECK(r.alignment.nvtl >= s.nvtl_threshold);
+    CHECK(r.points_used > 300);  // the filter keeps a usable scan
+    CHECK(r.covariance(0, 0) > 0.0);
+  }
+}
+
+TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking resumes", "[unit][localization]") {
+  std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  match_to_reference(scans, truth);
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+  localizer.set_initial_pose(truth[0].pose.matrix());
+  for (int k = 0; k < 10; ++k) {
+    PointCloud scan = read_point_cloud(scans[k].path);
+    if (k == 4) scan = shifted(scan, Eigen::Vector3f(30.f, 25.f, 4.f));  // a scan taken elsewhere, still in range
+    if (k == 6) scan = shifted(scan, Eigen::Vector3f(500.f, -300.f, 0.f));  // nothing left after the range crop
+    const Eigen::Matrix4d predicted = localizer.predict(scans[k].time);
+    const LocalizationResult r = localizer.localize(scan, scans[k].time);
+    CAPTURE(k, r.alignment.nvtl, to_string(r.alignment.reason), r.points_used);
+    const double err = (r.pose.topRightCorner<3, 1>() - truth[k].pose.translation()).norm();
+    if (k == 6) {
+      CHECK(r.status == FrameStatus::Lost);
+      CHECK(r.points_used == 0);
+      CHECK(r.alignment.reason == StopReason::EmptySource);
+      CHECK(r.pose == predicted);
+    } else if (k == 4) {
+      CHECK(r.status == FrameStatus::Lost);
+      CHECK_FALSE(r.valid);
+      CHECK(r.pose == predicted);  // the prediction, never the failed alignment
+      CHECK(r.attempts >= 2);      // the recovery ran, and stopped
+      CHECK(r.attempts <= 1 + s.recovery_attempts);
+      CHECK(localizer.consecutive_lost() == 1);
+    } else {
+      CHECK(r.valid);
+      CHECK(err < 0.04);
+      CHECK(localizer.consecutive_lost() == 0);
+    }
+  }
+}
+
+TEST_CASE("a bad prediction is recovered from the last good pose", "[unit][localization]") {
+  std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  match_to_reference(scans, truth);
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  s.max_prediction_scale = 15.0;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+  localizer.set_initial_pose(truth[0].pose.matrix());
+  for (int k = 0; k < 3; ++k) REQUIRE(localizer.localize(read_point_cloud(scans[k].path), scans[k].time).valid);
+  // A time stamp far in the future extrapolates the velocity (capped here at 15 frames'
+  // motion, about 10 m) beyond the alignment's reach (30 steps of at most 0.1); the retry
+  // from the last good pose, one frame away, still finds the scan's pose.
+  const Eigen::Matrix4d far = localizer.predict(1e3);
+  const Eigen::Matrix4d one = localizer.predict(scans[3].time);
+  const double last_step = (truth[2].pose.translation() - truth[1].pose.translation()).norm();
+  CHECK((far.topRightCorner<3, 1>() - truth[2].pose.translation()).norm() == Approx(15 * last_step).epsilon(0.05));
+  CHECK((one.topRightCorner<3, 1>() - truth[3].pose.translation()).norm() < 0.1);  // the drive accelerates
+  const LocalizationResult r = localizer.localize(read_point_cloud(scans[3].path), 1e3);
+  CAPTURE(r.alignment.nvtl, r.attempts);
+  CHECK(r.status == FrameStatus::Recovered);
+  CHECK(r.valid);
+  CHECK((r.pose.topRightCorner<3, 1>() - truth[3].pose.translation()).norm() < 0.04);
+}
+
+TEST_CASE("constant-velocity prediction scales with the time stamps", "[unit][localization]") {
+  LocalizerSettings s;
+  s.align.threads = 1;
+  s.align.backend = Backend::Cpu;
+  s.voxel_leaf = 0.5;
+  s.min_range = 0.0;
+  Localizer localizer(s);
+  CHECK_THROWS_AS(localizer.predict(0.0), Error);
+  const PointCloud map = test::synthetic_scene(7);
+  localizer.set_map(map);
+  CHECK_THROWS_AS(localizer.localize(map, 0.0), Error);  // no initial pose yet
+  CHECK_THROWS_AS(localizer.set_initial_pose(Eigen::Matrix4d::Zero()), Error);
+  // Two scans of the scene from poses 0.3 m and 1 degree of yaw apart, 0.1 s apart.
+  Pose6 p0, p1;
+  p0 << 1.0, 0.5, 0.0, 0.0, 0.0, 0.1;
+  p1 << 1.3, 0.55, 0.01, 0.0, 0.0, 0.1 + M_PI / 180;
+  localizer.set_initial_pose(pose_to_matrix(p0));
+  CHECK(localizer.predict(0.0) == pose_to_matrix(p0));  // no velocity before two poses
+  const LocalizationResult r0 = localizer.localize(test::moved_by_inverse(map, p0), 0.0);
+  REQUIRE(r0.valid);
+  CHECK(localizer.predict(0.1) == r0.pose);  // one pose: still no velocity
+  const LocalizationResult r1 = localizer.localize(test::moved_by_inverse(map, p1), 0.1);
+  REQUIRE(r1.valid);
+  CHECK((r1.pose.topRightCorner<3, 1>() - pose_to_matrix(p1).topRightCorner<3, 1>()).norm() < 0.01);
+  const Eigen::Matrix4d delta = r0.pose.inverse() * r1.pose;
+  // One frame ahead: exactly one more step of the last motion.
+  CHECK((localizer.predict(0.2) - r1.pose * delta).cwiseAbs().maxCoeff() < 1e-9);
+  // Two frames ahead (a frame lost in between): two steps. The rotation is exact; the
+  // translation is scaled linearly, which differs from the exact screw motion by about
+  // angle * step = 0.017 * 0.3 m = 5 mm.
+  const Eigen::Matrix4d two = localizer.predict(0.3), exact = r1.pose * delta * delta;
+  CHECK((two.topLeftCorner<3, 3>() - exact.topLeftCorner<3, 3>()).cwiseAbs().maxCoeff() < 1e-9);
+  CHECK((two.topRightCorner<3, 1>() - exact.topRightCorner<3, 1>()).norm() < 0.01);
+  CHECK((two.topRightCorner<3, 1>() - r1.pose.topRightCorner<3, 1>()).norm() ==
+        Approx(2 * delta.topRightCorner<3, 1>().norm()).epsilon(1e-9));
+  // Times that do not increase predict one step.
+  CHECK((localizer.predict(0.1) - r1.pose * delta).cwiseAbs().maxCoeff() < 1e-9);
+  // A restart forgets the velocity.
+  localizer.set_initial_pose(pose_to_matrix(p0));
+  CHECK(localizer.predict(5.0) == pose_to_matrix(p0));
+}
+
+TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
+  auto bad = [](auto change, const std::string& word) {
+    LocalizerSettings s;
+    change(s);
+    try {
+      validate(s);
+      FAIL("no Error for " << word);
+    } catch (const Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(word));
+    }
+  };
+  bad([](LocalizerSettings& s) { s.min_range = -1; }, "min_range");
+  bad([](LocalizerSettings& s) { s.max_range = 0.5; }, "max_range");
+  bad([](LocalizerSettings& s) { s.voxel_leaf = -0.1; }, "voxel_leaf");
+  bad([](LocalizerSettings& s) { s.nvtl_threshold = NAN; }, "nvtl_threshold");
+  bad([](LocalizerSettings& s) { s.recovery_attempts = -1; }, "recovery_attempts");
+  bad([](LocalizerSettings& s) { s.max_prediction_scale = 0.5; }, "max_prediction_scale");
+  bad([](LocalizerSettings& s) { s.align.resolution = 0; }, "resolution");
+}
+
+TEST_CASE("scan folders are ordered by number, times come from names", "[unit][localization]") {
+  const auto dir = test::temp_dir("scan_sequence");
+  PointCloud one;
+  one.points.emplace_back(1.f, 2.f, 3.f);
+  for (const char* name : {"10.pcd", "9.pcd", "100.bin", "notes.txt"}) {
+    if (fs::path(name).extension() == ".txt") {
+      test::write_bytes(dir / name, "not a scan");
+    } else {
+      write_point_cloud((dir / name).string(), one);
+    }
+  }
+  const auto scans = list_scans(dir.string(), 0.05);
+  REQUIRE(scans.size() == 3);
+  CHECK(fs::path(scans[0].path).filename() == "9.pcd");
+  CHECK(fs::path(scans[1].path).filename() == "10.pcd");
+  CHECK(fs::path(scans[2].path).filename() == "100.bin");
+  CHECK(scans[0].time == Approx(0.45));  // frame number 9 at 0.05 s
+  CHECK(scans[2].time == Approx(5.0));
+
+  // Decimal-second names are time stamps.
+  const auto stamped = test::temp_dir("scan_sequence_stamped");
+  write_point_cloud((stamped / "1630577758.569490.pcd").string(), one);
+  write_point_cloud((stamped / "1630577759.068947.pcd").string(), one);
+  const auto st = list_scans(stamped.string());
+  REQUIRE(st.size() == 2);
+  CHECK(st[0].time == Approx(1630577758.569490).margin(1e-6));
+  CHECK(st[1].time == Approx(1630577759.068947).margin(1e-6));
+
+  // A list file: relative paths from its folder, optional times, comments.
+  test::write_bytes(dir / "list.txt", "# scans\n10.pcd 7.5\n\n9.pcd\n");
+  const auto listed = list_scans((dir / "list.txt").string());
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].path == (dir / "10.pcd").string());
+  CHECK(listed[0].time == 7.5);
+  CHECK(listed[1].time == Approx(0.9));  // frame number 9 at 0.1 s
+
+  // Errors name the path.
+  const auto empty = test::temp_dir("scan_sequence_empty");
+  CHECK_THROWS_WITH(list_scans(empty.string()), Catch::Contains("no scan file") && Catch::Contains(empty.string()));
+  CHECK_THROWS_AS(list_scans((dir / "missing").string()), IoError);
+  test::write_bytes(dir / "bad_list.txt", "10.pcd\nreadme.md\n");
+  CHECK_THROWS_WITH(list_scans((dir / "bad_list.txt").string()), Catch::Contains("line 2"));
+  test::write_bytes(dir / "empty_list.txt", "# nothing\n");
+  CHECK_THROWS_WITH(list_scans((dir / "empty_list.txt").string()), Catch::Contains("names no scan"));
+}
+
+TEST_CASE("scans match reference poses by index when counts agree, else by time", "[unit][localization]") {
+  Trajectory ref;
+  for (int i = 0; i < 6; ++i) ref.push_back({0.1 * i, Eigen::Isometry3d::Identity()});
+  std::vector<ScanEntry> same(6);
+  for (int i = 0; i < 6; ++i) same[i].time = 100.0 + i;  // times unrelated: index wins
+  auto m = match_to_reference(same, ref);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(m[i] == static_cast<std::size_t>(i));
+    CHECK(same[i].time == ref[i].time);
+  }
+  std::vector<ScanEntry> odd = {{"a", 0.1}, {"b", 0.3}, {"c", 0.5004}, {"d", 0.9}};
+  m = match_to_reference(odd, ref);
+  CHECK(m[0] == 1u);
+  CHECK(m[1] == 3u);
+  CHECK(m[2] == 5u);
+  CHECK_FALSE(m[3].has_value());  // no pose near 0.9 s
+  CHECK(odd[2].time == 0.5004);   // time matching keeps the scans' own times
+}
+
+TEST_CASE("the prefetcher hands scans out in order, bounded, and reports bad files", "[unit][localization]") {
+  const auto dir = test::temp_dir("prefetcher");
+  std::vector<ScanEntry> scans;
+  for (int i = 0; i < 12; ++i) {
+    PointCloud c;
+    for (int k = 0; k <= i; ++k) c.points.emplace_back(float(k), 0.f, 0.f);
+    const auto path = dir / (std::to_string(i) + ".pcd");
+    scans.push_back({path.string(), 0.1 * i});
+    if (i == 5) continue;  // missing file
+    if (i == 7) {
+      test::write_bytes(path, "garbage, not a PCD header");
+    } else {
+      write_point_cloud(path.string(), c);
+    }
+  }
+  std::atomic<int> in_flight{0}, most{0};
+  std::atomic<std::size_t> started{0};
+  std::size_t consumed = 0;
+  std::atomic<std::size_t> most_ahead{0};
+  const std::size_t capacity = 3;
+  ScanPrefetcher prefetcher(
+      scans,
+      [&](const PointCloud& c) {
+        const int now = ++in_flight;
+        for (int m = most; now > m && !most.compare_exchange_weak(m, now);) {
+        }
+        ++started;
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        --in_flight;
+        return c;
+      },
+      3, capacity);
+  CHECK(prefetcher.size() == 12);
+  std::size_t k = 0;
+  while (auto s = prefetcher.next()) {
+    // Readers never run more than `capacity` scans ahead of the consumer.
+    const std::size_t ahead = started.load() > consumed ? started.load() - consumed : 0;
+    for (std::size_t m = most_ahead; ahead > m && !most_ahead.compare_exchange_weak(m, ahead);) {
+    }
+    ++consumed;
+    CHECK(s->index == k);
+    CHECK(s->entry.path == scans[k].path);
+    if (k == 5) {
+      CHECK_THAT(s->error, Catch::Contains("no such file"));
+    } else if (k == 7) {
+      CHECK_FALSE(s->error.empty());
+      CHECK(s->cloud.empty());
+    } else {
+      CHECK(s->error.empty());
+      CHECK(s->points_read == k + 1);
+      CHECK(s->cloud.size() == k + 1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ++k;
+  }
+  CHECK(k == 12);
+  CHECK_FALSE(prefetcher.next().has_value());
+  CHECK(most_ahead.load() <= capacity + 1);  // +1: the scan being handed out
+  CHECK(most.load() >= 2);                   // the readers did overlap
+  CHECK_THROWS_AS(ScanPrefetcher(scans, nullptr, 0, 2), Error);
+  CHECK_THROWS_AS(ScanPrefetcher(scans, nullptr, 1, 0), Error);
+}
+
+TEST_CASE("BALM OS0: all 60 scans localize in the even-frame map within 3 cm ATE", "[data][localization]") {
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const fs::path balm = dir / "balm_os0";
+  std::vector<ScanEntry> scans = list_scans((balm / "scans").string());
+  REQUIRE(scans.size() == 60);
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  const auto match = match_to_reference(scans, reference);
+  REQUIRE(match.back() == 59u);
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
+  const RunStats run = run_sequence(localizer, scans, reference.front().pose.matrix());
+  const AteStats ate = absolute_trajectory_error(run.estimate, reference);
+  int over_10cm = 0;
+  double odd_sq = 0;
+  int odd = 0;
+  for (const auto& [e, r, err] : ate.per_pose) {
+    over_10cm += err > 0.10;
+    if (r % 2 == 1) {
+      odd_sq += err * err;
+      ++odd;
+    }
+  }
+  std::printf("balm_os0: ATE rmse %.4f m (odd scans %.4f m), max %.4f m, %d over 10 cm, %zu lost, %zu recovered, "
+              "%.1f fps (CPU, 2 threads)\n",
+              ate.rmse_m, odd ? std::sqrt(odd_sq / odd) : 0.0, ate.max_m, over_10cm, run.lost, run.recovered,
+              scans.size() / run.seconds);
+  CHECK(run.lost == 0);
+  CHECK(run.skipped == 0);
+  CHECK(ate.pairs == 60);
+  CHECK(ate.rmse_m < 0.03);
+  CHECK(over_10cm == 0);
+}
+
+TEST_CASE("KITTI 00: frames 1, 3, 5 localize in a map of frames 0, 2, 4 within 5 cm ATE", "[data][localization]") {
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const fs::path kitti = dir / "kitti00";
+  const Trajectory reference =
+      read_trajectory((kitti / "poses_velo_icp_reference.txt").string(), TrajectoryFormat::Kitti, 0.1);
+  REQUIRE(reference.size() == 6);
+  // The map: frames 0, 2, 4 placed at their reference poses, 0.2 m voxels.
+  PointCloud map;
+  for (int f : {0, 2, 4}) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%06d.bin", f);
+    const PointCloud scan = read_point_cloud((kitti / "velodyne" / name).string());
+    const Eigen::Isometry3d& pose = reference[f].pose;
+    for (const auto& p : scan.points) map.points.push_back((pose * p.cast<double>()).cast<float>());
+  }
+  map = voxel_downsample(map, 0.2);
+  const auto list = test::temp_dir("kitti_localize") / "scans.txt";
+  test::write_bytes(list, (kitti / "velodyne/000001.bin").string() + "\n" + (kitti / "velodyne/000003.bin").string() +
+                              "\n" + (kitti / "velodyne/000005.bin").string() + "\n");
+  std::vector<ScanEntry> scans = list_scans(list.string());
+  const auto match = match_to_reference(scans, reference);  // 3 scans, 6 poses: by time
+  REQUIRE(match[0] == 1u);
+  REQUIRE(match[1] == 3u);
+  REQUIRE(match[2] == 5u);
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer localizer(s);
+  localizer.set_map(map);
+  const RunStats run = run_sequence(localizer, scans, reference[1].pose.matrix());
+  const AteStats ate = absolute_trajectory_error(run.estimate, reference);
+  std::printf("kitti00: ATE rmse %.4f m, max %.4f m, %zu lost\n", ate.rmse_m, ate.max_m, run.lost);
+  CHECK(run.lost == 0);
+  CHECK(ate.pairs == 3);
+  CHECK(ate.rmse_m < 0.05);
+}

@@ -1,6 +1,6 @@
 // Accuracy on labelled real data (Autoware mode): KITTI 00 against the ICP reference
 // poses of ../shared/data/kitti00/poses_velo_icp_reference.txt. Simulator scenes with
-// exact ground truth join these once the simulator lands (src/sim).
+// exact ground truth are in test_sim_accuracy.cpp.
 //
 // Tolerances: 5 cm and 0.2 deg. The reference is itself a registration (point-to-plane
 // ICP, fit rms 3.7-4.5 cm), so a tighter bound would test the reference, not NDT.

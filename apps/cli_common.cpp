@@ -71,4 +71,40 @@ std::string describe_text(const CloudInfo& info, const PointCloud& cloud) {
   return out;
 }
 
+void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
+  cmd->add_option("--preset", o.preset, "starting NDT settings; every other option overrides them")
+      ->check(CLI::IsMember({"autoware", "pcl"}));
+  cmd->add_option("--resolution", o.resolution, "NDT voxel size (m)")->check(CLI::PositiveNumber);
+  cmd->add_option("--search", o.search, "neighbour search")
+      ->check(CLI::IsMember({"radius", "direct27", "direct7", "direct1"}));
+  cmd->add_option("--line-search", o.line_search, "step length rule")->check(CLI::IsMember({"more-thuente", "fixed"}));
+  cmd->add_option("--step-size", o.step_size, "largest step |dp|")->check(CLI::PositiveNumber);
+  cmd->add_option("--epsilon", o.epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-iterations", o.max_iterations, "Newton iterations at most")->check(CLI::PositiveNumber);
+  cmd->add_option("--convergence", o.convergence, "stopping rule")->check(CLI::IsMember({"pcl", "autoware"}));
+  cmd->add_option("--covariance", o.covariance, "voxel covariance convention")->check(CLI::IsMember({"pcl", "autoware"}));
+  cmd->add_option("--threads", o.threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--gpu-derivatives", o.gpu_derivatives,
+                  "CUDA: point derivatives fused into the kernel, or precomputed into buffers")
+      ->check(CLI::IsMember({"fused", "precomputed"}));
+}
+
+AlignSettings ndt_settings(const NdtOptions& o) {
+  AlignSettings s = preset(o.preset);
+  if (o.resolution) s.resolution = *o.resolution;
+  if (o.step_size) s.step_size = *o.step_size;
+  if (o.epsilon) s.epsilon = *o.epsilon;
+  if (o.max_iterations) s.max_iterations = *o.max_iterations;
+  if (o.threads) s.threads = *o.threads;
+  if (o.search) s.search = search_method_from_string(*o.search);
+  if (o.line_search) s.line_search = line_search_from_string(*o.line_search);
+  if (o.covariance) s.covariance = covariance_mode_from_string(*o.covariance);
+  if (o.convergence) s.convergence = convergence_rule_from_string(*o.convergence);
+  if (o.backend) s.backend = backend_from_string(*o.backend);
+  if (o.gpu_derivatives) s.gpu_derivatives = gpu_derivatives_from_string(*o.gpu_derivatives);
+  return s;
+}
+
 }  // namespace ndtcu::cli

@@ -1,9 +1,13 @@
 #pragma once
 // Pieces every `ndtcu` subcommand shares.
 #include <ndtcu/io.hpp>
+#include <ndtcu/settings.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 namespace ndtcu::cli {
@@ -16,5 +20,22 @@ std::string describe_text(const CloudInfo& info, const PointCloud& cloud);
 
 /// "1.2 MB" style size.
 std::string human_bytes(std::uint64_t bytes);
+
+/// The NDT options `align` and `localize` share: a preset and every setting that
+/// overrides it (unset: the preset's value).
+struct NdtOptions {
+  std::string preset = "autoware";
+  std::optional<double> resolution, step_size, epsilon;
+  std::optional<int> max_iterations, threads;
+  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives;
+};
+
+/// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,
+/// --max-iterations, --convergence, --covariance, --threads, --backend, --gpu-derivatives.
+void add_ndt_options(CLI::App* cmd, NdtOptions& o);
+
+/// The preset with every given option applied (names parsed, ranges checked by the caller
+/// through ndtcu::validate).
+AlignSettings ndt_settings(const NdtOptions& o);
 
 }  // namespace ndtcu::cli

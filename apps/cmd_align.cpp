@@ -21,12 +21,10 @@ namespace ndtcu::cli {
 namespace {
 
 struct AlignOptions {
-  std::string target, source, output, init_matrix, preset = "autoware";
+  std::string target, source, output, init_matrix;
   std::vector<double> init;
   double target_voxel = 0.0, source_voxel = 0.0;
-  std::optional<double> resolution, step_size, epsilon;
-  std::optional<int> max_iterations, threads;
-  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives;
+  NdtOptions ndt;
 };
 
 // A 4x4 (16 numbers) or 3x4 (12 numbers, KITTI pose line) row-major matrix.
@@ -65,8 +63,6 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   auto* cmd = app.add_subcommand("align", "Align SOURCE to TARGET with NDT (Autoware's settings unless told otherwise)");
   cmd->add_option("TARGET", o->target, "target (map) point cloud: .pcd, .ply or .bin")->required();
   cmd->add_option("SOURCE", o->source, "source (scan) point cloud")->required();
-  cmd->add_option("--preset", o->preset, "starting settings; every other option overrides them")
-      ->check(CLI::IsMember({"autoware", "pcl"}));
   auto* init = cmd->add_option("--init", o->init, "initial guess x,y,z,roll,pitch,yaw (m, rad)")
                    ->delimiter(',')
                    ->expected(6);
@@ -76,38 +72,11 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--source-voxel", o->source_voxel, "voxel-filter the source first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--resolution", o->resolution, "NDT voxel size (m)")->check(CLI::PositiveNumber);
-  cmd->add_option("--search", o->search, "neighbour search")
-      ->check(CLI::IsMember({"radius", "direct27", "direct7", "direct1"}));
-  cmd->add_option("--line-search", o->line_search, "step length rule")
-      ->check(CLI::IsMember({"more-thuente", "fixed"}));
-  cmd->add_option("--step-size", o->step_size, "largest step |dp|")->check(CLI::PositiveNumber);
-  cmd->add_option("--epsilon", o->epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-iterations", o->max_iterations, "Newton iterations at most")->check(CLI::PositiveNumber);
-  cmd->add_option("--convergence", o->convergence, "stopping rule")->check(CLI::IsMember({"pcl", "autoware"}));
-  cmd->add_option("--covariance", o->covariance, "voxel covariance convention")
-      ->check(CLI::IsMember({"pcl", "autoware"}));
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", o->backend, "backend (auto: CUDA when a device is present)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--gpu-derivatives", o->gpu_derivatives,
-                  "CUDA: point derivatives fused into the kernel, or precomputed into buffers")
-      ->check(CLI::IsMember({"fused", "precomputed"}));
+  add_ndt_options(cmd, o->ndt);
   cmd->add_option("--output", o->output, "write the source, aligned into the target's frame (.pcd or .bin)");
 
   return [o, &global]() {
-    AlignSettings s = preset(o->preset);
-    if (o->resolution) s.resolution = *o->resolution;
-    if (o->step_size) s.step_size = *o->step_size;
-    if (o->epsilon) s.epsilon = *o->epsilon;
-    if (o->max_iterations) s.max_iterations = *o->max_iterations;
-    if (o->threads) s.threads = *o->threads;
-    if (o->search) s.search = search_method_from_string(*o->search);
-    if (o->line_search) s.line_search = line_search_from_string(*o->line_search);
-    if (o->covariance) s.covariance = covariance_mode_from_string(*o->covariance);
-    if (o->convergence) s.convergence = convergence_rule_from_string(*o->convergence);
-    if (o->backend) s.backend = backend_from_string(*o->backend);
-    if (o->gpu_derivatives) s.gpu_derivatives = gpu_derivatives_from_string(*o->gpu_derivatives);
+    AlignSettings s = ndt_settings(o->ndt);
 
     Pose6 guess = Pose6::Zero();
     if (!o->init.empty()) {
@@ -179,7 +148,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       }
       j["map_build_ms"] = map_ms;
       j["load_ms"] = load_ms;
-      j["settings"] = {{"preset", o->preset},
+      j["settings"] = {{"preset", o->ndt.preset},
                        {"resolution", s.resolution},
                        {"step_size", s.step_size},
                        {"epsilon", s.epsilon},
@@ -201,7 +170,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       out += fmt::format("  points      source {} (of {} read), target {} (of {} read), {} voxels\n", r.source_points,
                          source_points_read, target.size(), target_points_read, r.target_voxels);
       out += fmt::format("  settings    preset {}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
-                         o->preset, s.resolution, to_string(s.search), to_string(s.line_search), s.step_size,
+                         o->ndt.preset, s.resolution, to_string(s.search), to_string(s.line_search), s.step_size,
                          s.epsilon, to_string(s.covariance));
       out += fmt::format("  result      {} after {} iterations ({})\n", r.converged ? "converged" : "not converged",
                          r.iterations, to_string(r.reason));

@@ -34,11 +34,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct LocalizeOptions {
-  std::string map, scans, init_from, reference, reference_format = "auto", out = "localization", preset = "autoware";
+  std::string map, scans, init_from, reference, reference_format = "auto", out = "localization";
   std::vector<double> init;
-  std::optional<double> resolution, step_size, epsilon;
-  std::optional<int> max_iterations, threads;
-  std::optional<std::string> search, line_search, covariance, backend;
+  NdtOptions ndt;
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
   int recovery_attempts = 2, readers = 2;
   std::size_t queue = 4;
@@ -222,20 +220,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--reference-format", o->reference_format, "format of --reference (--init-from is always detected)")
       ->check(CLI::IsMember({"tum", "kitti", "auto"}));
   cmd->add_option("--out", o->out, "output folder (created)")->capture_default_str();
-  cmd->add_option("--preset", o->preset, "starting NDT settings; every other option overrides them")
-      ->check(CLI::IsMember({"autoware", "pcl"}));
-  cmd->add_option("--resolution", o->resolution, "NDT voxel size (m)")->check(CLI::PositiveNumber);
-  cmd->add_option("--search", o->search, "neighbour search")
-      ->check(CLI::IsMember({"radius", "direct27", "direct7", "direct1"}));
-  cmd->add_option("--line-search", o->line_search, "step length rule")->check(CLI::IsMember({"more-thuente", "fixed"}));
-  cmd->add_option("--step-size", o->step_size, "largest step |dp|")->check(CLI::PositiveNumber);
-  cmd->add_option("--epsilon", o->epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-iterations", o->max_iterations, "Newton iterations at most")->check(CLI::PositiveNumber);
-  cmd->add_option("--covariance", o->covariance, "voxel covariance convention")
-      ->check(CLI::IsMember({"pcl", "autoware"}));
-  cmd->add_option("--threads", o->threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", o->backend, "backend (auto: CUDA when a device is present)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  add_ndt_options(cmd, o->ndt);
   cmd->add_option("--min-range", o->min_range, "drop scan points closer than this (m)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-range", o->max_range, "drop scan points farther than this (m)")->capture_default_str()
@@ -261,16 +246,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const auto run_start = std::chrono::steady_clock::now();
     LocalizerSettings ls;
     AlignSettings& s = ls.align;
-    s = preset(o->preset);
-    if (o->resolution) s.resolution = *o->resolution;
-    if (o->step_size) s.step_size = *o->step_size;
-    if (o->epsilon) s.epsilon = *o->epsilon;
-    if (o->max_iterations) s.max_iterations = *o->max_iterations;
-    if (o->threads) s.threads = *o->threads;
-    if (o->search) s.search = search_method_from_string(*o->search);
-    if (o->line_search) s.line_search = line_search_from_string(*o->line_search);
-    if (o->covariance) s.covariance = covariance_mode_from_string(*o->covariance);
-    if (o->backend) s.backend = backend_from_string(*o->backend);
+    s = ndt_settings(o->ndt);
     ls.min_range = o->min_range;
     ls.max_range = o->max_range;
     ls.voxel_leaf = o->voxel;
@@ -418,7 +394,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["scans"] = o->scans;
     const Pose6 ip = matrix_to_pose(initial);
     j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
-    j["settings"] = {{"preset", o->preset},
+    j["settings"] = {{"preset", o->ndt.preset},
                      {"resolution", s.resolution},
                      {"step_size", s.step_size},
                      {"epsilon", s.epsilon},

@@ -95,9 +95,12 @@ __device__ void build_pose_terms(const PoseUpload& p, double d1, double d2, math
   t.d2 = d2;
 }
 
-template <int LANES>
-__global__ void __launch_bounds__(kBlock) fused_kernel(const DeviceConfig* __restrict__ cfg, PoseUpload pose,
-                                                       ReduceScratch<kSums> scratch) {
+/// The body both derivative kernels share: per-block pose terms, LANES threads per point,
+/// the point's share of cells, the lane combination and the grid reduction. `point`
+/// yields the point's Jacobian and point Hessian (computed, or read from buffers).
+template <int LANES, typename PointDerivatives>
+__device__ void derivative_sums(const DeviceConfig* __restrict__ cfg, const PoseUpload& pose,
+                                ReduceScratch<kSums> scratch, PointDerivatives point) {
   __shared__ math::PoseTerms<double> terms;
   const DeviceConfig c = *cfg;
   if (threadIdx.x == 0) build_pose_terms(pose, c.d1, c.d2, terms);
@@ -113,13 +116,48 @@ __global__ void __launch_bounds__(kBlock) fused_kernel(const DeviceConfig* __res
     const float x = c.x[i], y = c.y[i], z = c.z[i];
     float tp[3];
     math::transform_point(terms.m, x, y, z, tp);
-    const math::PointJacobian<double> J = math::point_jacobian(terms.angular, double(x), double(y), double(z));
+    math::PointJacobian<double> J{};
     math::PointHessian<double> H{};
-    if (with_hessian) H = math::point_hessian(terms.angular, double(x), double(y), double(z));
+    point(c, terms, i, x, y, z, with_hessian, J, H);
     pairs = math::accumulate_point_cells(c.grid, c.search, terms, tp, J, H, with_hessian, lane, LANES, sums.v, best);
   }
   finish_point<LANES>(valid, lane, best, pairs, sums);
   reduce_grid_fixed_order<kSums, kBlock>(sums, scratch);
+}
+
+/// Fused variant's point derivatives: computed in registers by each lane.
+struct ComputedDerivatives {
+  __device__ void operator()(const DeviceConfig&, const math::PoseTerms<double>& terms, int, float x, float y,
+                             float z, bool with_hessian, math::PointJacobian<double>& J,
+                             math::PointHessian<double>& H) const {
+    J = math::point_jacobian(terms.angular, double(x), double(y), double(z));
+    if (with_hessian) H = math::point_hessian(terms.angular, double(x), double(y), double(z));
+  }
+};
+
+/// Precomputed variant's point derivatives: read from the buffers derivatives_kernel wrote.
+struct BufferedDerivatives {
+  __device__ void operator()(const DeviceConfig& c, const math::PoseTerms<double>&, int i, float, float, float,
+                             bool with_hessian, math::PointJacobian<double>& J, math::PointHessian<double>& H) const {
+    J.col[0][0] = J.col[1][1] = J.col[2][2] = 1.0;
+    double* jslots[8] = {&J.col[3][1], &J.col[3][2], &J.col[4][0], &J.col[4][1],
+                         &J.col[4][2], &J.col[5][0], &J.col[5][1], &J.col[5][2]};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) *jslots[k] = c.jacobian[k * c.n + i];
+    if (with_hessian) {
+      double* hslots[15] = {&H.a[1], &H.a[2], &H.b[1], &H.b[2], &H.c[1], &H.c[2], &H.d[0], &H.d[1],
+                            &H.d[2], &H.e[0], &H.e[1], &H.e[2], &H.f[0], &H.f[1], &H.f[2]};
+#pragma unroll
+      for (int k = 0; k < 15; ++k) *hslots[k] = c.hessian[k * c.n + i];
+    }
+  }
+};
+
+/// Fused variant: one kernel per evaluation.
+template <int LANES>
+__global__ void __launch_bounds__(kBlock) fused_kernel(const DeviceConfig* __restrict__ cfg, PoseUpload pose,
+                                                       ReduceScratch<kSums> scratch) {
+  derivative_sums<LANES>(cfg, pose, scratch, ComputedDerivatives{});
 }
 
 /// Precomputed variant, pass 1: each point's Jacobian (8 entries) and point Hessian (15)
@@ -148,41 +186,7 @@ __global__ void __launch_bounds__(kBlock) derivatives_kernel(const DeviceConfig*
 template <int LANES>
 __global__ void __launch_bounds__(kBlock) buffered_kernel(const DeviceConfig* __restrict__ cfg, PoseUpload pose,
                                                           ReduceScratch<kSums> scratch) {
-  __shared__ math::PoseTerms<double> terms;
-  const DeviceConfig c = *cfg;
-  if (threadIdx.x == 0) build_pose_terms(pose, c.d1, c.d2, terms);
-  __syncthreads();
-  Vec<kSums> sums = Vec<kSums>::zero();
-  const int t = blockIdx.x * kBlock + threadIdx.x;
-  const int i = t / LANES, lane = t % LANES;
-  const bool valid = i < c.n;
-  const bool with_hessian = (pose.flags & kWithHessian) != 0;
-  double best = 0.0;
-  int pairs = 0;
-  if (valid) {
-    math::PointJacobian<double> J{};
-    J.col[0][0] = J.col[1][1] = J.col[2][2] = 1.0;
-    J.col[3][1] = c.jacobian[0 * c.n + i];
-    J.col[3][2] = c.jacobian[1 * c.n + i];
-    J.col[4][0] = c.jacobian[2 * c.n + i];
-    J.col[4][1] = c.jacobian[3 * c.n + i];
-    J.col[4][2] = c.jacobian[4 * c.n + i];
-    J.col[5][0] = c.jacobian[5 * c.n + i];
-    J.col[5][1] = c.jacobian[6 * c.n + i];
-    J.col[5][2] = c.jacobian[7 * c.n + i];
-    math::PointHessian<double> H{};
-    if (with_hessian) {
-      double* slots[15] = {&H.a[1], &H.a[2], &H.b[1], &H.b[2], &H.c[1], &H.c[2], &H.d[0], &H.d[1],
-                           &H.d[2], &H.e[0], &H.e[1], &H.e[2], &H.f[0], &H.f[1], &H.f[2]};
-#pragma unroll
-      for (int k = 0; k < 15; ++k) *slots[k] = c.hessian[k * c.n + i];
-    }
-    float tp[3];
-    math::transform_point(terms.m, c.x[i], c.y[i], c.z[i], tp);
-    pairs = math::accumulate_point_cells(c.grid, c.search, terms, tp, J, H, with_hessian, lane, LANES, sums.v, best);
-  }
-  finish_point<LANES>(valid, lane, best, pairs, sums);
-  reduce_grid_fixed_order<kSums, kBlock>(sums, scratch);
+  derivative_sums<LANES>(cfg, pose, scratch, BufferedDerivatives{});
 }
 
 math::Search to_device_search(SearchMethod m) { return to_math(m); }

@@ -91,6 +91,21 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       ->check(CLI::IsMember({"fused", "precomputed"}));
 }
 
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s) {
+  return {{"preset", preset},
+          {"resolution", s.resolution},
+          {"step_size", s.step_size},
+          {"epsilon", s.epsilon},
+          {"max_iterations", s.max_iterations},
+          {"search", to_string(s.search)},
+          {"line_search", to_string(s.line_search)},
+          {"convergence", to_string(s.convergence)},
+          {"covariance", to_string(s.covariance)},
+          {"threads", s.threads},
+          {"backend", to_string(s.backend)},
+          {"gpu_derivatives", to_string(s.gpu_derivatives)}};
+}
+
 AlignSettings ndt_settings(const NdtOptions& o) {
   AlignSettings s = preset(o.preset);
   if (o.resolution) s.resolution = *o.resolution;

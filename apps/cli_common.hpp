@@ -34,6 +34,9 @@ struct NdtOptions {
 /// --max-iterations, --convergence, --covariance, --threads, --backend, --gpu-derivatives.
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
+/// JSON of the NDT settings in use (with the preset they started from).
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s);
+
 /// The preset with every given option applied (names parsed, ranges checked by the caller
 /// through ndtcu::validate).
 AlignSettings ndt_settings(const NdtOptions& o);

@@ -148,16 +148,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       }
       j["map_build_ms"] = map_ms;
       j["load_ms"] = load_ms;
-      j["settings"] = {{"preset", o->ndt.preset},
-                       {"resolution", s.resolution},
-                       {"step_size", s.step_size},
-                       {"epsilon", s.epsilon},
-                       {"max_iterations", s.max_iterations},
-                       {"search", to_string(s.search)},
-                       {"line_search", to_string(s.line_search)},
-                       {"convergence", to_string(s.convergence)},
-                       {"covariance", to_string(s.covariance)},
-                       {"threads", s.threads}};
+      j["settings"] = ndt_settings_json(o->ndt.preset, s);
       auto& trace = j["trace"] = nlohmann::json::array();
       for (const auto& it : r.trace) {
         trace.push_back({{"xyzrpy", {it.pose(0), it.pose(1), it.pose(2), it.pose(3), it.pose(4), it.pose(5)}},

@@ -394,15 +394,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["scans"] = o->scans;
     const Pose6 ip = matrix_to_pose(initial);
     j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
-    j["settings"] = {{"preset", o->ndt.preset},
-                     {"resolution", s.resolution},
-                     {"step_size", s.step_size},
-                     {"epsilon", s.epsilon},
-                     {"max_iterations", s.max_iterations},
-                     {"search", to_string(s.search)},
-                     {"line_search", to_string(s.line_search)},
-                     {"covariance", to_string(s.covariance)},
-                     {"min_range", ls.min_range},
+    j["settings"] = ndt_settings_json(o->ndt.preset, s);
+    j["settings"].update({{"min_range", ls.min_range},
                      {"max_range", ls.max_range},
                      {"voxel", ls.voxel_leaf},
                      {"map_voxel", o->map_voxel},
@@ -410,7 +403,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"reject_max_iterations", ls.reject_max_iterations},
                      {"recovery_attempts", ls.recovery_attempts},
                      {"readers", o->readers},
-                     {"queue", o->queue}};
+                     {"queue", o->queue}});
 
     std::string eval_text;
     if (!o->reference.empty()) {

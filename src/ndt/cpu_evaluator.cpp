@@ -55,20 +55,26 @@ math::Search to_math(SearchMethod m) {
   return math::Search::Radius;
 }
 
+math::VoxelGridView host_view(const VoxelMap& map) {
+  math::VoxelGridView g{};
+  g.size = static_cast<std::int32_t>(map.size());
+  for (int a = 0; a < 3; ++a) {
+    g.mean[a] = map.mean(a).data();
+    g.centroid[a] = map.centroid(a).data();
+  }
+  for (int e = 0; e < 6; ++e) g.icov[e] = map.inverse_covariance(e).data();
+  g.table_keys = map.table_keys().data();
+  g.table_values = map.table_values().data();
+  g.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
+  g.inv_resolution = map.inverse_resolution();
+  g.radius_sq = map.radius_squared();
+  return g;
+}
+
 CpuEvaluator::CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
                            double outlier_ratio, ThreadPool& pool)
     : points_(points), search_(to_math(search)), pool_(pool) {
-  view_.size = static_cast<std::int32_t>(map.size());
-  for (int a = 0; a < 3; ++a) {
-    view_.mean[a] = map.mean(a).data();
-    view_.centroid[a] = map.centroid(a).data();
-  }
-  for (int e = 0; e < 6; ++e) view_.icov[e] = map.inverse_covariance(e).data();
-  view_.table_keys = map.table_keys().data();
-  view_.table_values = map.table_values().data();
-  view_.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
-  view_.inv_resolution = map.inverse_resolution();
-  view_.radius_sq = map.radius_squared();
+  view_ = host_view(map);
   gauss_ = math::gauss_constants(map.resolution(), outlier_ratio);
   chunk_sums_.resize((points_.size() + kChunkPoints - 1) / kChunkPoints);
 }

@@ -37,6 +37,9 @@ void pose_to_float_matrix(const Pose6& pose, float out[12]);
 /// The per-iteration constants of pose `pose` (internal, map-relative).
 math::PoseTerms<double> pose_terms(const Pose6& pose, const math::GaussConstants& gauss);
 
+/// The math header's view of `map` in host memory (hash lookup), for the CPU evaluator.
+math::VoxelGridView host_view(const VoxelMap& map);
+
 /// Search enum of the math header for a SearchMethod.
 math::Search to_math(SearchMethod m);
 

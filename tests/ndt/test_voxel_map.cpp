@@ -8,6 +8,8 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/voxel_map.hpp>
 
+#include "ndt/evaluator.hpp"
+
 #include <Eigen/Dense>
 
 #include <algorithm>
@@ -176,29 +178,12 @@ TEST_CASE("Voxel map rejects bad options and far points", "[unit][voxel_map]") {
   CHECK(VoxelMap::build(PointCloud{}, options(1.0, CovarianceMode::Pcl)).empty());
 }
 
-namespace {
-m::VoxelGridView view_of(const VoxelMap& map) {
-  m::VoxelGridView g{};
-  g.size = static_cast<std::int32_t>(map.size());
-  for (int a = 0; a < 3; ++a) {
-    g.mean[a] = map.mean(a).data();
-    g.centroid[a] = map.centroid(a).data();
-  }
-  for (int e = 0; e < 6; ++e) g.icov[e] = map.inverse_covariance(e).data();
-  g.table_keys = map.table_keys().data();
-  g.table_values = map.table_values().data();
-  g.table_mask = map.table_keys().size() - 1;
-  g.inv_resolution = map.inverse_resolution();
-  g.radius_sq = map.radius_squared();
-  return g;
-}
-}  // namespace
 
 TEST_CASE("Radius search equals a brute-force search over every voxel, in FLANN's order", "[unit][voxel_map]") {
   const PointCloud cloud = test::synthetic_scene(13, 30000);
   for (double res : {1.0, 2.0}) {
     const VoxelMap map = VoxelMap::build(cloud, options(res, CovarianceMode::Pcl));
-    const auto g = view_of(map);
+    const auto g = detail::host_view(map);
     std::mt19937 rng(2);
     std::uniform_real_distribution<float> ux(-13.f, 13.f), uy(-10.f, 10.f), uz(-2.5f, 3.5f);
     std::size_t total = 0;

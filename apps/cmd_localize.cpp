@@ -145,22 +145,22 @@ std::string csv_number(double v) { return fmt::format("{:.6f}", v); }
 void write_frames_csv(const fs::path& path, const std::vector<FrameRecord>& frames, const Trajectory& reference) {
   std::ofstream out(path);
   if (!out) throw IoError(path.string(), "cannot create");
-  out << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,tp,nvtl,converged,"
+  out << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,iterations_total,evaluations,tp,nvtl,converged,"
          "read_ms,preprocess_ms,align_ms,total_ms,x,y,z,roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,"
          "error_m\n";
   for (const auto& f : frames) {
     const auto& s = f.scan;
     std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
     if (!f.result) {
-      row += fmt::format("skipped,0,0,1,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
+      row += fmt::format("skipped,0,0,1,,,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
                          s.read_ms + s.preprocess_ms);
     } else {
       const auto& r = *f.result;
       const auto& a = r.alignment;
       const bool lost = r.status == FrameStatus::Lost;
-      row += fmt::format("{},{},{},0,{},{},{},{},{:.6f},{:.6f},{},{:.3f},{:.3f},{:.3f},{:.3f},", to_string(r.status),
+      row += fmt::format("{},{},{},0,{},{},{},{},{},{},{:.6f},{:.6f},{},{:.3f},{:.3f},{:.3f},{:.3f},", to_string(r.status),
                          lost ? 1 : 0, r.status == FrameStatus::Recovered ? 1 : 0, s.points_read, r.points_used,
-                         a.iterations, r.attempts, a.tp, a.nvtl, a.converged ? 1 : 0, s.read_ms, s.preprocess_ms,
+                         a.iterations, r.attempts, r.iterations_total, r.evaluations, a.tp, a.nvtl, a.converged ? 1 : 0, s.read_ms, s.preprocess_ms,
                          r.align_ms, s.read_ms + s.preprocess_ms + r.align_ms);
       // A lost frame has no pose: the columns stay empty rather than hold a guess.
       if (lost) {

@@ -6,10 +6,10 @@
 /// preprocessed already), (2) predicts the pose from the last two good poses (constant
 /// velocity, scaled by the time stamps), (3) aligns the scan to the map with NDT from that
 /// prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default) and (5) on
-/// failure retries a bounded number of times, first from the last good pose, then by
-/// continuing the best attempt; if nothing passes, the frame is *lost*: the result says so,
-/// carries the prediction (not the failed alignment) as its pose, and the motion model keeps
-/// the last good poses. A localization stack feeds scans and reads `valid` before using a pose.
+/// failure retries a bounded number of times: an attempt that ran out of iterations is
+/// continued from where it stopped, otherwise the scan is aligned from the last good pose.
+/// If nothing passes, the frame is *lost*: the result says so, carries the prediction (not
+/// the failed alignment) as its pose, and the motion model keeps the last good poses. A localization stack feeds scans and reads `valid` before using a pose.
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/point_cloud.hpp>
@@ -46,8 +46,9 @@ struct LocalizerSettings {
   /// even when its NVTL passes (Autoware's check). On BALM OS0 the frames that ran out of
   /// iterations were the ones 0.2-0.7 m off with NVTL still above 2.3; the retry fixes them.
   bool reject_max_iterations = true;
-  /// Retries after a failed first attempt (0: none): first from the last good pose, then
-  /// continuing from the best attempt's end pose. Bounds the time a bad frame can take.
+  /// Retries after a failed first attempt (0: none). Each retry continues the best attempt
+  /// from its end pose when that attempt ran out of iterations (a long correction still under
+  /// way), and otherwise starts from the last good pose. Bounds the time a bad frame takes.
   int recovery_attempts = 2;
   /// Largest prediction step, in multiples of the last inter-frame motion (a long gap after
   /// lost frames would otherwise extrapolate the velocity without limit).
@@ -78,6 +79,8 @@ struct LocalizationResult {
   /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
   AlignResult alignment;
   int attempts = 0;                 ///< alignments run for this frame (1 + retries)
+  int iterations_total = 0;         ///< Newton iterations over all attempts
+  int evaluations = 0;              ///< derivative evaluations over all attempts
   std::size_t points_in = 0;        ///< scan points given
   std::size_t points_used = 0;      ///< points after the range crop and voxel filter
   double preprocess_ms = 0.0;       ///< crop and filter time inside localize() (0 if done before)

@@ -188,9 +188,9 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   out.prediction = predict(time);
 
   const auto t0 = std::chrono::steady_clock::now();
-  // Attempt 1 from the prediction; then the last good pose (undoing a velocity that no
-  // longer holds); then the best attempt continued from where it stopped (a long
-  // correction that ran out of iterations). Guesses within 1 mm and 1e-4 rad of one already
+  // Attempt 1 from the prediction. When it ran out of iterations (a long correction still
+  // under way), the best attempt continues from where it stopped; then the last good pose
+  // (undoing a velocity that no longer holds). Guesses within 1 mm and 1e-4 rad of one already
   // tried are skipped: they would give the same result.
   std::vector<Eigen::Matrix4d> tried;
   auto already_tried = [&](const Eigen::Matrix4d& guess) {
@@ -205,6 +205,8 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     tried.push_back(guess);
     AlignResult r = m.aligner.align(filtered, guess);
     ++out.attempts;
+    out.iterations_total += r.iterations;
+    out.evaluations += r.timings.evaluations;
     const bool ok = m.accept(r);
     if (ok || !have_best || (has_pose(r) && (!has_pose(best) || r.nvtl > best.nvtl))) {
       best = std::move(r);
@@ -215,18 +217,15 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   bool ok = run(out.prediction);
   out.status = FrameStatus::Tracked;
   int retries = 0;
-  for (int stage = 0; !ok && retries < m.settings.recovery_attempts; ++stage) {
+  while (!ok && retries < m.settings.recovery_attempts) {
+    const bool can_continue = has_pose(best) && best.reason == StopReason::MaxIterations;
     Eigen::Matrix4d guess;
-    if (stage == 0) {
-      guess = m.anchor();
-    } else if (has_pose(best) && best.reason == StopReason::MaxIterations) {
-      guess = best.transform;
+    if (can_continue && !already_tried(best.transform)) {
+      guess = best.transform;  // a long correction that ran out of iterations: go on from its end
+    } else if (!already_tried(m.anchor())) {
+      guess = m.anchor();  // undo a velocity that no longer holds
     } else {
-      break;
-    }
-    if (already_tried(guess)) {
-      if (stage == 0) continue;
-      break;  // the best attempt ended where an attempt started: continuing changes nothing
+      break;  // every start left would repeat one already tried
     }
     ++retries;
     out.status = FrameStatus::Recovered;

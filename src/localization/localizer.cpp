@@ -189,7 +189,7 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
 
   const auto t0 = std::chrono::steady_clock::now();
   // Attempt 1 from the prediction. When it ran out of iterations (a long correction still
-  // under way), the best attempt continues from where it stopped; then the last good pose
+  // under way), the best attempt continues from where it stopped (once); then the last good pose
   // (undoing a velocity that no longer holds). Guesses within 1 mm and 1e-4 rad of one already
   // tried are skipped: they would give the same result.
   std::vector<Eigen::Matrix4d> tried;
@@ -217,11 +217,13 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   bool ok = run(out.prediction);
   out.status = FrameStatus::Tracked;
   int retries = 0;
+  bool continued = false;
   while (!ok && retries < m.settings.recovery_attempts) {
-    const bool can_continue = has_pose(best) && best.reason == StopReason::MaxIterations;
+    const bool can_continue = !continued && has_pose(best) && best.reason == StopReason::MaxIterations;
     Eigen::Matrix4d guess;
     if (can_continue && !already_tried(best.transform)) {
-      guess = best.transform;  // a long correction that ran out of iterations: go on from its end
+      guess = best.transform;  // a long correction that ran out of iterations: go on from its end, once
+      continued = true;
     } else if (!already_tried(m.anchor())) {
       guess = m.anchor();  // undo a velocity that no longer holds
     } else {

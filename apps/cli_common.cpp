@@ -89,6 +89,9 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
   cmd->add_option("--gpu-derivatives", o.gpu_derivatives,
                   "CUDA: point derivatives fused into the kernel, or precomputed into buffers")
       ->check(CLI::IsMember({"fused", "precomputed"}));
+  cmd->add_option("--gpu-loop", o.gpu_loop,
+                  "CUDA, fixed step: Newton loop in one device graph, or one host round trip per iteration")
+      ->check(CLI::IsMember({"device", "host"}));
 }
 
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s) {
@@ -103,7 +106,8 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"covariance", to_string(s.covariance)},
           {"threads", s.threads},
           {"backend", to_string(s.backend)},
-          {"gpu_derivatives", to_string(s.gpu_derivatives)}};
+          {"gpu_derivatives", to_string(s.gpu_derivatives)},
+          {"gpu_loop", to_string(s.gpu_loop)}};
 }
 
 AlignSettings ndt_settings(const NdtOptions& o) {
@@ -119,6 +123,7 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.convergence) s.convergence = convergence_rule_from_string(*o.convergence);
   if (o.backend) s.backend = backend_from_string(*o.backend);
   if (o.gpu_derivatives) s.gpu_derivatives = gpu_derivatives_from_string(*o.gpu_derivatives);
+  if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
   return s;
 }
 

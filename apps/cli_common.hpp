@@ -27,7 +27,7 @@ struct NdtOptions {
   std::string preset = "autoware";
   std::optional<double> resolution, step_size, epsilon;
   std::optional<int> max_iterations, threads;
-  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives;
+  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives, gpu_loop;
 };
 
 /// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,

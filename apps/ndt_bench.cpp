@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
     int threads;
     LineSearch line_search;
     Backend backend = Backend::Cpu;
+    GpuNewtonLoop loop = GpuNewtonLoop::Device;  // CUDA, fixed step: where the Newton loop runs
   };
   // PCL's step rule and stopping rule in every row but "direct7 autoware": Autoware's
   // preset (fixed step 0.1, its stopping rule and covariance) at the same resolution, one
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
     for (auto search : {SearchMethod::Radius, SearchMethod::Direct7}) {
       configs.push_back({search, 1, mt, Backend::Cuda});
       configs.push_back({search, 1, LineSearch::Fixed, Backend::Cuda});
+      configs.push_back({search, 1, LineSearch::Fixed, Backend::Cuda, GpuNewtonLoop::Host});
     }
   } else {
     std::cerr << "ndtcu_bench: no CUDA rows: " << cuda_unavailable_reason() << "\n";
@@ -195,10 +197,13 @@ int main(int argc, char** argv) {
     s.search = c.search;
     s.threads = c.threads;
     s.backend = c.backend;
+    s.gpu_loop = c.loop;
     Aligner aligner(s);
     aligner.set_target(tgt);
     const bool cuda = c.backend == Backend::Cuda;
-    Row row{cuda ? "ndtcu cuda" : "ndtcu cpu", std::string(to_string(c.search)) + (autoware ? " autoware" : ""),
+    const bool host_loop = cuda && autoware && c.loop == GpuNewtonLoop::Host;
+    Row row{cuda ? "ndtcu cuda" : "ndtcu cpu",
+            std::string(to_string(c.search)) + (autoware ? " autoware" : "") + (host_loop ? " host" : ""),
             cuda ? 0 : c.threads, {}, 0, 0, {}};
     AlignResult r;
     time_it(row, warmup, repeats, [&] { r = aligner.align_from_pose(src, guess); });
@@ -258,14 +263,14 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("target {} ({} points), source {} ({} points), leaf {} m, resolution {} m, step {}, "
                            "epsilon {}, {} repeats after {} warm-up\n",
                            target, tgt.size(), source, src.size(), leaf, resolution, step, epsilon, repeats, warmup);
-  std::cout << fmt::format("{:<10} {:<17} {:>7} {:>9} {:>9} {:>4} {:>4} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9}\n",
+  std::cout << fmt::format("{:<10} {:<21} {:>7} {:>9} {:>9} {:>4} {:>4} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9}\n",
                            "backend", "search", "threads", "median ms", "min ms", "iter", "eval", "ms/iter", "vs pcl",
                            "ms/eval", "vs pcl", "dt pcl m", "da rad", "gpu us/e", "B up/down");
   for (const auto& row : rows) {
     const auto [dt, da] = agreement(row);
     const double per_iter = row.median() / std::max(1, row.iterations);
     std::cout << fmt::format(
-        "{:<10} {:<17} {:>7} {:>9.3f} {:>9.3f} {:>4} {:>4} {:>8.4f} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9}\n",
+        "{:<10} {:<21} {:>7} {:>9.3f} {:>9.3f} {:>4} {:>4} {:>8.4f} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9}\n",
         row.name, row.search, row.threads ? std::to_string(row.threads) : "gpu", row.median(), row.min(), row.iterations,
         row.evaluations ? std::to_string(row.evaluations) : "-", per_iter,
         pcl_per_iter > 0 ? fmt::format("{:.3f}", per_iter / pcl_per_iter) : "-",
@@ -276,5 +281,9 @@ int main(int argc, char** argv) {
         row.bytes_up ? fmt::format("{}/{}", row.bytes_up, row.bytes_down) : "-");
   }
   if (pcl_per_eval > 0) std::cout << "(PCL's evaluation count is the radius row's: the two follow the same path)\n";
+  if (cuda_unavailable_reason().empty()) {
+    std::cout << "(cuda autoware rows run the Newton loop on the device, one graph per align; 'host' rows make one "
+                 "round trip per iteration)\n";
+  }
   return 0;
 }

@@ -32,6 +32,32 @@ struct PoseUpload {
 static_assert(sizeof(PoseUpload) == 64, "the per-evaluation upload is 64 bytes");
 constexpr std::uint32_t kSmallRoll = 1u, kSmallPitch = 2u, kSmallYaw = 4u, kWithHessian = 8u;
 
+/// The pose terms of a host-driven evaluation: the kernel's by-value parameter.
+struct PoseByValue {
+  PoseUpload p;
+  __device__ const PoseUpload& get() const { return p; }
+};
+/// The pose terms of the device-resident loop: written by the step kernel, read in place.
+struct PoseInMemory {
+  const PoseUpload* p;
+  __device__ const PoseUpload& get() const { return *p; }
+};
+
+/// The upload for `pose` (x y z roll pitch yaw, map-relative): PCL's small-angle rule for
+/// the angular terms (the transform keeps the true values), the translation as float.
+__host__ __device__ inline PoseUpload make_upload(const double pose[6], bool with_hessian) {
+  PoseUpload up{};
+  for (int a = 0; a < 3; ++a) {
+    const double angle = pose[3 + a];
+    up.sincos[2 * a] = cos(angle);
+    up.sincos[2 * a + 1] = sin(angle);
+    if (fabs(angle) < 10e-5) up.flags |= (1u << a);
+  }
+  for (int a = 0; a < 3; ++a) up.translation[a] = static_cast<float>(pose[a]);
+  if (with_hessian) up.flags |= kWithHessian;
+  return up;
+}
+
 /// Per-map and per-source constants, in device memory (uploaded once, not per evaluation).
 struct DeviceConfig {
   math::VoxelGridView grid;
@@ -154,17 +180,19 @@ struct BufferedDerivatives {
 };
 
 /// Fused variant: one kernel per evaluation.
-template <int LANES>
-__global__ void __launch_bounds__(kBlock) fused_kernel(const DeviceConfig* __restrict__ cfg, PoseUpload pose,
+template <int LANES, typename Pose>
+__global__ void __launch_bounds__(kBlock) fused_kernel(const DeviceConfig* __restrict__ cfg, Pose pose,
                                                        ReduceScratch<kSums> scratch) {
-  derivative_sums<LANES>(cfg, pose, scratch, ComputedDerivatives{});
+  derivative_sums<LANES>(cfg, pose.get(), scratch, ComputedDerivatives{});
 }
 
 /// Precomputed variant, pass 1: each point's Jacobian (8 entries) and point Hessian (15)
 /// into the preallocated buffers.
-__global__ void __launch_bounds__(kBlock) derivatives_kernel(const DeviceConfig* __restrict__ cfg, PoseUpload pose) {
+template <typename Pose>
+__global__ void __launch_bounds__(kBlock) derivatives_kernel(const DeviceConfig* __restrict__ cfg, Pose pose_source) {
   __shared__ math::PoseTerms<double> terms;
   const DeviceConfig c = *cfg;
+  const PoseUpload& pose = pose_source.get();
   if (threadIdx.x == 0) build_pose_terms(pose, c.d1, c.d2, terms);
   __syncthreads();
   const int i = blockIdx.x * kBlock + threadIdx.x;
@@ -183,10 +211,10 @@ __global__ void __launch_bounds__(kBlock) derivatives_kernel(const DeviceConfig*
 }
 
 /// Precomputed variant, pass 2: the derivative sums from the buffers of pass 1.
-template <int LANES>
-__global__ void __launch_bounds__(kBlock) buffered_kernel(const DeviceConfig* __restrict__ cfg, PoseUpload pose,
+template <int LANES, typename Pose>
+__global__ void __launch_bounds__(kBlock) buffered_kernel(const DeviceConfig* __restrict__ cfg, Pose pose,
                                                           ReduceScratch<kSums> scratch) {
-  derivative_sums<LANES>(cfg, pose, scratch, BufferedDerivatives{});
+  derivative_sums<LANES>(cfg, pose.get(), scratch, BufferedDerivatives{});
 }
 
 math::Search to_device_search(SearchMethod m) { return to_math(m); }
@@ -213,6 +241,187 @@ int lanes_for(int n, int multiprocessors) {
   return lanes;
 }
 
+// ---- The device-resident fixed-step Newton loop (GpuNewtonLoop::Device) ----
+
+/// StopReason as the step kernel writes it.
+enum LoopReason : int { kConverged = 0, kMaxIterations = 1, kNoCorrespondence = 2, kSingularHessian = 3 };
+
+/// One iteration of the trace: the pose after the step, the score there, the step length.
+struct TraceEntry {
+  double pose[6];
+  double score;
+  double step;
+};
+
+/// Everything the loop keeps between its kernels, in device memory. The host writes it once
+/// per alignment (64 + 128 bytes up) and reads it back once at the end.
+struct LoopState {
+  PoseUpload up;            ///< the pose terms the next evaluation uses
+  double pose[6];           ///< the current pose
+  double step_min, step_max, epsilon;
+  TraceEntry* trace;        ///< max_iterations entries
+  int max_iterations;
+  int pcl_convergence;      ///< 1: PCL's stopping rule, 0: Autoware's
+  int iterations;
+  int evaluations;
+  int reason;               ///< LoopReason once the loop has stopped
+  int stepped;              ///< 1: the last evaluation is at the pose a step just reached
+  double last_step;         ///< that step's length
+  double last_delta[3];     ///< that step's translation (PCL's rule)
+};
+
+/// Solves H x = b (6x6, row-major in `a`) by LU with partial pivoting, in place. False when
+/// a pivot is not above 6 * machine epsilon * the largest |entry| (or is not a number): the
+/// matrix is numerically singular, the case the host loop's SVD rank test reports.
+__device__ bool solve6(double a[36], double b[6], double x[6]) {
+  double largest = 0.0;
+  for (int k = 0; k < 36; ++k) largest = fmax(largest, fabs(a[k]));
+  const double tiny = 6.0 * 2.220446049250313e-16 * largest;
+  for (int k = 0; k < 6; ++k) {
+    int p = k;
+    for (int r = k + 1; r < 6; ++r) {
+      if (fabs(a[6 * r + k]) > fabs(a[6 * p + k])) p = r;
+    }
+    if (!(fabs(a[6 * p + k]) > tiny)) return false;
+    if (p != k) {
+      for (int c = 0; c < 6; ++c) {
+        const double t = a[6 * k + c];
+        a[6 * k + c] = a[6 * p + c];
+        a[6 * p + c] = t;
+      }
+      const double t = b[k];
+      b[k] = b[p];
+      b[p] = t;
+    }
+    for (int r = k + 1; r < 6; ++r) {
+      const double f = a[6 * r + k] / a[6 * k + k];
+      for (int c = k + 1; c < 6; ++c) a[6 * r + c] -= f * a[6 * k + c];
+      b[r] -= f * b[k];
+    }
+  }
+  for (int k = 5; k >= 0; --k) {
+    double s = b[k];
+    for (int c = k + 1; c < 6; ++c) s -= a[6 * k + c] * x[c];
+    x[k] = s / a[6 * k + k];
+  }
+  return true;
+}
+
+/// Records the iteration a step just completed (its evaluation's `score`) and applies the
+/// stopping rules in optimize()'s order; true when the loop stops.
+__device__ bool finish_iteration(LoopState& s, double score) {
+  TraceEntry& e = s.trace[s.iterations - 1];
+  bool finite = true;
+  for (int k = 0; k < 6; ++k) {
+    e.pose[k] = s.pose[k];
+    finite = finite && isfinite(s.pose[k]);
+  }
+  e.score = score;
+  e.step = fabs(s.last_step);
+  if (!finite) {
+    s.reason = kSingularHessian;
+    return true;
+  }
+  bool small_step;
+  if (s.pcl_convergence) {
+    // PCL: the step's translation as float, its squared norm against epsilon itself.
+    const float t0 = static_cast<float>(s.last_delta[0]), t1 = static_cast<float>(s.last_delta[1]),
+                t2 = static_cast<float>(s.last_delta[2]);
+    small_step = s.epsilon > 0 && static_cast<double>(t0 * t0 + t1 * t1 + t2 * t2) <= s.epsilon;
+  } else {
+    small_step = fabs(s.last_step) < s.epsilon;  // Autoware: the step length
+  }
+  if (small_step) {
+    s.reason = kConverged;
+    return true;
+  }
+  if (s.iterations >= s.max_iterations) {
+    s.reason = kMaxIterations;
+    return true;
+  }
+  return false;
+}
+
+/// One thread: after each evaluation, finishes the previous step, then solves the Newton
+/// system, takes the clamped step and writes the next evaluation's pose terms, or ends the
+/// loop (sets its condition to 0). optimize()'s fixed step, rule by rule.
+__global__ void newton_step_kernel(LoopState* __restrict__ state, const Vec<kSums>* __restrict__ result,
+                                   cudaGraphConditionalHandle loop) {
+  LoopState& s = *state;
+  const double* v = result->v;
+  s.evaluations += 1;
+  if (s.stepped) {
+    s.stepped = 0;
+    if (finish_iteration(s, v[math::kScore])) {
+      cudaGraphSetConditional(loop, 0);
+      return;
+    }
+  }
+  for (;;) {
+    if (v[math::kPointsMatched] == 0.0) {
+      s.reason = kNoCorrespondence;
+      cudaGraphSetConditional(loop, 0);
+      return;
+    }
+    double h[36], g[6], x[6];
+    for (int i = 0; i < 6; ++i) {
+      g[i] = -v[math::kGradient + i];
+      for (int j = 0; j < 6; ++j) h[6 * i + j] = v[math::kHessian + math::upper_index(i < j ? i : j, i < j ? j : i)];
+    }
+    if (!solve6(h, g, x)) {
+      s.reason = kSingularHessian;
+      cudaGraphSetConditional(loop, 0);
+      return;
+    }
+    double norm = 0.0;
+    for (int i = 0; i < 6; ++i) norm += x[i] * x[i];
+    norm = sqrt(norm);
+    if (norm == 0.0 || isnan(norm)) {
+      s.reason = norm == 0.0 ? kConverged : kSingularHessian;
+      cudaGraphSetConditional(loop, 0);
+      return;
+    }
+    double dir[6], d_phi_0 = 0.0;
+    for (int i = 0; i < 6; ++i) {
+      dir[i] = x[i] / norm;
+      d_phi_0 -= v[math::kGradient + i] * dir[i];
+    }
+    double step;
+    if (d_phi_0 == 0.0) {
+      step = 0.0;  // not a descent direction, and no better one: no step, no evaluation
+    } else {
+      if (d_phi_0 >= 0) {
+        for (int i = 0; i < 6; ++i) dir[i] = -dir[i];
+      }
+      step = fmax(fmin(norm, s.step_max), s.step_min);
+    }
+    for (int i = 0; i < 6; ++i) s.pose[i] += dir[i] * step;
+    for (int i = 0; i < 3; ++i) s.last_delta[i] = dir[i] * step;
+    s.last_step = step;
+    s.iterations += 1;
+    if (step == 0.0) {
+      // The host loop records this iteration with the unchanged score and solves again.
+      if (finish_iteration(s, v[math::kScore])) {
+        cudaGraphSetConditional(loop, 0);
+        return;
+      }
+      continue;
+    }
+    s.stepped = 1;
+    s.up = make_upload(s.pose, true);
+    return;  // the condition stays 1: the loop evaluates at the new pose
+  }
+}
+
+StopReason to_stop_reason(int r) {
+  switch (r) {
+    case kConverged: return StopReason::Converged;
+    case kNoCorrespondence: return StopReason::NoCorrespondence;
+    case kSingularHessian: return StopReason::SingularHessian;
+    default: return StopReason::MaxIterations;
+  }
+}
+
 }  // namespace
 
 std::uint64_t device_allocations() noexcept { return device_allocation_count(); }
@@ -236,6 +445,7 @@ struct CudaBackend::Impl {
   int n = 0;
   int lanes = 1;            // threads per point for the current source (lanes_for)
   int multiprocessors = 1;  // of the current device
+  int driver_version = 0;   // cudaDriverGetVersion: conditional graph nodes need 12040
   // Per evaluation.
   DeviceBuffer<DeviceConfig> config;
   DeviceBuffer<Vec<kSums>> partials, result;
@@ -247,11 +457,104 @@ struct CudaBackend::Impl {
   DerivativeVariant variant = DerivativeVariant::Fused;
   bool config_dirty = true;
   CudaTelemetry telemetry;
+  // The device-resident loop: its state, trace, pinned staging and graph. The graph is
+  // built for a grid of `graph_blocks` blocks (with headroom: threads past the source's
+  // point count add zeros, which leave the fixed-order sums bit-identical) and the lanes and
+  // variant it was captured with; a source that needs more blocks, or far fewer, rebuilds it.
+  DeviceBuffer<LoopState> loop_state;
+  DeviceBuffer<TraceEntry> trace;
+  LoopState* pinned_state = nullptr;
+  TraceEntry* pinned_trace = nullptr;
+  std::size_t pinned_trace_capacity = 0;
+  cudaStream_t capture_stream = nullptr;  // a private stream: the caller's may be the legacy default
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t graph_exec = nullptr;
+  int graph_blocks = 0, graph_lanes = 0;
+  DerivativeVariant graph_variant = DerivativeVariant::Fused;
+  const void* graph_partials = nullptr;
 
   ~Impl() {
+    destroy_graph();
+    if (capture_stream) cudaStreamDestroy(capture_stream);
+    if (pinned_trace) cudaFreeHost(pinned_trace);
+    if (pinned_state) cudaFreeHost(pinned_state);
     if (pinned_result) cudaFreeHost(pinned_result);
     if (start) cudaEventDestroy(start);
     if (stop) cudaEventDestroy(stop);
+  }
+
+  void destroy_graph() noexcept {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    if (graph) cudaGraphDestroy(graph);
+    graph_exec = nullptr;
+    graph = nullptr;
+  }
+
+  /// The derivative kernels of one evaluation at `pose` on `s`, over `blocks` blocks of
+  /// LANES threads per point (the precomputed variant adds its per-point pass first).
+  template <typename Pose>
+  void launch_derivatives(Pose pose, int blocks, cudaStream_t s) {
+    ReduceScratch<kSums> scratch{partials.data(), ticket.data(), result.data()};
+    if (variant == DerivativeVariant::Fused) {
+      launch_lanes(lanes, [&](auto lanes_constant) {
+        fused_kernel<decltype(lanes_constant)::value><<<blocks, kBlock, 0, s>>>(config.data(), pose, scratch);
+      });
+      NDTCU_CUDA_CHECK_LAUNCH();
+    } else {
+      const int points = blocks * kBlock / lanes;  // the points the grid covers
+      derivatives_kernel<<<(points + kBlock - 1) / kBlock, kBlock, 0, s>>>(config.data(), pose);
+      NDTCU_CUDA_CHECK_LAUNCH();
+      launch_lanes(lanes, [&](auto lanes_constant) {
+        buffered_kernel<decltype(lanes_constant)::value><<<blocks, kBlock, 0, s>>>(config.data(), pose, scratch);
+      });
+      NDTCU_CUDA_CHECK_LAUNCH();
+    }
+  }
+
+  /// Builds (or keeps) the loop graph for the current source: a conditional WHILE node whose
+  /// body is the derivative kernels reading the pose terms from the loop state, then the
+  /// step kernel, which ends the loop.
+  void ensure_graph() {
+    const int needed = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(n) * lanes + kBlock - 1) / kBlock));
+    if (graph_exec && graph_lanes == lanes && graph_variant == variant && needed <= graph_blocks &&
+        needed * 2 >= graph_blocks && graph_partials == partials.data()) {
+      return;
+    }
+    destroy_graph();
+    const int blocks = needed + needed / 4 + 1;  // headroom for scans a little larger
+    if (partials.size() < static_cast<std::size_t>(blocks)) partials.resize_discard(blocks);
+    if (!capture_stream) NDTCU_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
+    NDTCU_CUDA_CHECK(cudaGraphCreate(&graph, 0));
+    cudaGraphConditionalHandle handle = 0;
+    NDTCU_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams params{};
+    params.type = cudaGraphNodeTypeConditional;
+    params.conditional.handle = handle;
+    params.conditional.type = cudaGraphCondTypeWhile;
+    params.conditional.size = 1;
+    cudaGraphNode_t node = nullptr;
+    NDTCU_CUDA_CHECK(cudaGraphAddNode(&node, graph, nullptr, nullptr, 0, &params));
+    cudaGraph_t body = params.conditional.phGraph_out[0];
+    NDTCU_CUDA_CHECK(
+        cudaStreamBeginCaptureToGraph(capture_stream, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+    try {
+      launch_derivatives(PoseInMemory{&loop_state.data()->up}, blocks, capture_stream);
+      newton_step_kernel<<<1, 1, 0, capture_stream>>>(loop_state.data(), result.data(), handle);
+      NDTCU_CUDA_CHECK_LAUNCH();
+    } catch (...) {
+      cudaGraph_t discarded = nullptr;
+      cudaStreamEndCapture(capture_stream, &discarded);
+      destroy_graph();
+      throw;
+    }
+    cudaGraph_t captured = nullptr;
+    NDTCU_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &captured));
+    NDTCU_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
+    graph_blocks = blocks;
+    graph_lanes = lanes;
+    graph_variant = variant;
+    graph_partials = partials.data();
+    telemetry.graph_builds += 1;
   }
 
   void upload_config() {
@@ -282,6 +585,7 @@ CudaBackend::CudaBackend(CUstream_st* stream) : impl_(std::make_unique<Impl>()) 
   int device = 0;
   NDTCU_CUDA_CHECK(cudaGetDevice(&device));
   NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&impl_->multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  NDTCU_CUDA_CHECK(cudaDriverGetVersion(&impl_->driver_version));
   NDTCU_CUDA_CHECK(cudaMallocHost(&impl_->pinned_result, sizeof(Vec<kSums>)));
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->start));
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->stop));
@@ -419,36 +723,12 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian)
   out.clear();
   if (m.n == 0) return out;
 
-  PoseUpload up{};
-  const double angles[3] = {pose(3), pose(4), pose(5)};
-  for (int a = 0; a < 3; ++a) {
-    up.sincos[2 * a] = std::cos(angles[a]);
-    up.sincos[2 * a + 1] = std::sin(angles[a]);
-    // PCL's small-angle rule for the angular terms (the transform keeps the true values).
-    if (std::abs(angles[a]) < 10e-5) up.flags |= (1u << a);
-  }
-  for (int a = 0; a < 3; ++a) up.translation[a] = static_cast<float>(pose(a));
-  if (with_hessian) up.flags |= kWithHessian;
-
-  const int lanes = m.lanes;
-  const int blocks = static_cast<int>((static_cast<std::int64_t>(m.n) * lanes + kBlock - 1) / kBlock);
-  const int point_blocks = (m.n + kBlock - 1) / kBlock;  // one thread per point
-  ReduceScratch<kSums> scratch{m.partials.data(), m.ticket.data(), m.result.data()};
+  const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
+  const PoseUpload up = make_upload(p, with_hessian);
+  const int blocks = static_cast<int>((static_cast<std::int64_t>(m.n) * m.lanes + kBlock - 1) / kBlock);
   NDTCU_NVTX_RANGE("derivatives");
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  if (m.variant == DerivativeVariant::Fused) {
-    launch_lanes(lanes, [&](auto lanes_constant) {
-      fused_kernel<decltype(lanes_constant)::value><<<blocks, kBlock, 0, m.stream>>>(m.config.data(), up, scratch);
-    });
-    NDTCU_CUDA_CHECK_LAUNCH();
-  } else {
-    derivatives_kernel<<<point_blocks, kBlock, 0, m.stream>>>(m.config.data(), up);
-    NDTCU_CUDA_CHECK_LAUNCH();
-    launch_lanes(lanes, [&](auto lanes_constant) {
-      buffered_kernel<decltype(lanes_constant)::value><<<blocks, kBlock, 0, m.stream>>>(m.config.data(), up, scratch);
-    });
-    NDTCU_CUDA_CHECK_LAUNCH();
-  }
+  m.launch_derivatives(PoseByValue{up}, blocks, m.stream);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
   NDTCU_NVTX_RANGE("reduce");  // the grid reduction's read-back and the one synchronization
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result, m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
@@ -461,6 +741,82 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian)
   m.telemetry.evaluations += 1;
   m.telemetry.bytes_up += sizeof(PoseUpload);
   m.telemetry.bytes_down += sizeof(Vec<kSums>);
+  m.telemetry.gpu_ms += ms;
+  m.telemetry.device_allocations = device_allocation_count() - m.allocations_at_start;
+  return out;
+}
+
+bool CudaBackend::device_loop_supported() const noexcept { return impl_->driver_version >= 12040; }
+
+DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6& initial, const DeviceLoopSettings& settings) {
+  Impl& m = *impl_;
+  if (!device_loop_supported()) throw CudaError("the device-resident Newton loop needs a CUDA 12.4 driver or later");
+  if (settings.max_iterations < 1) throw Error("device loop: max_iterations must be at least 1");
+  if (m.config_dirty) m.upload_config();
+  DeviceLoopOutput out;
+  out.pose = initial;
+  if (m.n == 0) {  // as the host loop: one (empty) evaluation, no correspondence
+    out.reason = StopReason::NoCorrespondence;
+    out.evaluations = 1;
+    out.final_sums.clear();
+    return out;
+  }
+  const auto iterations = static_cast<std::size_t>(settings.max_iterations);
+  m.trace.resize_discard(iterations);
+  if (m.pinned_trace_capacity < iterations) {
+    if (m.pinned_trace) NDTCU_CUDA_CHECK(cudaFreeHost(m.pinned_trace));
+    m.pinned_trace = nullptr;
+    m.pinned_trace_capacity = 0;
+    NDTCU_CUDA_CHECK(cudaMallocHost(&m.pinned_trace, iterations * sizeof(TraceEntry)));
+    m.pinned_trace_capacity = iterations;
+  }
+  if (!m.pinned_state) NDTCU_CUDA_CHECK(cudaMallocHost(&m.pinned_state, sizeof(LoopState)));
+  m.loop_state.resize_discard(1);
+  m.ensure_graph();
+
+  LoopState& st = *m.pinned_state;
+  st = LoopState{};
+  for (int i = 0; i < 6; ++i) st.pose[i] = initial(i);
+  st.up = make_upload(st.pose, true);
+  st.step_min = settings.step_min;
+  st.step_max = settings.step_max;
+  st.epsilon = settings.epsilon;
+  st.trace = m.trace.data();
+  st.max_iterations = settings.max_iterations;
+  st.pcl_convergence = settings.pcl_convergence ? 1 : 0;
+  st.reason = kMaxIterations;
+
+  NDTCU_NVTX_RANGE("device loop");
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.loop_state.data(), &st, sizeof(LoopState), cudaMemcpyHostToDevice, m.stream));
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
+  NDTCU_CUDA_CHECK(cudaGraphLaunch(m.graph_exec, m.stream));
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(&st, m.loop_state.data(), sizeof(LoopState), cudaMemcpyDeviceToHost, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result, m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_trace, m.trace.data(), iterations * sizeof(TraceEntry),
+                                   cudaMemcpyDeviceToHost, m.stream));
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  float ms = 0.f;
+  NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
+
+  for (int i = 0; i < 6; ++i) out.pose(i) = st.pose[i];
+  out.iterations = st.iterations;
+  out.evaluations = st.evaluations;
+  out.reason = to_stop_reason(st.reason);
+  for (int k = 0; k < kSums; ++k) out.final_sums.v[k] = m.pinned_result->v[k];
+  const int recorded = std::min(st.iterations, settings.max_iterations);
+  out.trace.resize(static_cast<std::size_t>(recorded));
+  for (int i = 0; i < recorded; ++i) {
+    const TraceEntry& e = m.pinned_trace[i];
+    for (int k = 0; k < 6; ++k) out.trace[i].pose(k) = e.pose[k];
+    out.trace[i].score = e.score;
+    out.trace[i].step_length = e.step;
+  }
+
+  m.telemetry.evaluations += static_cast<std::uint64_t>(st.evaluations);
+  m.telemetry.bytes_up += sizeof(LoopState);
+  m.telemetry.bytes_down += sizeof(LoopState) + sizeof(Vec<kSums>) + iterations * sizeof(TraceEntry);
   m.telemetry.gpu_ms += ms;
   m.telemetry.device_allocations = device_allocation_count() - m.allocations_at_start;
   return out;

@@ -42,6 +42,7 @@ const char* to_string(ConvergenceRule c) { return c == ConvergenceRule::Pcl ? "p
 const char* to_string(CovarianceMode c) { return c == CovarianceMode::Pcl ? "pcl" : "autoware"; }
 const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "auto"; }
 const char* to_string(GpuDerivatives d) { return d == GpuDerivatives::Fused ? "fused" : "precomputed"; }
+const char* to_string(GpuNewtonLoop l) { return l == GpuNewtonLoop::Device ? "device" : "host"; }
 
 const char* to_string(StopReason r) {
   switch (r) {
@@ -91,6 +92,10 @@ Backend backend_from_string(const std::string& name) {
 GpuDerivatives gpu_derivatives_from_string(const std::string& name) {
   const GpuDerivatives all[] = {GpuDerivatives::Fused, GpuDerivatives::Precomputed};
   return parse(name, "GPU derivative variant", all);
+}
+GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
+  const GpuNewtonLoop all[] = {GpuNewtonLoop::Device, GpuNewtonLoop::Host};
+  return parse(name, "GPU Newton loop", all);
 }
 
 void validate(const AlignSettings& s) {

@@ -60,6 +60,18 @@ enum class GpuDerivatives {
   Precomputed,  ///< written to preallocated per-point buffers by a first kernel, then read
 };
 
+/// Where the CUDA backend runs the Newton loop of the fixed step (LineSearch::Fixed).
+enum class GpuNewtonLoop {
+  /// On the device: one CUDA graph per alignment, whose conditional loop runs the
+  /// derivative kernel and a one-thread step kernel (6x6 LU solve, step, convergence test)
+  /// until the loop stops, with one read-back at the end. Falls back to Host where the
+  /// driver lacks conditional graph nodes (CUDA 12.4).
+  Device,
+  /// On the host: one launch, read-back and synchronization per iteration, the Newton
+  /// direction solved by SVD on the host (as the CPU backend does).
+  Host,
+};
+
 /// Everything an alignment needs besides the clouds.
 struct AlignSettings {
   /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
@@ -78,6 +90,9 @@ struct AlignSettings {
   int threads = 0;                ///< worker threads; 0 = std::thread::hardware_concurrency()
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
   GpuDerivatives gpu_derivatives = GpuDerivatives::Fused;  ///< CUDA backend variant
+  /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente always
+  /// runs on the host).
+  GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
 };
 
 /// Autoware's ndt_scan_matcher defaults: resolution 2.0, step 0.1, epsilon 0.01,
@@ -103,6 +118,8 @@ const char* to_string(CovarianceMode c);
 const char* to_string(Backend b);
 /// "fused", "precomputed".
 const char* to_string(GpuDerivatives d);
+/// "device", "host".
+const char* to_string(GpuNewtonLoop l);
 
 /// Parses a SearchMethod name (see to_string); throws Error otherwise.
 SearchMethod search_method_from_string(const std::string& name);
@@ -116,6 +133,8 @@ CovarianceMode covariance_mode_from_string(const std::string& name);
 Backend backend_from_string(const std::string& name);
 /// Parses a GpuDerivatives name; throws Error otherwise.
 GpuDerivatives gpu_derivatives_from_string(const std::string& name);
+/// Parses a GpuNewtonLoop name; throws Error otherwise.
+GpuNewtonLoop gpu_loop_from_string(const std::string& name);
 
 /// Throws Error naming the first setting out of range (resolution, step size, epsilon,
 /// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads).

@@ -45,13 +45,33 @@ enum class VoxelLookup {
   Dense,  ///< a dense index over the occupied lattice box
 };
 
+/// The fixed-step Newton loop's rules, as optimize() applies them (GpuNewtonLoop::Device).
+struct DeviceLoopSettings {
+  double step_min = 0.0;        ///< shortest step (epsilon / 2, as PCL and Autoware)
+  double step_max = 0.0;        ///< longest step (the step size)
+  double epsilon = 0.0;         ///< convergence threshold
+  int max_iterations = 0;       ///< Newton iterations at most
+  bool pcl_convergence = false; ///< PCL's stopping rule instead of Autoware's
+};
+
+/// What the device-resident loop produced (poses map-relative).
+struct DeviceLoopOutput {
+  Pose6 pose = Pose6::Zero();
+  int iterations = 0;
+  int evaluations = 0;
+  StopReason reason = StopReason::MaxIterations;
+  math::DerivativeSums final_sums{};        ///< the evaluation at the final pose
+  std::vector<IterationTrace> trace;        ///< one entry per iteration
+};
+
 /// What the device did, summed since the last reset.
 struct CudaTelemetry {
-  std::uint64_t evaluations = 0;       ///< evaluate() calls (Newton iterations and line-search trials)
+  std::uint64_t evaluations = 0;       ///< evaluations (Newton iterations and line-search trials)
+  std::uint64_t graph_builds = 0;      ///< device-loop graphs built (a new source size or variant)
   std::uint64_t bytes_up = 0;          ///< per-evaluation bytes sent to the device
   std::uint64_t bytes_down = 0;        ///< per-evaluation bytes read back
   std::uint64_t setup_bytes_up = 0;    ///< map and scan uploads
-  double gpu_ms = 0.0;                 ///< device time of the evaluation kernels (events)
+  double gpu_ms = 0.0;                 ///< device time of the evaluation kernels (and the device loop's step kernels)
   std::uint64_t device_allocations = 0;  ///< DeviceBuffer allocations made by this backend
 };
 
@@ -80,6 +100,15 @@ class CudaBackend {
   /// The reduced sums at `pose` (map-relative), exactly as CpuEvaluator reduces them.
   math::DerivativeSums evaluate(const Pose6& pose, bool with_hessian);
 
+  /// True when the driver runs conditional graph nodes (CUDA 12.4 and later), which the
+  /// device-resident loop needs.
+  bool device_loop_supported() const noexcept;
+  /// Runs optimize()'s fixed-step Newton loop from `initial` (map-relative) entirely on the
+  /// device: one graph launch whose conditional loop alternates the derivative kernel and
+  /// a one-thread step kernel (the Newton direction by LU with partial pivoting, the
+  /// step clamp, the convergence rule), then one read-back. Throws CudaError when
+  /// device_loop_supported() is false.
+  DeviceLoopOutput run_fixed_step(const Pose6& initial, const DeviceLoopSettings& settings);
   /// Which lookup the current map uses.
   VoxelLookup lookup() const noexcept;
   /// Telemetry since construction or the last reset.

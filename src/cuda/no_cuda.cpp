@@ -34,6 +34,10 @@ void CudaBackend::configure(SearchMethod, double, DerivativeVariant) {}
 math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
+bool CudaBackend::device_loop_supported() const noexcept { return false; }
+DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6&, const DeviceLoopSettings&) {
+  throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
+}
 VoxelLookup CudaBackend::lookup() const noexcept { return VoxelLookup::Hash; }
 const CudaTelemetry& CudaBackend::telemetry() const noexcept {
   static const CudaTelemetry none;

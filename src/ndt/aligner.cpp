@@ -120,6 +120,31 @@ struct Aligner::Impl {
     return std::make_unique<detail::CudaEvaluator>(*cuda);
   }
 
+  // The fixed step's Newton loop runs on the device when the backend is CUDA, the settings
+  // ask for it and the driver has conditional graph nodes.
+  bool use_device_loop() const {
+    return cuda && settings.line_search == LineSearch::Fixed && settings.gpu_loop == GpuNewtonLoop::Device &&
+           cuda->device_loop_supported();
+  }
+
+  detail::OptimizerOutput optimize_on_device(const Pose6& start) {
+    detail::DeviceLoopSettings d;
+    d.step_min = settings.epsilon / 2;  // as optimize(): transformation_epsilon / 2
+    d.step_max = settings.step_size;
+    d.epsilon = settings.epsilon;
+    d.max_iterations = settings.max_iterations;
+    d.pcl_convergence = settings.convergence == ConvergenceRule::Pcl;
+    detail::DeviceLoopOutput r = cuda->run_fixed_step(start, d);
+    detail::OptimizerOutput out;
+    out.pose = r.pose;
+    out.iterations = r.iterations;
+    out.reason = r.reason;
+    out.final = detail::to_evaluation(r.final_sums);
+    out.trace = std::move(r.trace);
+    out.evaluations = r.evaluations;
+    return out;
+  }
+
   void record_telemetry(AlignTimings& timings) const {
     if (!cuda) return;
     const auto& t = cuda->telemetry();
@@ -234,7 +259,8 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
   auto evaluator = impl_->evaluator(source, r.timings);
   const Pose6 start = to_internal(guess_pose, source.origin, map.origin());
   const auto t1 = std::chrono::steady_clock::now();
-  detail::OptimizerOutput out = detail::optimize(*evaluator, start, s);
+  detail::OptimizerOutput out = impl_->use_device_loop() ? impl_->optimize_on_device(start)
+                                                          : detail::optimize(*evaluator, start, s);
   r.timings.optimize_ms = ms_since(t1);
   impl_->record_telemetry(r.timings);
   r.timings.evaluations = out.evaluations;

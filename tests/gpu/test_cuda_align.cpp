@@ -1,8 +1,9 @@
 // Whole alignments on the CUDA backend against the CPU backend on identical input:
 // every pair of the data folder and a simulator scene, every search mode, both line
-// searches. Final pose within 1 mm and 0.01 deg, iterations equal (or within 1 where
-// float rounding decides a tie), TP and NVTL within 1e-4 relative; a map offset to UTM
-// coordinates gives the same relative result within 1 mm.
+// searches, and for the fixed step both places of the Newton loop (the device-resident
+// graph and the host loop). Final pose within 1 mm and 0.01 deg, iterations equal (or
+// within 1 where float rounding decides a tie), TP and NVTL within 1e-4 relative; a map
+// offset to UTM coordinates gives the same relative result within 1 mm.
 #include "../support/test_support.hpp"
 
 #include <ndtcu/aligner.hpp>
@@ -86,27 +87,43 @@ TEST_CASE("CUDA alignments match the CPU backend on every pair, search and line 
   for (Case& c : cases(data ? *data : std::filesystem::path{})) {
     for (SearchMethod search : {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
       for (LineSearch line : {LineSearch::Fixed, LineSearch::MoreThuente}) {
-        AlignSettings s = c.settings;
-        s.search = search;
-        s.line_search = line;
-        s.threads = 0;
-        AlignSettings cpu_settings = s, gpu_settings = s;
-        cpu_settings.backend = Backend::Cpu;
-        gpu_settings.backend = Backend::Cuda;
-        Aligner cpu(cpu_settings), gpu(gpu_settings);
-        cpu.set_target(c.target);
-        gpu.set_target(c.target);
-        const AlignResult rc = cpu.align_from_pose(c.source, c.guess);
-        const AlignResult rg = gpu.align_from_pose(c.source, c.guess);
-        CAPTURE(c.name, to_string(search), to_string(line), rc.iterations, rg.iterations, rc.pose.transpose(),
-                rg.pose.transpose());
-        CHECK(rg.backend == "cuda");
-        CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);
-        CHECK(angle_between(rg.pose, rc.pose) < 0.01 * M_PI / 180.0);
-        CHECK(std::abs(rg.iterations - rc.iterations) <= 1);
-        CHECK(std::abs(rg.tp - rc.tp) <= 1e-4 * std::abs(rc.tp));
-        CHECK(std::abs(rg.nvtl - rc.nvtl) <= 1e-4 * std::abs(rc.nvtl));
-        CHECK(rg.timings.bytes_up == 64u * static_cast<unsigned>(rg.timings.evaluations));
+        for (GpuNewtonLoop loop : {GpuNewtonLoop::Device, GpuNewtonLoop::Host}) {
+          if (line == LineSearch::MoreThuente && loop == GpuNewtonLoop::Device) continue;  // host only
+          AlignSettings s = c.settings;
+          s.search = search;
+          s.line_search = line;
+          s.gpu_loop = loop;
+          s.threads = 0;
+          AlignSettings cpu_settings = s, gpu_settings = s;
+          cpu_settings.backend = Backend::Cpu;
+          gpu_settings.backend = Backend::Cuda;
+          Aligner cpu(cpu_settings), gpu(gpu_settings);
+          cpu.set_target(c.target);
+          gpu.set_target(c.target);
+          const AlignResult rc = cpu.align_from_pose(c.source, c.guess);
+          const AlignResult rg = gpu.align_from_pose(c.source, c.guess);
+          CAPTURE(c.name, to_string(search), to_string(line), to_string(loop), rc.iterations, rg.iterations,
+                  to_string(rc.reason), to_string(rg.reason), rc.pose.transpose(), rg.pose.transpose());
+          CHECK(rg.backend == "cuda");
+          CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);
+          CHECK(angle_between(rg.pose, rc.pose) < 0.01 * M_PI / 180.0);
+          CHECK(std::abs(rg.iterations - rc.iterations) <= 1);
+          CHECK(std::abs(rg.tp - rc.tp) <= 1e-4 * std::abs(rc.tp));
+          CHECK(std::abs(rg.nvtl - rc.nvtl) <= 1e-4 * std::abs(rc.nvtl));
+          CHECK(rg.trace.size() == static_cast<std::size_t>(rg.iterations));
+          if (rg.iterations == rc.iterations) {
+            CHECK(rg.reason == rc.reason);
+            CHECK(rg.timings.evaluations == rc.timings.evaluations);
+            for (std::size_t k = 0; k < rc.trace.size(); ++k) {
+              CHECK(std::abs(rg.trace[k].score - rc.trace[k].score) <= 1e-4 * std::abs(rc.trace[k].score) + 1e-6);
+            }
+          }
+          if (loop == GpuNewtonLoop::Host || line == LineSearch::MoreThuente) {
+            CHECK(rg.timings.bytes_up == 64u * static_cast<unsigned>(rg.timings.evaluations));
+          } else {
+            CHECK(rg.timings.bytes_up < 256u);  // the loop state, once per alignment
+          }
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "ndt/evaluator.hpp"
+#include "ndt/optimizer.hpp"
 #include "thread_pool.hpp"
 
 #include <ndtcu/cuda_device.hpp>
@@ -122,6 +123,96 @@ TEST_CASE("CUDA evaluations are bit-identical over 100 runs and allocate nothing
   backend.set_source(small.points);
   backend.evaluate(pose, true);
   CHECK(detail::device_allocations() == allocations);
+}
+
+TEST_CASE("The device-resident Newton loop follows the host loop and repeats its bits", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(5, 60000);
+  const PointCloud source = test::synthetic_scene(6, 4000);
+  VoxelMapOptions vo;
+  vo.resolution = 2.0;
+  const VoxelMap map = VoxelMap::build(target, vo);
+  CudaBackend backend;
+  REQUIRE(backend.device_loop_supported());
+  backend.set_map(map);
+  backend.set_source(source.points);
+  backend.configure(SearchMethod::Radius, 0.55);
+  Pose6 guess;
+  guess << 0.4, -0.3, 0.05, 0.01, -0.02, 0.04;
+
+  for (bool pcl_rule : {false, true}) {
+    AlignSettings s = autoware_preset();
+    s.convergence = pcl_rule ? ConvergenceRule::Pcl : ConvergenceRule::Autoware;
+    s.epsilon = pcl_rule ? 1e-6 : 1e-3;
+    s.step_size = 0.1;
+    s.max_iterations = 60;
+    detail::DeviceLoopSettings d;
+    d.step_min = s.epsilon / 2;
+    d.step_max = s.step_size;
+    d.epsilon = s.epsilon;
+    d.max_iterations = s.max_iterations;
+    d.pcl_convergence = pcl_rule;
+    const detail::DeviceLoopOutput dev = backend.run_fixed_step(guess, d);
+    detail::CudaEvaluator evaluator(backend);
+    const detail::OptimizerOutput host = detail::optimize(evaluator, guess, s);
+    CAPTURE(pcl_rule, dev.iterations, host.iterations, dev.pose.transpose(), host.pose.transpose());
+    CHECK(dev.iterations > 3);  // a real descent, not a first-step stop
+    CHECK(dev.iterations == host.iterations);
+    CHECK(dev.reason == host.reason);
+    CHECK(dev.reason == StopReason::Converged);
+    CHECK(dev.evaluations == host.evaluations);
+    // The same kernels; the direction comes from LU on the device and SVD on the host, and
+    // sin/cos from the device's and the host's libm: rounding-level differences only.
+    CHECK((dev.pose - host.pose).norm() < 1e-7);
+    REQUIRE(dev.trace.size() == host.trace.size());
+    for (std::size_t k = 0; k < dev.trace.size(); ++k) {
+      CHECK((dev.trace[k].pose - host.trace[k].pose).norm() < 1e-7);
+      CHECK(dev.trace[k].score == Approx(host.trace[k].score).epsilon(1e-9));
+      CHECK(dev.trace[k].step_length == Approx(host.trace[k].step_length).epsilon(1e-6));
+    }
+    const detail::Evaluation final_dev = detail::to_evaluation(dev.final_sums);
+    CHECK(final_dev.score == Approx(host.final.score).epsilon(1e-9));
+  }
+
+  // Run after run: identical bits, no allocation, the graph built once. A source of a
+  // slightly different size reuses the graph (its grid has headroom).
+  detail::DeviceLoopSettings d;
+  d.step_min = 0.005;
+  d.step_max = 0.1;
+  d.epsilon = 0.01;
+  d.max_iterations = 30;
+  const detail::DeviceLoopOutput first = backend.run_fixed_step(guess, d);
+  const std::uint64_t allocations = detail::device_allocations();
+  backend.reset_telemetry();
+  for (int run = 0; run < 20; ++run) {
+    const detail::DeviceLoopOutput again = backend.run_fixed_step(guess, d);
+    REQUIRE(again.iterations == first.iterations);
+    REQUIRE(std::memcmp(again.final_sums.v, first.final_sums.v, sizeof(first.final_sums.v)) == 0);
+    REQUIRE(again.pose == first.pose);
+  }
+  CHECK(detail::device_allocations() == allocations);
+  CHECK(backend.telemetry().graph_builds == 0);
+  PointCloud fewer = source;
+  fewer.points.resize(source.size() - 40);
+  backend.set_source(fewer.points);
+  backend.run_fixed_step(guess, d);
+  CHECK(backend.telemetry().graph_builds == 0);
+  WARN("device loop, 4000 points: " << backend.telemetry().gpu_ms / backend.telemetry().evaluations * 1e3
+                                    << " us GPU time per evaluation");
+
+  // Stops: the iteration cap, and a pose with no voxel around any point.
+  d.max_iterations = 2;
+  d.epsilon = 1e-9;
+  const detail::DeviceLoopOutput capped = backend.run_fixed_step(guess, d);
+  CHECK(capped.reason == StopReason::MaxIterations);
+  CHECK(capped.iterations == 2);
+  CHECK(capped.trace.size() == 2u);
+  Pose6 far_away = guess;
+  far_away(0) += 1e4;
+  const detail::DeviceLoopOutput lost = backend.run_fixed_step(far_away, d);
+  CHECK(lost.reason == StopReason::NoCorrespondence);
+  CHECK(lost.iterations == 0);
+  CHECK(lost.evaluations == 1);
 }
 
 TEST_CASE("CUDA evaluator on the real hdl32 pair matches the CPU", "[gpu][data]") {

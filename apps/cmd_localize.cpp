@@ -44,7 +44,7 @@ struct LocalizeOptions {
   // and a busy machine pushes it below that; more cores allow more headroom.
   int readers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 4);
   std::size_t queue = 4;
-  bool accept_max_iterations = false, no_plot = false;
+  bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false;
   double period = 0.1, max_time_difference = 0.01;
 };
 
@@ -230,6 +230,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--max-range", o->max_range, "drop scan points farther than this (m)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--voxel", o->voxel, "scan voxel-filter leaf (m; 0 = no filter)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--cpu-preprocess", o->cpu_preprocess,
+                "crop and voxel-filter scans on the CPU even when aligning on CUDA (by default the GPU does it)");
   cmd->add_option("--map-voxel", o->map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--nvtl-threshold", o->nvtl_threshold, "a pose is valid when its NVTL reaches this")->capture_default_str();
@@ -254,6 +256,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.min_range = o->min_range;
     ls.max_range = o->max_range;
     ls.voxel_leaf = o->voxel;
+    ls.gpu_preprocess = !o->cpu_preprocess;
     ls.nvtl_threshold = o->nvtl_threshold;
     ls.reject_max_iterations = !o->accept_max_iterations;
     ls.recovery_attempts = o->recovery_attempts;
@@ -402,6 +405,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["settings"].update({{"min_range", ls.min_range},
                      {"max_range", ls.max_range},
                      {"voxel", ls.voxel_leaf},
+                     {"gpu_preprocess", ls.gpu_preprocess},
+                     {"preprocess", localizer.preprocess_backend()},
                      {"map_voxel", o->map_voxel},
                      {"nvtl_threshold", ls.nvtl_threshold},
                      {"reject_max_iterations", ls.reject_max_iterations},
@@ -487,8 +492,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                           "{:.1f} ms\n",
                           j["fps"].get<double>(), localizer.backend(), device, percentile(latency, 0.5),
                           percentile(latency, 0.95), latency.empty() ? 0.0 : *std::max_element(latency.begin(), latency.end()));
-      text += fmt::format("  per scan    {:.0f} points after the filter, {:.1f} iterations (medians)\n",
-                          percentile(points, 0.5), percentile(iterations, 0.5));
+      text += fmt::format("  per scan    {:.0f} points after the filter ({}), {:.1f} iterations (medians)\n",
+                          percentile(points, 0.5), localizer.preprocess_backend(), percentile(iterations, 0.5));
       text += eval_text;
       text += fmt::format("  files       trajectory_tum.txt, trajectory_kitti.txt (localized frames only), frames.csv, "
                           "summary.json\n");

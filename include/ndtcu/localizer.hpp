@@ -3,11 +3,13 @@
 /// Scan-to-map localization: one scan in, one pose and a validity verdict out.
 ///
 /// Per scan the Localizer (1) crops by range and voxel-downsamples the scan (unless it was
-/// preprocessed already), (2) predicts the pose from the last two good poses (constant
-/// velocity, scaled by the time stamps), (3) aligns the scan to the map with NDT from that
-/// prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default) and (5) on
-/// failure retries a bounded number of times: an attempt that ran out of iterations is
-/// continued from where it stopped, otherwise the scan is aligned from the last good pose.
+/// preprocessed already; on the GPU when the aligner runs on CUDA, see
+/// LocalizerSettings::gpu_preprocess), (2) predicts the pose from the last two good poses
+/// (constant velocity, scaled by the time stamps), (3) aligns the scan to the map with NDT
+/// from that prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default)
+/// and (5) on failure retries a bounded number of times: an attempt that ran out of
+/// iterations is continued from where it stopped, otherwise the scan is aligned from the
+/// last good pose.
 /// If nothing passes, the frame is *lost*: the result says so, carries the prediction (not
 /// the failed alignment) as its pose, and the motion model keeps the last good poses. A localization stack feeds scans and reads `valid` before using a pose.
 
@@ -38,6 +40,13 @@ struct LocalizerSettings {
   /// Voxel-filter leaf for the scan (m; 0 keeps every point). 1.0 m brings a 64-ring scan
   /// (~70-120k points) to a few thousand, the size Autoware's NDT input is tuned for.
   double voxel_leaf = 1.0;
+  /// Crop and voxel-filter scans on the GPU when the aligner's backend is CUDA (ignored on
+  /// the CPU backend). The GPU filter keeps the CPU filter's points, cells and cell order;
+  /// a centroid may differ from the CPU's in the last float bits (its points are summed in
+  /// input order, the CPU sums them in PCL's order). Each concurrent preprocess() caller
+  /// gets a filter of its own with its own CUDA stream, so preprocessing on reader threads
+  /// never queues behind, or holds up, the aligner's stream.
+  bool gpu_preprocess = true;
   /// A pose is valid when its NVTL reaches this (Autoware's ndt_scan_matcher default, tuned
   /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
   /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
@@ -108,6 +117,8 @@ class Localizer {
   const LocalizerSettings& settings() const noexcept;
   /// The backend the alignments run on: "cpu" or "cuda".
   const char* backend() const noexcept;
+  /// Where preprocess() runs: "cuda" (gpu_preprocess with the CUDA backend) or "cpu".
+  const char* preprocess_backend() const noexcept;
   /// The aligner (its target map, settings and backend).
   const Aligner& aligner() const noexcept;
 
@@ -122,7 +133,8 @@ class Localizer {
   /// True once an initial pose was given.
   bool initialized() const noexcept;
 
-  /// The range crop and voxel filter of the settings; thread-safe.
+  /// The range crop and voxel filter of the settings (on the device of preprocess_backend());
+  /// thread-safe: concurrent callers run concurrently, each on a GPU filter of its own.
   PointCloud preprocess(const PointCloud& scan) const;
 
   /// Preprocesses `scan` (sensor frame) and localizes it. `time` (seconds) scales the

@@ -47,3 +47,24 @@ void CudaBackend::reset_telemetry() noexcept {}
 std::uint64_t device_allocations() noexcept { return 0; }
 
 }  // namespace ndtcu::detail
+
+// The scan filter likewise: constructing it is the error.
+#include "cuda_filter.hpp"
+
+namespace ndtcu::detail {
+
+struct CudaScanFilter::Impl {
+  CudaFilterTelemetry telemetry;
+};
+CudaScanFilter::CudaScanFilter(int) { throw CudaError("CUDA scan filter unavailable: " + cuda_unavailable_reason()); }
+CudaScanFilter::~CudaScanFilter() = default;
+PointCloud CudaScanFilter::crop_and_downsample(const PointCloud&, double, double, double) {
+  throw CudaError("CUDA scan filter unavailable: " + cuda_unavailable_reason());
+}
+int CudaScanFilter::device() const noexcept { return -1; }
+const CudaFilterTelemetry& CudaScanFilter::telemetry() const noexcept {
+  static const CudaFilterTelemetry none;
+  return none;
+}
+
+}  // namespace ndtcu::detail

@@ -2,6 +2,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/localizer.hpp>
 
+#include "../cuda/cuda_filter.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
 
@@ -11,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,59 @@ double rotation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
 bool has_pose(const AlignResult& r) {
   return (r.reason == StopReason::Converged || r.reason == StopReason::MaxIterations) && r.transform.allFinite();
 }
+
+// GPU preprocessing: one CudaScanFilter per concurrent preprocess() caller, each on its
+// own stream. A caller takes an idle filter (or makes one, on the device of the first)
+// and gives it back, so the pool grows to the number of reader threads and no further,
+// and callers never wait for each other beyond taking a filter.
+class GpuFilterPool {
+ public:
+  // Makes the first filter on the calling thread's current device (the aligner's), so a
+  // CUDA failure surfaces when the Localizer is built, not on a reader thread.
+  GpuFilterPool() {
+    idle_.push_back(std::make_unique<detail::CudaScanFilter>());
+    device_ = idle_.back()->device();
+  }
+
+  PointCloud run(const PointCloud& scan, const LocalizerSettings& s) {
+    std::unique_ptr<detail::CudaScanFilter> filter = take();
+    // Back to the pool on every exit: after an Error (a leaf too small for the scan) the
+    // filter is intact, and after a CudaError its next call first waits for what it left
+    // queued.
+    struct GiveBack {
+      GpuFilterPool& pool;
+      std::unique_ptr<detail::CudaScanFilter>& filter;
+      ~GiveBack() { pool.give(std::move(filter)); }
+    } give_back{*this, filter};
+    return filter->crop_and_downsample(scan, s.min_range, s.max_range, s.voxel_leaf);
+  }
+
+ private:
+  std::unique_ptr<detail::CudaScanFilter> take() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        std::unique_ptr<detail::CudaScanFilter> f = std::move(idle_.back());
+        idle_.pop_back();
+        return f;
+      }
+    }
+    return std::make_unique<detail::CudaScanFilter>(device_);  // outside the lock: it allocates on the device
+  }
+
+  void give(std::unique_ptr<detail::CudaScanFilter> filter) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle_.push_back(std::move(filter));
+    } catch (...) {
+      // Out of host memory: the filter is released and the next caller makes a new one.
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<detail::CudaScanFilter>> idle_;
+  int device_ = 0;
+};
 
 }  // namespace
 
@@ -107,7 +163,12 @@ struct Localizer::Impl {
   // Where a retry starts: the last good pose, or the initial guess before the first one.
   const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
 
-  Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(s.align, stream) {}
+  // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
+  std::unique_ptr<GpuFilterPool> gpu_filters;
+
+  Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(s.align, stream) {
+    if (s.gpu_preprocess && std::string(aligner.backend()) == "cuda") gpu_filters = std::make_unique<GpuFilterPool>();
+  }
 
   bool accept(const AlignResult& r) const {
     if (!has_pose(r)) return false;
@@ -130,6 +191,7 @@ Localizer& Localizer::operator=(Localizer&&) noexcept = default;
 
 const LocalizerSettings& Localizer::settings() const noexcept { return impl_->settings; }
 const char* Localizer::backend() const noexcept { return impl_->aligner.backend(); }
+const char* Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? "cuda" : "cpu"; }
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
 
 void Localizer::set_map(const PointCloud& map) { impl_->aligner.set_target(map); }
@@ -149,6 +211,7 @@ int Localizer::consecutive_lost() const noexcept { return impl_->consecutive_los
 PointCloud Localizer::preprocess(const PointCloud& scan) const {
   NDTCU_NVTX_RANGE("preprocess");
   const auto& s = impl_->settings;
+  if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, s);
   PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
   return s.voxel_leaf > 0.0 ? voxel_downsample(cropped, s.voxel_leaf) : cropped;
 }

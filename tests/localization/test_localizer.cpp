@@ -221,6 +221,28 @@ TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
   bad([](LocalizerSettings& s) { s.align.resolution = 0; }, "resolution");
 }
 
+TEST_CASE("preprocessing stays on the CPU with the CPU backend and equals the CPU filters", "[unit][localization]") {
+  const PointCloud scan = read_point_cloud((kSample / "scans" / "000004.pcd").string());
+  for (bool gpu_preprocess : {true, false}) {
+    for (double leaf : {0.0, 0.5, 1.0}) {
+      LocalizerSettings s;
+      s.align.backend = Backend::Cpu;
+      s.gpu_preprocess = gpu_preprocess;  // ignored: the aligner is on the CPU
+      s.voxel_leaf = leaf;
+      s.min_range = 2.0;
+      s.max_range = 40.0;
+      const Localizer localizer(s);
+      CHECK(std::string(localizer.preprocess_backend()) == "cpu");
+      const PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
+      const PointCloud want = leaf > 0.0 ? voxel_downsample(cropped, leaf) : cropped;
+      const PointCloud got = localizer.preprocess(scan);
+      REQUIRE(got.size() == want.size());
+      CHECK(got.points == want.points);
+      CHECK(got.intensity == want.intensity);
+    }
+  }
+}
+
 TEST_CASE("scan folders are ordered by number, times come from names", "[unit][localization]") {
   const auto dir = test::temp_dir("scan_sequence");
   PointCloud one;

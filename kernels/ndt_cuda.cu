@@ -682,6 +682,12 @@ void CudaBackend::set_source(const std::vector<Eigen::Vector3f>& points) {
     throw Error("CUDA backend: " + std::to_string(points.size()) + " source points are more than it indexes");
   }
   const std::size_t n = points.size();
+  // A scan larger than any before grows the buffers to 1.5 times its size: localizing a
+  // sequence whose filtered scans grow a little at a time would otherwise reallocate (a
+  // device-wide synchronization) and rebuild the loop graph on every new maximum.
+  if (n > m.x.capacity()) {
+    for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_discard(n + n / 2);
+  }
   // Structure of arrays: x, y, z each contiguous, so a warp's loads coalesce.
   m.staging.resize(3 * n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -696,6 +702,7 @@ void CudaBackend::set_source(const std::vector<Eigen::Vector3f>& points) {
   m.telemetry.setup_bytes_up += 3 * n * sizeof(float);
   m.lanes = lanes_for(static_cast<int>(n), m.multiprocessors);
   const std::size_t blocks = std::max<std::size_t>(1, (n * static_cast<std::size_t>(m.lanes) + kBlock - 1) / kBlock);
+  if (blocks > m.partials.capacity()) m.partials.resize_discard(blocks + blocks / 2);
   m.partials.resize_discard(blocks);
   if (m.variant == DerivativeVariant::Precomputed) {
     m.jacobian.resize_discard(8 * n);

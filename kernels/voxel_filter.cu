@@ -250,6 +250,7 @@ struct CudaScanFilter::Impl {
 
   // Every buffer is sized by the input points (n) and only grows.
   struct Buffers {
+    std::size_t sized_for = 0;  // the point count the buffers are sized for (with headroom)
     DeviceBuffer<float3> points, sorted_points, out_points;
     DeviceBuffer<float> intensity, sorted_intensity, out_intensity;
     DeviceBuffer<unsigned char> flags;  // range flags, then cell-start flags
@@ -292,7 +293,7 @@ struct CudaScanFilter::Impl {
 
   // Grows `temp` to at least `bytes`; the stream must be idle.
   void reserve_temp(std::size_t bytes) {
-    if (bytes > buf->temp.size()) buf->temp.resize_discard(bytes);
+    if (bytes > buf->temp.size()) buf->temp.resize_discard(bytes + bytes / 2);  // headroom, as the buffers
   }
 
   // Reads the summary back and waits for the stream.
@@ -408,26 +409,30 @@ PointCloud CudaScanFilter::crop_and_downsample(const PointCloud& scan, double mi
   DeviceScope scope(m.device);
   m.settle();
   Impl::Buffers& b = *m.buf;
-  // Sizes for this input (the stream is idle: growing frees nothing in use).
-  b.points.resize_discard(n);
-  b.sorted_points.resize_discard(n);
-  b.out_points.resize_discard(n);
+  // Sizes for this input (the stream is idle: growing frees nothing in use). A larger scan
+  // than any before grows every buffer to 1.5 times its size: a sequence whose scans grow
+  // a little at a time would otherwise reallocate (and synchronize the device) every frame.
+  if (n > b.sized_for) b.sized_for = n + n / 2;
+  const std::size_t cap = b.sized_for;
+  b.points.resize_discard(cap);
+  b.sorted_points.resize_discard(cap);
+  b.out_points.resize_discard(cap);
   if (with_intensity) {
-    b.intensity.resize_discard(n);
-    b.sorted_intensity.resize_discard(n);
-    b.out_intensity.resize_discard(n);
-    b.up_intensity.reserve(n);
-    b.down_intensity.reserve(n);
+    b.intensity.resize_discard(cap);
+    b.sorted_intensity.resize_discard(cap);
+    b.out_intensity.resize_discard(cap);
+    b.up_intensity.reserve(cap);
+    b.down_intensity.reserve(cap);
   }
-  b.flags.resize_discard(n);
-  b.kept_index.resize_discard(n);
-  b.sorted_index.resize_discard(n);
-  b.run_start.resize_discard(n);
-  b.keys.resize_discard(n);
-  b.sorted_keys.resize_discard(n);
-  b.block_boxes.resize_discard(static_cast<std::size_t>(blocks));
-  b.up_points.reserve(n);
-  b.down_points.reserve(n);
+  b.flags.resize_discard(cap);
+  b.kept_index.resize_discard(cap);
+  b.sorted_index.resize_discard(cap);
+  b.run_start.resize_discard(cap);
+  b.keys.resize_discard(cap);
+  b.sorted_keys.resize_discard(cap);
+  b.block_boxes.resize_discard(static_cast<std::size_t>(blocks_for(cap)));
+  b.up_points.reserve(cap);
+  b.down_points.reserve(cap);
   const thrust::counting_iterator<std::uint32_t> positions(0);
   std::size_t select_bytes = 0;
   NDTCU_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, positions, b.flags.data(), b.kept_index.data(),

@@ -1,7 +1,7 @@
 // Accuracy of the CPU backend on the simulator's scenes, where the truth is exact (issue 4):
 // "Autoware mode from guesses up to 1.5 m and 5 deg off lands within 2 cm and 0.1 deg of the
 // truth in at least 19 of 20 seeded trials per scene." With the map and settings below it
-// holds on os1-64 (20/20) and not on hdl32-utm (15/20).
+// holds on os1-64 (19/20) and not on hdl32-utm (14/20).
 //
 // Scenes (built with ndtcu::sim, nothing read from disk), each a 120 m block inside a loop
 // of four streets:
@@ -29,26 +29,31 @@
 // search), its fixed step (no line search) and its convergence rule (|dp| < epsilon), with
 // step 0.05, epsilon 1e-3 and 150 iterations instead of the preset's 0.1, 0.01 and 30:
 // - 30 steps of at most 0.1 (|dp| over all six entries) do not cover the bent path from
-//   1.5 m and 5 deg: 5 preset trials on hdl32-utm run out of iterations 7-41 cm from the
-//   truth (the preset gets 13/20 there; 20/20 on os1-64, two trials out of iterations but
-//   close, and 18/20 on the same map filtered in one go instead of pass by pass).
-// - Epsilon 0.01 stops trials short: with step 0.05, one os1-64 trial ends 0.1 deg from the
-//   optimum (19/20). With 1e-3 every trial ends within 0.4 mm and 0.003 deg of it.
-// - Step 0.1: near the optimum the Newton step can be longer than the clamp, and the fixed
-//   step then goes back and forth at full length (what Autoware counts as oscillation). On
-//   this map one hdl32-utm trial does so for over 60 iterations; with the map's voxel
-//   lattice shifted by four sub-voxel offsets (same points, other cells) 0 to 2 trials per
-//   scene and placement do within 60 iterations (os1-64 19, 20, 19, 19/20). With step 0.05
-//   one trial in the ten scene-placement runs does (hdl32-utm, one placement) and os1-64
-//   gets 20/20 in each; 0.2 is worse (os1-64 17/20). 150 iterations: 0.05 per step needs at
-//   least 32 for 1.5 m and 5 deg in a straight line, and the paths bend (up to 126 measured).
+//   1.5 m and 5 deg: 4 preset trials on hdl32-utm run out of iterations 13-67 cm from the
+//   truth (the preset gets 12/20 there, 19/20 on os1-64).
+// - Epsilon 0.01 lets trials stop short: with step 0.05 it gets os1-64 18/20 instead of
+//   19/20. With 1e-3 every converged trial ends within 0.4 mm and 0.003 deg of the optimum.
+// - The step: near the optimum the Newton step can be longer than the clamp, and the fixed
+//   step then goes back and forth at full length until the iterations run out (what
+//   Autoware counts as oscillation). How often depends on small details of the map, so it
+//   was counted over ten variants of the map per scene (this one, the same points with the
+//   voxel lattice shifted by four sub-voxel offsets, and those five with the passes
+//   grouped differently before filtering): with step 0.1 (60 or 100 iterations) 20 of the
+//   400 trials do not reach the optimum (one of them stops at another), with 0.05 and 150
+//   iterations 6, never more than one per scene and variant. 0.2 is worse (os1-64 16/20
+//   here); 0.03 and 0.02 leave trials short after 250 and 300 iterations. 150 iterations:
+//   0.05 per step needs at least 32 for 1.5 m and 5 deg in a straight line, and the paths
+//   bend (up to 126 measured).
 //
-// Result (measured; the tests print it): the optimum lies, on frames 0/10/20/30, 2.9, 1.3,
+// Result (measured; the tests print it): the optimum lies, on frames 0/10/20/30, 2.8, 1.3,
 // 0.3, 1.1 cm from the truth on hdl32-utm and 1.0, 0.4, 0.3, 0.1 cm on os1-64 (rotation
-// under 0.03 deg). Every trial reaches it, so os1-64 gets 20/20 and hdl32-utm 15/20: its
-// five misses are the trials on frame 0, 2.9 cm from the truth.
+// under 0.03 deg). On each scene 19 trials converge to it and one goes back and forth
+// near it (hdl32-utm frame 10: 2.5 cm and 0.31 deg from the truth; os1-64 frame 0: 4.0 cm
+// and 0.49 deg). So os1-64 gets 19/20 and meets the requirement, without margin;
+// hdl32-utm gets 14/20: that trial and the five on frame 0, whose optimum lies 2.8 cm from
+// the truth.
 //
-// Why hdl32-utm's frame 0 is 2.9 cm off. The offset is lateral (1.1 cm forward, 2.6 cm to
+// Why hdl32-utm's frame 0 is 2.8 cm off. The offset is lateral (1.1 cm forward, 2.6 cm to
 // the sensor's left; leftward on every frame). Splitting the score's gradient at the truth
 // by the primitive nearest each voxel (a Newton step from the truth reproduces the offset
 // to 10%): voxels on poles and tree trunks give 1.9 cm of the 2.6, points left of the car
@@ -68,20 +73,20 @@
 //   sample_map, 0.1 m                           3.2 1.8 0.7 1.6  15   1.1 0.9 0.5 0.4  19
 //   4 random 30 s drives, a scan per s, 0.1 m   2.9 1.3 0.6 1.4  15   1.2 0.3 0.3 0.1  20
 //     the same, other route seeds               6.4 3.7 1.7 1.8  10   1.0 0.3 0.4 0.1  20
-//   survey, 0.2 m                               4.3 2.3 0.8 1.7   9   1.3 0.5 0.8 0.3  20
-//   survey, 0.1 m (this file)                   2.9 1.3 0.3 1.1  15   1.0 0.4 0.3 0.1  20
+//   survey, 0.2 m                               4.2 2.2 0.8 1.7   9   1.3 0.5 0.8 0.4  19
+//   survey, 0.1 m (this file)                   2.8 1.3 0.3 1.1  14   1.0 0.4 0.3 0.1  19
 //   survey, 0.05 m                              2.2 1.1 0.3 1.0  15   1.0 0.4 0.3 0.1  20
 //   survey, 0.02 m (next to unfiltered)         2.1 1.0 0.5 1.2  15   1.0 0.4 0.2 0.1  20
-//   survey every 1 m / 4 m                      2.7 / 2.9 on frame 0, 14 / 15; os1-64 20 / 20
-//   scans at 0.3 / 0.2 / 1.0 m                  2.7 / 2.7 / 3.3 on frame 0, 15 / 14 / 14; 20
+//   survey every 1 m / 4 m                      2.7 / 2.9 on frame 0, 15 / 14; os1-64 19 / 19
+//   scans at 0.3 / 0.2 / 1.0 m                  2.7 / 2.6 / 3.3 on frame 0, 15 / 14 / 14; 20
 //   scans cropped at 60 / 40 m                  2.4 / 2.8 on frame 0, 15 / 15; os1-64 20 / 20
 //   survey 0.05 m, scans cropped at 60 m        1.8 0.9 0.1 0.8  20   1.0 0.4 0.3 0.2  20
-//   survey 0.1 m, lattice shifted (4 offsets)   2.7-3.4 on frame 0, 5-15; os1-64 20 each
-//   survey 0.1 m, PCL's covariance S/(n - 1)    1.4 0.9 0.4 0.5  20   1.1 0.5 0.3 0.1  20
+//   survey 0.1 m, lattice shifted (4 offsets)   2.7-3.4 on frame 0, 5-15; os1-64 19-20
+//   survey 0.1 m, PCL's covariance S/(n - 1)    1.4 0.9 0.4 0.5  19   1.1 0.5 0.3 0.1  20
 // The random drives depend on which streets their routes take: the second set never drives
 // the test drive's lane and passes no closer than 15 m to frame 0, which lands 6.4 cm off.
 // The one variant that passes on hdl32-utm with Autoware's score (0.05 m map, scans
-// cropped at 60 m) does so with 2 mm to spare on frame 0 and gets 19, 14, 15 and 16/20
+// cropped at 60 m) does so with 2 mm to spare on frame 0 and gets 19, 15, 14 and 16/20
 // with the lattice shifted as above, so it is not used. PCL's covariance is another score,
 // not Autoware mode.
 //
@@ -451,7 +456,8 @@ std::vector<double> optimum_offsets(const SimScene& scene, const std::vector<Eig
 
 }  // namespace
 
-// Issue 4's requirement on os1-64: it holds.
+// Issue 4's requirement on os1-64: it holds (19/20; one trial goes back and forth near the
+// optimum, see the file comment).
 TEST_CASE("Simulator scenes: Autoware mode lands within 2 cm and 0.1 deg in 19 of 20 trials on os1-64 (issue 4)",
           "[unit][accuracy][sim]") {
   const Summary& s = mode_trials(scene_index("os1-64"));
@@ -459,8 +465,8 @@ TEST_CASE("Simulator scenes: Autoware mode lands within 2 cm and 0.1 deg in 19 o
   CHECK(s.within_bound >= kRequired);
 }
 
-// Issue 4's requirement on hdl32-utm: it does not hold (15/20: every trial on frame 0
-// reaches the score's optimum, which lies 2.9 cm from the truth; see the file comment),
+// Issue 4's requirement on hdl32-utm: it does not hold (14/20: every trial on frame 0
+// reaches the score's optimum, which lies 2.8 cm from the truth; see the file comment),
 // hence [!shouldfail]: when a change makes it pass, this test fails and should lose the tag.
 TEST_CASE("Simulator scenes: Autoware mode lands within 2 cm and 0.1 deg in 19 of 20 trials on hdl32-utm (issue 4)",
           "[unit][accuracy][sim][!shouldfail]") {
@@ -529,7 +535,7 @@ TEST_CASE("Simulator scenes: where the Autoware score's optimum lies on the surv
 // How the map is made moves the optimum. sample_map (every surface of the scene, also those
 // never seen from a street, 0.2 m filter) puts it further from the truth than the survey;
 // on the survey map PCL's covariance S/(n - 1) at the same resolution puts it within 2 cm on
-// every frame (hdl32-utm's frame 0: 1.4 cm instead of 2.9), so much of Autoware's offset
+// every frame (hdl32-utm's frame 0: 1.4 cm instead of 2.8), so much of Autoware's offset
 // there is its +I/(n - 1) term.
 TEST_CASE("Simulator scenes: the survey map beats sample_map; PCL's covariance puts the optimum within 2 cm",
           "[unit][accuracy][sim]") {

@@ -58,6 +58,14 @@ class DeviceBuffer {
     size_ = n;
   }
 
+  /// Sets the size to `n` like resize_discard, but a growth allocates 1.5 * n: sizes that
+  /// creep up (scan after scan of a sequence) then reallocate, which synchronizes the whole
+  /// device, only now and then instead of at every new maximum.
+  void resize_with_headroom(std::size_t n) {
+    if (n > capacity_) resize_discard(n + n / 2);
+    size_ = n;
+  }
+
   /// Copies `n` host elements in, growing when needed, on `stream`.
   void upload(const T* host, std::size_t n, cudaStream_t stream = nullptr) {
     resize_discard(n);
@@ -85,6 +93,39 @@ class DeviceBuffer {
 
   T* ptr_ = nullptr;
   std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
+/// Grow-only page-locked host memory (cudaMallocHost), the staging of asynchronous copies.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  /// At least `n` elements; reallocates (contents lost) only when `n` exceeds the capacity.
+  void reserve(std::size_t n) {
+    if (n <= capacity_) return;
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    capacity_ = 0;
+    void* p = nullptr;
+    NDTCU_CUDA_CHECK(cudaMallocHost(&p, n * sizeof(T)));
+    ptr_ = static_cast<T*>(p);
+    capacity_ = n;
+  }
+  /// reserve(), growing to 1.5 * n when it must grow (see DeviceBuffer::resize_with_headroom).
+  void reserve_with_headroom(std::size_t n) {
+    if (n > capacity_) reserve(n + n / 2);
+  }
+  T* data() noexcept { return ptr_; }
+
+ private:
+  T* ptr_ = nullptr;
   std::size_t capacity_ = 0;
 };
 

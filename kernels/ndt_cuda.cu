@@ -265,9 +265,8 @@ struct LoopState {
   int iterations;
   int evaluations;
   int reason;               ///< LoopReason once the loop has stopped
-  int stepped;              ///< 1: the last evaluation is at the pose a step just reached
-  double last_step;         ///< that step's length
-  double last_delta[3];     ///< that step's translation (PCL's rule)
+  double last_step;         ///< the last step's length
+  double last_delta[3];     ///< the last step's translation (PCL's rule)
 };
 
 /// Solves H x = b (6x6, row-major in `a`) by LU with partial pivoting, in place. False when
@@ -350,8 +349,9 @@ __global__ void newton_step_kernel(LoopState* __restrict__ state, const Vec<kSum
   LoopState& s = *state;
   const double* v = result->v;
   s.evaluations += 1;
-  if (s.stepped) {
-    s.stepped = 0;
+  // After the first evaluation, every evaluation is at the pose the last step reached
+  // (a zero step is finished below, without one).
+  if (s.iterations > 0) {
     if (finish_iteration(s, v[math::kScore])) {
       cudaGraphSetConditional(loop, 0);
       return;
@@ -407,7 +407,6 @@ __global__ void newton_step_kernel(LoopState* __restrict__ state, const Vec<kSum
       }
       continue;
     }
-    s.stepped = 1;
     s.up = make_upload(s.pose, true);
     return;  // the condition stays 1: the loop evaluates at the new pose
   }
@@ -450,7 +449,7 @@ struct CudaBackend::Impl {
   DeviceBuffer<DeviceConfig> config;
   DeviceBuffer<Vec<kSums>> partials, result;
   DeviceBuffer<unsigned> ticket;
-  Vec<kSums>* pinned_result = nullptr;
+  PinnedBuffer<Vec<kSums>> pinned_result;
   cudaEvent_t start = nullptr, stop = nullptr;
   SearchMethod search = SearchMethod::Radius;
   double outlier_ratio = 0.55;
@@ -463,9 +462,8 @@ struct CudaBackend::Impl {
   // variant it was captured with; a source that needs more blocks, or far fewer, rebuilds it.
   DeviceBuffer<LoopState> loop_state;
   DeviceBuffer<TraceEntry> trace;
-  LoopState* pinned_state = nullptr;
-  TraceEntry* pinned_trace = nullptr;
-  std::size_t pinned_trace_capacity = 0;
+  PinnedBuffer<LoopState> pinned_state;
+  PinnedBuffer<TraceEntry> pinned_trace;
   cudaStream_t capture_stream = nullptr;  // a private stream: the caller's may be the legacy default
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graph_exec = nullptr;
@@ -476,9 +474,6 @@ struct CudaBackend::Impl {
   ~Impl() {
     destroy_graph();
     if (capture_stream) cudaStreamDestroy(capture_stream);
-    if (pinned_trace) cudaFreeHost(pinned_trace);
-    if (pinned_state) cudaFreeHost(pinned_state);
-    if (pinned_result) cudaFreeHost(pinned_result);
     if (start) cudaEventDestroy(start);
     if (stop) cudaEventDestroy(stop);
   }
@@ -586,7 +581,7 @@ CudaBackend::CudaBackend(CUstream_st* stream) : impl_(std::make_unique<Impl>()) 
   NDTCU_CUDA_CHECK(cudaGetDevice(&device));
   NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&impl_->multiprocessors, cudaDevAttrMultiProcessorCount, device));
   NDTCU_CUDA_CHECK(cudaDriverGetVersion(&impl_->driver_version));
-  NDTCU_CUDA_CHECK(cudaMallocHost(&impl_->pinned_result, sizeof(Vec<kSums>)));
+  impl_->pinned_result.reserve(1);
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->start));
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->stop));
   impl_->config.resize_discard(1);
@@ -685,9 +680,7 @@ void CudaBackend::set_source(const std::vector<Eigen::Vector3f>& points) {
   // A scan larger than any before grows the buffers to 1.5 times its size: localizing a
   // sequence whose filtered scans grow a little at a time would otherwise reallocate (a
   // device-wide synchronization) and rebuild the loop graph on every new maximum.
-  if (n > m.x.capacity()) {
-    for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_discard(n + n / 2);
-  }
+  for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_with_headroom(n);
   // Structure of arrays: x, y, z each contiguous, so a warp's loads coalesce.
   m.staging.resize(3 * n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -702,8 +695,7 @@ void CudaBackend::set_source(const std::vector<Eigen::Vector3f>& points) {
   m.telemetry.setup_bytes_up += 3 * n * sizeof(float);
   m.lanes = lanes_for(static_cast<int>(n), m.multiprocessors);
   const std::size_t blocks = std::max<std::size_t>(1, (n * static_cast<std::size_t>(m.lanes) + kBlock - 1) / kBlock);
-  if (blocks > m.partials.capacity()) m.partials.resize_discard(blocks + blocks / 2);
-  m.partials.resize_discard(blocks);
+  m.partials.resize_with_headroom(blocks);
   if (m.variant == DerivativeVariant::Precomputed) {
     m.jacobian.resize_discard(8 * n);
     m.hessian.resize_discard(15 * n);
@@ -738,12 +730,12 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian)
   m.launch_derivatives(PoseByValue{up}, blocks, m.stream);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
   NDTCU_NVTX_RANGE("reduce");  // the grid reduction's read-back and the one synchronization
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result, m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result.data(), m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
                                    m.stream));
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the one synchronization per evaluation
   float ms = 0.f;
   NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
-  for (int k = 0; k < kSums; ++k) out.v[k] = m.pinned_result->v[k];
+  for (int k = 0; k < kSums; ++k) out.v[k] = m.pinned_result.data()->v[k];
 
   m.telemetry.evaluations += 1;
   m.telemetry.bytes_up += sizeof(PoseUpload);
@@ -770,18 +762,12 @@ DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6& initial, const DeviceL
   }
   const auto iterations = static_cast<std::size_t>(settings.max_iterations);
   m.trace.resize_discard(iterations);
-  if (m.pinned_trace_capacity < iterations) {
-    if (m.pinned_trace) NDTCU_CUDA_CHECK(cudaFreeHost(m.pinned_trace));
-    m.pinned_trace = nullptr;
-    m.pinned_trace_capacity = 0;
-    NDTCU_CUDA_CHECK(cudaMallocHost(&m.pinned_trace, iterations * sizeof(TraceEntry)));
-    m.pinned_trace_capacity = iterations;
-  }
-  if (!m.pinned_state) NDTCU_CUDA_CHECK(cudaMallocHost(&m.pinned_state, sizeof(LoopState)));
+  m.pinned_trace.reserve(iterations);
+  m.pinned_state.reserve(1);
   m.loop_state.resize_discard(1);
   m.ensure_graph();
 
-  LoopState& st = *m.pinned_state;
+  LoopState& st = *m.pinned_state.data();
   st = LoopState{};
   for (int i = 0; i < 6; ++i) st.pose[i] = initial(i);
   st.up = make_upload(st.pose, true);
@@ -799,9 +785,9 @@ DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6& initial, const DeviceL
   NDTCU_CUDA_CHECK(cudaGraphLaunch(m.graph_exec, m.stream));
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(&st, m.loop_state.data(), sizeof(LoopState), cudaMemcpyDeviceToHost, m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result, m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result.data(), m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
                                    m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_trace, m.trace.data(), iterations * sizeof(TraceEntry),
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_trace.data(), m.trace.data(), iterations * sizeof(TraceEntry),
                                    cudaMemcpyDeviceToHost, m.stream));
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   float ms = 0.f;
@@ -811,11 +797,11 @@ DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6& initial, const DeviceL
   out.iterations = st.iterations;
   out.evaluations = st.evaluations;
   out.reason = to_stop_reason(st.reason);
-  for (int k = 0; k < kSums; ++k) out.final_sums.v[k] = m.pinned_result->v[k];
+  for (int k = 0; k < kSums; ++k) out.final_sums.v[k] = m.pinned_result.data()->v[k];
   const int recorded = std::min(st.iterations, settings.max_iterations);
   out.trace.resize(static_cast<std::size_t>(recorded));
   for (int i = 0; i < recorded; ++i) {
-    const TraceEntry& e = m.pinned_trace[i];
+    const TraceEntry& e = m.pinned_trace.data()[i];
     for (int k = 0; k < 6; ++k) out.trace[i].pose(k) = e.pose[k];
     out.trace[i].score = e.score;
     out.trace[i].step_length = e.step;

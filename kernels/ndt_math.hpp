@@ -291,6 +291,36 @@ NDTCU_HD inline float add_rn(float a, float b) {
 #endif
 }
 
+/// The same for doubles, and float subtraction and division (the voxel filter's cell index).
+NDTCU_HD inline double mul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+NDTCU_HD inline double add_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+NDTCU_HD inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+NDTCU_HD inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 /// Transforms a float point by a float 3x4 row-major matrix m the way PCL 1.13's
 /// transformPointCloud does on x86 (SSE path of pcl::detail::Transformer<float>::se3):
 /// out_r = x m_r0 + (y m_r1 + (z m_r2 + m_r3)).

@@ -187,35 +187,6 @@ __global__ void __launch_bounds__(kBlock)
 
 int blocks_for(std::size_t n) { return static_cast<int>((n + kBlock - 1) / kBlock); }
 
-/// Grow-only page-locked host memory (cudaMallocHost), for asynchronous copies.
-template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  /// At least `n` elements; reallocates (contents lost) only when `n` exceeds the capacity.
-  void reserve(std::size_t n) {
-    if (n <= capacity_) return;
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    capacity_ = 0;
-    void* p = nullptr;
-    NDTCU_CUDA_CHECK(cudaMallocHost(&p, n * sizeof(T)));
-    ptr_ = static_cast<T*>(p);
-    capacity_ = n;
-  }
-  T* data() noexcept { return ptr_; }
-
- private:
-  T* ptr_ = nullptr;
-  std::size_t capacity_ = 0;
-};
-
 /// Makes `device` current on the calling thread for a scope, restoring the previous one.
 class DeviceScope {
  public:
@@ -250,7 +221,6 @@ struct CudaScanFilter::Impl {
 
   // Every buffer is sized by the input points (n) and only grows.
   struct Buffers {
-    std::size_t sized_for = 0;  // the point count the buffers are sized for (with headroom)
     DeviceBuffer<float3> points, sorted_points, out_points;
     DeviceBuffer<float> intensity, sorted_intensity, out_intensity;
     DeviceBuffer<unsigned char> flags;  // range flags, then cell-start flags
@@ -293,7 +263,7 @@ struct CudaScanFilter::Impl {
 
   // Grows `temp` to at least `bytes`; the stream must be idle.
   void reserve_temp(std::size_t bytes) {
-    if (bytes > buf->temp.size()) buf->temp.resize_discard(bytes + bytes / 2);  // headroom, as the buffers
+    buf->temp.resize_with_headroom(bytes);
   }
 
   // Reads the summary back and waits for the stream.
@@ -409,30 +379,27 @@ PointCloud CudaScanFilter::crop_and_downsample(const PointCloud& scan, double mi
   DeviceScope scope(m.device);
   m.settle();
   Impl::Buffers& b = *m.buf;
-  // Sizes for this input (the stream is idle: growing frees nothing in use). A larger scan
-  // than any before grows every buffer to 1.5 times its size: a sequence whose scans grow
-  // a little at a time would otherwise reallocate (and synchronize the device) every frame.
-  if (n > b.sized_for) b.sized_for = n + n / 2;
-  const std::size_t cap = b.sized_for;
-  b.points.resize_discard(cap);
-  b.sorted_points.resize_discard(cap);
-  b.out_points.resize_discard(cap);
+  // Sizes for this input (the stream is idle: growing frees nothing in use), with headroom:
+  // a sequence whose scans grow a little at a time would otherwise reallocate every frame.
+  b.points.resize_with_headroom(n);
+  b.sorted_points.resize_with_headroom(n);
+  b.out_points.resize_with_headroom(n);
   if (with_intensity) {
-    b.intensity.resize_discard(cap);
-    b.sorted_intensity.resize_discard(cap);
-    b.out_intensity.resize_discard(cap);
-    b.up_intensity.reserve(cap);
-    b.down_intensity.reserve(cap);
+    b.intensity.resize_with_headroom(n);
+    b.sorted_intensity.resize_with_headroom(n);
+    b.out_intensity.resize_with_headroom(n);
+    b.up_intensity.reserve_with_headroom(n);
+    b.down_intensity.reserve_with_headroom(n);
   }
-  b.flags.resize_discard(cap);
-  b.kept_index.resize_discard(cap);
-  b.sorted_index.resize_discard(cap);
-  b.run_start.resize_discard(cap);
-  b.keys.resize_discard(cap);
-  b.sorted_keys.resize_discard(cap);
-  b.block_boxes.resize_discard(static_cast<std::size_t>(blocks_for(cap)));
-  b.up_points.reserve(cap);
-  b.down_points.reserve(cap);
+  b.flags.resize_with_headroom(n);
+  b.kept_index.resize_with_headroom(n);
+  b.sorted_index.resize_with_headroom(n);
+  b.run_start.resize_with_headroom(n);
+  b.keys.resize_with_headroom(n);
+  b.sorted_keys.resize_with_headroom(n);
+  b.block_boxes.resize_with_headroom(static_cast<std::size_t>(blocks));
+  b.up_points.reserve_with_headroom(n);
+  b.down_points.reserve_with_headroom(n);
   const thrust::counting_iterator<std::uint32_t> positions(0);
   std::size_t select_bytes = 0;
   NDTCU_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, positions, b.flags.data(), b.kept_index.data(),

@@ -9,43 +9,13 @@
 /// for bit. The lattice itself (which cells exist, which index width) is computed on the
 /// host only, by detail::voxel_lattice (src/voxel_lattice.hpp).
 
-#include "ndt_math.hpp"  // NDTCU_HD, float mul_rn / add_rn
+#include "ndt_math.hpp"  // NDTCU_HD and the unfused *_rn arithmetic
 
 #include <math.h>
 
 #include <cstdint>
 
 namespace ndtcu::math {
-
-/// Double and remaining float operations that nvcc must not fuse (see mul_rn).
-NDTCU_HD inline double mul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-NDTCU_HD inline double add_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-NDTCU_HD inline float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-NDTCU_HD inline float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
 
 /// crop_range's rule for one point: its squared distance from the frame origin, in world
 /// coordinates (origin + point, double), lies in [min2, max2]. The sum runs

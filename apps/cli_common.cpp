@@ -82,6 +82,9 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
   cmd->add_option("--epsilon", o.epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-iterations", o.max_iterations, "Newton iterations at most")->check(CLI::PositiveNumber);
   cmd->add_option("--convergence", o.convergence, "stopping rule")->check(CLI::IsMember({"pcl", "autoware"}));
+  cmd->add_option("--newton-direction", o.newton_direction,
+                  "Newton direction: H dp = -g as PCL and Autoware solve it, or saddle-free (|eigenvalues|)")
+      ->check(CLI::IsMember({"pcl", "saddle-free"}));
   cmd->add_option("--covariance", o.covariance, "voxel covariance convention")->check(CLI::IsMember({"pcl", "autoware"}));
   cmd->add_option("--threads", o.threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
@@ -103,6 +106,7 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"search", to_string(s.search)},
           {"line_search", to_string(s.line_search)},
           {"convergence", to_string(s.convergence)},
+          {"newton_direction", to_string(s.newton_direction)},
           {"covariance", to_string(s.covariance)},
           {"threads", s.threads},
           {"backend", to_string(s.backend)},
@@ -121,6 +125,7 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.line_search) s.line_search = line_search_from_string(*o.line_search);
   if (o.covariance) s.covariance = covariance_mode_from_string(*o.covariance);
   if (o.convergence) s.convergence = convergence_rule_from_string(*o.convergence);
+  if (o.newton_direction) s.newton_direction = newton_direction_from_string(*o.newton_direction);
   if (o.backend) s.backend = backend_from_string(*o.backend);
   if (o.gpu_derivatives) s.gpu_derivatives = gpu_derivatives_from_string(*o.gpu_derivatives);
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);

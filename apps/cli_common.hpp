@@ -27,7 +27,8 @@ struct NdtOptions {
   std::string preset = "autoware";
   std::optional<double> resolution, step_size, epsilon;
   std::optional<int> max_iterations, threads;
-  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives, gpu_loop;
+  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives, gpu_loop,
+      newton_direction;
 };
 
 /// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,

@@ -145,7 +145,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
                     {"bytes_down", r.timings.bytes_down},
                     {"setup_bytes_up", r.timings.setup_bytes_up},
                     {"derivatives", to_string(s.gpu_derivatives)},
-                    {"newton_loop", s.line_search == LineSearch::Fixed ? to_string(s.gpu_loop) : "host"}};
+                    {"newton_loop", wants_device_loop(s) ? to_string(s.gpu_loop) : "host"}};
       }
       j["map_build_ms"] = map_ms;
       j["load_ms"] = load_ms;

@@ -39,6 +39,7 @@ const char* to_string(SearchMethod m) {
 }
 const char* to_string(LineSearch l) { return l == LineSearch::MoreThuente ? "more-thuente" : "fixed"; }
 const char* to_string(ConvergenceRule c) { return c == ConvergenceRule::Pcl ? "pcl" : "autoware"; }
+const char* to_string(NewtonDirection d) { return d == NewtonDirection::Pcl ? "pcl" : "saddle-free"; }
 const char* to_string(CovarianceMode c) { return c == CovarianceMode::Pcl ? "pcl" : "autoware"; }
 const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "auto"; }
 const char* to_string(GpuDerivatives d) { return d == GpuDerivatives::Fused ? "fused" : "precomputed"; }
@@ -77,6 +78,10 @@ LineSearch line_search_from_string(const std::string& name) {
   const LineSearch all[] = {LineSearch::MoreThuente, LineSearch::Fixed};
   return parse(name, "line search", all);
 }
+NewtonDirection newton_direction_from_string(const std::string& name) {
+  const NewtonDirection all[] = {NewtonDirection::Pcl, NewtonDirection::SaddleFree};
+  return parse(name, "Newton direction", all);
+}
 ConvergenceRule convergence_rule_from_string(const std::string& name) {
   const ConvergenceRule all[] = {ConvergenceRule::Pcl, ConvergenceRule::Autoware};
   return parse(name, "convergence rule", all);
@@ -96,6 +101,11 @@ GpuDerivatives gpu_derivatives_from_string(const std::string& name) {
 GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
   const GpuNewtonLoop all[] = {GpuNewtonLoop::Device, GpuNewtonLoop::Host};
   return parse(name, "GPU Newton loop", all);
+}
+
+bool wants_device_loop(const AlignSettings& s) {
+  return s.line_search == LineSearch::Fixed && s.newton_direction == NewtonDirection::Pcl &&
+         s.gpu_loop == GpuNewtonLoop::Device;
 }
 
 void validate(const AlignSettings& s) {

@@ -27,6 +27,20 @@ enum class LineSearch {
   Fixed,
 };
 
+/// How the Newton direction is taken from the Hessian H and gradient g of the score (which
+/// is maximised).
+enum class NewtonDirection {
+  /// PCL's and Autoware's: H dp = -g solved by SVD as it is. Where H is not negative
+  /// definite (the score is convex along some direction, e.g. across a voxel boundary) the
+  /// solution heads for a saddle; the step rule reverses it when it does not ascend, and
+  /// the fixed step can then go back and forth at full length. The default, for parity.
+  Pcl,
+  /// Saddle-free Newton: H's eigenvalues lambda replaced by -|lambda|, so the direction
+  /// always ascends and is scaled by the curvature's magnitude. The same step as Pcl
+  /// wherever H is negative definite.
+  SaddleFree,
+};
+
 /// When the Newton iterations stop (besides max_iterations).
 enum class ConvergenceRule {
   /// PCL 1.13: when the last step's squared translation is <= epsilon (a squared length
@@ -72,6 +86,7 @@ enum class GpuNewtonLoop {
   Host,
 };
 
+
 /// Everything an alignment needs besides the clouds.
 struct AlignSettings {
   /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
@@ -84,16 +99,22 @@ struct AlignSettings {
   SearchMethod search = SearchMethod::Radius;            ///< neighbour search
   LineSearch line_search = LineSearch::Fixed;            ///< step length rule
   ConvergenceRule convergence = ConvergenceRule::Autoware;  ///< stopping rule
+  NewtonDirection newton_direction = NewtonDirection::Pcl;  ///< direction from H and g
   CovarianceMode covariance = CovarianceMode::Autoware;     ///< voxel covariance convention
   int min_points_per_voxel = 6;   ///< voxels with fewer points are not used (PCL, Autoware: 6)
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below this times the largest are raised to it
   int threads = 0;                ///< worker threads; 0 = std::thread::hardware_concurrency()
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
   GpuDerivatives gpu_derivatives = GpuDerivatives::Fused;  ///< CUDA backend variant
-  /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente always
-  /// runs on the host).
+  /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
+  /// NewtonDirection::SaddleFree always run on the host).
   GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
 };
+
+/// Whether settings ask for a Newton loop the device can run (GpuNewtonLoop::Device with
+/// the fixed step and NewtonDirection::Pcl); the CUDA backend then runs it there when the
+/// driver allows, and on the host otherwise.
+bool wants_device_loop(const AlignSettings& settings);
 
 /// Autoware's ndt_scan_matcher defaults: resolution 2.0, step 0.1, epsilon 0.01,
 /// 30 iterations, radius search, fixed step, Autoware convergence and covariance.
@@ -112,6 +133,8 @@ const char* to_string(SearchMethod m);
 const char* to_string(LineSearch l);
 /// "pcl", "autoware".
 const char* to_string(ConvergenceRule c);
+/// "pcl", "saddle-free".
+const char* to_string(NewtonDirection d);
 /// "pcl", "autoware".
 const char* to_string(CovarianceMode c);
 /// "cpu", "cuda", "auto".
@@ -125,6 +148,8 @@ const char* to_string(GpuNewtonLoop l);
 SearchMethod search_method_from_string(const std::string& name);
 /// Parses a LineSearch name; throws Error otherwise.
 LineSearch line_search_from_string(const std::string& name);
+/// Parses a NewtonDirection name; throws Error otherwise.
+NewtonDirection newton_direction_from_string(const std::string& name);
 /// Parses a ConvergenceRule name; throws Error otherwise.
 ConvergenceRule convergence_rule_from_string(const std::string& name);
 /// Parses a CovarianceMode name; throws Error otherwise.

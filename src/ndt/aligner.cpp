@@ -123,8 +123,7 @@ struct Aligner::Impl {
   // The fixed step's Newton loop runs on the device when the backend is CUDA, the settings
   // ask for it and the driver has conditional graph nodes.
   bool use_device_loop() const {
-    return cuda && settings.line_search == LineSearch::Fixed && settings.gpu_loop == GpuNewtonLoop::Device &&
-           cuda->device_loop_supported();
+    return cuda && wants_device_loop(settings) && cuda->device_loop_supported();
   }
 
   detail::OptimizerOutput optimize_on_device(const Pose6& start) {

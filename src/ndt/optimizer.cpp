@@ -2,6 +2,7 @@
 
 #include "../nvtx.hpp"
 
+#include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
 
 #include <algorithm>
@@ -197,6 +198,35 @@ double fixed_step(StepContext& ctx, const Pose6& x, Vector6d& dir, double step_i
 
 }  // namespace
 
+bool newton_direction(const Eigen::Matrix<double, 6, 6>& hessian, const Vector6d& gradient, NewtonDirection direction,
+                      Vector6d& dp) {
+  if (!hessian.allFinite() || !gradient.allFinite()) return false;
+  if (direction == NewtonDirection::SaddleFree) {
+    // H = V diag(lambda) V'; the singular values of a symmetric matrix are |lambda|.
+    const Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>> eig(hessian);
+    if (eig.info() != Eigen::Success) return false;
+    const Vector6d magnitude = eig.eigenvalues().cwiseAbs();
+    const double largest = magnitude.maxCoeff();
+    if (!(largest > 0.0) || !(magnitude.minCoeff() > 6.0 * Eigen::NumTraits<double>::epsilon() * largest)) return false;
+    // dp = -(V diag(-|lambda|) V')^-1 g = V diag(1 / |lambda|) V' g: an ascent direction.
+    const auto& v = eig.eigenvectors();
+    const Vector6d step = v * (v.transpose() * gradient).cwiseQuotient(magnitude);
+    if (!step.allFinite()) return false;
+    dp = step;
+    return true;
+  }
+  // PCL (line 23 of Magnusson's Algorithm 2): H dp = -g by SVD, with the rank as Eigen's
+  // default threshold defines it: singular values above 6 * machine epsilon * the largest.
+  const Eigen::JacobiSVD<Eigen::Matrix<double, 6, 6>> sv(hessian, Eigen::ComputeFullU | Eigen::ComputeFullV);
+  const auto& sigma = sv.singularValues();
+  const double threshold = 6.0 * Eigen::NumTraits<double>::epsilon() * sigma(0);
+  if (!(sigma(0) > 0.0) || !(sigma(5) > threshold)) return false;
+  const Vector6d step = sv.solve(-gradient);
+  if (!step.allFinite()) return false;
+  dp = step;
+  return true;
+}
+
 OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s) {
   OptimizerOutput out;
   out.pose = initial;
@@ -212,18 +242,12 @@ OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, c
       out.reason = StopReason::NoCorrespondence;
       break;
     }
-    // Newton direction: H dp = -g solved by SVD, as PCL (line 23 of Magnusson's Algorithm 2).
     NDTCU_NVTX_RANGE("solve");
-    Eigen::JacobiSVD<Eigen::Matrix<double, 6, 6>> sv(current.hessian, Eigen::ComputeFullU | Eigen::ComputeFullV);
-    // Rank as Eigen's default threshold defines it: singular values above
-    // 6 * machine epsilon * the largest one.
-    const auto& sigma = sv.singularValues();
-    const double threshold = 6.0 * Eigen::NumTraits<double>::epsilon() * sigma(0);
-    if (!(sigma(0) > 0.0) || !(sigma(5) > threshold)) {
+    Vector6d delta;
+    if (!newton_direction(current.hessian, current.gradient, s.newton_direction, delta)) {
       out.reason = StopReason::SingularHessian;
       break;
     }
-    Vector6d delta = sv.solve(-current.gradient);
     double delta_norm = delta.norm();
     if (delta_norm == 0 || std::isnan(delta_norm)) {
       // PCL stops here too: converged when the step is exactly zero (zero gradient).

@@ -20,6 +20,14 @@ struct OptimizerOutput {
   int evaluations = 0;
 };
 
+/// The Newton direction dp for Hessian `hessian` and gradient `gradient` of the score
+/// (maximised), as `direction` defines it: H dp = -g by SVD (Pcl), or the same with H's
+/// eigenvalues replaced by -|lambda| (SaddleFree). False, with `dp` untouched, when H is
+/// singular (its smallest singular value, the smallest |lambda|, not above 6 * machine
+/// epsilon * the largest: Eigen's default rank threshold) or the solution is not finite.
+bool newton_direction(const Eigen::Matrix<double, 6, 6>& hessian, const Eigen::Matrix<double, 6, 1>& gradient,
+                      NewtonDirection direction, Eigen::Matrix<double, 6, 1>& dp);
+
 /// Runs the Newton iterations from `initial` with the step rule, line search and
 /// convergence rule of `settings`.
 OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& settings);

@@ -9,6 +9,7 @@
 #include "ndt/optimizer.hpp"
 
 #include <Eigen/Geometry>
+#include <Eigen/QR>
 
 #include <cmath>
 #include <limits>
@@ -205,4 +206,78 @@ TEST_CASE("Settings parse and print", "[unit][aligner]") {
   CHECK(preset("pcl").line_search == LineSearch::MoreThuente);
   CHECK(preset("autoware").resolution == 2.0);
   CHECK_THROWS_AS(preset("ros"), Error);
+}
+
+TEST_CASE("Newton direction: PCL's solve, and saddle-free where the Hessian is not negative definite",
+          "[unit][aligner]") {
+  using detail::newton_direction;
+  using M6 = Eigen::Matrix<double, 6, 6>;
+  using V6 = Eigen::Matrix<double, 6, 1>;
+  // A random rotation of diag(lambda): H = Q diag(lambda) Q'.
+  const M6 q = Eigen::HouseholderQR<M6>(M6::Random()).householderQ();
+  const V6 g = (V6() << 0.3, -1.2, 0.7, 2.0, -0.4, 0.9).finished();
+  auto hessian = [&q](const V6& lambda) { return M6(q * lambda.asDiagonal() * q.transpose()); };
+
+  SECTION("negative definite: both solve H dp = -g") {
+    const M6 h = hessian((V6() << -5, -4, -3, -2, -1, -0.5).finished());
+    V6 pcl, saddle_free;
+    REQUIRE(newton_direction(h, g, NewtonDirection::Pcl, pcl));
+    REQUIRE(newton_direction(h, g, NewtonDirection::SaddleFree, saddle_free));
+    CHECK((h * pcl + g).norm() < 1e-12);
+    CHECK((pcl - saddle_free).norm() < 1e-12 * pcl.norm());
+  }
+  SECTION("indefinite: PCL's solution follows the convex direction downhill, saddle-free goes up") {
+    const V6 lambda = (V6() << -5, -4, -3, -2, -1, 0.5).finished();
+    const M6 h = hessian(lambda);
+    V6 pcl, saddle_free;
+    REQUIRE(newton_direction(h, g, NewtonDirection::Pcl, pcl));
+    REQUIRE(newton_direction(h, g, NewtonDirection::SaddleFree, saddle_free));
+    CHECK((h * pcl + g).norm() < 1e-12);
+    const V6 convex = q.col(5);  // the eigenvector of +0.5
+    // Along the convex direction PCL's step has the sign opposite to the gradient's, the
+    // saddle-free step the gradient's sign and the same length (|g.v| / 0.5).
+    CHECK(convex.dot(pcl) * convex.dot(g) < 0.0);
+    CHECK(convex.dot(saddle_free) * convex.dot(g) > 0.0);
+    CHECK(std::fabs(convex.dot(saddle_free)) == Approx(std::fabs(convex.dot(pcl))).epsilon(1e-10));
+    // Along the concave directions the two agree; overall saddle-free ascends.
+    for (int k = 0; k < 5; ++k) CHECK(q.col(k).dot(saddle_free) == Approx(q.col(k).dot(pcl)).epsilon(1e-10));
+    CHECK(g.dot(saddle_free) > 0.0);
+  }
+  SECTION("singular or not finite: no direction, dp untouched") {
+    V6 dp = V6::Constant(7.0);
+    for (const NewtonDirection d : {NewtonDirection::Pcl, NewtonDirection::SaddleFree}) {
+      CHECK_FALSE(newton_direction(hessian((V6() << -5, -4, -3, -2, -1, 0).finished()), g, d, dp));
+      CHECK_FALSE(newton_direction(M6::Zero(), g, d, dp));
+      M6 nan = hessian((V6() << -5, -4, -3, -2, -1, -0.5).finished());
+      nan(2, 3) = std::numeric_limits<double>::quiet_NaN();
+      CHECK_FALSE(newton_direction(nan, g, d, dp));
+      CHECK(dp == V6::Constant(7.0));
+    }
+  }
+}
+
+TEST_CASE("Saddle-free Newton recovers the synthetic motion as PCL's direction does", "[unit][aligner]") {
+  const PointCloud target = test::synthetic_scene(21, 40000);
+  const Pose6 truth = make_pose(0.35, -0.25, 0.05, 0.01, -0.015, 0.04);
+  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(22, 20000), truth);
+  AlignSettings s = autoware_preset();
+  s.resolution = 1.0;
+  s.epsilon = 1e-4;
+  s.max_iterations = 60;
+  s.threads = 2;
+  const AlignResult pcl = align(target, source, Eigen::Matrix4d::Identity(), s);
+  s.newton_direction = NewtonDirection::SaddleFree;
+  const AlignResult saddle_free = align(target, source, Eigen::Matrix4d::Identity(), s);
+  INFO("pcl " << pcl.iterations << " iterations, saddle-free " << saddle_free.iterations);
+  REQUIRE(pcl.converged);
+  REQUIRE(saddle_free.converged);
+  CHECK(translation_error(saddle_free.transform, pose_to_matrix(truth)) < 0.01);
+  CHECK(rotation_error(saddle_free.transform, pose_to_matrix(truth)) < 0.005);
+  CHECK(translation_error(saddle_free.transform, pcl.transform) < 1e-3);
+  CHECK(std::string(to_string(NewtonDirection::SaddleFree)) == "saddle-free");
+  CHECK(newton_direction_from_string("pcl") == NewtonDirection::Pcl);
+  CHECK_THROWS_AS(newton_direction_from_string("levenberg"), Error);
+  CHECK(wants_device_loop(autoware_preset()));
+  CHECK_FALSE(wants_device_loop(s));
+  CHECK_FALSE(wants_device_loop(pcl_preset()));
 }

@@ -7,6 +7,7 @@
 #include "ndt_math.hpp"
 
 #include "../src/cuda/cuda_backend.hpp"
+#include "../src/ndt/dense_voxel_index.hpp"
 #include "../src/log.hpp"
 #include "../src/nvtx.hpp"
 
@@ -620,18 +621,9 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
   g.radius_sq = map.radius_squared();
 
   // Dense index over the occupied lattice box, when asked for or when it fits the budget.
-  std::int64_t lo[3] = {0, 0, 0}, hi[3] = {-1, -1, -1};
-  if (nv > 0) {
-    for (int a = 0; a < 3; ++a) lo[a] = hi[a] = map.cells()[0][a];
-    for (const auto& c : map.cells()) {
-      for (int a = 0; a < 3; ++a) {
-        lo[a] = std::min<std::int64_t>(lo[a], c[a]);
-        hi[a] = std::max<std::int64_t>(hi[a], c[a]);
-      }
-    }
-  }
-  const double cells = nv == 0 ? 0.0 : double(hi[0] - lo[0] + 1) * double(hi[1] - lo[1] + 1) * double(hi[2] - lo[2] + 1);
-  const double dense_bytes = cells * sizeof(std::int32_t);
+  const LatticeBox box = occupied_box(map);
+  const double cells = box.cells();
+  const double dense_bytes = box.bytes();
   bool use_dense = lookup == VoxelLookup::Dense || (lookup == VoxelLookup::Auto && dense_bytes <= dense_budget_bytes);
   if (nv == 0) use_dense = false;
   if (use_dense) {
@@ -645,20 +637,10 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
                       " bytes, the device has " + std::to_string(free_b) + " of " + std::to_string(total_b) +
                       " bytes free (use the hash lookup)");
     }
-    std::int64_t dims[3] = {hi[0] - lo[0] + 1, hi[1] - lo[1] + 1, hi[2] - lo[2] + 1};
-    std::vector<std::int32_t> index(static_cast<std::size_t>(cells), -1);
-    for (std::size_t v = 0; v < nv; ++v) {
-      const auto& c = map.cells()[v];
-      index[static_cast<std::size_t>(((c[2] - lo[2]) * dims[1] + (c[1] - lo[1])) * dims[0] + (c[0] - lo[0]))] =
-          static_cast<std::int32_t>(v);
-    }
-    m.dense.upload(index.data(), index.size(), m.stream);
-    m.telemetry.setup_bytes_up += index.size() * sizeof(std::int32_t);
-    g.dense = m.dense.data();
-    for (int a = 0; a < 3; ++a) {
-      g.dense_min[a] = lo[a];
-      g.dense_dims[a] = dims[a];
-    }
+    const DenseVoxelIndex index = DenseVoxelIndex::build(map, box);
+    m.dense.upload(index.cells.data(), index.cells.size(), m.stream);
+    m.telemetry.setup_bytes_up += index.cells.size() * sizeof(std::int32_t);
+    DenseVoxelIndex::attach(g, m.dense.data(), box);
     m.lookup = VoxelLookup::Dense;
   } else {
     m.lookup = VoxelLookup::Hash;

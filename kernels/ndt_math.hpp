@@ -21,6 +21,15 @@
 #define NDTCU_HD
 #endif
 
+// Inlining the host compiler must not decline. Out of line, accumulate_pair read its
+// caller's scalar stores with packed loads, which store forwarding cannot serve: measured
+// about 10% of a CPU evaluation. The device compiler inlines these functions on its own.
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define NDTCU_FORCE_INLINE __attribute__((always_inline))
+#else
+#define NDTCU_FORCE_INLINE
+#endif
+
 #include <math.h>
 
 namespace ndtcu::math {
@@ -158,6 +167,8 @@ NDTCU_HD inline AngularTerms<T> angular_terms_sincos(T cx, T sx, T cy, T sy, T c
 
 /// d T(x, p) / dp for one point: a 3x6 matrix, identity in the translation columns
 /// (eq. 6.18). Stored column-major: col[k] is the derivative along pose entry k.
+/// accumulate_pair_terms reads only the rotation columns and takes the rest as
+/// point_jacobian fills it (identity translation columns, col[3][0] = 0).
 template <typename T>
 struct PointJacobian {
   T col[6][3];  ///< column k = dT/dp_k
@@ -165,6 +176,7 @@ struct PointJacobian {
 
 /// Second derivatives d^2 T(x, p) / dp_i dp_j (eq. 6.20). Only the rotation block is
 /// non-zero: vectors a, b, c, d, e, f of eq. 6.21 at (3,3) (3,4) (3,5) (4,4) (4,5) (5,5).
+/// The x entries of a, b and c are zero (point_hessian); accumulate_pair_terms skips them.
 template <typename T>
 struct PointHessian {
   T a[3], b[3], c[3], d[3], e[3], f[3];  ///< eq. 6.21
@@ -215,16 +227,6 @@ NDTCU_HD inline PointHessian<T> point_hessian(const AngularTerms<T>& a, T x, T y
   return H;
 }
 
-/// The 3-vector d^2 T / dp_i dp_j, or nullptr where it is zero (any translation index).
-template <typename T>
-NDTCU_HD inline const T* point_hessian_block(const PointHessian<T>& H, int i, int j) {
-  if (i < 3 || j < 3) return nullptr;
-  const int lo = i < j ? i : j, hi = i < j ? j : i;
-  if (lo == 3) return hi == 3 ? H.a : hi == 4 ? H.b : H.c;
-  if (lo == 4) return hi == 4 ? H.d : H.e;
-  return H.f;
-}
-
 /// A symmetric 3x3 matrix by its 6 unique entries: xx, xy, xz, yy, yz, zz.
 template <typename T>
 NDTCU_HD inline void sym_mul(const T* s, const T* v, T* out) {
@@ -238,40 +240,93 @@ NDTCU_HD inline T dot3(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
 }
 
-/// One point-voxel pair: q = T(x) - mu, icov the voxel's inverse covariance (6 unique
-/// entries). Adds the pair's score term (eq. 6.9) to sums[kScore], its gradient (eq. 6.12)
-/// and, when `with_hessian`, its Hessian (eq. 6.13, upper triangle), exactly as PCL's
+/// The terms of one point-voxel pair: q = T(x) - mu, icov the voxel's inverse covariance
+/// (6 unique entries), cq = icov q and e = exp(-d2 q' icov q / 2) from pair_gaussian. Adds
+/// the pair's score term (eq. 6.9) to sums[kScore], its gradient (eq. 6.12) and, when
+/// `with_hessian`, its Hessian (eq. 6.13, upper triangle), exactly as PCL's
 /// updateDerivatives. Returns the score term, or 0 when the pair is skipped because
 /// d2 * e > 1, d2 * e < 0 or NaN (PCL's and Autoware's guard against invalid values).
+///
+/// Written for the structure of eqs. 6.18 and 6.20 as point_jacobian and point_hessian
+/// fill them: J's translation columns are unit vectors, column 3 has no x entry, and the
+/// point Hessian is zero in every translation row and column (and in the x entry of a, b,
+/// c). The terms PCL multiplies by those ones and zeros are left out; a product with an
+/// exact 1 and a sum with an exact 0 round to the same double, so the sums are the bits
+/// of the general 6-column form (checked by a unit test):
+///  - icov J_i (i < 3) is column i of icov, so q' icov J_i = (icov q)_i and
+///    J_j' icov J_i = (icov J_j)_i: entries of cq and of the rotation columns' icov J_j;
+///  - the Hessian's second-derivative term q' icov d2T/dpi dpj is zero unless i, j >= 3.
 template <typename T>
-NDTCU_HD inline T accumulate_pair(const T* q, const T* icov, const PointJacobian<T>& J, const PointHessian<T>& H,
-                                  T d1, T d2, bool with_hessian, double* sums) {
-  T cq[3];
-  sym_mul(icov, q, cq);
-  const T e = ndt_exp(-d2 * dot3(q, cq) / T(2));
+NDTCU_FORCE_INLINE NDTCU_HD inline T accumulate_pair_terms(const T* q, const T* icov, const T* cq, T e,
+                                                           const PointJacobian<T>& J, const PointHessian<T>& H, T d1,
+                                                           T d2, bool with_hessian, double* sums) {
   const T score = -d1 * e;
   T de = d2 * e;
   if (de > T(1) || de < T(0) || de != de) return T(0);
   de *= d1;  // d1 d2 e: the factor shared by eqs. 6.12 and 6.13
-  T cj[6][3];  // icov * dT/dp_i
-  T g[6];      // q' icov dT/dp_i
-  for (int i = 0; i < 6; ++i) {
-    sym_mul(icov, J.col[i], cj[i]);
-    g[i] = dot3(q, cj[i]);
-  }
+  // The rotation columns of J (column 3 without its zero x entry) and icov times each:
+  // c3 = icov J_3 is (s01 j31 + s02 j32, ...), the general sym_mul without its s * 0 terms.
+  const T s00 = icov[0], s01 = icov[1], s02 = icov[2], s11 = icov[3], s12 = icov[4], s22 = icov[5];
+  const T j31 = J.col[3][1], j32 = J.col[3][2];
+  const T j4[3] = {J.col[4][0], J.col[4][1], J.col[4][2]};
+  const T j5[3] = {J.col[5][0], J.col[5][1], J.col[5][2]};
+  const T c3[3] = {s01 * j31 + s02 * j32, s11 * j31 + s12 * j32, s12 * j31 + s22 * j32};
+  T c4[3], c5[3];
+  sym_mul(icov, j4, c4);
+  sym_mul(icov, j5, c5);
+  // q' icov dT/dp_i: (icov q)_i for the translations.
+  const T g[6] = {cq[0], cq[1], cq[2], dot3(q, c3), dot3(q, c4), dot3(q, c5)};
   sums[kScore] += static_cast<double>(score);
   for (int i = 0; i < 6; ++i) sums[kGradient + i] += static_cast<double>(g[i] * de);
-  if (with_hessian) {
-    for (int i = 0; i < 6; ++i) {
-      for (int j = i; j < 6; ++j) {
-        const T* hij = point_hessian_block(H, i, j);
-        const T second = hij ? dot3(cq, hij) : T(0);  // q' icov d2T/dpidpj
-        sums[kHessian + upper_index(i, j)] +=
-            static_cast<double>(de * (-d2 * g[i] * g[j] + second + dot3(J.col[j], cj[i])));
-      }
-    }
+  if (!with_hessian) return score;
+  // eq. 6.13 entry (i, j): de (-d2 g_i g_j + q' icov d2T/dpidpj + J_j' icov J_i), with
+  // (-d2 g_i) g_j evaluated in that order as in the general form.
+  T t[6];
+  for (int i = 0; i < 6; ++i) t[i] = -d2 * g[i];
+  double* h = sums + kHessian;
+  // Both indices translations: J_j' icov J_i = icov(i, j).
+  h[upper_index(0, 0)] += static_cast<double>(de * (t[0] * g[0] + s00));
+  h[upper_index(0, 1)] += static_cast<double>(de * (t[0] * g[1] + s01));
+  h[upper_index(0, 2)] += static_cast<double>(de * (t[0] * g[2] + s02));
+  h[upper_index(1, 1)] += static_cast<double>(de * (t[1] * g[1] + s11));
+  h[upper_index(1, 2)] += static_cast<double>(de * (t[1] * g[2] + s12));
+  h[upper_index(2, 2)] += static_cast<double>(de * (t[2] * g[2] + s22));
+  // A translation i and a rotation j: J_j' icov J_i = (icov J_j)_i.
+  for (int i = 0; i < 3; ++i) {
+    h[upper_index(i, 3)] += static_cast<double>(de * (t[i] * g[3] + c3[i]));
+    h[upper_index(i, 4)] += static_cast<double>(de * (t[i] * g[4] + c4[i]));
+    h[upper_index(i, 5)] += static_cast<double>(de * (t[i] * g[5] + c5[i]));
   }
+  // Both rotations: the point Hessian's term (a, b, c without their zero x entry) and
+  // J_j' icov J_i in full (J_3 without its zero x entry).
+  h[upper_index(3, 3)] += static_cast<double>(de * ((t[3] * g[3] + (cq[1] * H.a[1] + cq[2] * H.a[2])) +
+                                                    (j31 * c3[1] + j32 * c3[2])));
+  h[upper_index(3, 4)] += static_cast<double>(de * ((t[3] * g[4] + (cq[1] * H.b[1] + cq[2] * H.b[2])) +
+                                                    dot3(j4, c3)));
+  h[upper_index(3, 5)] += static_cast<double>(de * ((t[3] * g[5] + (cq[1] * H.c[1] + cq[2] * H.c[2])) +
+                                                    dot3(j5, c3)));
+  h[upper_index(4, 4)] += static_cast<double>(de * ((t[4] * g[4] + dot3(cq, H.d)) + dot3(j4, c4)));
+  h[upper_index(4, 5)] += static_cast<double>(de * ((t[4] * g[5] + dot3(cq, H.e)) + dot3(j5, c4)));
+  h[upper_index(5, 5)] += static_cast<double>(de * ((t[5] * g[5] + dot3(cq, H.f)) + dot3(j5, c5)));
   return score;
+}
+
+/// The Gaussian of one pair (eq. 6.9): cq = icov q, and returns e = exp(-d2 q' icov q / 2).
+template <typename T>
+NDTCU_HD inline T pair_gaussian(const T* q, const T* icov, T d2, T* cq) {
+  sym_mul(icov, q, cq);
+  return ndt_exp(-d2 * dot3(q, cq) / T(2));
+}
+
+/// One point-voxel pair: pair_gaussian, then accumulate_pair_terms (which see). A caller
+/// with several pairs can take all their exponentials first (accumulate_neighbours).
+template <typename T>
+NDTCU_FORCE_INLINE NDTCU_HD inline T accumulate_pair(const T* q, const T* icov, const PointJacobian<T>& J,
+                                                     const PointHessian<T>& H, T d1, T d2, bool with_hessian,
+                                                     double* sums) {
+  T cq[3];
+  const T e = pair_gaussian(q, icov, d2, cq);
+  return accumulate_pair_terms(q, icov, cq, e, J, H, d1, d2, with_hessian, sums);
 }
 
 /// Float arithmetic that nvcc must not fuse, so the CPU and the GPU round alike: PCL's
@@ -423,6 +478,20 @@ NDTCU_HD inline std::int64_t lattice_index(float p, float inv_resolution) {
   return static_cast<std::int64_t>(scaled);
 }
 
+/// Where lattice cell (i, j, k) and its 26 neighbours all lie in g's dense box: the dense
+/// entry of (i, j, k), from which neighbour (i + di, j + dj, k + dk) is the entry
+/// di + dj * dims[0] + dk * dims[0] * dims[1] on, one load with no bounds test. Null
+/// without a dense index or near the box's faces (the caller then takes find_voxel).
+NDTCU_HD inline const std::int32_t* dense_block_centre(const VoxelGridView& g, std::int64_t i, std::int64_t j,
+                                                       std::int64_t k) {
+  if (!g.dense) return nullptr;
+  const std::int64_t a = i - g.dense_min[0], b = j - g.dense_min[1], c = k - g.dense_min[2];
+  if (a < 1 || a > g.dense_dims[0] - 2 || b < 1 || b > g.dense_dims[1] - 2 || c < 1 || c > g.dense_dims[2] - 2) {
+    return nullptr;
+  }
+  return g.dense + (c * g.dense_dims[1] + b) * g.dense_dims[0] + a;
+}
+
 /// The voxels around transformed point p (map-relative float), in a fixed order:
 ///  - Radius: every voxel whose float centroid has squared distance < radius_sq
 ///    (strict, FLANN's RadiusResultSet), found in the 3x3x3 block (exact for a radius up
@@ -436,6 +505,14 @@ NDTCU_HD inline int find_neighbours(const VoxelGridView& g, Search search, const
   const std::int64_t ci = lattice_index(p[0], g.inv_resolution);
   const std::int64_t cj = lattice_index(p[1], g.inv_resolution);
   const std::int64_t ck = lattice_index(p[2], g.inv_resolution);
+  // With the block inside the dense box every cell is one load at a fixed stride.
+  const std::int32_t* block = dense_block_centre(g, ci, cj, ck);
+  const std::int64_t sy = g.dense_dims[0], sz = g.dense_dims[0] * g.dense_dims[1];
+  auto cell = [&](int di, int dj, int dk) -> std::int32_t {
+    return block ? block[di + dj * sy + dk * sz] : find_voxel(g, ci + di, cj + dj, ck + dk);
+  };
+  // Cells are appended without a branch (written, then counted when occupied): whether a
+  // cell holds a voxel is data the branch predictor cannot learn.
   int n = 0;
   switch (search) {
     case Search::Radius: {
@@ -443,38 +520,43 @@ NDTCU_HD inline int find_neighbours(const VoxelGridView& g, Search search, const
       for (int dk = -1; dk <= 1; ++dk) {
         for (int dj = -1; dj <= 1; ++dj) {
           for (int di = -1; di <= 1; ++di) {
-            const std::int32_t v = find_voxel(g, ci + di, cj + dj, ck + dk);
-            if (v < 0) continue;
+            const std::int32_t v = cell(di, dj, dk);
+            const std::int32_t u = v < 0 ? 0 : v;  // an empty cell measures to voxel 0, then is dropped
             // FLANN's L2_Simple<float>: result = 0; result += diff * diff, axis by axis.
-            const float dx = p[0] - g.centroid[0][v];
-            const float dy = p[1] - g.centroid[1][v];
-            const float dz = p[2] - g.centroid[2][v];
+            const float dx = p[0] - g.centroid[0][u];
+            const float dy = p[1] - g.centroid[1][u];
+            const float dz = p[2] - g.centroid[2][u];
             const float d = add_rn(add_rn(mul_rn(dx, dx), mul_rn(dy, dy)), mul_rn(dz, dz));
-            if (!(d < g.radius_sq)) continue;
-            // Insertion by (distance, index): FLANN sorts DistanceIndex pairs that way.
-            int at = n;
-            while (at > 0 && (dist[at - 1] > d || (dist[at - 1] == d && out[at - 1] > v))) {
-              dist[at] = dist[at - 1];
-              out[at] = out[at - 1];
-              --at;
-            }
-            dist[at] = d;
-            out[at] = v;
-            ++n;
+            dist[n] = d;
+            out[n] = v;
+            n += (v >= 0) & (d < g.radius_sq);
           }
         }
+      }
+      // Sorted by (distance, index): FLANN sorts DistanceIndex pairs that way.
+      for (int k = 1; k < n; ++k) {
+        const float d = dist[k];
+        const std::int32_t v = out[k];
+        int at = k;
+        while (at > 0 && (dist[at - 1] > d || (dist[at - 1] == d && out[at - 1] > v))) {
+          dist[at] = dist[at - 1];
+          out[at] = out[at - 1];
+          --at;
+        }
+        dist[at] = d;
+        out[at] = v;
       }
       return n;
     }
     case Search::Direct27: {
-      const std::int32_t c = find_voxel(g, ci, cj, ck);
-      if (c >= 0) out[n++] = c;
+      out[0] = cell(0, 0, 0);
+      n = out[0] >= 0;
       for (int dk = -1; dk <= 1; ++dk) {
         for (int dj = -1; dj <= 1; ++dj) {
           for (int di = -1; di <= 1; ++di) {
             if (di == 0 && dj == 0 && dk == 0) continue;
-            const std::int32_t v = find_voxel(g, ci + di, cj + dj, ck + dk);
-            if (v >= 0) out[n++] = v;
+            out[n] = cell(di, dj, dk);
+            n += out[n] >= 0;
           }
         }
       }
@@ -482,19 +564,17 @@ NDTCU_HD inline int find_neighbours(const VoxelGridView& g, Search search, const
     }
     case Search::Direct7: {
       // Centre, then +x -x +y -y +z -z (PCL's getFaceNeighborsAtPoint order).
+      const int face[7][3] = {{0, 0, 0}, {1, 0, 0}, {-1, 0, 0}, {0, 1, 0}, {0, -1, 0}, {0, 0, 1}, {0, 0, -1}};
       for (int m = 0; m < 7; ++m) {
-        std::int64_t o[3] = {0, 0, 0};
-        if (m > 0) o[(m - 1) / 2] = (m % 2 == 1) ? 1 : -1;
-        const std::int32_t v = find_voxel(g, ci + o[0], cj + o[1], ck + o[2]);
-        if (v >= 0) out[n++] = v;
+        out[n] = cell(face[m][0], face[m][1], face[m][2]);
+        n += out[n] >= 0;
       }
       return n;
     }
     case Search::Direct1:
     default: {
-      const std::int32_t v = find_voxel(g, ci, cj, ck);
-      if (v >= 0) out[n++] = v;
-      return n;
+      out[0] = find_voxel(g, ci, cj, ck);
+      return out[0] >= 0 ? 1 : 0;
     }
   }
 }
@@ -509,30 +589,71 @@ struct PoseTerms {
   T d2;                     ///< Gaussian constant d2
 };
 
-/// All of one source point's contributions (PCL's computeDerivatives loop body):
-/// transform it, find its voxels, add every pair's terms to `sums`, and the point's best
-/// score term to the NVTL sum (Autoware's nearest-voxel transformation likelihood).
-/// One point-voxel pair of transformed point `tp` and voxel `v`: q = tp - mu in T, the
-/// voxel's inverse covariance, and accumulate_pair. Returns the pair's score term.
+/// The inputs of the pair of transformed point `tp` and voxel `v`: q = tp - mu in T and the
+/// voxel's inverse covariance.
+template <typename T>
+NDTCU_HD inline void voxel_pair(const VoxelGridView& g, std::int32_t v, const float* tp, T* q, T* icov) {
+  for (int a = 0; a < 3; ++a) q[a] = static_cast<T>(tp[a]) - static_cast<T>(g.mean[a][v]);
+  for (int e = 0; e < 6; ++e) icov[e] = static_cast<T>(g.icov[e][v]);
+}
+
+/// One point-voxel pair of transformed point `tp` and voxel `v` (voxel_pair and
+/// accumulate_pair). Returns the pair's score term.
 template <typename T>
 NDTCU_HD inline T accumulate_voxel(const VoxelGridView& g, std::int32_t v, const float* tp, const PointJacobian<T>& J,
                                    const PointHessian<T>& H, const PoseTerms<T>& pt, bool with_hessian, double* sums) {
-  const T q[3] = {static_cast<T>(tp[0]) - static_cast<T>(g.mean[0][v]),
-                  static_cast<T>(tp[1]) - static_cast<T>(g.mean[1][v]),
-                  static_cast<T>(tp[2]) - static_cast<T>(g.mean[2][v])};
-  const T icov[6] = {static_cast<T>(g.icov[0][v]), static_cast<T>(g.icov[1][v]), static_cast<T>(g.icov[2][v]),
-                     static_cast<T>(g.icov[3][v]), static_cast<T>(g.icov[4][v]), static_cast<T>(g.icov[5][v])};
+  T q[3], icov[6];
+  voxel_pair(g, v, tp, q, icov);
   return accumulate_pair(q, icov, J, H, pt.d1, pt.d2, with_hessian, sums);
 }
 
+/// The pairs of transformed point `tp` with its `n` > 0 voxels `nb` (in find_neighbours'
+/// order), then the point's best score term to the NVTL sum (Autoware's nearest-voxel
+/// transformation likelihood) and its counts. The same terms as accumulate_voxel pair by
+/// pair, added in the same order, but every pair's exponential is taken first: the exp
+/// calls are then independent and overlap, where each would otherwise wait for the
+/// previous pair's derivatives (measured: 10-15% of a CPU evaluation). Meant for the CPU:
+/// the arrays take 2.8 KB.
 template <typename T>
-NDTCU_HD inline void accumulate_point_derivatives(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
-                                                  float x, float y, float z, const PointJacobian<T>& J,
-                                                  const PointHessian<T>& H, bool with_hessian, double* sums);
+NDTCU_HD inline void accumulate_neighbours(const VoxelGridView& g, const std::int32_t* nb, int n, const float* tp,
+                                           const PointJacobian<T>& J, const PointHessian<T>& H,
+                                           const PoseTerms<T>& pt, bool with_hessian, double* sums) {
+  T q[kMaxNeighbours][3], icov[kMaxNeighbours][6], cq[kMaxNeighbours][3], e[kMaxNeighbours];
+  for (int k = 0; k < n; ++k) {
+    voxel_pair(g, nb[k], tp, q[k], icov[k]);
+    e[k] = pair_gaussian(q[k], icov[k], pt.d2, cq[k]);
+  }
+  T best = T(0);
+  for (int k = 0; k < n; ++k) {
+    const T s = accumulate_pair_terms(q[k], icov[k], cq[k], e[k], J, H, pt.d1, pt.d2, with_hessian, sums);
+    if (s > best) best = s;
+  }
+  sums[kNvtlSum] += static_cast<double>(best);
+  sums[kCorrespondences] += static_cast<double>(n);
+  sums[kPointsMatched] += 1.0;
+}
 
+/// A source point's voxels: the transformed point and find_neighbours' answer for it.
+struct PointNeighbours {
+  float tp[3];                      ///< the point transformed (map-relative float)
+  std::int32_t nb[kMaxNeighbours];  ///< its voxels, in find_neighbours' order
+  int n;                            ///< how many
+};
+
+/// Transforms source point (x, y, z) and finds its voxels.
+NDTCU_HD inline void find_point_neighbours(const VoxelGridView& g, Search search, const float* m, float x, float y,
+                                           float z, PointNeighbours& out) {
+  transform_point(m, x, y, z, out.tp);
+  out.n = find_neighbours(g, search, out.tp, out.nb);
+}
+
+/// The pairs of source point (x, y, z) with its voxels `found` (find_point_neighbours):
+/// the point's Jacobian and point Hessian, then accumulate_neighbours. Nothing for a
+/// point without voxels.
 template <typename T>
-NDTCU_HD inline void accumulate_point(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x, float y,
-                                      float z, bool with_hessian, double* sums) {
+NDTCU_HD inline void accumulate_point_pairs(const VoxelGridView& g, const PoseTerms<T>& pt, float x, float y, float z,
+                                            const PointNeighbours& found, bool with_hessian, double* sums) {
+  if (found.n == 0) return;
   const T xd = static_cast<T>(x), yd = static_cast<T>(y), zd = static_cast<T>(z);
   const PointJacobian<T> J = point_jacobian(pt.angular, xd, yd, zd);
   PointHessian<T> H;
@@ -541,28 +662,18 @@ NDTCU_HD inline void accumulate_point(const VoxelGridView& g, Search search, con
   } else {
     for (int r = 0; r < 3; ++r) H.a[r] = H.b[r] = H.c[r] = H.d[r] = H.e[r] = H.f[r] = T(0);
   }
-  accumulate_point_derivatives(g, search, pt, x, y, z, J, H, with_hessian, sums);
+  accumulate_neighbours(g, found.nb, found.n, found.tp, J, H, pt, with_hessian, sums);
 }
 
-/// accumulate_point with the point's Jacobian and point Hessian given (computed earlier,
-/// e.g. by a separate GPU pass into per-point buffers).
+/// All of one source point's contributions (PCL's computeDerivatives loop body):
+/// transform it, find its voxels (find_point_neighbours), add every pair's terms to `sums`
+/// (accumulate_point_pairs).
 template <typename T>
-NDTCU_HD inline void accumulate_point_derivatives(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
-                                                  float x, float y, float z, const PointJacobian<T>& J,
-                                                  const PointHessian<T>& H, bool with_hessian, double* sums) {
-  float tp[3];
-  transform_point(pt.m, x, y, z, tp);
-  std::int32_t nb[kMaxNeighbours];
-  const int n = find_neighbours(g, search, tp, nb);
-  if (n == 0) return;
-  T best = T(0);
-  for (int k = 0; k < n; ++k) {
-    const T s = accumulate_voxel(g, nb[k], tp, J, H, pt, with_hessian, sums);
-    if (s > best) best = s;
-  }
-  sums[kNvtlSum] += static_cast<double>(best);
-  sums[kCorrespondences] += static_cast<double>(n);
-  sums[kPointsMatched] += 1.0;
+NDTCU_HD inline void accumulate_point(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x, float y,
+                                      float z, bool with_hessian, double* sums) {
+  PointNeighbours found;
+  find_point_neighbours(g, search, pt.m, x, y, z, found);
+  accumulate_point_pairs(g, pt, x, y, z, found, with_hessian, sums);
 }
 
 /// Number of lattice cells a search visits around a point.

@@ -92,6 +92,10 @@ struct Aligner::Impl {
   const char* backend;
   std::unique_ptr<detail::CudaBackend> cuda;  // device state, kept across aligns
   std::uint64_t uploaded_generation = 0;
+  // The CPU backend's dense voxel index of the map (empty: the map's hash is used), built
+  // once per set_target when the map's box fits kCpuDenseIndexBudget.
+  detail::DenseVoxelIndex cpu_index;
+  std::uint64_t cpu_index_generation = 0;
   Impl(const AlignSettings& s, CUstream_st* stream)
       : settings(s), pool(s.threads),
         backend(resolve_backend(s.backend)) {
@@ -103,7 +107,14 @@ struct Aligner::Impl {
   std::unique_ptr<detail::DerivativeEvaluator> evaluator(const PointCloud& source, AlignTimings& timings) {
     const VoxelMap& m = *map;
     if (!cuda) {
-      return std::make_unique<detail::CpuEvaluator>(m, source.points, settings.search, settings.outlier_ratio, pool);
+      if (cpu_index_generation != map_generation) {
+        const detail::LatticeBox box = detail::occupied_box(m);
+        cpu_index = box.bytes() <= double(detail::kCpuDenseIndexBudget) ? detail::DenseVoxelIndex::build(m, box)
+                                                                         : detail::DenseVoxelIndex{};
+        cpu_index_generation = map_generation;
+      }
+      return std::make_unique<detail::CpuEvaluator>(m, source.points, settings.search, settings.outlier_ratio, pool,
+                                                    &cpu_index);
     }
     NDTCU_NVTX_RANGE("upload");
     const auto t0 = std::chrono::steady_clock::now();

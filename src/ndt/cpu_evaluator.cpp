@@ -55,7 +55,7 @@ math::Search to_math(SearchMethod m) {
   return math::Search::Radius;
 }
 
-math::VoxelGridView host_view(const VoxelMap& map) {
+math::VoxelGridView host_view(const VoxelMap& map, const DenseVoxelIndex* dense) {
   math::VoxelGridView g{};
   g.size = static_cast<std::int32_t>(map.size());
   for (int a = 0; a < 3; ++a) {
@@ -68,13 +68,14 @@ math::VoxelGridView host_view(const VoxelMap& map) {
   g.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
   g.inv_resolution = map.inverse_resolution();
   g.radius_sq = map.radius_squared();
+  if (dense && !dense->empty()) dense->attach(g);
   return g;
 }
 
 CpuEvaluator::CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
-                           double outlier_ratio, ThreadPool& pool)
+                           double outlier_ratio, ThreadPool& pool, const DenseVoxelIndex* dense)
     : points_(points), search_(to_math(search)), pool_(pool) {
-  view_ = host_view(map);
+  view_ = host_view(map, dense);
   gauss_ = math::gauss_constants(map.resolution(), outlier_ratio);
   chunk_sums_.resize((points_.size() + kChunkPoints - 1) / kChunkPoints);
 }
@@ -85,10 +86,22 @@ Evaluation CpuEvaluator::evaluate(const Pose6& pose, bool with_hessian) {
   pool_.parallel_for(chunk_sums_.size(), [&](std::size_t c) {
     math::DerivativeSums& s = chunk_sums_[c];
     s.clear();
-    const std::size_t end = std::min(n, (c + 1) * kChunkPoints);
-    for (std::size_t i = c * kChunkPoints; i < end; ++i) {
-      const Eigen::Vector3f& p = points_[i];
-      math::accumulate_point(view_, search_, terms, p.x(), p.y(), p.z(), with_hessian, s.v);
+    const std::size_t begin = c * kChunkPoints, end = std::min(n, (c + 1) * kChunkPoints);
+    // accumulate_point for each point, with the voxel search made one point ahead: the
+    // search is a chain of dependent loads (transform, cell, index entry, voxel), and
+    // issued before the previous point's arithmetic its latency hides behind that work
+    // (measured: 10% of an evaluation without the Hessian). The pairs are still added in
+    // point order, so the bits are accumulate_point's.
+    const Eigen::Vector3f* p = points_.data();
+    math::PointNeighbours found[2];
+    math::find_point_neighbours(view_, search_, terms.m, p[begin].x(), p[begin].y(), p[begin].z(), found[0]);
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::size_t slot = (i - begin) & 1;
+      if (i + 1 < end) {
+        math::find_point_neighbours(view_, search_, terms.m, p[i + 1].x(), p[i + 1].y(), p[i + 1].z(),
+                                    found[slot ^ 1]);
+      }
+      math::accumulate_point_pairs(view_, terms, p[i].x(), p[i].y(), p[i].z(), found[slot], with_hessian, s.v);
     }
   });
   math::DerivativeSums total;

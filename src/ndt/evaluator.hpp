@@ -6,6 +6,7 @@
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
 
+#include "dense_voxel_index.hpp"
 #include "ndt_math.hpp"
 
 #include <Eigen/Core>
@@ -37,8 +38,9 @@ void pose_to_float_matrix(const Pose6& pose, float out[12]);
 /// The per-iteration constants of pose `pose` (internal, map-relative).
 math::PoseTerms<double> pose_terms(const Pose6& pose, const math::GaussConstants& gauss);
 
-/// The math header's view of `map` in host memory (hash lookup), for the CPU evaluator.
-math::VoxelGridView host_view(const VoxelMap& map);
+/// The math header's view of `map` in host memory, for the CPU evaluator: lookups through
+/// `dense` when given (an index of `map`), through the map's hash otherwise.
+math::VoxelGridView host_view(const VoxelMap& map, const DenseVoxelIndex* dense = nullptr);
 
 /// Search enum of the math header for a SearchMethod.
 math::Search to_math(SearchMethod m);
@@ -59,10 +61,11 @@ class CpuEvaluator final : public DerivativeEvaluator {
   /// Points per chunk: fixed, never derived from the thread count.
   static constexpr std::size_t kChunkPoints = 256;
 
-  /// `points` are source points (relative to the source origin); `map` and `pool` must
-  /// outlive the evaluator.
+  /// `points` are source points (relative to the source origin); `map`, `pool` and
+  /// `dense` (a dense index of `map`, or null for the hash) must outlive the evaluator.
+  /// Either lookup finds the same voxels, so the bits do not depend on it.
   CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
-               double outlier_ratio, ThreadPool& pool);
+               double outlier_ratio, ThreadPool& pool, const DenseVoxelIndex* dense = nullptr);
   Evaluation evaluate(const Pose6& pose, bool with_hessian) override;
 
  private:

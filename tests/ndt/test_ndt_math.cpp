@@ -8,6 +8,7 @@
 
 #include <Eigen/Dense>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -82,7 +83,83 @@ std::vector<Pair> random_pairs(std::mt19937& rng, const Pose6& pose) {
   return pairs;
 }
 
+// The pair's terms as PCL's updateDerivatives writes them: every column of the point
+// Jacobian and every block of the point Hessian multiplied out, ones and zeros included.
+// accumulate_pair leaves those products out and must give the same bits.
+double general_pair(const double* q, const double* icov, const m::PointJacobian<double>& J,
+                    const m::PointHessian<double>& H, double d1, double d2, bool with_hessian, double* sums) {
+  double cq[3];
+  m::sym_mul(icov, q, cq);
+  const double e = std::exp(-d2 * m::dot3(q, cq) / 2.0);
+  const double score = -d1 * e;
+  double de = d2 * e;
+  if (de > 1.0 || de < 0.0 || de != de) return 0.0;
+  de *= d1;
+  double cj[6][3], g[6];
+  for (int i = 0; i < 6; ++i) {
+    m::sym_mul(icov, J.col[i], cj[i]);
+    g[i] = m::dot3(q, cj[i]);
+  }
+  sums[m::kScore] += score;
+  for (int i = 0; i < 6; ++i) sums[m::kGradient + i] += g[i] * de;
+  if (!with_hessian) return score;
+  // d2T/dpi dpj: zero with a translation index, eq. 6.21's a..f in the rotation block.
+  const double* blocks[3][3] = {{H.a, H.b, H.c}, {H.b, H.d, H.e}, {H.c, H.e, H.f}};
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i; j < 6; ++j) {
+      const double second = i < 3 || j < 3 ? 0.0 : m::dot3(cq, blocks[i - 3][j - 3]);
+      sums[m::kHessian + m::upper_index(i, j)] += de * (-d2 * g[i] * g[j] + second + m::dot3(J.col[j], cj[i]));
+    }
+  }
+  return score;
+}
+
 }  // namespace
+
+TEST_CASE("accumulate_pair gives the bits of the general 6-column form", "[unit][ndt_math]") {
+  // Poses with every angle general, with angles under the small-angle rule (exact zero
+  // sines, so more exact zeros in J and H) and the identity; pairs with full and with
+  // diagonal inverse covariances (exact zero products); Hessian on and off.
+  const auto g = m::gauss_constants(1.0, 0.55);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> ut(-2.0, 2.0), ua(-0.6, 0.6);
+  int compared = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    Pose6 p;
+    p << ut(rng), ut(rng), ut(rng), ua(rng), ua(rng), ua(rng);
+    if (trial % 3 == 1) p(3) = p(5) = 5e-5;
+    if (trial % 10 == 9) p.setZero();
+    auto pairs = random_pairs(rng, p);
+    for (std::size_t k = 0; k < pairs.size(); k += 3) {
+      const Eigen::Vector3d diagonal = pairs[k].icov.diagonal();
+      pairs[k].icov = diagonal.asDiagonal();
+    }
+    const Eigen::Matrix4d t = pose_to_matrix(p);
+    const auto ang = m::angular_terms<double>(p(3), p(4), p(5));
+    for (bool with_hessian : {true, false}) {
+      m::DerivativeSums fast, general;
+      fast.clear();
+      general.clear();
+      for (const auto& pr : pairs) {
+        const auto J = m::point_jacobian(ang, pr.x.x(), pr.x.y(), pr.x.z());
+        const auto H = m::point_hessian(ang, pr.x.x(), pr.x.y(), pr.x.z());
+        const Eigen::Vector3d q = t.topLeftCorner<3, 3>() * pr.x + t.topRightCorner<3, 1>() - pr.mean;
+        const double qa[3] = {q.x(), q.y(), q.z()};
+        const double ic[6] = {pr.icov(0, 0), pr.icov(0, 1), pr.icov(0, 2),
+                              pr.icov(1, 1), pr.icov(1, 2), pr.icov(2, 2)};
+        const double a = m::accumulate_pair(qa, ic, J, H, g.d1, g.d2, with_hessian, fast.v);
+        const double b = general_pair(qa, ic, J, H, g.d1, g.d2, with_hessian, general.v);
+        CHECK(std::memcmp(&a, &b, sizeof(double)) == 0);
+      }
+      for (int i = 0; i < m::kSumSize; ++i) {
+        INFO("trial " << trial << " entry " << i << ": " << fast.v[i] << " vs " << general.v[i]);
+        CHECK(std::memcmp(&fast.v[i], &general.v[i], sizeof(double)) == 0);
+      }
+      compared += fast.v[m::kScore] != 0.0;
+    }
+  }
+  CHECK(compared > 50);  // the pairs are within the Gaussian's range: the sums are not all zero
+}
 
 TEST_CASE("Gaussian constants match the design's values for r = 2", "[unit][ndt_math]") {
   const auto g = m::gauss_constants(2.0, 0.55);

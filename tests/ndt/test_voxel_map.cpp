@@ -1,5 +1,5 @@
 // VoxelMap statistics against a brute-force computation, both covariance conventions,
-// the map origin, the hash lookup and the neighbour searches.
+// the map origin, the hash lookup, the dense index and the neighbour searches.
 #include "../support/test_support.hpp"
 #include "synthetic.hpp"
 
@@ -231,5 +231,67 @@ TEST_CASE("Radius search equals a brute-force search over every voxel, in FLANN'
       for (int k = 0; k < n; ++k) CHECK(std::find(d27, d27 + n27, got[k]) != d27 + n27);
     }
     CHECK(total > 3000);  // the queries do find voxels
+  }
+}
+
+TEST_CASE("The dense index holds every voxel and finds what the hash finds, inside and outside its box",
+          "[unit][voxel_map]") {
+  const PointCloud cloud = test::synthetic_scene(17, 30000);
+  CHECK(detail::occupied_box(VoxelMap::build(PointCloud{}, options(1.0, CovarianceMode::Pcl))).cells() == 0.0);
+  for (double res : {1.0, 2.0}) {
+    const VoxelMap map = VoxelMap::build(cloud, options(res, CovarianceMode::Pcl));
+    const detail::LatticeBox box = detail::occupied_box(map);
+    const detail::DenseVoxelIndex dense = detail::DenseVoxelIndex::build(map, box);
+    REQUIRE(static_cast<double>(dense.cells.size()) == box.cells());
+    // Every voxel at its cell, every other cell empty, and the box as tight as the voxels.
+    std::size_t occupied = 0;
+    for (std::int32_t v : dense.cells) occupied += v >= 0;
+    CHECK(occupied == map.size());
+    std::int64_t lo[3] = {box.dims[0], box.dims[1], box.dims[2]}, hi[3] = {-1, -1, -1};
+    for (std::size_t v = 0; v < map.size(); ++v) {
+      std::int64_t a[3];
+      for (int k = 0; k < 3; ++k) {
+        a[k] = map.cells()[v][static_cast<std::size_t>(k)] - box.min[k];
+        lo[k] = std::min(lo[k], a[k]);
+        hi[k] = std::max(hi[k], a[k]);
+      }
+      CHECK(dense.cells[static_cast<std::size_t>((a[2] * box.dims[1] + a[1]) * box.dims[0] + a[0])] ==
+            static_cast<std::int32_t>(v));
+    }
+    for (int k = 0; k < 3; ++k) {
+      CHECK(lo[k] == 0);
+      CHECK(hi[k] == box.dims[k] - 1);
+    }
+
+    // Queries over the box and two cells beyond each face: both lookups give the same
+    // voxels in the same order, through the dense fast path and off it.
+    const auto hash_view = detail::host_view(map);
+    const auto dense_view = detail::host_view(map, &dense);
+    REQUIRE(dense_view.dense != nullptr);
+    std::mt19937 rng(4);
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    int inside = 0, near_or_outside = 0;
+    for (int q = 0; q < 20000; ++q) {
+      float p[3];
+      for (int k = 0; k < 3; ++k) {
+        const double from = static_cast<double>(box.min[k] - 2) * res, extent = (box.dims[k] + 4) * res;
+        p[k] = static_cast<float>(from + extent * u(rng));
+      }
+      for (auto search : {m::Search::Radius, m::Search::Direct27, m::Search::Direct7, m::Search::Direct1}) {
+        std::int32_t a[m::kMaxNeighbours], b[m::kMaxNeighbours];
+        const int na = m::find_neighbours(hash_view, search, p, a);
+        const int nb = m::find_neighbours(dense_view, search, p, b);
+        REQUIRE(na == nb);
+        for (int k = 0; k < na; ++k) CHECK(a[k] == b[k]);
+        if (search == m::Search::Direct27 && na > 0) {
+          const bool fast = m::dense_block_centre(dense_view, m::lattice_index(p[0], map.inverse_resolution()),
+                                                  m::lattice_index(p[1], map.inverse_resolution()),
+                                                  m::lattice_index(p[2], map.inverse_resolution())) != nullptr;
+          (fast ? inside : near_or_outside) += 1;
+        }
+      }
+    }
+    CHECK(inside > 1000);
+    CHECK(near_or_outside > 100);
   }
 }

@@ -15,6 +15,7 @@
 #include <Eigen/Geometry>
 
 #include <cmath>
+#include <utility>
 
 using namespace ndtcu;
 
@@ -78,6 +79,17 @@ double angle_between(const Pose6& a, const Pose6& b) {
   return Eigen::AngleAxisd(ra.transpose() * rb).angle();
 }
 
+// Case `c` aligned with settings `s` on the CPU backend and on the CUDA backend.
+std::pair<AlignResult, AlignResult> align_cpu_and_cuda(const Case& c, const AlignSettings& s) {
+  AlignSettings cpu_settings = s, gpu_settings = s;
+  cpu_settings.backend = Backend::Cpu;
+  gpu_settings.backend = Backend::Cuda;
+  Aligner cpu(cpu_settings), gpu(gpu_settings);
+  cpu.set_target(c.target);
+  gpu.set_target(c.target);
+  return {cpu.align_from_pose(c.source, c.guess), gpu.align_from_pose(c.source, c.guess)};
+}
+
 }  // namespace
 
 TEST_CASE("CUDA alignments match the CPU backend on every pair, search and line search", "[gpu]") {
@@ -94,14 +106,7 @@ TEST_CASE("CUDA alignments match the CPU backend on every pair, search and line 
           s.line_search = line;
           s.gpu_loop = loop;
           s.threads = 0;
-          AlignSettings cpu_settings = s, gpu_settings = s;
-          cpu_settings.backend = Backend::Cpu;
-          gpu_settings.backend = Backend::Cuda;
-          Aligner cpu(cpu_settings), gpu(gpu_settings);
-          cpu.set_target(c.target);
-          gpu.set_target(c.target);
-          const AlignResult rc = cpu.align_from_pose(c.source, c.guess);
-          const AlignResult rg = gpu.align_from_pose(c.source, c.guess);
+          const auto [rc, rg] = align_cpu_and_cuda(c, s);
           CAPTURE(c.name, to_string(search), to_string(line), to_string(loop), rc.iterations, rg.iterations,
                   to_string(rc.reason), to_string(rg.reason), rc.pose.transpose(), rg.pose.transpose());
           CHECK(rg.backend == "cuda");
@@ -140,14 +145,7 @@ TEST_CASE("CUDA alignments with the saddle-free direction run the host loop and 
     s.line_search = LineSearch::Fixed;
     s.newton_direction = NewtonDirection::SaddleFree;
     s.gpu_loop = GpuNewtonLoop::Device;
-    AlignSettings cpu_settings = s, gpu_settings = s;
-    cpu_settings.backend = Backend::Cpu;
-    gpu_settings.backend = Backend::Cuda;
-    Aligner cpu(cpu_settings), gpu(gpu_settings);
-    cpu.set_target(c.target);
-    gpu.set_target(c.target);
-    const AlignResult rc = cpu.align_from_pose(c.source, c.guess);
-    const AlignResult rg = gpu.align_from_pose(c.source, c.guess);
+    const auto [rc, rg] = align_cpu_and_cuda(c, s);
     CAPTURE(c.name, rc.iterations, rg.iterations, to_string(rc.reason), to_string(rg.reason));
     CHECK(rg.backend == "cuda");
     CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);

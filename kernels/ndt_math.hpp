@@ -665,17 +665,6 @@ NDTCU_HD inline void accumulate_point_pairs(const VoxelGridView& g, const PoseTe
   accumulate_neighbours(g, found.nb, found.n, found.tp, J, H, pt, with_hessian, sums);
 }
 
-/// All of one source point's contributions (PCL's computeDerivatives loop body):
-/// transform it, find its voxels (find_point_neighbours), add every pair's terms to `sums`
-/// (accumulate_point_pairs).
-template <typename T>
-NDTCU_HD inline void accumulate_point(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x, float y,
-                                      float z, bool with_hessian, double* sums) {
-  PointNeighbours found;
-  find_point_neighbours(g, search, pt.m, x, y, z, found);
-  accumulate_point_pairs(g, pt, x, y, z, found, with_hessian, sums);
-}
-
 /// Number of lattice cells a search visits around a point.
 NDTCU_HD inline int search_cells(Search search) {
   return search == Search::Direct7 ? 7 : search == Search::Direct1 ? 1 : 27;
@@ -703,7 +692,7 @@ NDTCU_HD inline void search_cell_offset(Search search, int m, int& di, int& dj, 
 /// first, first + stride, ... of the search, in lattice order (no sort, no neighbour
 /// array: every load of a cell is independent of the other cells'). The same voxel set as
 /// find_neighbours, the same per-pair terms (accumulate_voxel); only the order in which
-/// the pairs are added differs from accumulate_point's distance order. Adds the pairs'
+/// the pairs are added differs from accumulate_point_pairs' distance order. Adds the pairs'
 /// terms to `sums`, raises `best` to the best score term found and returns the number of
 /// pairs; the caller combines `best` (max) and the counts over the point's threads and
 /// adds the NVTL and match counts once. `tp` is the transformed point.

@@ -87,11 +87,12 @@ Evaluation CpuEvaluator::evaluate(const Pose6& pose, bool with_hessian) {
     math::DerivativeSums& s = chunk_sums_[c];
     s.clear();
     const std::size_t begin = c * kChunkPoints, end = std::min(n, (c + 1) * kChunkPoints);
-    // accumulate_point for each point, with the voxel search made one point ahead: the
+    // PCL's computeDerivatives loop body for each point (find_point_neighbours, then
+    // accumulate_point_pairs), with the voxel search made one point ahead: the
     // search is a chain of dependent loads (transform, cell, index entry, voxel), and
     // issued before the previous point's arithmetic its latency hides behind that work
     // (measured: 10% of an evaluation without the Hessian). The pairs are still added in
-    // point order, so the bits are accumulate_point's.
+    // point order, so the bits are those of searching and adding point by point.
     const Eigen::Vector3f* p = points_.data();
     math::PointNeighbours found[2];
     math::find_point_neighbours(view_, search_, terms.m, p[begin].x(), p[begin].y(), p[begin].z(), found[0]);

@@ -35,12 +35,13 @@ double reference_score(const std::vector<Pair>& pairs, const Pose6& p, const m::
   return s;
 }
 
-// Score, gradient and Hessian of the pairs from the shared math.
-m::DerivativeSums analytic(const std::vector<Pair>& pairs, const Pose6& p, const m::GaussConstants& g) {
+// Score, gradient and Hessian of the pairs from the shared math, with the angular terms
+// `ang` (those of p's angles unless a test alters them).
+m::DerivativeSums analytic(const std::vector<Pair>& pairs, const Pose6& p, const m::GaussConstants& g,
+                           const m::AngularTerms<double>& ang) {
   m::DerivativeSums sums;
   sums.clear();
   const Eigen::Matrix4d t = pose_to_matrix(p);
-  const auto ang = m::angular_terms<double>(p(3), p(4), p(5));
   for (const auto& pr : pairs) {
     const auto J = m::point_jacobian(ang, pr.x.x(), pr.x.y(), pr.x.z());
     const auto H = m::point_hessian(ang, pr.x.x(), pr.x.y(), pr.x.z());
@@ -50,6 +51,10 @@ m::DerivativeSums analytic(const std::vector<Pair>& pairs, const Pose6& p, const
     m::accumulate_pair(qa, ic, J, H, g.d1, g.d2, true, sums.v);
   }
   return sums;
+}
+
+m::DerivativeSums analytic(const std::vector<Pair>& pairs, const Pose6& p, const m::GaussConstants& g) {
+  return analytic(pairs, p, g, m::angular_terms<double>(p(3), p(4), p(5)));
 }
 
 Eigen::Matrix<double, 6, 1> gradient_of(const m::DerivativeSums& s) {
@@ -219,19 +224,9 @@ TEST_CASE("The d1 point-Hessian row carries -sy: +sy (Autoware's copy) fails the
   const double right_error = std::abs(exact - fd);
   CHECK(right_error < 1e-5 * std::abs(fd));
   // The same entry with d1's third component negated.
-  m::DerivativeSums wrong;
-  wrong.clear();
-  const Eigen::Matrix4d t = pose_to_matrix(p);
   auto ang = m::angular_terms<double>(p(3), p(4), p(5));
   ang.h[6][2] = -ang.h[6][2];
-  for (const auto& pr : pairs) {
-    const auto J = m::point_jacobian(ang, pr.x.x(), pr.x.y(), pr.x.z());
-    const auto H = m::point_hessian(ang, pr.x.x(), pr.x.y(), pr.x.z());
-    const Eigen::Vector3d q = t.topLeftCorner<3, 3>() * pr.x + t.topRightCorner<3, 1>() - pr.mean;
-    const double qa[3] = {q.x(), q.y(), q.z()};
-    const double ic[6] = {pr.icov(0, 0), pr.icov(0, 1), pr.icov(0, 2), pr.icov(1, 1), pr.icov(1, 2), pr.icov(2, 2)};
-    m::accumulate_pair(qa, ic, J, H, g.d1, g.d2, true, wrong.v);
-  }
+  const m::DerivativeSums wrong = analytic(pairs, p, g, ang);
   // The flipped sign misses by far more than the tolerance the right one meets.
   CHECK(std::abs(hessian_of(wrong)(4, 4) - fd) > 10 * 1e-5 * std::abs(fd));
   CHECK(std::abs(hessian_of(wrong)(4, 4) - fd) > 100 * right_error);

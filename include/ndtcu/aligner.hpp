@@ -18,6 +18,7 @@
 #include <Eigen/Core>
 
 #include <memory>
+#include <vector>
 
 struct CUstream_st;  // cudaStream_t, without the CUDA headers
 
@@ -33,6 +34,13 @@ Pose6 matrix_to_pose(const Eigen::Matrix4d& transform);
 
 /// The VoxelMapOptions an AlignSettings implies (resolution, covariance, thresholds, threads).
 VoxelMapOptions voxel_map_options(const AlignSettings& settings);
+
+/// Options of a batched alignment (Aligner::align_batch).
+struct BatchOptions {
+  /// Keep each hypothesis's per-iteration trace (AlignResult::trace). Off by default: a
+  /// batch of thousands of hypotheses would otherwise read back and store every iteration.
+  bool trace = false;
+};
 
 /// Aligns source scans to one target. Holds the voxel map and the worker threads, so
 /// repeated align() calls (a localization loop) reuse both. Not thread-safe: one align at
@@ -74,6 +82,24 @@ class Aligner {
   /// Scores `source` at the fixed pose `transform` without iterating: score, TP, NVTL,
   /// correspondences and Hessian (iterations 0, reason Converged unless degenerate).
   AlignResult evaluate(const PointCloud& source, const Eigen::Matrix4d& transform);
+
+  /// Aligns K pose hypotheses of one scan against the target, as one batch: one result per
+  /// guess, in the guesses' order. Each hypothesis runs the Newton loop of align() under
+  /// its own stopping rule, and its result has the bits of align_from_pose(source, guess)
+  /// on the same backend, whatever K and whatever the other hypotheses are. Throws Error
+  /// for an empty guess list or a non-finite guess (naming the hypothesis and the entry),
+  /// and for what align() rejects. Traces are kept only when `options.trace`.
+  std::vector<AlignResult> align_batch(const PointCloud& source, const std::vector<Pose6>& guesses,
+                                       const BatchOptions& options = BatchOptions{});
+  /// The same with each guess as a rigid 4x4 transform; a non-rigid one is an Error naming it.
+  std::vector<AlignResult> align_batch(const PointCloud& source, const std::vector<Eigen::Matrix4d>& guesses,
+                                       const BatchOptions& options = BatchOptions{});
+  /// B scans, each with its own guesses (guesses[b] for sources[b]), as one batch: result
+  /// [b][k] is that of align_batch(sources[b], guesses[b]) bit for bit. Throws Error when the
+  /// two lists differ in length or any list is empty.
+  std::vector<std::vector<AlignResult>> align_batch(const std::vector<PointCloud>& sources,
+                                                    const std::vector<std::vector<Pose6>>& guesses,
+                                                    const BatchOptions& options = BatchOptions{});
 
  private:
   struct Impl;

@@ -319,6 +319,66 @@ AlignResult Aligner::evaluate(const PointCloud& source, const Eigen::Matrix4d& t
   return r;
 }
 
+namespace {
+
+// Throws Error naming the first hypothesis with a non-finite entry.
+void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
+  if (guesses.empty()) throw Error(what + ": the guess list is empty");
+  static const char* const kEntry[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
+  for (std::size_t k = 0; k < guesses.size(); ++k) {
+    for (int i = 0; i < 6; ++i) {
+      if (!std::isfinite(guesses[k](i))) {
+        throw Error(what + ": hypothesis " + std::to_string(k) + " has a non-finite " + kEntry[i] + " (" +
+                    std::to_string(guesses[k](i)) + ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Pose6>& guesses,
+                                              const BatchOptions& options) {
+  check_guesses(guesses, "align_batch");
+  std::vector<AlignResult> out;
+  out.reserve(guesses.size());
+  for (const Pose6& g : guesses) {
+    out.push_back(align_from_pose(source, g));
+    if (!options.trace) out.back().trace.clear();
+  }
+  return out;
+}
+
+std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Eigen::Matrix4d>& guesses,
+                                              const BatchOptions& options) {
+  if (guesses.empty()) throw Error("align_batch: the guess list is empty");
+  std::vector<Pose6> poses;
+  poses.reserve(guesses.size());
+  for (std::size_t k = 0; k < guesses.size(); ++k) {
+    try {
+      poses.push_back(matrix_to_pose(guesses[k]));
+    } catch (const Error& e) {
+      throw Error("align_batch: hypothesis " + std::to_string(k) + ": " + e.what());
+    }
+  }
+  return align_batch(source, poses, options);
+}
+
+std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<PointCloud>& sources,
+                                                           const std::vector<std::vector<Pose6>>& guesses,
+                                                           const BatchOptions& options) {
+  if (sources.empty()) throw Error("align_batch: the source list is empty");
+  if (sources.size() != guesses.size()) {
+    throw Error("align_batch: " + std::to_string(sources.size()) + " sources but " + std::to_string(guesses.size()) +
+                " guess lists");
+  }
+  for (std::size_t b = 0; b < guesses.size(); ++b) check_guesses(guesses[b], "align_batch: source " + std::to_string(b));
+  std::vector<std::vector<AlignResult>> out;
+  out.reserve(sources.size());
+  for (std::size_t b = 0; b < sources.size(); ++b) out.push_back(align_batch(sources[b], guesses[b], options));
+  return out;
+}
+
 AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
                   const AlignSettings& settings) {
   Aligner aligner(settings);

@@ -144,7 +144,6 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
                     {"bytes_up", r.timings.bytes_up},
                     {"bytes_down", r.timings.bytes_down},
                     {"setup_bytes_up", r.timings.setup_bytes_up},
-                    {"derivatives", to_string(s.gpu_derivatives)},
                     {"newton_loop", wants_device_loop(s) ? to_string(s.gpu_loop) : "host"}};
       }
       j["map_build_ms"] = map_ms;

@@ -167,7 +167,7 @@ struct Localizer::Impl {
   std::unique_ptr<GpuFilterPool> gpu_filters;
 
   Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(s.align, stream) {
-    if (s.gpu_preprocess && std::string(aligner.backend()) == "cuda") gpu_filters = std::make_unique<GpuFilterPool>();
+    if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) gpu_filters = std::make_unique<GpuFilterPool>();
   }
 
   bool accept(const AlignResult& r) const {

@@ -351,6 +351,7 @@ struct CudaBackend::Impl {
   void size_for(std::size_t k, bool with_trace, int max_iterations) {
     const int blocks = max_source_blocks();
     bool moved = false;
+    try {
     if (blocks > partial_blocks) {
       partial_blocks = blocks + blocks / 4 + 1;  // headroom for scans a little larger
       partials.resize_discard(0);
@@ -365,6 +366,10 @@ struct CudaBackend::Impl {
     moved |= grow(ticket, 1);
     moved |= grow(rules, 1);
     if (with_trace) moved |= grow(trace, k * static_cast<std::size_t>(max_iterations));
+    } catch (...) {
+      ++generation;  // a buffer may have been freed: no cached graph may point into it
+      throw;
+    }
     if (moved) ++generation;
   }
 

@@ -9,6 +9,7 @@
 #include "../thread_pool.hpp"
 #include "dense_voxel_index.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -111,17 +112,23 @@ class CudaAlignBackend final : public AlignBackend {
                                            bool keep_trace) override {
     std::vector<OptimizerOutput> out(hypotheses.size());
     if (wants_device_loop(s) && cuda_.device_loop_supported()) {
-      std::vector<DeviceHypothesis> device(hypotheses.size());
-      for (std::size_t k = 0; k < hypotheses.size(); ++k) device[k] = {hypotheses[k].start, hypotheses[k].source};
-      std::vector<DeviceLoopOutput> r = cuda_.run_fixed_step(device, step_rules(s), keep_trace);
-      for (std::size_t k = 0; k < r.size(); ++k) {
-        OptimizerOutput& o = out[k];
+      // The grid holds at most 65535 running hypotheses; larger batches run in parts, which
+      // changes no bit (a hypothesis's result does not depend on the others).
+      constexpr std::size_t kPart = 32768;
+      for (std::size_t first = 0; first < hypotheses.size(); first += kPart) {
+        const std::size_t count = std::min(kPart, hypotheses.size() - first);
+        std::vector<DeviceHypothesis> device(count);
+        for (std::size_t k = 0; k < count; ++k) device[k] = {hypotheses[first + k].start, hypotheses[first + k].source};
+        std::vector<DeviceLoopOutput> r = cuda_.run_fixed_step(device, step_rules(s), keep_trace);
+        for (std::size_t k = 0; k < r.size(); ++k) {
+          OptimizerOutput& o = out[first + k];
         o.pose = r[k].pose;
         o.iterations = r[k].iterations;
         o.reason = r[k].reason;
         o.final = to_evaluation(r[k].final_sums);
         o.trace = std::move(r[k].trace);
         o.evaluations = r[k].evaluations;
+        }
       }
       return out;
     }

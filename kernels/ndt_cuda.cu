@@ -5,8 +5,8 @@
 // Shape of the device loop, and why. A hypothesis's evaluation is spread over many
 // blocks (LANES threads per point, 256 threads per block), and the loop is one
 // conditional CUDA graph whose body is two kernels: the derivative kernel over a 2-D grid
-// (blocks of a hypothesis x running hypotheses) and the step kernel (one warp per running
-// hypothesis: its blocks' partial sums in a fixed order, then its step on one lane; the
+// (blocks of a hypothesis x running hypotheses) and the step kernel (one block per running
+// hypothesis: its blocks' partial sums in a fixed order, then its step on one thread; the
 // last block compacts the list of running hypotheses and ends the loop when it is empty).
 // A single alignment is a batch of one through the same kernels. The alternative of one
 // thread block per hypothesis running all its iterations with __syncthreads only puts a
@@ -159,40 +159,47 @@ __global__ void __launch_bounds__(kBlock) derivative_kernel(BatchArgs a, const m
   if (threadIdx.x == 0) a.partials[static_cast<std::size_t>(h) * a.max_blocks + blockIdx.x] = block_sum;
 }
 
-/// Hypothesis h's sums from its `blocks` partials, by one warp in a fixed order: lane l
-/// adds blocks l, l + 32, ... in order, then a fixed shuffle tree adds the lanes. The
-/// order depends on the block count alone. The result is on lane 0.
-__device__ void reduce_partials(const Vec<kSums>* partials, int blocks, int lane, double* out) {
-  for (int k = 0; k < kSums; ++k) {
-    double s = 0.0;
-    for (int b = lane; b < blocks; b += 32) s += partials[b].v[k];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_down_sync(0xffffffffu, s, offset);
-    if (lane == 0) out[k] = s;
+/// Hypothesis h's sums from its `blocks` partials, by a whole block in a fixed order:
+/// thread t adds component t % 32 of blocks t / 32, t / 32 + 8, ... in order (a warp reads
+/// whole partials, and every load is independent of the others), then thread c adds the 8
+/// groups of component c in a fixed tree. The order depends on the block count alone.
+__device__ void reduce_partials(const Vec<kSums>* partials, int blocks, double* out) {
+  static_assert(kSums <= 32 && kBlock == 256, "one component per lane, 8 groups");
+  __shared__ double group[kWarpsPerBlock][32];
+  const int c = threadIdx.x % 32, g = threadIdx.x / 32;
+  double s = 0.0;
+  if (c < kSums) {
+    for (int b = g; b < blocks; b += kWarpsPerBlock) s += partials[b].v[c];
   }
+  group[g][c] = s;
+  __syncthreads();
+  if (threadIdx.x < kSums) {
+    const double* v = &group[0][threadIdx.x];
+    out[threadIdx.x] = ((v[0] + v[32]) + (v[64] + v[96])) + ((v[128] + v[160]) + (v[192] + v[224]));
+  }
+  __syncthreads();
 }
 
 /// The host-driven evaluation's reduction: hypothesis 0's partials into sums[0].
-__global__ void reduce_kernel(BatchArgs a) {
+__global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a) {
   const DeviceSource src = a.cfg->sources[a.hyps[0].source];
-  reduce_partials(a.partials, src.blocks, threadIdx.x, a.sums[0].v);
+  reduce_partials(a.partials, src.blocks, a.sums[0].v);
 }
 
-/// The step kernel: warp w of block b takes running slot 8 b + w: the fixed-order sum of
-/// its hypothesis's partials, then (lane 0) the shared fixed step and, when it goes on,
-/// the pose frame of its next evaluation. The last block to finish compacts the running
+/// The step kernel: block b takes running slot b: the fixed-order sum of its
+/// hypothesis's partials, then (thread 0) the shared fixed step and, when it goes on, the
+/// pose frame of its next evaluation. The last block to finish compacts the running
 /// slots, in slot order, and ends the loop when none is left.
 __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int count = *a.active_count;
-  const int slot = blockIdx.x * kWarpsPerBlock + warp;
+  const int slot = blockIdx.x;
   if (slot < count) {
     const int h = a.active[slot];
     DeviceHyp& hyp = a.hyps[h];
     const DeviceSource src = a.cfg->sources[hyp.source];
     double* sums = a.sums[h].v;
-    reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, lane, sums);
-    if (lane == 0) {
+    reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, sums);
+    if (threadIdx.x == 0) {
       const math::StepRules rules = *a.rules;
       math::StepTrace* trace = a.trace ? a.trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
       const bool more = math::fixed_step(sums, rules, hyp.state, trace,
@@ -439,7 +446,7 @@ struct CudaBackend::Impl {
       derivative_kernel<<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
       cudaError_t launched = cudaGetLastError();
       if (launched == cudaSuccess) {
-        step_kernel<<<(slots + kWarpsPerBlock - 1) / kWarpsPerBlock, kBlock, 0, capture_stream>>>(a, handle);
+        step_kernel<<<slots, kBlock, 0, capture_stream>>>(a, handle);
         launched = cudaGetLastError();
       }
       cudaGraph_t captured = nullptr;
@@ -622,7 +629,7 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian,
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
   derivative_kernel<<<dim3(blocks, 1), kBlock, 0, m.stream>>>(a, m.eval_frame.data());
   NDTCU_CUDA_CHECK_LAUNCH();
-  reduce_kernel<<<1, 32, 0, m.stream>>>(a);
+  reduce_kernel<<<1, kBlock, 0, m.stream>>>(a);
   NDTCU_CUDA_CHECK_LAUNCH();
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
   NDTCU_NVTX_RANGE("reduce");  // the read-back and the one synchronization

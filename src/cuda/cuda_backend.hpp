@@ -97,7 +97,7 @@ class CudaBackend {
   bool device_loop_supported() const noexcept;
   /// Runs the fixed-step Newton loop (kernels/ndt_step.hpp) of every hypothesis on the
   /// device: one graph launch whose conditional loop alternates the derivative kernel
-  /// (all running hypotheses, several blocks each) and the step kernel (one warp per
+  /// (all running hypotheses, several blocks each) and the step kernel (one block per
   /// running hypothesis: the fixed-order reduction of its blocks, then its step), until
   /// every hypothesis has stopped; then one read-back. A hypothesis's bits do not depend
   /// on the others or on their number. Traces are read back when `keep_trace`. Throws

@@ -1,6 +1,8 @@
-// `ndtcu align TARGET SOURCE`: one NDT alignment on files, as a table or one JSON object.
+// `ndtcu align TARGET SOURCE`: one NDT alignment on files, as a table or one JSON object;
+// with --guesses, one alignment per hypothesis of a guess file, run as one batch.
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "guess_file.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
@@ -21,9 +23,10 @@ namespace ndtcu::cli {
 namespace {
 
 struct AlignOptions {
-  std::string target, source, output, init_matrix;
+  std::string target, source, output, init_matrix, guesses;
   std::vector<double> init;
   double target_voxel = 0.0, source_voxel = 0.0;
+  bool best = false;  // --guesses: print only the best hypothesis
   NdtOptions ndt;
 };
 
@@ -65,7 +68,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One alignment's JSON object: what `ndtcu --json align` prints.
+// One alignment's JSON object: what `ndtcu --json align` prints, and each entry of the
+// `results` list with --guesses.
 nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
   nlohmann::json j;
   std::vector<double> t;
@@ -192,6 +196,82 @@ AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s) {
   return in;
 }
 
+// The hypothesis of highest NVTL; ties go to the lowest index, and a NaN NVTL never wins
+// over a number.
+std::size_t best_hypothesis(const std::vector<AlignResult>& results) {
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < results.size(); ++k) {
+    if (results[k].nvtl > results[best].nvtl || (std::isnan(results[best].nvtl) && !std::isnan(results[k].nvtl))) {
+      best = k;
+    }
+  }
+  return best;
+}
+
+// The --guesses table: the inputs, the batch's wall time and one row per hypothesis, the
+// best marked with '*'.
+std::string batch_text(const std::vector<AlignResult>& results, std::size_t best, double batch_ms,
+                       const std::string& guesses_path, const AlignContext& c) {
+  const AlignResult& first = results.front();
+  std::string out = inputs_text(c, first.source_points, first.target_voxels);
+  out += fmt::format("  batch       {} hypotheses from {} in one batch: {:.2f} ms ({:.1f} aligns/s), backend {}, map "
+                     "{:.1f} ms, load {:.1f} ms\n",
+                     results.size(), guesses_path, batch_ms, batch_ms > 0 ? 1e3 * results.size() / batch_ms : 0.0,
+                     first.backend, c.map_ms, c.load_ms);
+  out += fmt::format("  {:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}  {:<9} {:<18} {:>4} {:>10} {:>7} {:>7}\n", "#", "x",
+                     "y", "z", "roll", "pitch", "yaw", "converged", "reason", "iter", "score", "TP", "NVTL");
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const AlignResult& r = results[k];
+    out += fmt::format("  {} {:>4} {:>10.4f} {:>10.4f} {:>9.4f} {:>8.5f} {:>8.5f} {:>8.5f}  {:<9} {:<18} {:>4} {:>10.3f} "
+                       "{:>7.4f} {:>7.4f}\n",
+                       k == best ? '*' : ' ', k, r.pose(0), r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5),
+                       r.converged ? "yes" : "no", to_string(r.reason), r.iterations, r.score, r.tp, r.nvtl);
+  }
+  out += fmt::format("  best        * hypothesis {}: highest NVTL {:.4f} (ties go to the lowest index)\n", best,
+                     results[best].nvtl);
+  return out;
+}
+
+// --guesses: every hypothesis of the file aligned in one align_batch call. Prints the
+// table (or {"results": [...], "best": i, "time_ms": t}), or with --best only the best
+// hypothesis as a single align prints it; --output writes the source moved by the best.
+int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
+  const std::vector<Pose6> guesses = read_guesses(o.guesses);  // a bad file fails before the clouds load
+  AlignInputs in = load_inputs(o, s);
+  Aligner aligner(s);
+  auto t0 = std::chrono::steady_clock::now();
+  aligner.set_target(in.target);
+  in.context.map_ms = ms_since(t0);
+
+  BatchOptions batch;
+  batch.trace = json;  // only the JSON prints the per-iteration traces
+  t0 = std::chrono::steady_clock::now();
+  const std::vector<AlignResult> results = aligner.align_batch(in.source, guesses, batch);
+  const double batch_ms = ms_since(t0);
+  const std::size_t best = best_hypothesis(results);
+
+  if (!o.output.empty()) write_aligned(o.output, in.source, in.target.origin, results[best].transform);
+  if (o.best) {
+    if (json) {
+      std::cout << result_json(results[best], in.context).dump(2) << "\n";
+    } else {
+      std::cout << fmt::format("hypothesis {} of {} (highest NVTL), from {}; batch {:.2f} ms\n", best, results.size(),
+                               o.guesses, batch_ms)
+                << result_text(results[best], in.context);
+    }
+  } else if (json) {
+    nlohmann::json j;
+    auto& list = j["results"] = nlohmann::json::array();
+    for (const AlignResult& r : results) list.push_back(result_json(r, in.context));
+    j["best"] = best;
+    j["time_ms"] = batch_ms;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << batch_text(results, best, batch_ms, o.guesses, in.context);
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command add_align(CLI::App& app, const GlobalOptions& global) {
@@ -202,17 +282,28 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   auto* init = cmd->add_option("--init", o->init, "initial guess x,y,z,roll,pitch,yaw (m, rad)")
                    ->delimiter(',')
                    ->expected(6);
-  cmd->add_option("--init-matrix", o->init_matrix, "initial guess as a 4x4 or 3x4 row-major matrix file")
-      ->excludes(init);
+  auto* init_matrix =
+      cmd->add_option("--init-matrix", o->init_matrix, "initial guess as a 4x4 or 3x4 row-major matrix file")
+          ->excludes(init);
   cmd->add_option("--target-voxel", o->target_voxel, "voxel-filter the target first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--source-voxel", o->source_voxel, "voxel-filter the source first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
   add_ndt_options(cmd, o->ndt);
-  cmd->add_option("--output", o->output, "write the source, aligned into the target's frame (.pcd or .bin)");
+  cmd->add_option("--output", o->output,
+                  "write the source, aligned into the target's frame (.pcd or .bin); with --guesses by the best");
+  auto* guesses =
+      cmd->add_option("--guesses", o->guesses,
+                      "align from every guess of FILE as one batch: one per line, x,y,z,roll,pitch,yaw (m, rad) or "
+                      "a TUM line t x y z qx qy qz qw")
+          ->excludes(init)
+          ->excludes(init_matrix);
+  cmd->add_flag("--best", o->best, "with --guesses: print only the hypothesis of highest NVTL, as a single align")
+      ->needs(guesses);
 
   return [o, &global]() {
     AlignSettings s = ndt_settings(o->ndt);
+    if (!o->guesses.empty()) return align_guesses(*o, s, global.json);
 
     Pose6 guess = Pose6::Zero();
     if (!o->init.empty()) {

@@ -28,11 +28,12 @@ struct NdtOptions {
   std::optional<double> resolution, step_size, epsilon;
   std::optional<int> max_iterations, threads;
   std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives, gpu_loop,
-      newton_direction;
+      newton_direction, pose_covariance;
 };
 
 /// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,
-/// --max-iterations, --convergence, --covariance, --threads, --backend, --gpu-derivatives.
+/// --max-iterations, --convergence, --newton-direction, --covariance, --pose-covariance,
+/// --threads, --backend, --gpu-derivatives, --gpu-loop.
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
 /// JSON of the NDT settings in use (with the preset they started from).

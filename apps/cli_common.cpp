@@ -86,6 +86,10 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
                   "Newton direction: H dp = -g as PCL and Autoware solve it, or saddle-free (|eigenvalues|)")
       ->check(CLI::IsMember({"pcl", "saddle-free"}));
   cmd->add_option("--covariance", o.covariance, "voxel covariance convention")->check(CLI::IsMember({"pcl", "autoware"}));
+  cmd->add_option("--pose-covariance", o.pose_covariance,
+                  "covariance of the aligned pose, as Autoware estimates it: none, laplace ((-H)^-1 of the score), "
+                  "multi-ndt (6 more aligns from 0.5-1 m offsets), multi-ndt-score (NVTL-weighted offsets)")
+      ->check(CLI::IsMember({"none", "laplace", "multi-ndt", "multi-ndt-score"}));
   cmd->add_option("--threads", o.threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
@@ -105,6 +109,7 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"convergence", to_string(s.convergence)},
           {"newton_direction", to_string(s.newton_direction)},
           {"covariance", to_string(s.covariance)},
+          {"pose_covariance", to_string(s.pose_covariance)},
           {"threads", s.threads},
           {"backend", to_string(s.backend)},
           {"gpu_loop", to_string(s.gpu_loop)}};
@@ -122,6 +127,7 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.covariance) s.covariance = covariance_mode_from_string(*o.covariance);
   if (o.convergence) s.convergence = convergence_rule_from_string(*o.convergence);
   if (o.newton_direction) s.newton_direction = newton_direction_from_string(*o.newton_direction);
+  if (o.pose_covariance) s.pose_covariance = pose_covariance_from_string(*o.pose_covariance);
   if (o.backend) s.backend = backend_from_string(*o.backend);
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
   return s;

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -112,6 +113,19 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
                      {"score", it.score},
                      {"step", it.step_length}});
   }
+  if (r.covariance_mode != PoseCovariance::None) {
+    // Row-major, [x y z roll pitch yaw] (m, rad); zeros when covariance_valid is false.
+    std::vector<double> cov, cxy;
+    for (int row = 0; row < 6; ++row)
+      for (int col = 0; col < 6; ++col) cov.push_back(r.covariance(row, col));
+    for (int row = 0; row < 2; ++row)
+      for (int col = 0; col < 2; ++col) cxy.push_back(r.covariance_xy(row, col));
+    j["covariance_mode"] = to_string(r.covariance_mode);
+    j["covariance_valid"] = r.covariance_valid;
+    j["covariance"] = cov;
+    j["covariance_xy"] = cxy;
+    j["covariance_ms"] = r.timings.covariance_ms;
+  }
   return j;
 }
 
@@ -147,6 +161,27 @@ std::string result_text(const AlignResult& r, const AlignContext& c) {
                        r.timings.gpu_ms, r.timings.evaluations ? 1e3 * r.timings.gpu_ms / r.timings.evaluations : 0.0,
                        r.timings.upload_ms, r.timings.evaluations ? r.timings.bytes_up / r.timings.evaluations : 0,
                        r.timings.evaluations ? r.timings.bytes_down / r.timings.evaluations : 0);
+  }
+  if (r.covariance_mode != PoseCovariance::None) {
+    if (r.covariance_valid) {
+      const auto sd = [&r](int i) { return std::sqrt(std::max(0.0, r.covariance(i, i))); };
+      constexpr double kDeg = 180.0 / 3.14159265358979323846;
+      out += fmt::format("  covariance  {} ({:.2f} ms): sigma x {:.4f} m, y {:.4f} m, z {:.4f} m, roll {:.4f} deg, "
+                         "pitch {:.4f} deg, yaw {:.4f} deg\n",
+                         to_string(r.covariance_mode), r.timings.covariance_ms, sd(0), sd(1), sd(2), sd(3) * kDeg,
+                         sd(4) * kDeg, sd(5) * kDeg);
+      for (int row = 0; row < 6; ++row) {
+        out += "   ";
+        for (int col = 0; col < 6; ++col) out += fmt::format(" {:13.6e}", r.covariance(row, col));
+        out += "\n";
+      }
+      out += fmt::format("  cov x-y     {:13.6e} {:13.6e} / {:13.6e} {:13.6e} (m^2, as Autoware's estimator)\n",
+                         r.covariance_xy(0, 0), r.covariance_xy(0, 1), r.covariance_xy(1, 0), r.covariance_xy(1, 1));
+    } else {
+      out += fmt::format("  covariance  {}: not available (laplace: -H is not positive definite at this pose; "
+                         "multi-ndt: not finite)\n",
+                         to_string(r.covariance_mode));
+    }
   }
   out += "  transform\n";
   for (int row = 0; row < 4; ++row) {

@@ -147,7 +147,7 @@ void write_frames_csv(const fs::path& path, const std::vector<FrameRecord>& fram
   if (!out) throw IoError(path.string(), "cannot create");
   out << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,iterations_total,evaluations,tp,nvtl,converged,"
          "read_ms,preprocess_ms,align_ms,total_ms,x,y,z,roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,"
-         "error_m\n";
+         "error_m,cov_xx,cov_xy,cov_yy\n";
   for (const auto& f : frames) {
     const auto& s = f.scan;
     std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
@@ -178,6 +178,14 @@ void write_frames_csv(const fs::path& path, const std::vector<FrameRecord>& fram
       row += ",,,";
     }
     row += f.error_m ? csv_number(*f.error_m) : "";
+    // The x-y covariance of the accepted pose (m^2, map frame, as Autoware's estimator gives
+    // it); empty for skipped and lost frames and where there is none.
+    if (f.result && f.result->valid && f.result->alignment.covariance_valid) {
+      const Eigen::Matrix2d& c = f.result->alignment.covariance_xy;
+      row += fmt::format(",{:.6e},{:.6e},{:.6e}", c(0, 0), c(0, 1), c(1, 1));
+    } else {
+      row += ",,,";
+    }
     out << row << "\n";
   }
   if (!out) throw IoError(path.string(), "write error");
@@ -251,6 +259,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     LocalizerSettings ls;
     AlignSettings& s = ls.align;
     s = ndt_settings(o->ndt);
+    // The localizer reports a covariance with every pose unless told otherwise.
+    if (!o->ndt.pose_covariance) s.pose_covariance = PoseCovariance::Laplace;
     ls.min_range = o->min_range;
     ls.max_range = o->max_range;
     ls.voxel_leaf = o->voxel;
@@ -356,7 +366,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     // Trajectory: valid frames only (lost frames are in frames.csv, flagged).
     Trajectory estimate;
     std::vector<std::size_t> estimate_frame;
-    std::vector<double> latency, align_ms, iterations, points;
+    std::vector<double> latency, align_ms, iterations, points, sigma_x, sigma_y, covariance_ms;
     for (std::size_t k = 0; k < frames.size(); ++k) {
       const auto& f = frames[k];
       if (!f.result) continue;
@@ -365,6 +375,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       iterations.push_back(f.result->alignment.iterations);
       points.push_back(static_cast<double>(f.result->points_used));
       if (!f.result->valid) continue;
+      const AlignResult& a = f.result->alignment;
+      if (a.covariance_valid) {
+        sigma_x.push_back(std::sqrt(std::max(0.0, a.covariance_xy(0, 0))));
+        sigma_y.push_back(std::sqrt(std::max(0.0, a.covariance_xy(1, 1))));
+        covariance_ms.push_back(a.timings.covariance_ms);
+      }
       StampedPose p;
       p.time = f.scan.entry.time;
       p.pose = Eigen::Isometry3d(f.result->pose);
@@ -389,6 +405,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["align_ms"] = stats_json(align_ms);
     j["iterations"] = stats_json(iterations);
     j["points_per_scan"] = stats_json(points);
+    // sigma_x, sigma_y: square roots of the diagonal of covariance_xy (map frame).
+    j["pose_covariance"] = {{"mode", to_string(s.pose_covariance)},
+                            {"frames_with_covariance", sigma_x.size()},
+                            {"sigma_x_m", stats_json(sigma_x)},
+                            {"sigma_y_m", stats_json(sigma_y)},
+                            {"time_ms", stats_json(covariance_ms)}};
     j["backend"] = localizer.backend();
     std::string device;
     if (std::string(localizer.backend()) == "cuda") {
@@ -502,6 +524,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                           percentile(latency, 0.95), latency.empty() ? 0.0 : *std::max_element(latency.begin(), latency.end()));
       text += fmt::format("  per scan    {:.0f} points after the filter ({}), {:.1f} iterations (medians)\n",
                           percentile(points, 0.5), localizer.preprocess_backend(), percentile(iterations, 0.5));
+      if (s.pose_covariance != PoseCovariance::None) {
+        text += fmt::format("  covariance  {} for {} frames: sigma x {:.4f} m, y {:.4f} m (medians), {:.2f} ms "
+                            "(median)\n",
+                            to_string(s.pose_covariance), sigma_x.size(), percentile(sigma_x, 0.5),
+                            percentile(sigma_y, 0.5), percentile(covariance_ms, 0.5));
+      }
       text += eval_text;
       text += fmt::format("  files       trajectory_tum.txt, trajectory_kitti.txt (localized frames only), frames.csv, "
                           "summary.json\n");

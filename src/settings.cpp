@@ -43,6 +43,15 @@ const char* to_string(NewtonDirection d) { return d == NewtonDirection::Pcl ? "p
 const char* to_string(CovarianceMode c) { return c == CovarianceMode::Pcl ? "pcl" : "autoware"; }
 const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "auto"; }
 const char* to_string(GpuNewtonLoop l) { return l == GpuNewtonLoop::Device ? "device" : "host"; }
+const char* to_string(PoseCovariance c) {
+  switch (c) {
+    case PoseCovariance::None: return "none";
+    case PoseCovariance::Laplace: return "laplace";
+    case PoseCovariance::MultiNdt: return "multi-ndt";
+    case PoseCovariance::MultiNdtScore: return "multi-ndt-score";
+  }
+  return "?";
+}
 
 const char* to_string(StopReason r) {
   switch (r) {
@@ -98,6 +107,12 @@ GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
   return parse(name, "GPU Newton loop", all);
 }
 
+PoseCovariance pose_covariance_from_string(const std::string& name) {
+  const PoseCovariance all[] = {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
+                                PoseCovariance::MultiNdtScore};
+  return parse(name, "pose covariance", all);
+}
+
 bool wants_device_loop(const AlignSettings& s) {
   return s.line_search == LineSearch::Fixed && s.newton_direction == NewtonDirection::Pcl &&
          s.gpu_loop == GpuNewtonLoop::Device;
@@ -115,6 +130,9 @@ void validate(const AlignSettings& s) {
   if (s.min_points_per_voxel < 3) fail("min_points_per_voxel (must be >= 3)", s.min_points_per_voxel);
   if (!(s.eigenvalue_ratio >= 0.0 && s.eigenvalue_ratio <= 1.0)) fail("eigenvalue_ratio (must be in [0, 1])", s.eigenvalue_ratio);
   if (s.threads < 0) fail("threads (must be >= 0)", s.threads);
+  if (std::string(to_string(s.pose_covariance)) == "?") {
+    fail("pose_covariance (must be none, laplace, multi-ndt or multi-ndt-score)", static_cast<int>(s.pose_covariance));
+  }
 }
 
 }  // namespace ndtcu

@@ -30,8 +30,16 @@ namespace ndtcu {
 /// Everything a Localizer needs besides the map and the scans.
 struct LocalizerSettings {
   /// NDT settings (Autoware's preset: resolution 2.0, fixed step 0.1, 30 iterations,
-  /// Autoware covariance, which the NVTL threshold below was tuned on).
-  AlignSettings align = autoware_preset();
+  /// Autoware covariance, which the NVTL threshold below was tuned on), with
+  /// pose_covariance Laplace: a filter downstream needs a covariance with every pose, and
+  /// the Laplace one costs no extra alignment. The localizer estimates it once per valid
+  /// frame, for the accepted alignment only (its aligner runs with PoseCovariance::None,
+  /// so retries and lost frames cost no estimate); None leaves it zero.
+  AlignSettings align = [] {
+    AlignSettings s = autoware_preset();
+    s.pose_covariance = PoseCovariance::Laplace;
+    return s;
+  }();
   /// Scan points closer than this to the sensor are dropped (m): returns from the vehicle
   /// itself and the sensor's near-field noise.
   double min_range = 1.0;
@@ -95,8 +103,11 @@ struct LocalizationResult {
   std::size_t points_used = 0;      ///< points after the range crop and voxel filter
   double preprocess_ms = 0.0;       ///< crop and filter time inside localize() (0 if done before)
   double align_ms = 0.0;            ///< wall time of all attempts
-  /// Laplace approximation of the pose covariance, (-H)^-1 of the NDT score's Hessian at the
-  /// accepted pose, in [x y z roll pitch yaw] order; zero when H is not negative definite.
+  /// Pose covariance of the accepted alignment, in [x y z roll pitch yaw] order, by
+  /// settings.align.pose_covariance (Laplace by default: (-H)^-1 of the NDT score's Hessian);
+  /// the same as alignment.covariance, whose covariance_xy, covariance_mode and
+  /// covariance_valid say more. Zero for lost frames, for None, and for Laplace when H is
+  /// not negative definite. Its time is alignment.timings.covariance_ms (not in align_ms).
   Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
 };
 

@@ -3,6 +3,8 @@
 /// What an alignment returns. Not converging, or not being able to start, is a result
 /// with a reason, never an exception.
 
+#include <ndtcu/settings.hpp>
+
 #include <Eigen/Core>
 
 #include <cstddef>
@@ -47,6 +49,8 @@ struct AlignTimings {
   std::uint64_t bytes_up = 0;   ///< CUDA: bytes sent per evaluation, summed over the align
   std::uint64_t bytes_down = 0; ///< CUDA: bytes read back per evaluation, summed
   std::uint64_t setup_bytes_up = 0;  ///< CUDA: source (and map) upload bytes of this align
+  /// The pose covariance estimate (AlignSettings::pose_covariance), included in total_ms.
+  double covariance_ms = 0.0;
 };
 
 /// The result of one alignment.
@@ -70,6 +74,20 @@ struct AlignResult {
   /// Autoware's oscillation count: the longest run of consecutive steps whose translation
   /// reverses direction (cosine < -0.9) over the pose sequence guess, iteration 1, ...
   int oscillation_count = 0;
+  /// Which estimate filled `covariance` and `covariance_xy` (AlignSettings::pose_covariance;
+  /// see ndtcu/pose_covariance.hpp); None: both are zero.
+  PoseCovariance covariance_mode = PoseCovariance::None;
+  /// True when the estimate could be made: false for None, and for Laplace when -H is not
+  /// positive definite (both matrices are then zero: never pass a zero covariance to a filter).
+  bool covariance_valid = false;
+  /// Pose covariance in [x y z roll pitch yaw] order (m, rad; world frame): Laplace (-H)^-1;
+  /// MultiNdt the spread of its seven end poses in all six entries; MultiNdtScore only the
+  /// x-y block (it varies x and y alone), zero elsewhere.
+  Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
+  /// The x-y covariance (m^2, world frame) as Autoware's estimator computes it before its
+  /// scale factor and diagonal floor: -(H_xy)^-1 for Laplace (which is not the x-y block of
+  /// (-H)^-1), the x-y block of `covariance` for the two multi-NDT modes.
+  Eigen::Matrix2d covariance_xy = Eigen::Matrix2d::Zero();
   std::vector<IterationTrace> trace;  ///< one entry per iteration
   AlignTimings timings;               ///< where the time went
   std::string backend;                ///< which backend ran ("cpu" or "cuda")

@@ -82,6 +82,25 @@ enum class GpuNewtonLoop {
 };
 
 
+/// How align() estimates the covariance of the pose it returns (AlignResult::covariance),
+/// after Autoware's ndt_scan_matcher (covariance_estimation_type, with FIXED_VALUE as None).
+/// See ndtcu/pose_covariance.hpp for the formulas.
+enum class PoseCovariance {
+  /// None: the result's covariance stays zero (Autoware's FIXED_VALUE publishes its
+  /// configured matrix instead of an estimate).
+  None,
+  /// Laplace approximation: (-H)^-1 of the score's Hessian at the result (Autoware's
+  /// LAPLACE_APPROXIMATION, whose x-y block is -(H_xy)^-1). No extra alignment.
+  Laplace,
+  /// Autoware's MULTI_NDT: six more alignments started 0.5-1 m from the result (offsets
+  /// turned by its heading), and the spread of the seven end poses. Six aligns more.
+  MultiNdt,
+  /// Autoware's MULTI_NDT_SCORE: NVTL at the result and at the six offset poses (no
+  /// alignment), softmax weights (temperature 0.05) and the weighted spread of the seven
+  /// poses. Six evaluations more.
+  MultiNdtScore,
+};
+
 /// Everything an alignment needs besides the clouds.
 struct AlignSettings {
   /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
@@ -103,6 +122,10 @@ struct AlignSettings {
   /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
   /// NewtonDirection::SaddleFree always run on the host).
   GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
+  /// Whether and how align() estimates the pose covariance of its result
+  /// (AlignResult::covariance, covariance_xy); None costs nothing, MultiNdt six more
+  /// alignments, MultiNdtScore six more score evaluations.
+  PoseCovariance pose_covariance = PoseCovariance::None;
 };
 
 /// Whether settings ask for a Newton loop the device can run (GpuNewtonLoop::Device with
@@ -135,6 +158,8 @@ const char* to_string(CovarianceMode c);
 const char* to_string(Backend b);
 /// "device", "host".
 const char* to_string(GpuNewtonLoop l);
+/// "none", "laplace", "multi-ndt", "multi-ndt-score".
+const char* to_string(PoseCovariance c);
 
 /// Parses a SearchMethod name (see to_string); throws Error otherwise.
 SearchMethod search_method_from_string(const std::string& name);
@@ -150,9 +175,12 @@ CovarianceMode covariance_mode_from_string(const std::string& name);
 Backend backend_from_string(const std::string& name);
 /// Parses a GpuNewtonLoop name; throws Error otherwise.
 GpuNewtonLoop gpu_loop_from_string(const std::string& name);
+/// Parses a PoseCovariance name; throws Error otherwise (naming the value and the choices).
+PoseCovariance pose_covariance_from_string(const std::string& name);
 
 /// Throws Error naming the first setting out of range (resolution, step size, epsilon,
-/// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads).
+/// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads) or an enum
+/// holding a value that is none of its names (e.g. a PoseCovariance cast from an int).
 void validate(const AlignSettings& settings);
 
 }  // namespace ndtcu

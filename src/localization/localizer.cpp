@@ -1,6 +1,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/localizer.hpp>
+#include <ndtcu/pose_covariance.hpp>
 
 #include "../cuda/cuda_filter.hpp"
 #include "../log.hpp"
@@ -51,6 +52,13 @@ double translation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
 }
 double rotation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
   return Eigen::AngleAxisd(Eigen::Matrix3d(a.topLeftCorner<3, 3>().transpose() * b.topLeftCorner<3, 3>())).angle();
+}
+
+// The localizer's own aligner estimates no covariance: retries and lost frames would pay for
+// one each; the accepted alignment gets its estimate in localize_preprocessed.
+AlignSettings without_pose_covariance(AlignSettings s) {
+  s.pose_covariance = PoseCovariance::None;
+  return s;
 }
 
 // A failed NDT run (empty source, no voxel, no correspondence, singular Hessian) gives no
@@ -166,7 +174,7 @@ struct Localizer::Impl {
   // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
   std::unique_ptr<GpuFilterPool> gpu_filters;
 
-  Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(s.align, stream) {
+  Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(without_pose_covariance(s.align), stream) {
     if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) gpu_filters = std::make_unique<GpuFilterPool>();
   }
 
@@ -302,10 +310,9 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   if (ok) {
     out.valid = true;
     out.pose = out.alignment.transform;
-    // Laplace approximation: the score is maximised, so -H is the information matrix.
-    const Eigen::Matrix<double, 6, 6> info = -out.alignment.hessian;
-    Eigen::LLT<Eigen::Matrix<double, 6, 6>> llt(info);
-    if (llt.info() == Eigen::Success) out.covariance = llt.solve(Eigen::Matrix<double, 6, 6>::Identity());
+    // The covariance of the accepted alignment only (settings.align.pose_covariance).
+    attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
+    out.covariance = out.alignment.covariance;
     m.before_last = m.last;
     m.before_last_time = m.last_time;
     m.last = out.pose;

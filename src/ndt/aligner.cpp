@@ -1,6 +1,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/pose_covariance.hpp>
 
 #include "../log.hpp"
 #include "../nvtx.hpp"
@@ -154,6 +155,8 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
   } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
     detail::log().warn("align: stopped after {} iterations: {}", r.iterations, to_string(r.reason));
   }
+  const AlignSettings& s = impl_->settings;
+  if (s.pose_covariance != PoseCovariance::None) attach_pose_covariance(*this, source, r, s.pose_covariance);
   return r;
 }
 

@@ -1,0 +1,115 @@
+#pragma once
+/// \file
+/// Covariance of an aligned pose, the three estimates of Autoware's ndt_scan_matcher
+/// (autoware_core, localization/autoware_ndt_scan_matcher: ndt_omp/estimate_covariance and
+/// ndt_scan_matcher_core's estimate_covariance), formulas restated here:
+///
+/// - Laplace: the score s is maximised, so -H (its Hessian at the result) plays the
+///   information matrix; covariance = (-H)^-1. Autoware publishes only x-y and takes it from
+///   the x-y block of H alone: C_xy = -(H_xy)^-1, the covariance of x-y with the other four
+///   entries held at the result (smaller than or equal to the x-y block of (-H)^-1, which lets
+///   them vary).
+/// - MultiNdt: offsets o_k (x = 0 0 0.5 -0.5 1 -1, y = 0.5 -0.5 0 0 0 0 m) turned by the
+///   result's rotation, r_k = R_2x2 o_k (R_2x2 the top-left 2x2 block of the result's
+///   rotation, the heading's rotation when roll and pitch are zero), are added to the
+///   result's x and y; six alignments start there (one batch); the seven poses p_0 (the
+///   result) and p_1..p_6 (the six ends) get weights 1/n, n = 7:
+///   mean m = sum p_i / n, C = (n - 1)/n * sum (p_i - m)(p_i - m)' / n. The factor (n - 1)/n
+///   is Autoware's (its comment calls it the unbiased correction; the unbiased estimator
+///   would be n/(n - 1)), so C is 36/49 of the plain sample covariance with 1/(n - 1).
+/// - MultiNdtScore: no alignment. The NVTL at the result and at the six offset poses,
+///   s_0..s_6, give softmax weights w_i = exp((s_i - max s)/T) / sum_j exp((s_j - max s)/T),
+///   T = 0.05; m = sum w_i p_i, C = sum w_i (p_i - m)(p_i - m)' over the seven x-y
+///   positions (no further factor).
+///
+/// What Autoware then publishes (not done here, see floor_xy_covariance): C_xy times its
+/// scale_factor (1.0), its diagonal raised in the vehicle frame to at least
+/// output_pose_covariance's (0.0225 m^2 each), in the 6x6 matrix whose other entries are
+/// that fixed output_pose_covariance.
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+
+#include <Eigen/Core>
+
+#include <vector>
+
+namespace ndtcu {
+
+/// Autoware's covariance_estimation parameters (ndt_scan_matcher.param.yaml), the defaults
+/// being Autoware's.
+struct PoseCovarianceOptions {
+  /// Offsets of the extra starts along the result's own x axis (m): initial_pose_offset_model_x.
+  std::vector<double> offset_x = {0.0, 0.0, 0.5, -0.5, 1.0, -1.0};
+  /// Offsets along the result's own y axis (m), as many as offset_x: initial_pose_offset_model_y.
+  std::vector<double> offset_y = {0.5, -0.5, 0.0, 0.0, 0.0, 0.0};
+  /// MultiNdtScore's softmax temperature (NVTL units): Autoware's `temperature`.
+  double temperature = 0.05;
+};
+
+/// One pose covariance estimate and what it was made from.
+struct PoseCovarianceResult {
+  PoseCovariance mode = PoseCovariance::None;  ///< which estimate this is
+  /// False for None, and for Laplace when -H is not positive definite (then both matrices
+  /// are zero).
+  bool valid = false;
+  /// [x y z roll pitch yaw] covariance (m, rad): see AlignResult::covariance.
+  Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
+  /// x-y covariance (m^2) as Autoware's estimator computes it: see AlignResult::covariance_xy.
+  Eigen::Matrix2d covariance_xy = Eigen::Matrix2d::Zero();
+  /// Weighted mean of the seven x-y positions (multi-NDT modes; the result's x-y otherwise).
+  Eigen::Vector2d mean_xy = Eigen::Vector2d::Zero();
+  /// The six offset poses, in the offsets' order (multi-NDT modes; empty otherwise).
+  std::vector<Pose6> start_poses;
+  /// MultiNdt: the six alignments' end poses. MultiNdtScore: the offset poses themselves.
+  std::vector<Pose6> end_poses;
+  /// MultiNdtScore: NVTL of the result, then at each offset pose (seven). Empty otherwise.
+  std::vector<double> scores;
+  /// Multi-NDT modes: the weight of the result, then of each end pose (seven, sum 1).
+  std::vector<double> weights;
+  int alignments = 0;       ///< extra alignments run (MultiNdt: one per offset)
+  int evaluations = 0;      ///< extra score evaluations run (MultiNdtScore: one per offset)
+  double elapsed_ms = 0.0;  ///< wall time of the estimate
+};
+
+/// Where the multi-NDT modes start: `result_pose` with x and y moved by R_2x2 (offset_x[k],
+/// offset_y[k]), R_2x2 the top-left 2x2 block of the pose's rotation (as Autoware's
+/// propose_poses_to_search); z and the angles unchanged. Throws Error when the two offset
+/// lists differ in length or hold a non-finite value, or the pose is not finite.
+std::vector<Pose6> covariance_offset_poses(const Pose6& result_pose, const std::vector<double>& offset_x,
+                                           const std::vector<double>& offset_y);
+
+/// Autoware's softmax weights: exp((s_i - max s) / temperature), normalised to sum 1.
+/// Throws Error for an empty list, a non-finite score or a temperature that is not > 0.
+std::vector<double> softmax_weights(const std::vector<double>& scores, double temperature);
+
+/// Autoware's Laplace x-y covariance -(H_xy)^-1, H_xy the top-left 2x2 block of `hessian`.
+/// Not a covariance unless -H_xy is positive definite (check it, or use estimate_pose_covariance).
+Eigen::Matrix2d laplace_xy_covariance(const Eigen::Matrix<double, 6, 6>& hessian);
+
+/// Autoware's adjust_diagonal_covariance: `covariance_xy` turned into the frame of `pose`
+/// (R' C R, R = R_2x2 of the pose), its diagonal raised to at least `min_xx` and `min_yy`
+/// (m^2; Autoware uses output_pose_covariance's 0.0225 and 0.0225), turned back (R C R').
+Eigen::Matrix2d floor_xy_covariance(const Eigen::Matrix2d& covariance_xy, const Pose6& pose, double min_xx,
+                                    double min_yy);
+
+/// Estimates the covariance of `result`, an alignment of `source` on `aligner`'s target
+/// (see the file comment for the formulas). MultiNdt runs its alignments as one
+/// Aligner::align_batch on `aligner` (its settings, its backend), MultiNdtScore its scores
+/// with Aligner::evaluate; neither estimates a covariance of its own results. Throws Error
+/// for bad options (see covariance_offset_poses, softmax_weights) and for what align and
+/// evaluate reject (no target).
+PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud& source, const AlignResult& result,
+                                              PoseCovariance mode,
+                                              const PoseCovarianceOptions& options = PoseCovarianceOptions{});
+
+/// Fills `result`'s covariance_mode, covariance_valid, covariance and covariance_xy with
+/// estimate_pose_covariance(aligner, source, result, mode) and adds its time to
+/// timings.covariance_ms and total_ms. Does nothing for None, and nothing while an estimate
+/// is running on the same aligner (align_from_pose calls this when AlignSettings asks for a
+/// covariance; the extra alignments of MultiNdt must not estimate their own).
+void attach_pose_covariance(Aligner& aligner, const PointCloud& source, AlignResult& result, PoseCovariance mode);
+
+}  // namespace ndtcu

@@ -1,0 +1,218 @@
+// Pose covariance after Autoware's ndt_scan_matcher: Laplace, MULTI_NDT, MULTI_NDT_SCORE
+// (formulas in include/ndtcu/pose_covariance.hpp).
+#include <ndtcu/error.hpp>
+#include <ndtcu/pose_covariance.hpp>
+
+#include "../nvtx.hpp"
+
+#include <Eigen/Cholesky>
+#include <Eigen/LU>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+namespace ndtcu {
+
+namespace {
+
+using Matrix6d = Eigen::Matrix<double, 6, 6>;
+using Vector6d = Eigen::Matrix<double, 6, 1>;
+constexpr double kPi = 3.14159265358979323846;
+
+// The aligner whose covariance estimate is running on this thread (an Aligner runs one
+// call at a time), so that the extra alignments it starts do not estimate their own.
+thread_local const Aligner* estimating = nullptr;
+
+class EstimatingGuard {
+ public:
+  explicit EstimatingGuard(const Aligner& aligner) : previous_(estimating) { estimating = &aligner; }
+  ~EstimatingGuard() { estimating = previous_; }
+  EstimatingGuard(const EstimatingGuard&) = delete;
+  EstimatingGuard& operator=(const EstimatingGuard&) = delete;
+
+ private:
+  const Aligner* previous_;
+};
+
+// An angle difference brought into (-pi, pi], so a spread across +-pi stays small.
+double wrap_angle(double a) {
+  a = std::remainder(a, 2.0 * kPi);
+  return a <= -kPi ? a + 2.0 * kPi : a;
+}
+
+// Weighted mean and covariance of `poses` (weights summing to 1), Autoware's
+// calculate_weighted_mean_and_cov in all six entries. Computed on differences from the
+// first pose (angles wrapped): the same values in exact arithmetic, without squaring map
+// coordinates of 1e6 m. Returns the mean difference; `covariance` gets sum w (d - m)(d - m)'.
+Vector6d weighted_spread(const std::vector<Pose6>& poses, const std::vector<double>& weights, Matrix6d& covariance) {
+  std::vector<Vector6d> d(poses.size());
+  for (std::size_t i = 0; i < poses.size(); ++i) {
+    d[i] = poses[i] - poses[0];
+    for (int a = 3; a < 6; ++a) d[i](a) = wrap_angle(d[i](a));
+  }
+  Vector6d mean = Vector6d::Zero();
+  for (std::size_t i = 0; i < d.size(); ++i) mean += weights[i] * d[i];
+  covariance.setZero();
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const Vector6d e = d[i] - mean;
+    covariance += weights[i] * e * e.transpose();
+  }
+  return mean;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<Pose6> covariance_offset_poses(const Pose6& result_pose, const std::vector<double>& offset_x,
+                                           const std::vector<double>& offset_y) {
+  if (offset_x.size() != offset_y.size()) {
+    throw Error("pose covariance: offset_x has " + std::to_string(offset_x.size()) + " entries but offset_y " +
+                std::to_string(offset_y.size()) + " (they pair up)");
+  }
+  if (!result_pose.allFinite()) throw Error("pose covariance: the result pose has a non-finite entry");
+  for (std::size_t k = 0; k < offset_x.size(); ++k) {
+    if (!std::isfinite(offset_x[k]) || !std::isfinite(offset_y[k])) {
+      throw Error("pose covariance: offset " + std::to_string(k) + " (" + std::to_string(offset_x[k]) + ", " +
+                  std::to_string(offset_y[k]) + ") is not finite");
+    }
+  }
+  // Autoware turns the offsets by the top-left 2x2 block of the result's rotation matrix
+  // (propose_poses_to_search): the vehicle's x and y axes seen in the map's x-y plane.
+  const Eigen::Matrix2d rotation = pose_to_matrix(result_pose).topLeftCorner<2, 2>();
+  std::vector<Pose6> poses;
+  poses.reserve(offset_x.size());
+  for (std::size_t k = 0; k < offset_x.size(); ++k) {
+    Pose6 p = result_pose;
+    p.head<2>() += rotation * Eigen::Vector2d(offset_x[k], offset_y[k]);
+    poses.push_back(p);
+  }
+  return poses;
+}
+
+std::vector<double> softmax_weights(const std::vector<double>& scores, double temperature) {
+  if (scores.empty()) throw Error("pose covariance: no scores to weight");
+  if (!(temperature > 0.0) || !std::isfinite(temperature)) {
+    throw Error("pose covariance: temperature must be > 0, got " + std::to_string(temperature));
+  }
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    if (!std::isfinite(scores[i])) {
+      throw Error("pose covariance: score " + std::to_string(i) + " is not finite (" + std::to_string(scores[i]) + ")");
+    }
+  }
+  // As Autoware's calc_weight_vec: shifted by the largest score so that exp never overflows.
+  const double top = *std::max_element(scores.begin(), scores.end());
+  std::vector<double> w(scores.size());
+  double sum = 0.0;
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    w[i] = std::exp((scores[i] - top) / temperature);
+    sum += w[i];
+  }
+  for (double& x : w) x /= sum;
+  return w;
+}
+
+Eigen::Matrix2d laplace_xy_covariance(const Eigen::Matrix<double, 6, 6>& hessian) {
+  return -Eigen::Matrix2d(hessian.topLeftCorner<2, 2>()).inverse();
+}
+
+Eigen::Matrix2d floor_xy_covariance(const Eigen::Matrix2d& covariance_xy, const Pose6& pose, double min_xx,
+                                    double min_yy) {
+  const Eigen::Matrix2d r = pose_to_matrix(pose).topLeftCorner<2, 2>();
+  Eigen::Matrix2d body = r.transpose() * covariance_xy * r;
+  body(0, 0) = std::max(body(0, 0), min_xx);
+  body(1, 1) = std::max(body(1, 1), min_yy);
+  return r * body * r.transpose();
+}
+
+PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud& source, const AlignResult& result,
+                                              PoseCovariance mode, const PoseCovarianceOptions& options) {
+  NDTCU_NVTX_RANGE("pose covariance");
+  const auto t0 = std::chrono::steady_clock::now();
+  PoseCovarianceResult out;
+  out.mode = mode;
+  out.mean_xy = result.pose.head<2>();
+  switch (mode) {
+    case PoseCovariance::None:
+      break;
+    case PoseCovariance::Laplace: {
+      // -H is the information matrix only where the score is a maximum (-H positive
+      // definite); elsewhere its inverse is no covariance and nothing is reported.
+      const Matrix6d information = -result.hessian;
+      Eigen::LLT<Matrix6d> llt(information);
+      if (llt.info() == Eigen::Success && information.allFinite()) {
+        const Matrix6d inverse = llt.solve(Matrix6d::Identity());
+        out.covariance = 0.5 * (inverse + inverse.transpose());  // exactly symmetric
+        out.covariance_xy = laplace_xy_covariance(result.hessian);
+        out.valid = out.covariance.allFinite() && out.covariance_xy.allFinite();
+        if (!out.valid) {
+          out.covariance.setZero();
+          out.covariance_xy.setZero();
+        }
+      }
+      break;
+    }
+    case PoseCovariance::MultiNdt:
+    case PoseCovariance::MultiNdtScore: {
+      if (mode == PoseCovariance::MultiNdtScore && !(options.temperature > 0.0 && std::isfinite(options.temperature))) {
+        throw Error("pose covariance: temperature must be > 0, got " + std::to_string(options.temperature));
+      }
+      out.start_poses = covariance_offset_poses(result.pose, options.offset_x, options.offset_y);
+      std::vector<Pose6> poses{result.pose};  // the result is one of the samples, as in Autoware
+      const double n = static_cast<double>(out.start_poses.size() + 1);
+      if (mode == PoseCovariance::MultiNdt) {
+        {
+          const EstimatingGuard guard(aligner);
+          std::vector<AlignResult> ends = aligner.align_batch(source, out.start_poses);
+          for (const AlignResult& e : ends) out.end_poses.push_back(e.pose);
+        }
+        out.alignments = static_cast<int>(out.start_poses.size());
+        out.weights.assign(static_cast<std::size_t>(n), 1.0 / n);
+      } else {
+        out.scores.push_back(result.nvtl);
+        for (const Pose6& p : out.start_poses) {
+          const AlignResult e = aligner.evaluate(source, pose_to_matrix(p));
+          out.scores.push_back(e.nvtl);
+          out.end_poses.push_back(p);
+        }
+        out.evaluations = static_cast<int>(out.start_poses.size());
+        out.weights = softmax_weights(out.scores, options.temperature);
+      }
+      poses.insert(poses.end(), out.end_poses.begin(), out.end_poses.end());
+      Matrix6d c;
+      const Vector6d mean = weighted_spread(poses, out.weights, c);
+      // Autoware's MULTI_NDT multiplies its 1/n-weighted covariance by (n - 1)/n.
+      if (mode == PoseCovariance::MultiNdt) c *= (n - 1.0) / n;
+      if (mode == PoseCovariance::MultiNdtScore) {
+        // Only x and y vary among the seven poses: the other entries are not estimated.
+        const Eigen::Matrix2d xy = c.topLeftCorner<2, 2>();
+        c.setZero();
+        c.topLeftCorner<2, 2>() = xy;
+      }
+      out.covariance = c;
+      out.covariance_xy = c.topLeftCorner<2, 2>();
+      out.mean_xy = result.pose.head<2>() + mean.head<2>();
+      out.valid = c.allFinite();
+      break;
+    }
+  }
+  out.elapsed_ms = ms_since(t0);
+  return out;
+}
+
+void attach_pose_covariance(Aligner& aligner, const PointCloud& source, AlignResult& result, PoseCovariance mode) {
+  if (mode == PoseCovariance::None || estimating == &aligner) return;
+  const PoseCovarianceResult c = estimate_pose_covariance(aligner, source, result, mode);
+  result.covariance_mode = c.mode;
+  result.covariance_valid = c.valid;
+  result.covariance = c.covariance;
+  result.covariance_xy = c.covariance_xy;
+  result.timings.covariance_ms = c.elapsed_ms;
+  result.timings.total_ms += c.elapsed_ms;
+}
+
+}  // namespace ndtcu

@@ -1,0 +1,353 @@
+// Pose covariance (Autoware's Laplace, MULTI_NDT and MULTI_NDT_SCORE): each mode against
+// its formula recomputed here from align() and evaluate() calls, the offsets' rotation by
+// the result's heading, no estimate for None, the localizer's covariance, and bad input.
+#include "../support/test_support.hpp"
+#include "synthetic.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/error.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/pose_covariance.hpp>
+
+#include <Eigen/Geometry>
+#include <Eigen/Eigenvalues>
+#include <Eigen/LU>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace ndtcu;
+
+namespace {
+
+using Matrix6d = Eigen::Matrix<double, 6, 6>;
+constexpr double kPi = 3.14159265358979323846;
+
+Pose6 make_pose(double x, double y, double z, double r, double p, double w) {
+  Pose6 v;
+  v << x, y, z, r, p, w;
+  return v;
+}
+
+AlignSettings settings_with(PoseCovariance mode) {
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  s.threads = 2;
+  s.pose_covariance = mode;
+  return s;
+}
+
+// The yard of synthetic.hpp as the map, and a second sampling of it moved by `truth` as the
+// scan (about 12 points per 2 m voxel face: every direction constrained).
+struct Case {
+  PointCloud target = test::synthetic_scene(41, 40000);
+  Pose6 truth;
+  PointCloud source;
+  Pose6 guess;
+  explicit Case(const Pose6& t = make_pose(0.3, -0.2, 0.02, 0.01, -0.01, 0.05))
+      : truth(t), source(test::moved_by_inverse(test::synthetic_scene(42, 12000), t)) {
+    guess = truth;
+    guess(0) -= 0.15;
+    guess(1) += 0.1;
+  }
+};
+
+// Largest entry of |a - b| relative to the largest entry of |b|.
+double relative_gap(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) {
+  return (a - b).cwiseAbs().maxCoeff() / b.cwiseAbs().maxCoeff();
+}
+
+// The start poses of Autoware's offset model, recomputed here: the offsets turned by the
+// first two columns of the pose's rotation (its x and y axes) restricted to the map's x-y.
+std::vector<Pose6> expected_starts(const Pose6& pose) {
+  const Eigen::Matrix3d r = (Eigen::AngleAxisd(pose(3), Eigen::Vector3d::UnitX()) *
+                             Eigen::AngleAxisd(pose(4), Eigen::Vector3d::UnitY()) *
+                             Eigen::AngleAxisd(pose(5), Eigen::Vector3d::UnitZ()))
+                                .toRotationMatrix();
+  const double ox[6] = {0.0, 0.0, 0.5, -0.5, 1.0, -1.0};
+  const double oy[6] = {0.5, -0.5, 0.0, 0.0, 0.0, 0.0};
+  std::vector<Pose6> out;
+  for (int k = 0; k < 6; ++k) {
+    Pose6 p = pose;
+    p(0) += r(0, 0) * ox[k] + r(0, 1) * oy[k];
+    p(1) += r(1, 0) * ox[k] + r(1, 1) * oy[k];
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Pose covariance names parse and print; a bad one is a clear error", "[unit][pose_covariance]") {
+  for (PoseCovariance m : {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
+                           PoseCovariance::MultiNdtScore}) {
+    CHECK(pose_covariance_from_string(to_string(m)) == m);
+  }
+  CHECK(std::string(to_string(PoseCovariance::MultiNdtScore)) == "multi-ndt-score");
+  try {
+    (void)pose_covariance_from_string("multi_ndt");
+    FAIL("no error for 'multi_ndt'");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("pose covariance 'multi_ndt'") != std::string::npos);
+    CHECK(what.find("none, laplace, multi-ndt, multi-ndt-score") != std::string::npos);
+  }
+  AlignSettings s;
+  CHECK(s.pose_covariance == PoseCovariance::None);
+  s.pose_covariance = static_cast<PoseCovariance>(7);
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("pose_covariance"));
+  CHECK_THROWS_AS(Aligner(s), Error);
+}
+
+TEST_CASE("None leaves the covariance zero", "[unit][pose_covariance]") {
+  const Case c;
+  Aligner aligner(settings_with(PoseCovariance::None));
+  aligner.set_target(c.target);
+  const AlignResult r = aligner.align_from_pose(c.source, c.guess);
+  REQUIRE(r.converged);
+  CHECK(r.covariance_mode == PoseCovariance::None);
+  CHECK_FALSE(r.covariance_valid);
+  CHECK(r.covariance.isZero(0.0));
+  CHECK(r.covariance_xy.isZero(0.0));
+  CHECK(r.timings.covariance_ms == 0.0);
+  const PoseCovarianceResult e = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::None);
+  CHECK_FALSE(e.valid);
+  CHECK(e.covariance.isZero(0.0));
+  CHECK(e.alignments + e.evaluations == 0);
+}
+
+TEST_CASE("Laplace: (-H)^-1 of the returned Hessian, and Autoware's -(H_xy)^-1", "[unit][pose_covariance]") {
+  const Case c;
+  Aligner aligner(settings_with(PoseCovariance::Laplace));
+  aligner.set_target(c.target);
+  const AlignResult r = aligner.align_from_pose(c.source, c.guess);
+  REQUIRE(r.converged);
+  REQUIRE(r.covariance_mode == PoseCovariance::Laplace);
+  REQUIRE(r.covariance_valid);
+  const Matrix6d expected = (-r.hessian).inverse();  // LU here, Cholesky in the library
+  INFO("covariance\n" << r.covariance << "\nexpected\n" << expected);
+  // Tolerance: two factorizations of a 6x6 matrix whose condition number is below 1e6 here
+  // agree to far better than 1e-9 relative.
+  CHECK(relative_gap(r.covariance, expected) < 1e-9);
+  CHECK(r.covariance == r.covariance.transpose());
+  const Eigen::Matrix2d hxy = r.hessian.topLeftCorner<2, 2>();
+  CHECK(relative_gap(r.covariance_xy, -hxy.inverse()) < 1e-12);
+  // -(H_xy)^-1 holds the other four entries fixed, so it is no larger than the x-y block of
+  // (-H)^-1 (their difference is positive semi-definite), and strictly smaller here, where
+  // x-y correlates with the angles.
+  const Eigen::Matrix2d marginal = r.covariance.topLeftCorner<2, 2>();
+  const Eigen::SelfAdjointEigenSolver<Eigen::Matrix2d> gap(marginal - r.covariance_xy);
+  CHECK(gap.eigenvalues().minCoeff() > -1e-12 * marginal.norm());
+  CHECK(gap.eigenvalues().maxCoeff() > 0.0);
+  CHECK(r.timings.covariance_ms > 0.0);
+
+  // Where -H is not positive definite there is no Laplace covariance.
+  AlignResult saddle = r;
+  saddle.hessian(0, 0) = -saddle.hessian(0, 0);
+  const PoseCovarianceResult e = estimate_pose_covariance(aligner, c.source, saddle, PoseCovariance::Laplace);
+  CHECK_FALSE(e.valid);
+  CHECK(e.covariance.isZero(0.0));
+  CHECK(e.covariance_xy.isZero(0.0));
+}
+
+TEST_CASE("MULTI_NDT: six aligns from the turned offsets, Autoware's weighting of seven poses",
+          "[unit][pose_covariance]") {
+  const Case c;
+  Aligner plain(settings_with(PoseCovariance::None));
+  plain.set_target(c.target);
+  Aligner multi(settings_with(PoseCovariance::MultiNdt));
+  multi.set_target(c.target);
+
+  const AlignResult r = multi.align_from_pose(c.source, c.guess);
+  const AlignResult r0 = plain.align_from_pose(c.source, c.guess);
+  REQUIRE(r0.converged);
+  CHECK(r.pose == r0.pose);  // the estimate does not touch the alignment
+  REQUIRE(r.covariance_mode == PoseCovariance::MultiNdt);
+  REQUIRE(r.covariance_valid);
+
+  const PoseCovarianceResult e = estimate_pose_covariance(plain, c.source, r0, PoseCovariance::MultiNdt);
+  CHECK(e.alignments == 6);
+  CHECK(e.covariance == r.covariance);
+  CHECK(e.covariance_xy == r.covariance_xy);
+  REQUIRE(e.start_poses.size() == 6);
+  REQUIRE(e.end_poses.size() == 6);
+  const auto starts = expected_starts(r0.pose);
+  std::vector<Eigen::Vector2d> xy{r0.pose.head<2>()};
+  for (std::size_t k = 0; k < 6; ++k) {
+    CHECK((e.start_poses[k] - starts[k]).cwiseAbs().maxCoeff() < 1e-12);
+    // align_batch promises align()'s bits for every hypothesis.
+    const AlignResult one = plain.align_from_pose(c.source, e.start_poses[k]);
+    CHECK(one.pose == e.end_poses[k]);
+    xy.push_back(one.pose.head<2>());
+  }
+  // Autoware: weights 1/n over the result and the six ends, then times (n - 1)/n.
+  const double n = 7.0;
+  Eigen::Vector2d mean = Eigen::Vector2d::Zero();
+  for (const auto& p : xy) mean += p / n;
+  Eigen::Matrix2d cov = Eigen::Matrix2d::Zero();
+  for (const auto& p : xy) cov += (p - mean) * (p - mean).transpose() / n;
+  cov *= (n - 1.0) / n;
+  INFO("covariance_xy\n" << r.covariance_xy << "\nexpected\n" << cov);
+  // Tolerance: the library sums differences from the result (map coordinates never
+  // squared), this sums absolute positions; both round at about 1e-16 of |x| ~ 0.3 m,
+  // against covariance entries of 1e-6 m^2 and more.
+  CHECK(relative_gap(r.covariance_xy, cov) < 1e-8);
+  CHECK((e.mean_xy - mean).norm() < 1e-12);
+  CHECK(r.covariance.topLeftCorner<2, 2>() == r.covariance_xy);
+  for (double w : e.weights) CHECK(w == 1.0 / n);
+  // The ends lie near the result: the six alignments found the same optimum again, so the
+  // spread is small (sub-centimetre), yet not zero.
+  CHECK(std::sqrt(cov.trace()) < 0.01);
+  CHECK(cov.trace() > 0.0);
+}
+
+TEST_CASE("MULTI_NDT through align_batch: every hypothesis gets a covariance, none recursively",
+          "[unit][pose_covariance]") {
+  const Case c;
+  Aligner multi(settings_with(PoseCovariance::MultiNdt));
+  multi.set_target(c.target);
+  Pose6 other = c.guess;
+  other(0) += 0.1;
+  const std::vector<AlignResult> batch = multi.align_batch(c.source, std::vector<Pose6>{c.guess, other});
+  REQUIRE(batch.size() == 2);
+  for (const AlignResult& r : batch) {
+    CHECK(r.covariance_mode == PoseCovariance::MultiNdt);
+    CHECK(r.covariance_valid);
+    CHECK(r.timings.covariance_ms > 0.0);
+  }
+  CHECK(batch[0].covariance == multi.align_from_pose(c.source, c.guess).covariance);
+}
+
+TEST_CASE("MULTI_NDT_SCORE: softmax of the NVTLs at the offsets (temperature 0.05)", "[unit][pose_covariance]") {
+  const Case c;
+  Aligner plain(settings_with(PoseCovariance::None));
+  plain.set_target(c.target);
+  Aligner scored(settings_with(PoseCovariance::MultiNdtScore));
+  scored.set_target(c.target);
+  const AlignResult r = scored.align_from_pose(c.source, c.guess);
+  const AlignResult r0 = plain.align_from_pose(c.source, c.guess);
+  REQUIRE(r0.converged);
+  REQUIRE(r.covariance_mode == PoseCovariance::MultiNdtScore);
+  REQUIRE(r.covariance_valid);
+
+  const PoseCovarianceResult e = estimate_pose_covariance(plain, c.source, r0, PoseCovariance::MultiNdtScore);
+  CHECK(e.alignments == 0);
+  CHECK(e.evaluations == 6);
+  CHECK(e.covariance == r.covariance);
+  REQUIRE(e.scores.size() == 7);
+  REQUIRE(e.weights.size() == 7);
+  std::vector<double> nvtl{r0.nvtl};
+  std::vector<Eigen::Vector2d> xy{r0.pose.head<2>()};
+  const auto starts = expected_starts(r0.pose);
+  for (std::size_t k = 0; k < 6; ++k) {
+    CHECK((e.start_poses[k] - starts[k]).cwiseAbs().maxCoeff() < 1e-12);
+    CHECK(e.end_poses[k] == e.start_poses[k]);  // scored where they start, not aligned
+    nvtl.push_back(plain.evaluate(c.source, pose_to_matrix(e.start_poses[k])).nvtl);
+    xy.push_back(e.start_poses[k].head<2>());
+  }
+  double top = nvtl[0], sum = 0.0;
+  for (double s : nvtl) top = std::max(top, s);
+  std::vector<double> w;
+  for (double s : nvtl) w.push_back(std::exp((s - top) / 0.05));
+  for (double x : w) sum += x;
+  double weight_sum = 0.0;
+  for (std::size_t i = 0; i < 7; ++i) {
+    CHECK(e.scores[i] == nvtl[i]);
+    CHECK(std::fabs(e.weights[i] - w[i] / sum) < 1e-15);
+    weight_sum += e.weights[i];
+  }
+  CHECK(std::fabs(weight_sum - 1.0) < 1e-12);
+  // The result scores best (the offsets lie 0.5-1 m off the optimum), so it carries most weight.
+  CHECK(e.weights[0] == *std::max_element(e.weights.begin(), e.weights.end()));
+  Eigen::Vector2d mean = Eigen::Vector2d::Zero();
+  for (std::size_t i = 0; i < 7; ++i) mean += e.weights[i] * xy[i];
+  Eigen::Matrix2d cov = Eigen::Matrix2d::Zero();
+  for (std::size_t i = 0; i < 7; ++i) cov += e.weights[i] * (xy[i] - mean) * (xy[i] - mean).transpose();
+  INFO("covariance_xy\n" << r.covariance_xy << "\nexpected\n" << cov);
+  CHECK(relative_gap(r.covariance_xy, cov) < 1e-9);  // differences from the result against absolute positions
+  // Only x and y are estimated.
+  CHECK(r.covariance.bottomRows<4>().isZero(0.0));
+  CHECK(r.covariance.rightCols<4>().isZero(0.0));
+}
+
+TEST_CASE("The offsets are turned by the result's heading", "[unit][pose_covariance]") {
+  const std::vector<double> ox = {0.0, 0.0, 0.5, -0.5, 1.0, -1.0}, oy = {0.5, -0.5, 0.0, 0.0, 0.0, 0.0};
+  const Pose6 north = make_pose(10.0, 20.0, 1.0, 0.0, 0.0, kPi / 2);
+  const auto turned = covariance_offset_poses(north, ox, oy);
+  REQUIRE(turned.size() == 6);
+  for (std::size_t k = 0; k < 6; ++k) {
+    // Heading +90 deg: the vehicle's x is the map's y, its y the map's -x.
+    CHECK(std::fabs(turned[k](0) - (10.0 - oy[k])) < 1e-12);
+    CHECK(std::fabs(turned[k](1) - (20.0 + ox[k])) < 1e-12);
+    CHECK(turned[k].tail<4>() == north.tail<4>());
+  }
+  const auto straight = covariance_offset_poses(make_pose(10.0, 20.0, 1.0, 0.0, 0.0, 0.0), ox, oy);
+  for (std::size_t k = 0; k < 6; ++k) {
+    CHECK(straight[k](0) == 10.0 + ox[k]);
+    CHECK(straight[k](1) == 20.0 + oy[k]);
+  }
+
+  // End to end: a scan aligned at a heading of 90 deg gets its starts along the other axes.
+  const Case c(make_pose(0.2, 0.1, 0.0, 0.0, 0.0, kPi / 2));
+  Aligner aligner(settings_with(PoseCovariance::None));
+  aligner.set_target(c.target);
+  const AlignResult r = aligner.align_from_pose(c.source, c.guess);
+  REQUIRE(r.converged);
+  REQUIRE(std::fabs(r.pose(5) - kPi / 2) < 0.01);
+  const PoseCovarianceResult e = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::MultiNdtScore);
+  for (std::size_t k = 0; k < 6; ++k) {
+    const Eigen::Vector2d d = e.start_poses[k].head<2>() - r.pose.head<2>();
+    // Tolerance: the result's heading is 90 deg within 0.01 rad, which moves a 1 m offset by
+    // at most 1 cm.
+    CHECK((d - Eigen::Vector2d(-oy[k], ox[k])).norm() < 0.01);
+  }
+
+  CHECK_THROWS_WITH(covariance_offset_poses(north, {0.0, 1.0}, {0.0}),
+                    Catch::Contains("offset_x has 2 entries but offset_y 1"));
+  PoseCovarianceOptions cold;
+  cold.temperature = 0.0;
+  CHECK_THROWS_WITH(estimate_pose_covariance(aligner, c.source, r, PoseCovariance::MultiNdtScore, cold),
+                    Catch::Contains("temperature must be > 0"));
+  CHECK_THROWS_WITH(softmax_weights({1.0, std::nan("")}, 0.05), Catch::Contains("score 1 is not finite"));
+}
+
+TEST_CASE("Autoware's diagonal floor acts in the vehicle frame", "[unit][pose_covariance]") {
+  // A covariance long along the map's x, for a vehicle heading along the map's y: in the
+  // vehicle frame the long axis is its y, and only its x variance is raised.
+  Eigen::Matrix2d c;
+  c << 0.09, 0.0, 0.0, 0.0001;
+  const Eigen::Matrix2d f = floor_xy_covariance(c, make_pose(0, 0, 0, 0, 0, kPi / 2), 0.0225, 0.0225);
+  CHECK(std::fabs(f(0, 0) - 0.09) < 1e-15);
+  CHECK(std::fabs(f(1, 1) - 0.0225) < 1e-15);
+  CHECK(std::fabs(f(0, 1)) < 1e-15);
+}
+
+TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by default)", "[unit][pose_covariance]") {
+  const Case c;
+  LocalizerSettings ls;
+  CHECK(ls.align.pose_covariance == PoseCovariance::Laplace);
+  ls.align.backend = Backend::Cpu;
+  ls.align.threads = 2;
+  ls.voxel_leaf = 0.0;
+  ls.nvtl_threshold = 0.1;  // the yard's sparse sampling scores below Autoware's 2.3
+  for (PoseCovariance mode : {PoseCovariance::Laplace, PoseCovariance::MultiNdtScore, PoseCovariance::None}) {
+    ls.align.pose_covariance = mode;
+    Localizer localizer(ls);
+    CHECK(localizer.aligner().settings().pose_covariance == PoseCovariance::None);
+    localizer.set_map(c.target);
+    localizer.set_initial_pose(pose_to_matrix(c.guess));
+    const LocalizationResult out = localizer.localize_preprocessed(c.source, 0.0);
+    INFO(to_string(mode) << ": NVTL " << out.alignment.nvtl);
+    REQUIRE(out.valid);
+    CHECK(out.alignment.covariance_mode == mode);
+    CHECK(out.covariance == out.alignment.covariance);
+    if (mode == PoseCovariance::Laplace) {
+      CHECK(relative_gap(out.covariance, (-out.alignment.hessian).inverse()) < 1e-9);
+    } else if (mode == PoseCovariance::None) {
+      CHECK(out.covariance.isZero(0.0));
+    } else {
+      CHECK(out.alignment.covariance_xy(0, 0) > 0.0);
+    }
+  }
+}

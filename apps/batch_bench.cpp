@@ -166,7 +166,6 @@ struct Row {
   std::string skipped;    // why the row did not run ("" when it ran)
   std::vector<double> ms;  // wall time of each timed batch
   double gpu_ms = 0.0;     // device time of the last timed batch (CUDA)
-  bool gpu_summed = false;  // gpu_ms is the sum of per-result figures (see batch_gpu_ms)
   long long iterations = 0;  // summed over the hypotheses of the last timed batch
   int converged = 0;         // hypotheses of the last timed batch that converged
 
@@ -184,18 +183,6 @@ struct Row {
   // Device time per hypothesis-iteration (us), CUDA rows.
   double gpu_us_per_iteration() const { return iterations ? 1e3 * gpu_ms / static_cast<double>(iterations) : 0.0; }
 };
-
-// Device time of one batch. The library reports the batch's device time in every result
-// of the batch (the same number); results that carry different numbers were timed one
-// alignment at a time, and the batch's device time is then their sum.
-double batch_gpu_ms(const std::vector<AlignResult>& results, bool& summed) {
-  summed = false;
-  for (const auto& r : results) summed = summed || r.timings.gpu_ms != results.front().timings.gpu_ms;
-  if (!summed) return results.front().timings.gpu_ms;
-  double sum = 0.0;
-  for (const auto& r : results) sum += r.timings.gpu_ms;
-  return sum;
-}
 
 // Runs `run` options.warmup times untimed, then times it: as many times as
 // options.row_budget_ms allows at the last warm-up's pace, within [min(3, max), max] where
@@ -232,7 +219,8 @@ Row batch_row(Aligner& aligner, const char* backend, const PointCloud& source, c
     row.iterations += r.iterations;
     row.converged += r.converged ? 1 : 0;
   }
-  if (std::string(backend) == "cuda") row.gpu_ms = batch_gpu_ms(results, row.gpu_summed);
+  // A batch reports its device time in every result (the same number).
+  row.gpu_ms = results.front().timings.gpu_ms;
   return row;
 }
 
@@ -266,7 +254,6 @@ nlohmann::json row_json(const Row& row) {
   if (row.backend == "cuda") {
     j["gpu_ms"] = row.gpu_ms;
     j["gpu_us_per_hypothesis_iteration"] = row.gpu_us_per_iteration();
-    j["gpu_ms_summed_over_results"] = row.gpu_summed;
   }
   return j;
 }
@@ -369,9 +356,7 @@ int run_batch_bench(const BatchBenchOptions& o) {
         std::cout << fmt::format("{:<8} {:>5} {:>4} {:>10.3f} {:>10.3f} {:>10.1f} {:>9.2f} {:>6.3f} {:>13.2f} {:>13} {:>8}\n",
                                  row.backend, row.k, row.ms.size(), row.median(), row.min(), row.aligns_per_s(),
                                  row.mean_iterations(), row.converged_fraction(), row.wall_us_per_iteration(),
-                                 row.backend == "cuda" ? fmt::format("{:.2f}{}", row.gpu_us_per_iteration(),
-                                                                     row.gpu_summed ? "+" : "")
-                                                       : "-",
+                                 row.backend == "cuda" ? fmt::format("{:.2f}", row.gpu_us_per_iteration()) : "-",
                                  ratio ? fmt::format("{:.1f}x", cpu_row->median() / row.median()) : "-");
       }
       std::cout << std::flush;
@@ -387,7 +372,6 @@ int run_batch_bench(const BatchBenchOptions& o) {
                       {"resolution", w.settings.resolution},
                       {"reference_xyzrpy", {w.reference(0), w.reference(1), w.reference(2), w.reference(3),
                                             w.reference(4), w.reference(5)}}};
-    bool any_summed = false;
     for (const int k : o.ks) {
       // The CPU row first, so that the CUDA row can show the ratio.
       Row cpu_row;
@@ -407,16 +391,11 @@ int run_batch_bench(const BatchBenchOptions& o) {
           cuda_row.k = k;
           cuda_row.skipped = std::string("failed: ") + e.what();
         }
-        any_summed = any_summed || cuda_row.gpu_summed;
         print_row(cuda_row, &cpu_row);
         wj["rows"].push_back(row_json(cuda_row));
       }
       print_row(cpu_row, nullptr);
       wj["rows"].push_back(row_json(cpu_row));
-    }
-    if (text && any_summed) {
-      std::cout << "(+: the results of the batch carried different device times, so each was timed alone; the batch's "
-                   "is their sum)\n";
     }
 
     // One alignment run to the iteration cap: epsilon 0 never stops Autoware's rule (a

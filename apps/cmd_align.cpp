@@ -279,7 +279,9 @@ int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
   in.context.map_ms = ms_since(t0);
 
   BatchOptions batch;
-  batch.trace = json;  // only the JSON prints the per-iteration traces
+  // Traces for the JSON, which prints them, and for --best, whose text prints the
+  // oscillation count the library derives from them.
+  batch.trace = json || o.best;
   t0 = std::chrono::steady_clock::now();
   const std::vector<AlignResult> results = aligner.align_batch(in.source, guesses, batch);
   const double batch_ms = ms_since(t0);

@@ -304,7 +304,13 @@ std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const st
                                               const BatchOptions& options) {
   NDTCU_NVTX_RANGE("align batch");
   check_guesses(guesses, "align_batch");
-  return std::move(run_batch({&source}, {&guesses}, options.trace).front());
+  std::vector<AlignResult> out = std::move(run_batch({&source}, {&guesses}, options.trace).front());
+  // Each hypothesis's pose covariance, when asked for (its own batch of offsets each).
+  const PoseCovariance mode = impl_->settings.pose_covariance;
+  if (mode != PoseCovariance::None) {
+    for (AlignResult& r : out) attach_pose_covariance(*this, source, r, mode);
+  }
+  return out;
 }
 
 std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Eigen::Matrix4d>& guesses,
@@ -338,7 +344,14 @@ std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<Poi
     source_list.push_back(&sources[b]);
     guess_lists.push_back(&guesses[b]);
   }
-  return run_batch(source_list, guess_lists, options.trace);
+  std::vector<std::vector<AlignResult>> out = run_batch(source_list, guess_lists, options.trace);
+  const PoseCovariance mode = impl_->settings.pose_covariance;
+  if (mode != PoseCovariance::None) {
+    for (std::size_t b = 0; b < out.size(); ++b) {
+      for (AlignResult& r : out[b]) attach_pose_covariance(*this, sources[b], r, mode);
+    }
+  }
+  return out;
 }
 
 }  // namespace ndtcu

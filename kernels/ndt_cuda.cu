@@ -107,10 +107,22 @@ int lanes_for(int n, int multiprocessors) {
   return lanes;
 }
 
+// Blocks of the derivative kernel per SM. Its per-thread state (31 double sums, the point's
+// Jacobian and point Hessian) takes 212 registers unbounded: one 256-thread block per SM.
+// Bounded to two blocks (128 registers, 440 bytes spilled), measured on an H100 (KITTI 0<-1
+// at 5k points, BENCHMARK.md): batches of 200-1024 hypotheses take 17% less time per
+// hypothesis-iteration (5.6 -> 4.7 us), while a single alignment takes 8% more (the spills
+// lengthen its one wave). So batches run the bounded instance and a batch of one the
+// unbounded one; both come from the same PTX, so their arithmetic, and bits, are the same
+// (the batch tests compare them bit for bit).
+constexpr int kSingleBlocksPerSm = 1;
+constexpr int kBatchBlocksPerSm = 2;
+
 /// The derivative kernel: block (b, slot) evaluates blocks b of running hypothesis
 /// active[slot] at its pose frame (`single`: the host's frame for hypothesis 0 instead),
 /// LANES threads per point sharing its cells, and stores the block's partial sum.
-__global__ void __launch_bounds__(kBlock) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
+template <int BLOCKS_PER_SM>
+__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
   const int slot = blockIdx.y;
   if (slot >= *a.active_count) return;
   const int h = a.active[slot];
@@ -443,7 +455,11 @@ struct CudaBackend::Impl {
       NDTCU_CUDA_CHECK(
           cudaStreamBeginCaptureToGraph(capture_stream, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
       const BatchArgs a = args(with_trace);
-      derivative_kernel<<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
+      if (slots > 1) {
+        derivative_kernel<kBatchBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
+      } else {
+        derivative_kernel<kSingleBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
+      }
       cudaError_t launched = cudaGetLastError();
       if (launched == cudaSuccess) {
         step_kernel<<<slots, kBlock, 0, capture_stream>>>(a, handle);
@@ -627,7 +643,7 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian,
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.eval_frame.data(), m.pinned_frame.data(), sizeof(math::PoseFrame),
                                    cudaMemcpyHostToDevice, m.stream));
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  derivative_kernel<<<dim3(blocks, 1), kBlock, 0, m.stream>>>(a, m.eval_frame.data());
+  derivative_kernel<kSingleBlocksPerSm><<<dim3(blocks, 1), kBlock, 0, m.stream>>>(a, m.eval_frame.data());
   NDTCU_CUDA_CHECK_LAUNCH();
   reduce_kernel<<<1, kBlock, 0, m.stream>>>(a);
   NDTCU_CUDA_CHECK_LAUNCH();

@@ -98,12 +98,17 @@ template <typename T>
 NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const PoseTerms<T>& pt,
                                            const float* tp, const PointJacobian<T>& J, const PointHessian<T>& H,
                                            bool with_hessian, int first, int stride, double* sums, T& best) {
+  // The voxels first, then their pairs: the threads of a warp find their voxels at
+  // different cells, so pair arithmetic inside the walk runs for one thread at a time;
+  // in a loop of its own the warp runs it together. The pairs are added in the walk's
+  // order either way.
+  std::int32_t found[kMaxNeighbours];
   int pairs = 0;
-  walk_neighbours(g, search, tp, first, stride, [&](std::int32_t v) {
-    const T s = accumulate_voxel(g, v, tp, J, H, pt, with_hessian, sums);
+  walk_neighbours(g, search, tp, first, stride, [&](std::int32_t v) { found[pairs++] = v; });
+  for (int k = 0; k < pairs; ++k) {
+    const T s = accumulate_voxel(g, found[k], tp, J, H, pt, with_hessian, sums);
     if (s > best) best = s;
-    ++pairs;
-  });
+  }
   return pairs;
 }
 

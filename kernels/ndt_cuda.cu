@@ -112,9 +112,17 @@ int lanes_for(int n, int multiprocessors) {
 // Bounded to two blocks (128 registers, 440 bytes spilled), measured on an H100 (KITTI 0<-1
 // at 5k points, BENCHMARK.md): batches of 200-1024 hypotheses take 17% less time per
 // hypothesis-iteration (5.6 -> 4.7 us), while a single alignment takes 8% more (the spills
-// lengthen its one wave). So batches run the bounded instance and a batch of one the
-// unbounded one; both come from the same PTX, so their arithmetic, and bits, are the same
-// (the batch tests compare them bit for bit).
+// lengthen its one wave); three or four blocks (85 or 64 registers) spill so much that
+// batches take 3 and 7 times longer. So batches run the two-block instance and a batch of
+// one the unbounded one; both come from the same PTX, so their arithmetic, and bits, are
+// the same (the batch tests compare them bit for bit).
+//
+// Also measured and not kept (H100, batches of 200 and 1024): a block-wide pair list (the
+// voxels each thread finds compacted into shared memory, then the pairs dealt evenly over
+// the block with the point derivatives recomputed per pair, so that no thread idles on a
+// point with fewer voxels) took 16% (KITTI 5k), 31% (hdl32) and 16% (BALM) more time per
+// hypothesis-iteration: the block scan, the extra barrier and the recomputed derivatives
+// cost more than the idle lanes they save.
 constexpr int kSingleBlocksPerSm = 1;
 constexpr int kBatchBlocksPerSm = 2;
 

@@ -93,9 +93,6 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
   cmd->add_option("--threads", o.threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--gpu-derivatives", o.gpu_derivatives,
-                  "CUDA: point derivatives fused into the kernel, or precomputed into buffers")
-      ->check(CLI::IsMember({"fused", "precomputed"}));
   cmd->add_option("--gpu-loop", o.gpu_loop,
                   "CUDA, fixed step: Newton loop in one device graph, or one host round trip per iteration")
       ->check(CLI::IsMember({"device", "host"}));
@@ -115,7 +112,6 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"pose_covariance", to_string(s.pose_covariance)},
           {"threads", s.threads},
           {"backend", to_string(s.backend)},
-          {"gpu_derivatives", to_string(s.gpu_derivatives)},
           {"gpu_loop", to_string(s.gpu_loop)}};
 }
 
@@ -133,7 +129,6 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.newton_direction) s.newton_direction = newton_direction_from_string(*o.newton_direction);
   if (o.pose_covariance) s.pose_covariance = pose_covariance_from_string(*o.pose_covariance);
   if (o.backend) s.backend = backend_from_string(*o.backend);
-  if (o.gpu_derivatives) s.gpu_derivatives = gpu_derivatives_from_string(*o.gpu_derivatives);
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
   return s;
 }

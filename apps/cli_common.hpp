@@ -27,13 +27,13 @@ struct NdtOptions {
   std::string preset = "autoware";
   std::optional<double> resolution, step_size, epsilon;
   std::optional<int> max_iterations, threads;
-  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_derivatives, gpu_loop,
-      newton_direction, pose_covariance;
+  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_loop, newton_direction,
+      pose_covariance;
 };
 
 /// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,
 /// --max-iterations, --convergence, --newton-direction, --covariance, --pose-covariance,
-/// --threads, --backend, --gpu-derivatives, --gpu-loop.
+/// --threads, --backend, --gpu-loop.
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
 /// JSON of the NDT settings in use (with the preset they started from).

@@ -1,6 +1,8 @@
-// `ndtcu align TARGET SOURCE`: one NDT alignment on files, as a table or one JSON object.
+// `ndtcu align TARGET SOURCE`: one NDT alignment on files, as a table or one JSON object;
+// with --guesses, one alignment per hypothesis of a guess file, run as one batch.
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "guess_file.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
@@ -22,10 +24,20 @@ namespace ndtcu::cli {
 namespace {
 
 struct AlignOptions {
-  std::string target, source, output, init_matrix;
+  std::string target, source, output, init_matrix, guesses;
   std::vector<double> init;
   double target_voxel = 0.0, source_voxel = 0.0;
+  bool best = false;  // --guesses: print only the best hypothesis
   NdtOptions ndt;
+};
+
+// What a printed result says besides the AlignResult itself: the inputs, the settings and
+// the time spent before the alignment.
+struct AlignContext {
+  std::string target, source, preset;
+  AlignSettings settings;
+  std::size_t source_points_read = 0, target_points = 0, target_points_read = 0;
+  double map_ms = 0.0, load_ms = 0.0;
 };
 
 // A 4x4 (16 numbers) or 3x4 (12 numbers, KITTI pose line) row-major matrix.
@@ -57,6 +69,246 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One alignment's JSON object: what `ndtcu --json align` prints, and each entry of the
+// `results` list with --guesses.
+nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
+  nlohmann::json j;
+  std::vector<double> t;
+  for (int row = 0; row < 4; ++row)
+    for (int col = 0; col < 4; ++col) t.push_back(r.transform(row, col));
+  j["transform"] = t;
+  j["xyzrpy"] = {r.pose(0), r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5)};
+  j["converged"] = r.converged;
+  j["reason"] = to_string(r.reason);
+  j["iterations"] = r.iterations;
+  j["score"] = r.score;
+  j["tp"] = r.tp;
+  j["nvtl"] = r.nvtl;
+  j["correspondences"] = r.correspondences;
+  j["matched_points"] = r.matched_points;
+  j["source_points"] = r.source_points;
+  j["source_points_read"] = c.source_points_read;
+  j["target_points"] = c.target_points;
+  j["target_points_read"] = c.target_points_read;
+  j["target_voxels"] = r.target_voxels;
+  j["oscillation_count"] = r.oscillation_count;
+  j["backend"] = r.backend;
+  j["time_ms"] = r.timings.total_ms;
+  j["per_iteration_ms"] = r.timings.per_iteration_ms;
+  j["evaluations"] = r.timings.evaluations;
+  if (r.backend == "cuda") {
+    j["gpu"] = {{"gpu_ms", r.timings.gpu_ms},
+                {"upload_ms", r.timings.upload_ms},
+                {"bytes_up", r.timings.bytes_up},
+                {"bytes_down", r.timings.bytes_down},
+                {"setup_bytes_up", r.timings.setup_bytes_up},
+                {"newton_loop", wants_device_loop(c.settings) ? to_string(c.settings.gpu_loop) : "host"}};
+  }
+  j["map_build_ms"] = c.map_ms;
+  j["load_ms"] = c.load_ms;
+  j["settings"] = ndt_settings_json(c.preset, c.settings);
+  auto& trace = j["trace"] = nlohmann::json::array();
+  for (const auto& it : r.trace) {
+    trace.push_back({{"xyzrpy", {it.pose(0), it.pose(1), it.pose(2), it.pose(3), it.pose(4), it.pose(5)}},
+                     {"score", it.score},
+                     {"step", it.step_length}});
+  }
+  if (r.covariance_mode != PoseCovariance::None) {
+    // Row-major, [x y z roll pitch yaw] (m, rad); zeros when covariance_valid is false.
+    std::vector<double> cov, cxy;
+    for (int row = 0; row < 6; ++row)
+      for (int col = 0; col < 6; ++col) cov.push_back(r.covariance(row, col));
+    for (int row = 0; row < 2; ++row)
+      for (int col = 0; col < 2; ++col) cxy.push_back(r.covariance_xy(row, col));
+    j["covariance_mode"] = to_string(r.covariance_mode);
+    j["covariance_valid"] = r.covariance_valid;
+    j["covariance"] = cov;
+    j["covariance_xy"] = cxy;
+    j["covariance_ms"] = r.timings.covariance_ms;
+  }
+  return j;
+}
+
+// The first lines of the text output: which clouds, how many points and voxels, which
+// settings.
+std::string inputs_text(const AlignContext& c, std::size_t source_points, std::size_t target_voxels) {
+  const AlignSettings& s = c.settings;
+  std::string out = fmt::format("{} -> {}\n", c.source, c.target);
+  out += fmt::format("  points      source {} (of {} read), target {} (of {} read), {} voxels\n", source_points,
+                     c.source_points_read, c.target_points, c.target_points_read, target_voxels);
+  out += fmt::format("  settings    preset {}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
+                     c.preset, s.resolution, to_string(s.search), to_string(s.line_search), s.step_size, s.epsilon,
+                     to_string(s.covariance));
+  return out;
+}
+
+// One alignment as text: what `ndtcu align` prints.
+std::string result_text(const AlignResult& r, const AlignContext& c) {
+  std::string out = inputs_text(c, r.source_points, r.target_voxels);
+  out += fmt::format("  result      {} after {} iterations ({})\n", r.converged ? "converged" : "not converged",
+                     r.iterations, to_string(r.reason));
+  out += fmt::format("  pose        x {:.4f}  y {:.4f}  z {:.4f}  roll {:.5f}  pitch {:.5f}  yaw {:.5f}\n", r.pose(0),
+                     r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5));
+  out += fmt::format("  fitness     score {:.3f}, TP {:.4f}, NVTL {:.4f}, {} correspondences, oscillation {}\n",
+                     r.score, r.tp, r.nvtl, r.correspondences, r.oscillation_count);
+  out += fmt::format("  time        align {:.2f} ms ({:.2f} ms/iteration, {} evaluations, backend {}), map {:.1f} ms, "
+                     "load {:.1f} ms\n",
+                     r.timings.total_ms, r.timings.per_iteration_ms, r.timings.evaluations, r.backend, c.map_ms,
+                     c.load_ms);
+  if (r.backend == "cuda") {
+    out += fmt::format("  gpu         {:.3f} ms kernels ({:.1f} us/evaluation), upload {:.3f} ms, {} B up and {} B down "
+                       "per evaluation\n",
+                       r.timings.gpu_ms, r.timings.evaluations ? 1e3 * r.timings.gpu_ms / r.timings.evaluations : 0.0,
+                       r.timings.upload_ms, r.timings.evaluations ? r.timings.bytes_up / r.timings.evaluations : 0,
+                       r.timings.evaluations ? r.timings.bytes_down / r.timings.evaluations : 0);
+  }
+  if (r.covariance_mode != PoseCovariance::None) {
+    if (r.covariance_valid) {
+      const auto sd = [&r](int i) { return std::sqrt(std::max(0.0, r.covariance(i, i))); };
+      constexpr double kDeg = 180.0 / 3.14159265358979323846;
+      out += fmt::format("  covariance  {} ({:.2f} ms): sigma x {:.4f} m, y {:.4f} m, z {:.4f} m, roll {:.4f} deg, "
+                         "pitch {:.4f} deg, yaw {:.4f} deg\n",
+                         to_string(r.covariance_mode), r.timings.covariance_ms, sd(0), sd(1), sd(2), sd(3) * kDeg,
+                         sd(4) * kDeg, sd(5) * kDeg);
+      for (int row = 0; row < 6; ++row) {
+        out += "   ";
+        for (int col = 0; col < 6; ++col) out += fmt::format(" {:13.6e}", r.covariance(row, col));
+        out += "\n";
+      }
+      out += fmt::format("  cov x-y     {:13.6e} {:13.6e} / {:13.6e} {:13.6e} (m^2, as Autoware's estimator)\n",
+                         r.covariance_xy(0, 0), r.covariance_xy(0, 1), r.covariance_xy(1, 0), r.covariance_xy(1, 1));
+    } else {
+      out += fmt::format("  covariance  {}: not available (laplace: -H is not positive definite at this pose; "
+                         "multi-ndt: not finite)\n",
+                         to_string(r.covariance_mode));
+    }
+  }
+  out += "  transform\n";
+  for (int row = 0; row < 4; ++row) {
+    out += fmt::format("    {:12.8f} {:12.8f} {:12.8f} {:12.6f}\n", r.transform(row, 0), r.transform(row, 1),
+                       r.transform(row, 2), r.transform(row, 3));
+  }
+  return out;
+}
+
+// Writes `source` moved by `transform` into the target's frame, relative to the target's
+// origin (the frame `target_origin` names).
+void write_aligned(const std::string& path, const PointCloud& source, const Eigen::Vector3d& target_origin,
+                   const Eigen::Matrix4d& transform) {
+  PointCloud out;
+  out.origin = target_origin;
+  out.intensity = source.intensity;
+  const Eigen::Matrix3d rot = transform.topLeftCorner<3, 3>();
+  const Eigen::Vector3d shift = transform.topRightCorner<3, 1>() - target_origin;
+  out.points.reserve(source.size());
+  for (std::size_t i = 0; i < source.size(); ++i) out.points.push_back((rot * source.world(i) + shift).cast<float>());
+  write_point_cloud(path, out);
+}
+
+// The clouds of an align command, read and filtered, and what the output says about them
+// (map_ms is filled in once the map is built).
+struct AlignInputs {
+  PointCloud target, source;
+  AlignContext context;
+};
+
+AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  AlignInputs in;
+  in.target = read_point_cloud(o.target);
+  in.source = read_point_cloud(o.source);
+  const std::size_t target_points_read = in.target.size(), source_points_read = in.source.size();
+  if (o.target_voxel > 0) in.target = voxel_downsample(in.target, o.target_voxel);
+  if (o.source_voxel > 0) in.source = voxel_downsample(in.source, o.source_voxel);
+  in.context.target = o.target;
+  in.context.source = o.source;
+  in.context.preset = o.ndt.preset;
+  in.context.settings = s;
+  in.context.source_points_read = source_points_read;
+  in.context.target_points = in.target.size();
+  in.context.target_points_read = target_points_read;
+  in.context.load_ms = ms_since(t0);
+  return in;
+}
+
+// The hypothesis of highest NVTL; ties go to the lowest index, and a NaN NVTL never wins
+// over a number.
+std::size_t best_hypothesis(const std::vector<AlignResult>& results) {
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < results.size(); ++k) {
+    if (results[k].nvtl > results[best].nvtl || (std::isnan(results[best].nvtl) && !std::isnan(results[k].nvtl))) {
+      best = k;
+    }
+  }
+  return best;
+}
+
+// The --guesses table: the inputs, the batch's wall time and one row per hypothesis, the
+// best marked with '*'.
+std::string batch_text(const std::vector<AlignResult>& results, std::size_t best, double batch_ms,
+                       const std::string& guesses_path, const AlignContext& c) {
+  const AlignResult& first = results.front();
+  std::string out = inputs_text(c, first.source_points, first.target_voxels);
+  out += fmt::format("  batch       {} hypotheses from {} in one batch: {:.2f} ms ({:.1f} aligns/s), backend {}, map "
+                     "{:.1f} ms, load {:.1f} ms\n",
+                     results.size(), guesses_path, batch_ms, batch_ms > 0 ? 1e3 * results.size() / batch_ms : 0.0,
+                     first.backend, c.map_ms, c.load_ms);
+  out += fmt::format("  {:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}  {:<9} {:<18} {:>4} {:>10} {:>7} {:>7}\n", "#", "x",
+                     "y", "z", "roll", "pitch", "yaw", "converged", "reason", "iter", "score", "TP", "NVTL");
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const AlignResult& r = results[k];
+    out += fmt::format("  {} {:>4} {:>10.4f} {:>10.4f} {:>9.4f} {:>8.5f} {:>8.5f} {:>8.5f}  {:<9} {:<18} {:>4} {:>10.3f} "
+                       "{:>7.4f} {:>7.4f}\n",
+                       k == best ? '*' : ' ', k, r.pose(0), r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5),
+                       r.converged ? "yes" : "no", to_string(r.reason), r.iterations, r.score, r.tp, r.nvtl);
+  }
+  out += fmt::format("  best        * hypothesis {}: highest NVTL {:.4f} (ties go to the lowest index)\n", best,
+                     results[best].nvtl);
+  return out;
+}
+
+// --guesses: every hypothesis of the file aligned in one align_batch call. Prints the
+// table (or {"results": [...], "best": i, "time_ms": t}), or with --best only the best
+// hypothesis as a single align prints it; --output writes the source moved by the best.
+int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
+  const std::vector<Pose6> guesses = read_guesses(o.guesses);  // a bad file fails before the clouds load
+  AlignInputs in = load_inputs(o, s);
+  Aligner aligner(s);
+  auto t0 = std::chrono::steady_clock::now();
+  aligner.set_target(in.target);
+  in.context.map_ms = ms_since(t0);
+
+  BatchOptions batch;
+  // Traces for the JSON, which prints them, and for --best, whose text prints the
+  // oscillation count the library derives from them.
+  batch.trace = json || o.best;
+  t0 = std::chrono::steady_clock::now();
+  const std::vector<AlignResult> results = aligner.align_batch(in.source, guesses, batch);
+  const double batch_ms = ms_since(t0);
+  const std::size_t best = best_hypothesis(results);
+
+  if (!o.output.empty()) write_aligned(o.output, in.source, in.target.origin, results[best].transform);
+  if (o.best) {
+    if (json) {
+      std::cout << result_json(results[best], in.context).dump(2) << "\n";
+    } else {
+      std::cout << fmt::format("hypothesis {} of {} (highest NVTL), from {}; batch {:.2f} ms\n", best, results.size(),
+                               o.guesses, batch_ms)
+                << result_text(results[best], in.context);
+    }
+  } else if (json) {
+    nlohmann::json j;
+    auto& list = j["results"] = nlohmann::json::array();
+    for (const AlignResult& r : results) list.push_back(result_json(r, in.context));
+    j["best"] = best;
+    j["time_ms"] = batch_ms;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << batch_text(results, best, batch_ms, o.guesses, in.context);
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command add_align(CLI::App& app, const GlobalOptions& global) {
@@ -67,17 +319,28 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   auto* init = cmd->add_option("--init", o->init, "initial guess x,y,z,roll,pitch,yaw (m, rad)")
                    ->delimiter(',')
                    ->expected(6);
-  cmd->add_option("--init-matrix", o->init_matrix, "initial guess as a 4x4 or 3x4 row-major matrix file")
-      ->excludes(init);
+  auto* init_matrix =
+      cmd->add_option("--init-matrix", o->init_matrix, "initial guess as a 4x4 or 3x4 row-major matrix file")
+          ->excludes(init);
   cmd->add_option("--target-voxel", o->target_voxel, "voxel-filter the target first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--source-voxel", o->source_voxel, "voxel-filter the source first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
   add_ndt_options(cmd, o->ndt);
-  cmd->add_option("--output", o->output, "write the source, aligned into the target's frame (.pcd or .bin)");
+  cmd->add_option("--output", o->output,
+                  "write the source, aligned into the target's frame (.pcd or .bin); with --guesses by the best");
+  auto* guesses =
+      cmd->add_option("--guesses", o->guesses,
+                      "align from every guess of FILE as one batch: one per line, x,y,z,roll,pitch,yaw (m, rad) or "
+                      "a TUM line t x y z qx qy qz qw")
+          ->excludes(init)
+          ->excludes(init_matrix);
+  cmd->add_flag("--best", o->best, "with --guesses: print only the hypothesis of highest NVTL, as a single align")
+      ->needs(guesses);
 
   return [o, &global]() {
     AlignSettings s = ndt_settings(o->ndt);
+    if (!o->guesses.empty()) return align_guesses(*o, s, global.json);
 
     Pose6 guess = Pose6::Zero();
     if (!o->init.empty()) {
@@ -86,141 +349,18 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       guess = matrix_to_pose(read_matrix(o->init_matrix));
     }
 
-    auto t0 = std::chrono::steady_clock::now();
-    PointCloud target = read_point_cloud(o->target);
-    PointCloud source = read_point_cloud(o->source);
-    const std::size_t target_points_read = target.size(), source_points_read = source.size();
-    if (o->target_voxel > 0) target = voxel_downsample(target, o->target_voxel);
-    if (o->source_voxel > 0) source = voxel_downsample(source, o->source_voxel);
-    const double load_ms = ms_since(t0);
-
+    AlignInputs in = load_inputs(*o, s);
     Aligner aligner(s);
-    t0 = std::chrono::steady_clock::now();
-    aligner.set_target(target);
-    const double map_ms = ms_since(t0);
-    const AlignResult r = aligner.align_from_pose(source, guess);
+    const auto t0 = std::chrono::steady_clock::now();
+    aligner.set_target(in.target);
+    in.context.map_ms = ms_since(t0);
+    const AlignResult r = aligner.align_from_pose(in.source, guess);
 
-    if (!o->output.empty()) {
-      // Source points in the target's frame, relative to the target's origin.
-      PointCloud out;
-      out.origin = target.origin;
-      out.intensity = source.intensity;
-      const Eigen::Matrix3d rot = r.transform.topLeftCorner<3, 3>();
-      const Eigen::Vector3d shift = r.transform.topRightCorner<3, 1>() - target.origin;
-      out.points.reserve(source.size());
-      for (std::size_t i = 0; i < source.size(); ++i) {
-        out.points.push_back((rot * source.world(i) + shift).cast<float>());
-      }
-      write_point_cloud(o->output, out);
-    }
-
+    if (!o->output.empty()) write_aligned(o->output, in.source, in.target.origin, r.transform);
     if (global.json) {
-      nlohmann::json j;
-      std::vector<double> t;
-      for (int row = 0; row < 4; ++row)
-        for (int c = 0; c < 4; ++c) t.push_back(r.transform(row, c));
-      j["transform"] = t;
-      j["xyzrpy"] = {r.pose(0), r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5)};
-      j["converged"] = r.converged;
-      j["reason"] = to_string(r.reason);
-      j["iterations"] = r.iterations;
-      j["score"] = r.score;
-      j["tp"] = r.tp;
-      j["nvtl"] = r.nvtl;
-      j["correspondences"] = r.correspondences;
-      j["matched_points"] = r.matched_points;
-      j["source_points"] = r.source_points;
-      j["source_points_read"] = source_points_read;
-      j["target_points"] = target.size();
-      j["target_points_read"] = target_points_read;
-      j["target_voxels"] = r.target_voxels;
-      j["oscillation_count"] = r.oscillation_count;
-      j["backend"] = r.backend;
-      j["time_ms"] = r.timings.total_ms;
-      j["per_iteration_ms"] = r.timings.per_iteration_ms;
-      j["evaluations"] = r.timings.evaluations;
-      if (r.covariance_mode != PoseCovariance::None) {
-        // Row-major, [x y z roll pitch yaw] (m, rad); zeros when covariance_valid is false.
-        std::vector<double> c, cxy;
-        for (int row = 0; row < 6; ++row)
-          for (int col = 0; col < 6; ++col) c.push_back(r.covariance(row, col));
-        for (int row = 0; row < 2; ++row)
-          for (int col = 0; col < 2; ++col) cxy.push_back(r.covariance_xy(row, col));
-        j["covariance_mode"] = to_string(r.covariance_mode);
-        j["covariance_valid"] = r.covariance_valid;
-        j["covariance"] = c;
-        j["covariance_xy"] = cxy;
-        j["covariance_ms"] = r.timings.covariance_ms;
-      }
-      if (r.backend == "cuda") {
-        j["gpu"] = {{"gpu_ms", r.timings.gpu_ms},
-                    {"upload_ms", r.timings.upload_ms},
-                    {"bytes_up", r.timings.bytes_up},
-                    {"bytes_down", r.timings.bytes_down},
-                    {"setup_bytes_up", r.timings.setup_bytes_up},
-                    {"derivatives", to_string(s.gpu_derivatives)},
-                    {"newton_loop", wants_device_loop(s) ? to_string(s.gpu_loop) : "host"}};
-      }
-      j["map_build_ms"] = map_ms;
-      j["load_ms"] = load_ms;
-      j["settings"] = ndt_settings_json(o->ndt.preset, s);
-      auto& trace = j["trace"] = nlohmann::json::array();
-      for (const auto& it : r.trace) {
-        trace.push_back({{"xyzrpy", {it.pose(0), it.pose(1), it.pose(2), it.pose(3), it.pose(4), it.pose(5)}},
-                         {"score", it.score},
-                         {"step", it.step_length}});
-      }
-      std::cout << j.dump(2) << "\n";
+      std::cout << result_json(r, in.context).dump(2) << "\n";
     } else {
-      std::string out = fmt::format("{} -> {}\n", o->source, o->target);
-      out += fmt::format("  points      source {} (of {} read), target {} (of {} read), {} voxels\n", r.source_points,
-                         source_points_read, target.size(), target_points_read, r.target_voxels);
-      out += fmt::format("  settings    preset {}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
-                         o->ndt.preset, s.resolution, to_string(s.search), to_string(s.line_search), s.step_size,
-                         s.epsilon, to_string(s.covariance));
-      out += fmt::format("  result      {} after {} iterations ({})\n", r.converged ? "converged" : "not converged",
-                         r.iterations, to_string(r.reason));
-      out += fmt::format("  pose        x {:.4f}  y {:.4f}  z {:.4f}  roll {:.5f}  pitch {:.5f}  yaw {:.5f}\n", r.pose(0),
-                         r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5));
-      out += fmt::format("  fitness     score {:.3f}, TP {:.4f}, NVTL {:.4f}, {} correspondences, oscillation {}\n",
-                         r.score, r.tp, r.nvtl, r.correspondences, r.oscillation_count);
-      out += fmt::format("  time        align {:.2f} ms ({:.2f} ms/iteration, {} evaluations, backend {}), map {:.1f} ms, "
-                         "load {:.1f} ms\n",
-                         r.timings.total_ms, r.timings.per_iteration_ms, r.timings.evaluations, r.backend, map_ms,
-                         load_ms);
-      if (r.backend == "cuda") {
-        out += fmt::format("  gpu         {:.3f} ms kernels ({:.1f} us/evaluation), upload {:.3f} ms, {} B up and {} B down "
-                           "per evaluation\n",
-                           r.timings.gpu_ms, r.timings.evaluations ? 1e3 * r.timings.gpu_ms / r.timings.evaluations : 0.0,
-                           r.timings.upload_ms, r.timings.evaluations ? r.timings.bytes_up / r.timings.evaluations : 0,
-                           r.timings.evaluations ? r.timings.bytes_down / r.timings.evaluations : 0);
-      }
-      if (r.covariance_mode != PoseCovariance::None) {
-        if (r.covariance_valid) {
-          const auto sd = [&r](int i) { return std::sqrt(std::max(0.0, r.covariance(i, i))); };
-          constexpr double kDeg = 180.0 / 3.14159265358979323846;
-          out += fmt::format("  covariance  {} ({:.2f} ms): sigma x {:.4f} m, y {:.4f} m, z {:.4f} m, roll {:.4f} deg, "
-                             "pitch {:.4f} deg, yaw {:.4f} deg\n",
-                             to_string(r.covariance_mode), r.timings.covariance_ms, sd(0), sd(1), sd(2), sd(3) * kDeg,
-                             sd(4) * kDeg, sd(5) * kDeg);
-          for (int row = 0; row < 6; ++row) {
-            out += "   ";
-            for (int col = 0; col < 6; ++col) out += fmt::format(" {:13.6e}", r.covariance(row, col));
-            out += "\n";
-          }
-          out += fmt::format("  cov x-y     {:13.6e} {:13.6e} / {:13.6e} {:13.6e} (m^2, as Autoware's estimator)\n",
-                             r.covariance_xy(0, 0), r.covariance_xy(0, 1), r.covariance_xy(1, 0), r.covariance_xy(1, 1));
-        } else {
-          out += fmt::format("  covariance  {}: not available (laplace: -H is not positive definite at this pose; multi-ndt: not finite)\n",
-                             to_string(r.covariance_mode));
-        }
-      }
-      out += "  transform\n";
-      for (int row = 0; row < 4; ++row) {
-        out += fmt::format("    {:12.8f} {:12.8f} {:12.8f} {:12.6f}\n", r.transform(row, 0), r.transform(row, 1),
-                           r.transform(row, 2), r.transform(row, 3));
-      }
-      std::cout << out;
+      std::cout << result_text(r, in.context);
     }
     return 0;
   };

@@ -1,6 +1,6 @@
 // ndtcu_gpu_bench: per-evaluation cost of the CUDA backend's design choices on one
-// target and source: voxel lookup (hash, dense), derivative variant (fused, precomputed),
-// search (radius, direct7), over source sizes. Median GPU time (events around the
+// target and source: voxel lookup (hash, dense) and search (radius, direct7), over source
+// sizes. Median GPU time (events around the
 // kernels) and median wall time of evaluate() (upload, kernels, read-back, the one sync).
 // Not a test: see BENCHMARK.md.
 #include "cuda/cuda_backend.hpp"
@@ -19,11 +19,10 @@
 #include <iostream>
 
 using namespace ndtcu;
-using detail::DerivativeVariant;
 using detail::VoxelLookup;
 
 int main(int argc, char** argv) {
-  CLI::App app{"ndtcu_gpu_bench " NDTCU_VERSION_STRING ": cost of the CUDA backend's lookup and variant choices",
+  CLI::App app{"ndtcu_gpu_bench " NDTCU_VERSION_STRING ": cost of the CUDA backend's lookup choices",
                "ndtcu_gpu_bench"};
   std::string target, source;
   double target_leaf = 0.2, resolution = 2.0;
@@ -56,7 +55,7 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("target {} ({} points, {} voxels at {} m), source {}, {} evaluations per row, device {}\n",
                            target, tgt.size(), map.size(), resolution, source, evaluations,
                            cuda_devices().front().name);
-  std::cout << fmt::format("{:>8} {:<7} {:<6} {:<12} {:>12} {:>12} {:>10}\n", "points", "search", "lookup", "variant",
+  std::cout << fmt::format("{:>8} {:<7} {:<6} {:>12} {:>12} {:>10}\n", "points", "search", "lookup",
                            "gpu us/eval", "wall us/eval", "pairs/pt");
   detail::CudaBackend backend;
   for (double leaf : source_leaves) {
@@ -65,8 +64,8 @@ int main(int argc, char** argv) {
       for (VoxelLookup lookup : {VoxelLookup::Hash, VoxelLookup::Dense}) {
         backend.set_map(map, lookup, std::size_t(8) << 30);
         backend.set_source(src.points);
-        for (DerivativeVariant variant : {DerivativeVariant::Fused, DerivativeVariant::Precomputed}) {
-          backend.configure(search, 0.55, variant);
+        {
+          backend.configure(search, 0.55);
           math::DerivativeSums sums = backend.evaluate(pose, true);  // warm-up
           std::vector<double> gpu_us, wall_us;
           for (int e = 0; e < evaluations; ++e) {
@@ -78,9 +77,8 @@ int main(int argc, char** argv) {
           }
           std::sort(gpu_us.begin(), gpu_us.end());
           std::sort(wall_us.begin(), wall_us.end());
-          std::cout << fmt::format("{:>8} {:<7} {:<6} {:<12} {:>12.1f} {:>12.1f} {:>10.2f}\n", src.size(),
+          std::cout << fmt::format("{:>8} {:<7} {:<6} {:>12.1f} {:>12.1f} {:>10.2f}\n", src.size(),
                                    to_string(search), lookup == VoxelLookup::Hash ? "hash" : "dense",
-                                   variant == DerivativeVariant::Fused ? "fused" : "precomputed",
                                    gpu_us[gpu_us.size() / 2], wall_us[wall_us.size() / 2],
                                    sums.v[math::kCorrespondences] / std::max(1.0, double(src.size())));
         }

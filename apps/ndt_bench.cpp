@@ -1,9 +1,13 @@
 // ndtcu_bench: times PCL's NDT (when built with PCL), ndtcu's CPU backend and, when a
 // device is present, its CUDA backend on the same pair, in one run: median and min of
 // repeated aligns after a warm-up, iterations, per-iteration cost, GPU time and bytes per
-// evaluation, and the pose's distance from PCL's. Not a test: see BENCHMARK.md.
+// evaluation, and the pose's distance from PCL's. With --batch it times batches of K pose
+// hypotheses instead (batch_bench.cpp). Not a test: see BENCHMARK.md.
+#include "batch_bench.hpp"
+
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/cuda_device.hpp>
+#include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/trajectory.hpp>
@@ -25,6 +29,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -93,7 +98,7 @@ int main(int argc, char** argv) {
   std::string init_from;
   std::size_t init_index = 0;
   int iterations = 35, repeats = 7, warmup = 1;
-  bool json = false;
+  std::string json_file;
   app.add_option("--target", target, "target cloud (default: the hdl32 pair's target)");
   app.add_option("--source", source, "source cloud (default: the hdl32 pair's source)");
   app.add_option("--leaf", leaf, "voxel filter for both clouds (m)");
@@ -110,11 +115,65 @@ int main(int argc, char** argv) {
   app.add_option("--step-size", step, "step size");
   app.add_option("--epsilon", epsilon, "transformation epsilon");
   app.add_option("--max-iterations", iterations, "iterations at most");
-  app.add_option("--repeats", repeats, "timed aligns per row")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed aligns first")->check(CLI::NonNegativeNumber);
-  app.add_flag("--json", json, "one JSON document on stdout");
+  app.add_option("--repeats", repeats, "timed aligns per row (--batch: timed batches per row at most)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed aligns first (--batch: untimed batches per row)")->check(CLI::NonNegativeNumber);
+  auto* json_opt = app.add_option("--json", json_file,
+                                  "JSON: alone, one document on stdout instead of the table; with FILE, written there "
+                                  "besides the table")
+                       ->expected(0, 1);
+  std::string batch_list, workloads, data_dir = data.string();
+  bench::BatchBenchOptions batch;
+  auto* batch_opt = app.add_option("--batch", batch_list,
+                                   "time K pose hypotheses of one scan per align_batch call on the batch workloads "
+                                   "instead of the pair, for each K of the list (alone: 1,8,64,200,1024,4096)")
+                        ->expected(0, 1);
+  app.add_option("--workloads", workloads, "--batch: which workloads (kitti00,balm,hdl32 by default)")
+      ->needs(batch_opt);
+  app.add_option("--data", data_dir, "--batch: the real-data folder (default $NDTCU_DATA_DIR or ../shared/data)")
+      ->needs(batch_opt);
+  app.add_option("--cpu-max-k", batch.cpu_max_k, "--batch: the CPU backend runs batches of at most this many")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(batch_opt);
+  app.add_option("--row-budget-ms", batch.row_budget_ms,
+                 "--batch: timed batches per row as fit this (at least 3, at most --repeats)")
+      ->check(CLI::PositiveNumber)
+      ->needs(batch_opt);
+  app.add_option("--seed", batch.seed, "--batch: seed of the random starts")->needs(batch_opt);
+  app.add_option("--fixed-iterations", batch.fixed_iterations,
+                 "--batch: iterations of the single align run to the cap")
+      ->check(CLI::PositiveNumber)
+      ->needs(batch_opt);
   CLI11_PARSE(app, argc, argv);
   set_log_level(LogLevel::Warn);
+  const bool json = json_opt->count() > 0;
+
+  if (batch_opt->count() > 0) {
+    try {
+      if (!batch_list.empty()) batch.ks = bench::parse_batch_sizes(batch_list);
+      if (!workloads.empty()) {
+        batch.workloads.clear();
+        std::size_t start = 0;
+        for (std::size_t comma; (comma = workloads.find(',', start)) != std::string::npos; start = comma + 1) {
+          batch.workloads.push_back(workloads.substr(start, comma - start));
+        }
+        batch.workloads.push_back(workloads.substr(start));
+        for (const auto& w : batch.workloads) {
+          if (std::find(bench::kBatchWorkloads.begin(), bench::kBatchWorkloads.end(), w) == bench::kBatchWorkloads.end()) {
+            throw Error("--workloads: unknown workload '" + w + "' (use kitti00, balm, hdl32)");
+          }
+        }
+      }
+      batch.data = data_dir;
+      batch.max_repeats = repeats;
+      batch.warmup = warmup;
+      batch.json_path = json_file;
+      batch.json_stdout = json && json_file.empty();
+      return bench::run_batch_bench(batch);
+    } catch (const Error& e) {
+      std::cerr << "ndtcu_bench: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
 
   const PointCloud tgt = prepare(target, target_leaf.value_or(leaf)), src = prepare(source, source_leaf.value_or(leaf));
   Pose6 guess = Pose6::Zero();
@@ -257,8 +316,16 @@ int main(int argc, char** argv) {
                            {"gpu_us_per_evaluation", row.evaluations ? 1e3 * row.gpu_ms / row.evaluations : 0.0},
                            {"bytes_up_per_evaluation", row.bytes_up}, {"bytes_down_per_evaluation", row.bytes_down}});
     }
-    std::cout << j.dump(2) << "\n";
-    return 0;
+    if (json_file.empty()) {
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    std::ofstream out(json_file);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      std::cerr << "ndtcu_bench: error: " << json_file << ": cannot write the JSON\n";
+      return 1;
+    }
   }
   std::cout << fmt::format("target {} ({} points), source {} ({} points), leaf {} m, resolution {} m, step {}, "
                            "epsilon {}, {} repeats after {} warm-up\n",

@@ -1,20 +1,37 @@
-// The CUDA NDT pipeline: device-resident voxel map and source, one fused kernel per
-// Newton evaluation (or a precompute pass plus the derivative kernel), a fixed-order
-// reduction, 64 bytes up and 31 doubles down per evaluation.
+// The CUDA NDT pipeline: a device-resident voxel map and sources, one derivative kernel
+// per Newton evaluation for every running hypothesis of a batch, a fixed-order reduction
+// per hypothesis, and the fixed-step update of kernels/ndt_step.hpp run on the device.
+//
+// Shape of the device loop, and why. A hypothesis's evaluation is spread over many
+// blocks (LANES threads per point, 256 threads per block), and the loop is one
+// conditional CUDA graph whose body is two kernels: the derivative kernel over a 2-D grid
+// (blocks of a hypothesis x running hypotheses) and the step kernel (one block per running
+// hypothesis: its blocks' partial sums in a fixed order, then its step on one thread; the
+// last block compacts the list of running hypotheses and ends the loop when it is empty).
+// A single alignment is a batch of one through the same kernels. The alternative of one
+// thread block per hypothesis running all its iterations with __syncthreads only puts a
+// whole evaluation of a 5k-point scan on one SM: its lookups, which bound the kernel, then
+// run 132 times more serially on an H100, so a batch of one would take about 100 times
+// longer; it pays only where hypotheses outnumber SMs many times over, where the grid of
+// this shape is full anyway.
 #include "cuda_check.cuh"
 #include "device_buffer.cuh"
 #include "fixed_order_reduce.cuh"
-#include "ndt_math.hpp"
+#include "ndt_point.hpp"
+#include "ndt_step.hpp"
 
 #include "../src/cuda/cuda_backend.hpp"
 #include "../src/ndt/dense_voxel_index.hpp"
+#include "../src/ndt/optimizer.hpp"
 #include "../src/log.hpp"
 #include "../src/nvtx.hpp"
 
 #include <ndtcu/cuda_device.hpp>
 
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <limits>
 
 namespace ndtcu::detail {
@@ -22,214 +39,62 @@ namespace {
 
 constexpr int kSums = math::kSumSize;
 
-/// Everything that crosses the bus per evaluation: sin/cos of roll, pitch, yaw (double,
-/// for the rotation and the angular terms), the translation (float, as PCL's float
-/// transform takes it) and flags. Passed as the kernel's by-value parameter.
-struct PoseUpload {
-  double sincos[6];    ///< cos roll, sin roll, cos pitch, sin pitch, cos yaw, sin yaw
-  float translation[3];
-  std::uint32_t flags;  ///< kSmallRoll | kSmallPitch | kSmallYaw | kWithHessian
-};
-static_assert(sizeof(PoseUpload) == 64, "the per-evaluation upload is 64 bytes");
-constexpr std::uint32_t kSmallRoll = 1u, kSmallPitch = 2u, kSmallYaw = 4u, kWithHessian = 8u;
+// Threads per source point (1 to 8). One evaluation is bounded by the latency of the
+// lookups (up to 27 dependent load chains per point), not by arithmetic. When the source
+// is small next to the GPU, several threads share a point's cells, which shortens each
+// thread's chain and puts more warps in flight; when the source alone fills the GPU, one
+// thread per point avoids recomputing the point's derivatives in every lane. lanes_for()
+// picks it from the source's point count and the device, never from the batch size, so a
+// hypothesis's summation order, and its bits, do not depend on K.
+constexpr int kMaxLanes = 8;
+// 256 threads per block: the 31-double per-thread sums stay in registers within the
+// 255-register limit.
+constexpr int kBlock = 256;
+constexpr int kWarpsPerBlock = kBlock / 32;
 
-/// The pose terms of a host-driven evaluation: the kernel's by-value parameter.
-struct PoseByValue {
-  PoseUpload p;
-  __device__ const PoseUpload& get() const { return p; }
-};
-/// The pose terms of the device-resident loop: written by the step kernel, read in place.
-struct PoseInMemory {
-  const PoseUpload* p;
-  __device__ const PoseUpload& get() const { return *p; }
+/// A source of the batch: where its points start in the concatenated buffers, how many,
+/// and its launch shape (threads per point, blocks).
+struct DeviceSource {
+  int offset;
+  int n;
+  int lanes;
+  int blocks;
 };
 
-/// The upload for `pose` (x y z roll pitch yaw, map-relative): PCL's small-angle rule for
-/// the angular terms (the transform keeps the true values), the translation as float.
-__host__ __device__ inline PoseUpload make_upload(const double pose[6], bool with_hessian) {
-  PoseUpload up{};
-  for (int a = 0; a < 3; ++a) {
-    const double angle = pose[3 + a];
-    up.sincos[2 * a] = cos(angle);
-    up.sincos[2 * a + 1] = sin(angle);
-    if (fabs(angle) < 10e-5) up.flags |= (1u << a);
-  }
-  for (int a = 0; a < 3; ++a) up.translation[a] = static_cast<float>(pose[a]);
-  if (with_hessian) up.flags |= kWithHessian;
-  return up;
-}
+/// One hypothesis on the device: its loop state and the pose frame of its next evaluation
+/// (written by the host for the first, by the step kernel after).
+struct DeviceHyp {
+  math::StepState state;
+  math::PoseFrame frame;
+  int source;
+};
 
-/// Per-map and per-source constants, in device memory (uploaded once, not per evaluation).
+/// Per-map and per-source constants, in device memory (uploaded when they change).
 struct DeviceConfig {
   math::VoxelGridView grid;
   const float* x;
   const float* y;
   const float* z;
-  int n;
+  const DeviceSource* sources;
   math::Search search;
   double d1, d2;
-  double* jacobian;  ///< [8][n] precomputed variant: the non-constant Jacobian entries
-  double* hessian;   ///< [15][n] precomputed variant: the point-Hessian entries
 };
 
-// Threads per source point (LANES, 1 to 8). One evaluation is bounded by the latency of
-// the lookups (up to 27 dependent load chains per point), not by arithmetic. When the
-// source is small next to the GPU, several threads share a point's cells, which shortens
-// each thread's chain and puts more warps in flight; when the source alone fills the GPU,
-// one thread per point avoids recomputing the point's derivatives in every lane. The
-// backend picks LANES from the point count and the device (lanes_for()). LANES divides a
-// warp, so a point's threads combine their best term and counts with shuffles.
-constexpr int kMaxLanes = 8;
-// 256 threads per block: the 31-double per-thread sums stay in registers within the
-// 255-register limit (one block per SM, 8 warps).
-constexpr int kBlock = 256;
-
-/// Combines a point's lanes: the best score term (max) and the pair count (sum) over the
-/// LANES consecutive lanes, then adds the point's NVTL term and match counts once, on
-/// its first lane. Every lane of the warp calls it.
-template <int LANES>
-__device__ void finish_point(bool valid, int lane, double best, int pairs, Vec<kSums>& sums) {
-  static_assert(32 % LANES == 0, "a point's threads stay within one warp");
-#pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset >>= 1) {
-    best = fmax(best, __shfl_xor_sync(0xffffffffu, best, offset));
-    pairs += __shfl_xor_sync(0xffffffffu, pairs, offset);
-  }
-  if (valid && lane == 0 && pairs > 0) {
-    sums.v[math::kNvtlSum] += best;
-    sums.v[math::kCorrespondences] += static_cast<double>(pairs);
-    sums.v[math::kPointsMatched] += 1.0;
-  }
-}
-
-/// The per-evaluation constants, built once per block in shared memory: the float
-/// transform from the uploaded sin/cos, and the angular terms with the small-angle rule.
-__device__ void build_pose_terms(const PoseUpload& p, double d1, double d2, math::PoseTerms<double>& t) {
-  const double cx = p.sincos[0], sx = p.sincos[1], cy = p.sincos[2], sy = p.sincos[3], cz = p.sincos[4],
-               sz = p.sincos[5];
-  // R = Rx(roll) Ry(pitch) Rz(yaw), rounded to float once per entry.
-  const double r[9] = {cy * cz,           -cy * sz,           sy,
-                       cx * sz + sx * sy * cz, cx * cz - sx * sy * sz, -sx * cy,
-                       sx * sz - cx * sy * cz, sx * cz + cx * sy * sz, cx * cy};
-  for (int row = 0; row < 3; ++row) {
-    for (int c = 0; c < 3; ++c) t.m[4 * row + c] = static_cast<float>(r[3 * row + c]);
-    t.m[4 * row + 3] = p.translation[row];
-  }
-  t.angular = math::angular_terms_sincos<double>((p.flags & kSmallRoll) ? 1.0 : cx, (p.flags & kSmallRoll) ? 0.0 : sx,
-                                                 (p.flags & kSmallPitch) ? 1.0 : cy, (p.flags & kSmallPitch) ? 0.0 : sy,
-                                                 (p.flags & kSmallYaw) ? 1.0 : cz, (p.flags & kSmallYaw) ? 0.0 : sz);
-  t.d1 = d1;
-  t.d2 = d2;
-}
-
-/// The body both derivative kernels share: per-block pose terms, LANES threads per point,
-/// the point's share of cells, the lane combination and the grid reduction. `point`
-/// yields the point's Jacobian and point Hessian (computed, or read from buffers).
-template <int LANES, typename PointDerivatives>
-__device__ void derivative_sums(const DeviceConfig* __restrict__ cfg, const PoseUpload& pose,
-                                ReduceScratch<kSums> scratch, PointDerivatives point) {
-  __shared__ math::PoseTerms<double> terms;
-  const DeviceConfig c = *cfg;
-  if (threadIdx.x == 0) build_pose_terms(pose, c.d1, c.d2, terms);
-  __syncthreads();
-  Vec<kSums> sums = Vec<kSums>::zero();
-  const int t = blockIdx.x * kBlock + threadIdx.x;
-  const int i = t / LANES, lane = t % LANES;
-  const bool valid = i < c.n;
-  const bool with_hessian = (pose.flags & kWithHessian) != 0;
-  double best = 0.0;
-  int pairs = 0;
-  if (valid) {
-    const float x = c.x[i], y = c.y[i], z = c.z[i];
-    float tp[3];
-    math::transform_point(terms.m, x, y, z, tp);
-    math::PointJacobian<double> J{};
-    math::PointHessian<double> H{};
-    point(c, terms, i, x, y, z, with_hessian, J, H);
-    pairs = math::accumulate_point_cells(c.grid, c.search, terms, tp, J, H, with_hessian, lane, LANES, sums.v, best);
-  }
-  finish_point<LANES>(valid, lane, best, pairs, sums);
-  reduce_grid_fixed_order<kSums, kBlock>(sums, scratch);
-}
-
-/// Fused variant's point derivatives: computed in registers by each lane.
-struct ComputedDerivatives {
-  __device__ void operator()(const DeviceConfig&, const math::PoseTerms<double>& terms, int, float x, float y,
-                             float z, bool with_hessian, math::PointJacobian<double>& J,
-                             math::PointHessian<double>& H) const {
-    J = math::point_jacobian(terms.angular, double(x), double(y), double(z));
-    if (with_hessian) H = math::point_hessian(terms.angular, double(x), double(y), double(z));
-  }
+/// What the kernels of one batch share: pointers into the backend's buffers, fixed while a
+/// graph built on them lives.
+struct BatchArgs {
+  const DeviceConfig* cfg;
+  DeviceHyp* hyps;              ///< [K]
+  int* active;                  ///< running hypotheses, compacted in hypothesis order
+  int* active_count;            ///< how many
+  int* running;                 ///< [K] per slot: still running after the step
+  Vec<kSums>* partials;         ///< [K][max_blocks] one partial sum per block
+  Vec<kSums>* sums;             ///< [K] each hypothesis's sums at its current pose
+  math::StepTrace* trace;       ///< [K][max_iterations], or null
+  unsigned* ticket;             ///< the step kernel's last-block counter (zero between launches)
+  int max_blocks;               ///< partials per hypothesis
+  const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
 };
-
-/// Precomputed variant's point derivatives: read from the buffers derivatives_kernel wrote.
-struct BufferedDerivatives {
-  __device__ void operator()(const DeviceConfig& c, const math::PoseTerms<double>&, int i, float, float, float,
-                             bool with_hessian, math::PointJacobian<double>& J, math::PointHessian<double>& H) const {
-    J.col[0][0] = J.col[1][1] = J.col[2][2] = 1.0;
-    double* jslots[8] = {&J.col[3][1], &J.col[3][2], &J.col[4][0], &J.col[4][1],
-                         &J.col[4][2], &J.col[5][0], &J.col[5][1], &J.col[5][2]};
-#pragma unroll
-    for (int k = 0; k < 8; ++k) *jslots[k] = c.jacobian[k * c.n + i];
-    if (with_hessian) {
-      double* hslots[15] = {&H.a[1], &H.a[2], &H.b[1], &H.b[2], &H.c[1], &H.c[2], &H.d[0], &H.d[1],
-                            &H.d[2], &H.e[0], &H.e[1], &H.e[2], &H.f[0], &H.f[1], &H.f[2]};
-#pragma unroll
-      for (int k = 0; k < 15; ++k) *hslots[k] = c.hessian[k * c.n + i];
-    }
-  }
-};
-
-/// Fused variant: one kernel per evaluation.
-template <int LANES, typename Pose>
-__global__ void __launch_bounds__(kBlock) fused_kernel(const DeviceConfig* __restrict__ cfg, Pose pose,
-                                                       ReduceScratch<kSums> scratch) {
-  derivative_sums<LANES>(cfg, pose.get(), scratch, ComputedDerivatives{});
-}
-
-/// Precomputed variant, pass 1: each point's Jacobian (8 entries) and point Hessian (15)
-/// into the preallocated buffers.
-template <typename Pose>
-__global__ void __launch_bounds__(kBlock) derivatives_kernel(const DeviceConfig* __restrict__ cfg, Pose pose_source) {
-  __shared__ math::PoseTerms<double> terms;
-  const DeviceConfig c = *cfg;
-  const PoseUpload& pose = pose_source.get();
-  if (threadIdx.x == 0) build_pose_terms(pose, c.d1, c.d2, terms);
-  __syncthreads();
-  const int i = blockIdx.x * kBlock + threadIdx.x;
-  if (i >= c.n) return;
-  const double x = c.x[i], y = c.y[i], z = c.z[i];
-  const math::PointJacobian<double> J = math::point_jacobian(terms.angular, x, y, z);
-  const double jv[8] = {J.col[3][1], J.col[3][2], J.col[4][0], J.col[4][1], J.col[4][2], J.col[5][0], J.col[5][1],
-                        J.col[5][2]};
-  for (int k = 0; k < 8; ++k) c.jacobian[k * c.n + i] = jv[k];
-  if (pose.flags & kWithHessian) {
-    const math::PointHessian<double> H = math::point_hessian(terms.angular, x, y, z);
-    const double hv[15] = {H.a[1], H.a[2], H.b[1], H.b[2], H.c[1], H.c[2], H.d[0], H.d[1],
-                           H.d[2], H.e[0], H.e[1], H.e[2], H.f[0], H.f[1], H.f[2]};
-    for (int k = 0; k < 15; ++k) c.hessian[k * c.n + i] = hv[k];
-  }
-}
-
-/// Precomputed variant, pass 2: the derivative sums from the buffers of pass 1.
-template <int LANES, typename Pose>
-__global__ void __launch_bounds__(kBlock) buffered_kernel(const DeviceConfig* __restrict__ cfg, Pose pose,
-                                                          ReduceScratch<kSums> scratch) {
-  derivative_sums<LANES>(cfg, pose.get(), scratch, BufferedDerivatives{});
-}
-
-math::Search to_device_search(SearchMethod m) { return to_math(m); }
-
-/// Calls f with std::integral_constant<int, lanes> for lanes 1, 2, 4 or 8.
-template <typename F>
-void launch_lanes(int lanes, F&& f) {
-  switch (lanes) {
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    default: f(std::integral_constant<int, 1>{}); break;
-  }
-}
 
 /// Threads per point for n points: as many as keep n * lanes within the threads the
 /// device holds at once (one 256-thread block per SM at this register use), a power of
@@ -242,184 +107,179 @@ int lanes_for(int n, int multiprocessors) {
   return lanes;
 }
 
-// ---- The device-resident fixed-step Newton loop (GpuNewtonLoop::Device) ----
+// Blocks of the derivative kernel per SM. Its per-thread state (31 double sums, the point's
+// Jacobian and point Hessian) takes 212 registers unbounded: one 256-thread block per SM.
+// Bounded to two blocks (128 registers, 440 bytes spilled), measured on an H100 (KITTI 0<-1
+// at 5k points, BENCHMARK.md): batches of 200-1024 hypotheses take 17% less time per
+// hypothesis-iteration (5.6 -> 4.7 us), while a single alignment takes 8% more (the spills
+// lengthen its one wave). So batches run the bounded instance and a batch of one the
+// unbounded one; both come from the same PTX, so their arithmetic, and bits, are the same
+// (the batch tests compare them bit for bit).
+constexpr int kSingleBlocksPerSm = 1;
+constexpr int kBatchBlocksPerSm = 2;
 
-/// StopReason as the step kernel writes it.
-enum LoopReason : int { kConverged = 0, kMaxIterations = 1, kNoCorrespondence = 2, kSingularHessian = 3 };
+/// The derivative kernel: block (b, slot) evaluates blocks b of running hypothesis
+/// active[slot] at its pose frame (`single`: the host's frame for hypothesis 0 instead),
+/// LANES threads per point sharing its cells, and stores the block's partial sum.
+template <int BLOCKS_PER_SM>
+__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
+  const int slot = blockIdx.y;
+  if (slot >= *a.active_count) return;
+  const int h = a.active[slot];
+  const DeviceConfig& c = *a.cfg;
+  const DeviceSource src = c.sources[a.hyps[h].source];
+  if (static_cast<int>(blockIdx.x) >= src.blocks) return;
+  __shared__ math::PoseTerms<double> terms;
+  __shared__ unsigned flags;
+  if (threadIdx.x == 0) {
+    const math::PoseFrame& f = single ? *single : a.hyps[h].frame;
+    math::pose_terms(f, c.d1, c.d2, terms);
+    flags = f.flags;
+  }
+  __syncthreads();
+  const bool with_hessian = (flags & math::kWithHessian) != 0;
+  const int lanes = src.lanes;
+  const int t = blockIdx.x * kBlock + threadIdx.x;
+  const int i = t / lanes, lane = t % lanes;
+  const bool valid = i < src.n;
+  Vec<kSums> sums = Vec<kSums>::zero();
+  double best = 0.0;
+  int pairs = 0;
+  if (valid) {
+    const float x = c.x[src.offset + i], y = c.y[src.offset + i], z = c.z[src.offset + i];
+    float tp[3];
+    math::transform_point(terms.m, x, y, z, tp);
+    const math::PointJacobian<double> J = math::point_jacobian(terms.angular, double(x), double(y), double(z));
+    math::PointHessian<double> H{};
+    if (with_hessian) H = math::point_hessian(terms.angular, double(x), double(y), double(z));
+    pairs = math::accumulate_point_cells(c.grid, c.search, terms, tp, J, H, with_hessian, lane, lanes, sums.v, best);
+  }
+  // The point's lanes (consecutive, within one warp): best term (max) and pair count
+  // (sum), then the point's NVTL term and counts once, on its first lane.
+  for (int offset = lanes / 2; offset > 0; offset >>= 1) {
+    best = fmax(best, __shfl_xor_sync(0xffffffffu, best, offset));
+    pairs += __shfl_xor_sync(0xffffffffu, pairs, offset);
+  }
+  if (valid && lane == 0 && pairs > 0) {
+    sums.v[math::kNvtlSum] += best;
+    sums.v[math::kCorrespondences] += static_cast<double>(pairs);
+    sums.v[math::kPointsMatched] += 1.0;
+  }
+  using BlockReduce = cub::BlockReduce<Vec<kSums>, kBlock, cub::BLOCK_REDUCE_WARP_REDUCTIONS>;
+  __shared__ typename BlockReduce::TempStorage storage;
+  const Vec<kSums> block_sum = BlockReduce(storage).Sum(sums);
+  if (threadIdx.x == 0) a.partials[static_cast<std::size_t>(h) * a.max_blocks + blockIdx.x] = block_sum;
+}
 
-/// One iteration of the trace: the pose after the step, the score there, the step length.
-struct TraceEntry {
-  double pose[6];
-  double score;
-  double step;
+/// Hypothesis h's sums from its `blocks` partials, by a whole block in a fixed order:
+/// thread t adds component t % 32 of blocks t / 32, t / 32 + 8, ... in order (a warp reads
+/// whole partials, and every load is independent of the others), then thread c adds the 8
+/// groups of component c in a fixed tree. The order depends on the block count alone.
+__device__ void reduce_partials(const Vec<kSums>* partials, int blocks, double* out) {
+  static_assert(kSums <= 32 && kBlock == 256, "one component per lane, 8 groups");
+  __shared__ double group[kWarpsPerBlock][32];
+  const int c = threadIdx.x % 32, g = threadIdx.x / 32;
+  double s = 0.0;
+  if (c < kSums) {
+    for (int b = g; b < blocks; b += kWarpsPerBlock) s += partials[b].v[c];
+  }
+  group[g][c] = s;
+  __syncthreads();
+  if (threadIdx.x < kSums) {
+    const double* v = &group[0][threadIdx.x];
+    out[threadIdx.x] = ((v[0] + v[32]) + (v[64] + v[96])) + ((v[128] + v[160]) + (v[192] + v[224]));
+  }
+  __syncthreads();
+}
+
+/// The host-driven evaluation's reduction: hypothesis 0's partials into sums[0].
+__global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a) {
+  const DeviceSource src = a.cfg->sources[a.hyps[0].source];
+  reduce_partials(a.partials, src.blocks, a.sums[0].v);
+}
+
+/// The step kernel: block b takes running slot b: the fixed-order sum of its
+/// hypothesis's partials, then (thread 0) the shared fixed step and, when it goes on, the
+/// pose frame of its next evaluation. The last block to finish compacts the running
+/// slots, in slot order, and ends the loop when none is left.
+__global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop) {
+  const int count = *a.active_count;
+  const int slot = blockIdx.x;
+  if (slot < count) {
+    const int h = a.active[slot];
+    DeviceHyp& hyp = a.hyps[h];
+    const DeviceSource src = a.cfg->sources[hyp.source];
+    double* sums = a.sums[h].v;
+    reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, sums);
+    if (threadIdx.x == 0) {
+      const math::StepRules rules = *a.rules;
+      math::StepTrace* trace = a.trace ? a.trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
+      const bool more = math::fixed_step(sums, rules, hyp.state, trace,
+                                         [](const double* v, double* dp) { return math::lu_direction(v, dp); });
+      if (more) hyp.frame = math::pose_frame(hyp.state.pose, true);
+      a.running[slot] = more ? 1 : 0;
+    }
+  }
+  // The last block to finish compacts the running slots and decides whether to go on.
+  __shared__ bool is_last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    is_last = atomicAdd(a.ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // In place: a slot moves only down (to the number of running slots before it), and a
+  // chunk is read whole before any of it is written.
+  using BlockScan = cub::BlockScan<int, kBlock>;
+  __shared__ typename BlockScan::TempStorage scan;
+  __shared__ int base;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int start = 0; start < count; start += kBlock) {
+    const int s = start + threadIdx.x;
+    const int keep = s < count ? static_cast<volatile int*>(a.running)[s] : 0;
+    const int h = s < count ? static_cast<volatile int*>(a.active)[s] : 0;
+    int at = 0, total = 0;
+    BlockScan(scan).ExclusiveSum(keep, at, total);
+    __syncthreads();
+    if (keep) a.active[base + at] = h;
+    __syncthreads();
+    if (threadIdx.x == 0) base += total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *a.active_count = base;
+    *a.ticket = 0u;
+    cudaGraphSetConditional(loop, base > 0 ? 1u : 0u);
+  }
+}
+
+/// Grows `buffer` to hold `n` (with headroom); true when it was reallocated (graphs built
+/// on its old address are then stale).
+template <typename T>
+bool grow(DeviceBuffer<T>& buffer, std::size_t n) {
+  const T* before = buffer.data();
+  buffer.resize_with_headroom(n);
+  return buffer.data() != before;
+}
+
+/// A captured loop graph for a grid of `blocks` x `slots` and the buffers of `generation`.
+struct LoopGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  int blocks = 0, slots = 0;
+  bool trace = false;
+  std::uint64_t generation = 0;
+  std::uint64_t last_used = 0;
 };
 
-/// Everything the loop keeps between its kernels, in device memory. The host writes it once
-/// per alignment (64 + 128 bytes up) and reads it back once at the end.
-struct LoopState {
-  PoseUpload up;            ///< the pose terms the next evaluation uses
-  double pose[6];           ///< the current pose
-  double step_min, step_max, epsilon;
-  TraceEntry* trace;        ///< max_iterations entries
-  int max_iterations;
-  int pcl_convergence;      ///< 1: PCL's stopping rule, 0: Autoware's
-  int iterations;
-  int evaluations;
-  int reason;               ///< LoopReason once the loop has stopped
-  double last_step;         ///< the last step's length
-  double last_delta[3];     ///< the last step's translation (PCL's rule)
-};
-
-/// Solves H x = b (6x6, row-major in `a`) by LU with partial pivoting, in place. False when
-/// a pivot is not above 6 * machine epsilon * the largest |entry| (or is not a number): the
-/// matrix is numerically singular, the case the host loop's SVD rank test reports.
-__device__ bool solve6(double a[36], double b[6], double x[6]) {
-  double largest = 0.0;
-  for (int k = 0; k < 36; ++k) largest = fmax(largest, fabs(a[k]));
-  const double tiny = 6.0 * 2.220446049250313e-16 * largest;
-  for (int k = 0; k < 6; ++k) {
-    int p = k;
-    for (int r = k + 1; r < 6; ++r) {
-      if (fabs(a[6 * r + k]) > fabs(a[6 * p + k])) p = r;
-    }
-    if (!(fabs(a[6 * p + k]) > tiny)) return false;
-    if (p != k) {
-      for (int c = 0; c < 6; ++c) {
-        const double t = a[6 * k + c];
-        a[6 * k + c] = a[6 * p + c];
-        a[6 * p + c] = t;
-      }
-      const double t = b[k];
-      b[k] = b[p];
-      b[p] = t;
-    }
-    for (int r = k + 1; r < 6; ++r) {
-      const double f = a[6 * r + k] / a[6 * k + k];
-      for (int c = k + 1; c < 6; ++c) a[6 * r + c] -= f * a[6 * k + c];
-      b[r] -= f * b[k];
-    }
-  }
-  for (int k = 5; k >= 0; --k) {
-    double s = b[k];
-    for (int c = k + 1; c < 6; ++c) s -= a[6 * k + c] * x[c];
-    x[k] = s / a[6 * k + k];
-  }
-  return true;
-}
-
-/// Records the iteration a step just completed (its evaluation's `score`) and applies the
-/// stopping rules in optimize()'s order; true when the loop stops.
-__device__ bool finish_iteration(LoopState& s, double score) {
-  TraceEntry& e = s.trace[s.iterations - 1];
-  bool finite = true;
-  for (int k = 0; k < 6; ++k) {
-    e.pose[k] = s.pose[k];
-    finite = finite && isfinite(s.pose[k]);
-  }
-  e.score = score;
-  e.step = fabs(s.last_step);
-  if (!finite) {
-    s.reason = kSingularHessian;
-    return true;
-  }
-  bool small_step;
-  if (s.pcl_convergence) {
-    // PCL: the step's translation as float, its squared norm against epsilon itself.
-    const float t0 = static_cast<float>(s.last_delta[0]), t1 = static_cast<float>(s.last_delta[1]),
-                t2 = static_cast<float>(s.last_delta[2]);
-    small_step = s.epsilon > 0 && static_cast<double>(t0 * t0 + t1 * t1 + t2 * t2) <= s.epsilon;
-  } else {
-    small_step = fabs(s.last_step) < s.epsilon;  // Autoware: the step length
-  }
-  if (small_step) {
-    s.reason = kConverged;
-    return true;
-  }
-  if (s.iterations >= s.max_iterations) {
-    s.reason = kMaxIterations;
-    return true;
-  }
-  return false;
-}
-
-/// One thread: after each evaluation, finishes the previous step, then solves the Newton
-/// system, takes the clamped step and writes the next evaluation's pose terms, or ends the
-/// loop (sets its condition to 0). optimize()'s fixed step, rule by rule.
-__global__ void newton_step_kernel(LoopState* __restrict__ state, const Vec<kSums>* __restrict__ result,
-                                   cudaGraphConditionalHandle loop) {
-  LoopState& s = *state;
-  const double* v = result->v;
-  s.evaluations += 1;
-  // After the first evaluation, every evaluation is at the pose the last step reached
-  // (a zero step is finished below, without one).
-  if (s.iterations > 0) {
-    if (finish_iteration(s, v[math::kScore])) {
-      cudaGraphSetConditional(loop, 0);
-      return;
-    }
-  }
-  for (;;) {
-    if (v[math::kPointsMatched] == 0.0) {
-      s.reason = kNoCorrespondence;
-      cudaGraphSetConditional(loop, 0);
-      return;
-    }
-    double h[36], g[6], x[6];
-    for (int i = 0; i < 6; ++i) {
-      g[i] = -v[math::kGradient + i];
-      for (int j = 0; j < 6; ++j) h[6 * i + j] = v[math::kHessian + math::upper_index(i < j ? i : j, i < j ? j : i)];
-    }
-    if (!solve6(h, g, x)) {
-      s.reason = kSingularHessian;
-      cudaGraphSetConditional(loop, 0);
-      return;
-    }
-    double norm = 0.0;
-    for (int i = 0; i < 6; ++i) norm += x[i] * x[i];
-    norm = sqrt(norm);
-    if (norm == 0.0 || isnan(norm)) {
-      s.reason = norm == 0.0 ? kConverged : kSingularHessian;
-      cudaGraphSetConditional(loop, 0);
-      return;
-    }
-    double dir[6], d_phi_0 = 0.0;
-    for (int i = 0; i < 6; ++i) {
-      dir[i] = x[i] / norm;
-      d_phi_0 -= v[math::kGradient + i] * dir[i];
-    }
-    double step;
-    if (d_phi_0 == 0.0) {
-      step = 0.0;  // not a descent direction, and no better one: no step, no evaluation
-    } else {
-      if (d_phi_0 >= 0) {
-        for (int i = 0; i < 6; ++i) dir[i] = -dir[i];
-      }
-      step = fmax(fmin(norm, s.step_max), s.step_min);
-    }
-    for (int i = 0; i < 6; ++i) s.pose[i] += dir[i] * step;
-    for (int i = 0; i < 3; ++i) s.last_delta[i] = dir[i] * step;
-    s.last_step = step;
-    s.iterations += 1;
-    if (step == 0.0) {
-      // The host loop records this iteration with the unchanged score and solves again.
-      if (finish_iteration(s, v[math::kScore])) {
-        cudaGraphSetConditional(loop, 0);
-        return;
-      }
-      continue;
-    }
-    s.up = make_upload(s.pose, true);
-    return;  // the condition stays 1: the loop evaluates at the new pose
-  }
-}
-
-StopReason to_stop_reason(int r) {
-  switch (r) {
-    case kConverged: return StopReason::Converged;
-    case kNoCorrespondence: return StopReason::NoCorrespondence;
-    case kSingularHessian: return StopReason::SingularHessian;
-    default: return StopReason::MaxIterations;
-  }
+void destroy(LoopGraph& g) noexcept {
+  if (g.exec) cudaGraphExecDestroy(g.exec);
+  if (g.graph) cudaGraphDestroy(g.graph);
+  g.exec = nullptr;
+  g.graph = nullptr;
 }
 
 }  // namespace
@@ -438,138 +298,187 @@ struct CudaBackend::Impl {
   VoxelLookup lookup = VoxelLookup::Hash;
   double resolution = 0.0;
   bool has_map = false;
-  // Source.
+  // Sources, concatenated.
   DeviceBuffer<float> x, y, z;
-  DeviceBuffer<double> jacobian, hessian;
+  DeviceBuffer<DeviceSource> source_table;
+  std::vector<DeviceSource> sources;
   std::vector<float> staging;
-  int n = 0;
-  int lanes = 1;            // threads per point for the current source (lanes_for)
   int multiprocessors = 1;  // of the current device
   int driver_version = 0;   // cudaDriverGetVersion: conditional graph nodes need 12040
-  // Per evaluation.
+  // Configuration.
   DeviceBuffer<DeviceConfig> config;
-  DeviceBuffer<Vec<kSums>> partials, result;
-  DeviceBuffer<unsigned> ticket;
-  PinnedBuffer<Vec<kSums>> pinned_result;
-  cudaEvent_t start = nullptr, stop = nullptr;
   SearchMethod search = SearchMethod::Radius;
   double outlier_ratio = 0.55;
-  DerivativeVariant variant = DerivativeVariant::Fused;
   bool config_dirty = true;
+  // Hypotheses: state, running list, partials, sums, trace.
+  DeviceBuffer<DeviceHyp> hyps;
+  DeviceBuffer<int> active, running, active_count;
+  DeviceBuffer<Vec<kSums>> partials, sums;
+  DeviceBuffer<math::StepTrace> trace;
+  DeviceBuffer<unsigned> ticket;
+  DeviceBuffer<math::StepRules> rules;
+  DeviceBuffer<math::PoseFrame> eval_frame;
+  PinnedBuffer<DeviceHyp> pinned_hyps;
+  PinnedBuffer<Vec<kSums>> pinned_sums;
+  PinnedBuffer<math::StepTrace> pinned_trace;
+  PinnedBuffer<math::PoseFrame> pinned_frame;
+  PinnedBuffer<int> pinned_active;
+  PinnedBuffer<math::StepRules> pinned_rules;
+  int partial_blocks = 0;            // partials per hypothesis the buffers hold
+  int eval_source = -1;              // the source hyps[0] names for evaluate()
+  std::uint64_t generation = 1;      // bumped whenever a buffer a graph points into moves
+  cudaEvent_t start = nullptr, stop = nullptr;
   CudaTelemetry telemetry;
-  // The device-resident loop: its state, trace, pinned staging and graph. The graph is
-  // built for a grid of `graph_blocks` blocks (with headroom: threads past the source's
-  // point count add zeros, which leave the fixed-order sums bit-identical) and the lanes and
-  // variant it was captured with; a source that needs more blocks, or far fewer, rebuilds it.
-  DeviceBuffer<LoopState> loop_state;
-  DeviceBuffer<TraceEntry> trace;
-  PinnedBuffer<LoopState> pinned_state;
-  PinnedBuffer<TraceEntry> pinned_trace;
+  // Loop graphs, by grid shape: a few are kept, so a localizer's single alignments and
+  // its six-hypothesis covariance batches do not rebuild each other's graph.
+  static constexpr std::size_t kGraphCache = 4;
+  std::vector<LoopGraph> graphs;
+  std::uint64_t graph_clock = 0;
   cudaStream_t capture_stream = nullptr;  // a private stream: the caller's may be the legacy default
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t graph_exec = nullptr;
-  int graph_blocks = 0, graph_lanes = 0;
-  DerivativeVariant graph_variant = DerivativeVariant::Fused;
-  const void* graph_partials = nullptr;
 
   ~Impl() {
-    destroy_graph();
+    for (LoopGraph& g : graphs) destroy(g);
     if (capture_stream) cudaStreamDestroy(capture_stream);
     if (start) cudaEventDestroy(start);
     if (stop) cudaEventDestroy(stop);
   }
 
-  void destroy_graph() noexcept {
-    if (graph_exec) cudaGraphExecDestroy(graph_exec);
-    if (graph) cudaGraphDestroy(graph);
-    graph_exec = nullptr;
-    graph = nullptr;
-  }
-
-  /// The derivative kernels of one evaluation at `pose` on `s`, over `blocks` blocks of
-  /// LANES threads per point (the precomputed variant adds its per-point pass first).
-  template <typename Pose>
-  void launch_derivatives(Pose pose, int blocks, cudaStream_t s) {
-    ReduceScratch<kSums> scratch{partials.data(), ticket.data(), result.data()};
-    if (variant == DerivativeVariant::Fused) {
-      launch_lanes(lanes, [&](auto lanes_constant) {
-        fused_kernel<decltype(lanes_constant)::value><<<blocks, kBlock, 0, s>>>(config.data(), pose, scratch);
-      });
-      NDTCU_CUDA_CHECK_LAUNCH();
-    } else {
-      const int points = blocks * kBlock / lanes;  // the points the grid covers
-      derivatives_kernel<<<(points + kBlock - 1) / kBlock, kBlock, 0, s>>>(config.data(), pose);
-      NDTCU_CUDA_CHECK_LAUNCH();
-      launch_lanes(lanes, [&](auto lanes_constant) {
-        buffered_kernel<decltype(lanes_constant)::value><<<blocks, kBlock, 0, s>>>(config.data(), pose, scratch);
-      });
-      NDTCU_CUDA_CHECK_LAUNCH();
-    }
-  }
-
-  /// Builds (or keeps) the loop graph for the current source: a conditional WHILE node whose
-  /// body is the derivative kernels reading the pose terms from the loop state, then the
-  /// step kernel, which ends the loop.
-  void ensure_graph() {
-    const int needed = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(n) * lanes + kBlock - 1) / kBlock));
-    if (graph_exec && graph_lanes == lanes && graph_variant == variant && needed <= graph_blocks &&
-        needed * 2 >= graph_blocks && graph_partials == partials.data()) {
-      return;
-    }
-    destroy_graph();
-    const int blocks = needed + needed / 4 + 1;  // headroom for scans a little larger
-    if (partials.size() < static_cast<std::size_t>(blocks)) partials.resize_discard(blocks);
-    if (!capture_stream) NDTCU_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
-    NDTCU_CUDA_CHECK(cudaGraphCreate(&graph, 0));
-    cudaGraphConditionalHandle handle = 0;
-    NDTCU_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 1, cudaGraphCondAssignDefault));
-    cudaGraphNodeParams params{};
-    params.type = cudaGraphNodeTypeConditional;
-    params.conditional.handle = handle;
-    params.conditional.type = cudaGraphCondTypeWhile;
-    params.conditional.size = 1;
-    cudaGraphNode_t node = nullptr;
-    NDTCU_CUDA_CHECK(cudaGraphAddNode(&node, graph, nullptr, nullptr, 0, &params));
-    cudaGraph_t body = params.conditional.phGraph_out[0];
-    NDTCU_CUDA_CHECK(
-        cudaStreamBeginCaptureToGraph(capture_stream, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
-    try {
-      launch_derivatives(PoseInMemory{&loop_state.data()->up}, blocks, capture_stream);
-      newton_step_kernel<<<1, 1, 0, capture_stream>>>(loop_state.data(), result.data(), handle);
-      NDTCU_CUDA_CHECK_LAUNCH();
-    } catch (...) {
-      cudaGraph_t discarded = nullptr;
-      cudaStreamEndCapture(capture_stream, &discarded);
-      destroy_graph();
-      throw;
-    }
-    cudaGraph_t captured = nullptr;
-    NDTCU_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &captured));
-    NDTCU_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
-    graph_blocks = blocks;
-    graph_lanes = lanes;
-    graph_variant = variant;
-    graph_partials = partials.data();
-    telemetry.graph_builds += 1;
-  }
-
   void upload_config() {
     if (!has_map) throw Error("CudaBackend: no map set");
-    math::GaussConstants g = math::gauss_constants(resolution, outlier_ratio);
+    const math::GaussConstants g = math::gauss_constants(resolution, outlier_ratio);
     DeviceConfig c{};
     c.grid = grid;
     c.x = x.data();
     c.y = y.data();
     c.z = z.data();
-    c.n = n;
-    c.search = to_device_search(search);
+    c.sources = source_table.data();
+    c.search = to_math(search);
     c.d1 = g.d1;
     c.d2 = g.d2;
-    c.jacobian = jacobian.data();
-    c.hessian = hessian.data();
     config.upload(&c, 1, stream);
     telemetry.setup_bytes_up += sizeof(c);
     config_dirty = false;
+  }
+
+  int max_source_blocks() const {
+    int b = 1;
+    for (const DeviceSource& s : sources) b = std::max(b, s.blocks);
+    return b;
+  }
+
+  /// Sizes the per-hypothesis buffers for `k` hypotheses (grow-only, with headroom).
+  void size_for(std::size_t k, bool with_trace, int max_iterations) {
+    const int blocks = max_source_blocks();
+    bool moved = false;
+    try {
+    if (blocks > partial_blocks) {
+      partial_blocks = blocks + blocks / 4 + 1;  // headroom for scans a little larger
+      partials.resize_discard(0);
+      moved = true;
+    }
+    moved |= grow(partials, k * static_cast<std::size_t>(partial_blocks));
+    moved |= grow(hyps, k);
+    moved |= grow(active, k);
+    moved |= grow(running, k);
+    moved |= grow(sums, k);
+    moved |= grow(active_count, 1);
+    moved |= grow(ticket, 1);
+    moved |= grow(rules, 1);
+    if (with_trace) moved |= grow(trace, k * static_cast<std::size_t>(max_iterations));
+    } catch (...) {
+      ++generation;  // a buffer may have been freed: no cached graph may point into it
+      throw;
+    }
+    if (moved) ++generation;
+  }
+
+  BatchArgs args(bool with_trace) {
+    BatchArgs a{};
+    a.cfg = config.data();
+    a.hyps = hyps.data();
+    a.active = active.data();
+    a.active_count = active_count.data();
+    a.running = running.data();
+    a.partials = partials.data();
+    a.sums = sums.data();
+    a.trace = with_trace ? trace.data() : nullptr;
+    a.ticket = ticket.data();
+    a.max_blocks = partial_blocks;
+    a.rules = rules.data();
+    return a;
+  }
+
+  /// The loop graph for `k` hypotheses of the current sources: a grid of `slots` (k
+  /// rounded up to a power of two, so batch sizes nearby share a graph; slots past the
+  /// running count exit at once) by `blocks` (the largest source's blocks with headroom,
+  /// so scans a little larger or smaller share it too; blocks past a source's exit at once).
+  LoopGraph& loop_graph(int k, bool with_trace) {
+    int slots = 1;
+    while (slots < k) slots *= 2;
+    const int needed = max_source_blocks();
+    ++graph_clock;
+    for (LoopGraph& g : graphs) {
+      if (g.exec && g.slots == slots && needed <= g.blocks && needed * 2 >= g.blocks && g.trace == with_trace &&
+          g.generation == generation) {
+        g.last_used = graph_clock;
+        return g;
+      }
+    }
+    LoopGraph* target = nullptr;
+    if (graphs.size() < kGraphCache) {
+      graphs.emplace_back();
+      target = &graphs.back();
+    } else {
+      target = &*std::min_element(graphs.begin(), graphs.end(),
+                                  [](const LoopGraph& l, const LoopGraph& r) { return l.last_used < r.last_used; });
+      destroy(*target);
+    }
+    build_graph(*target, slots, std::min(needed + needed / 4 + 1, partial_blocks), with_trace);
+    target->last_used = graph_clock;
+    return *target;
+  }
+
+  void build_graph(LoopGraph& g, int slots, int blocks, bool with_trace) {
+    if (!capture_stream) NDTCU_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
+    NDTCU_CUDA_CHECK(cudaGraphCreate(&g.graph, 0));
+    try {
+      cudaGraphConditionalHandle handle = 0;
+      NDTCU_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, g.graph, 1, cudaGraphCondAssignDefault));
+      cudaGraphNodeParams params{};
+      params.type = cudaGraphNodeTypeConditional;
+      params.conditional.handle = handle;
+      params.conditional.type = cudaGraphCondTypeWhile;
+      params.conditional.size = 1;
+      cudaGraphNode_t node = nullptr;
+      NDTCU_CUDA_CHECK(cudaGraphAddNode(&node, g.graph, nullptr, nullptr, 0, &params));
+      cudaGraph_t body = params.conditional.phGraph_out[0];
+      NDTCU_CUDA_CHECK(
+          cudaStreamBeginCaptureToGraph(capture_stream, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+      const BatchArgs a = args(with_trace);
+      if (slots > 1) {
+        derivative_kernel<kBatchBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
+      } else {
+        derivative_kernel<kSingleBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
+      }
+      cudaError_t launched = cudaGetLastError();
+      if (launched == cudaSuccess) {
+        step_kernel<<<slots, kBlock, 0, capture_stream>>>(a, handle);
+        launched = cudaGetLastError();
+      }
+      cudaGraph_t captured = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
+      NDTCU_CUDA_CHECK(launched);
+      NDTCU_CUDA_CHECK(ended);
+      NDTCU_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    } catch (...) {
+      destroy(g);
+      throw;
+    }
+    g.slots = slots;
+    g.blocks = blocks;
+    g.trace = with_trace;
+    g.generation = generation;
+    telemetry.graph_builds += 1;
   }
 };
 
@@ -582,12 +491,16 @@ CudaBackend::CudaBackend(CUstream_st* stream) : impl_(std::make_unique<Impl>()) 
   NDTCU_CUDA_CHECK(cudaGetDevice(&device));
   NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&impl_->multiprocessors, cudaDevAttrMultiProcessorCount, device));
   NDTCU_CUDA_CHECK(cudaDriverGetVersion(&impl_->driver_version));
-  impl_->pinned_result.reserve(1);
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->start));
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->stop));
   impl_->config.resize_discard(1);
-  impl_->result.resize_discard(1);
-  impl_->ticket.resize_discard(1);
+  impl_->eval_frame.resize_discard(1);
+  impl_->pinned_frame.reserve(1);
+  impl_->pinned_sums.reserve(1);
+  impl_->pinned_active.reserve(2);
+  impl_->pinned_hyps.reserve(1);
+  impl_->pinned_rules.reserve(1);
+  impl_->size_for(1, false, 1);
   NDTCU_CUDA_CHECK(cudaMemsetAsync(impl_->ticket.data(), 0, sizeof(unsigned), impl_->stream));
 }
 
@@ -653,74 +566,98 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
               m.lookup == VoxelLookup::Dense ? "dense" : "hash", cells);
 }
 
-void CudaBackend::set_source(const std::vector<Eigen::Vector3f>& points) {
+void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) {
   Impl& m = *impl_;
-  if (points.size() > static_cast<std::size_t>(std::numeric_limits<int>::max() / (2 * kMaxLanes))) {
-    throw Error("CUDA backend: " + std::to_string(points.size()) + " source points are more than it indexes");
+  std::size_t total = 0;
+  for (const auto* s : sources) total += s->size();
+  if (total > static_cast<std::size_t>(std::numeric_limits<int>::max() / (2 * kMaxLanes))) {
+    throw Error("CUDA backend: " + std::to_string(total) + " source points are more than it indexes");
   }
-  const std::size_t n = points.size();
   // A scan larger than any before grows the buffers to 1.5 times its size: localizing a
   // sequence whose filtered scans grow a little at a time would otherwise reallocate (a
-  // device-wide synchronization) and rebuild the loop graph on every new maximum.
-  for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_with_headroom(n);
+  // device-wide synchronization) on every new maximum.
+  for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_with_headroom(std::max<std::size_t>(total, 1));
   // Structure of arrays: x, y, z each contiguous, so a warp's loads coalesce.
-  m.staging.resize(3 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    m.staging[i] = points[i].x();
-    m.staging[n + i] = points[i].y();
-    m.staging[2 * n + i] = points[i].z();
+  m.staging.resize(3 * total);
+  m.sources.clear();
+  std::size_t at = 0;
+  for (const auto* s : sources) {
+    DeviceSource d{};
+    d.offset = static_cast<int>(at);
+    d.n = static_cast<int>(s->size());
+    d.lanes = lanes_for(d.n, m.multiprocessors);
+    d.blocks = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) * d.lanes + kBlock - 1) / kBlock));
+    m.sources.push_back(d);
+    for (std::size_t i = 0; i < s->size(); ++i) {
+      m.staging[at + i] = (*s)[i].x();
+      m.staging[total + at + i] = (*s)[i].y();
+      m.staging[2 * total + at + i] = (*s)[i].z();
+    }
+    at += s->size();
   }
-  m.x.upload(m.staging.data(), n, m.stream);
-  m.y.upload(m.staging.data() + n, n, m.stream);
-  m.z.upload(m.staging.data() + 2 * n, n, m.stream);
-  m.n = static_cast<int>(n);
-  m.telemetry.setup_bytes_up += 3 * n * sizeof(float);
-  m.lanes = lanes_for(static_cast<int>(n), m.multiprocessors);
-  const std::size_t blocks = std::max<std::size_t>(1, (n * static_cast<std::size_t>(m.lanes) + kBlock - 1) / kBlock);
-  m.partials.resize_with_headroom(blocks);
-  if (m.variant == DerivativeVariant::Precomputed) {
-    m.jacobian.resize_discard(8 * n);
-    m.hessian.resize_discard(15 * n);
-  }
+  m.x.upload(m.staging.data(), total, m.stream);
+  m.y.upload(m.staging.data() + total, total, m.stream);
+  m.z.upload(m.staging.data() + 2 * total, total, m.stream);
+  m.source_table.upload(m.sources.data(), m.sources.size(), m.stream);
+  m.telemetry.setup_bytes_up += 3 * total * sizeof(float) + m.sources.size() * sizeof(DeviceSource);
+  m.eval_source = -1;
   m.config_dirty = true;
 }
 
-void CudaBackend::configure(SearchMethod search, double outlier_ratio, DerivativeVariant variant) {
+void CudaBackend::configure(SearchMethod search, double outlier_ratio) {
   Impl& m = *impl_;
   m.search = search;
   m.outlier_ratio = outlier_ratio;
-  m.variant = variant;
-  if (variant == DerivativeVariant::Precomputed) {
-    m.jacobian.resize_discard(8 * static_cast<std::size_t>(m.n));
-    m.hessian.resize_discard(15 * static_cast<std::size_t>(m.n));
-  }
   m.config_dirty = true;
 }
 
-math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian) {
+math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian, int source) {
   Impl& m = *impl_;
+  if (source < 0 || static_cast<std::size_t>(source) >= m.sources.size()) {
+    throw Error("CUDA backend: evaluate of source " + std::to_string(source) + " of " + std::to_string(m.sources.size()));
+  }
   if (m.config_dirty) m.upload_config();
   math::DerivativeSums out;
   out.clear();
-  if (m.n == 0) return out;
-
+  if (m.sources[static_cast<std::size_t>(source)].n == 0) return out;
+  m.size_for(1, false, 1);
+  if (m.eval_source != source) {
+    // Hypothesis 0 names the source; the running list is that one hypothesis.
+    DeviceHyp& h = m.pinned_hyps.data()[0];
+    h = DeviceHyp{};
+    h.source = source;
+    m.pinned_active.data()[0] = 0;
+    m.pinned_active.data()[1] = 1;
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.hyps.data(), &h, sizeof(DeviceHyp), cudaMemcpyHostToDevice, m.stream));
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active.data(), m.pinned_active.data(), sizeof(int), cudaMemcpyHostToDevice, m.stream));
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active_count.data(), m.pinned_active.data() + 1, sizeof(int),
+                                     cudaMemcpyHostToDevice, m.stream));
+    NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the pinned staging is reused below
+    m.eval_source = source;
+  }
   const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
-  const PoseUpload up = make_upload(p, with_hessian);
-  const int blocks = static_cast<int>((static_cast<std::int64_t>(m.n) * m.lanes + kBlock - 1) / kBlock);
+  *m.pinned_frame.data() = math::pose_frame(p, with_hessian);
+  const BatchArgs a = m.args(false);
+  const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
   NDTCU_NVTX_RANGE("derivatives");
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.eval_frame.data(), m.pinned_frame.data(), sizeof(math::PoseFrame),
+                                   cudaMemcpyHostToDevice, m.stream));
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  m.launch_derivatives(PoseByValue{up}, blocks, m.stream);
+  derivative_kernel<kSingleBlocksPerSm><<<dim3(blocks, 1), kBlock, 0, m.stream>>>(a, m.eval_frame.data());
+  NDTCU_CUDA_CHECK_LAUNCH();
+  reduce_kernel<<<1, kBlock, 0, m.stream>>>(a);
+  NDTCU_CUDA_CHECK_LAUNCH();
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
-  NDTCU_NVTX_RANGE("reduce");  // the grid reduction's read-back and the one synchronization
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result.data(), m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+  NDTCU_NVTX_RANGE("reduce");  // the read-back and the one synchronization
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
                                    m.stream));
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the one synchronization per evaluation
   float ms = 0.f;
   NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
-  for (int k = 0; k < kSums; ++k) out.v[k] = m.pinned_result.data()->v[k];
+  for (int k = 0; k < kSums; ++k) out.v[k] = m.pinned_sums.data()->v[k];
 
   m.telemetry.evaluations += 1;
-  m.telemetry.bytes_up += sizeof(PoseUpload);
+  m.telemetry.bytes_up += sizeof(math::PoseFrame);
   m.telemetry.bytes_down += sizeof(Vec<kSums>);
   m.telemetry.gpu_ms += ms;
   m.telemetry.device_allocations = device_allocation_count() - m.allocations_at_start;
@@ -729,69 +666,81 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian)
 
 bool CudaBackend::device_loop_supported() const noexcept { return impl_->driver_version >= 12040; }
 
-DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6& initial, const DeviceLoopSettings& settings) {
+std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>& hypotheses,
+                                                          const math::StepRules& rules, bool keep_trace) {
   Impl& m = *impl_;
   if (!device_loop_supported()) throw CudaError("the device-resident Newton loop needs a CUDA 12.4 driver or later");
-  if (settings.max_iterations < 1) throw Error("device loop: max_iterations must be at least 1");
+  if (rules.max_iterations < 1) throw Error("device loop: max_iterations must be at least 1");
   if (m.config_dirty) m.upload_config();
-  DeviceLoopOutput out;
-  out.pose = initial;
-  if (m.n == 0) {  // as the host loop: one (empty) evaluation, no correspondence
-    out.reason = StopReason::NoCorrespondence;
-    out.evaluations = 1;
-    out.final_sums.clear();
-    return out;
+  const std::size_t k = hypotheses.size();
+  std::vector<DeviceLoopOutput> out(k);
+  if (k == 0) return out;
+  for (const DeviceHypothesis& h : hypotheses) {
+    if (h.source < 0 || static_cast<std::size_t>(h.source) >= m.sources.size() ||
+        m.sources[static_cast<std::size_t>(h.source)].n == 0) {
+      throw Error("device loop: hypothesis of source " + std::to_string(h.source) + ", which has no points");
+    }
   }
-  const auto iterations = static_cast<std::size_t>(settings.max_iterations);
-  m.trace.resize_discard(iterations);
-  m.pinned_trace.reserve(iterations);
-  m.pinned_state.reserve(1);
-  m.loop_state.resize_discard(1);
-  m.ensure_graph();
+  const auto iterations = static_cast<std::size_t>(rules.max_iterations);
+  m.size_for(k, keep_trace, rules.max_iterations);
+  m.pinned_hyps.reserve_with_headroom(k);
+  m.pinned_sums.reserve_with_headroom(k);
+  m.pinned_active.reserve_with_headroom(k + 1);
+  if (keep_trace) m.pinned_trace.reserve_with_headroom(k * iterations);
+  LoopGraph& graph = m.loop_graph(static_cast<int>(k), keep_trace);
+  *m.pinned_rules.data() = rules;
+  m.eval_source = -1;  // hyps[0] and the running list are the batch's now
 
-  LoopState& st = *m.pinned_state.data();
-  st = LoopState{};
-  for (int i = 0; i < 6; ++i) st.pose[i] = initial(i);
-  st.up = make_upload(st.pose, true);
-  st.step_min = settings.step_min;
-  st.step_max = settings.step_max;
-  st.epsilon = settings.epsilon;
-  st.trace = m.trace.data();
-  st.max_iterations = settings.max_iterations;
-  st.pcl_convergence = settings.pcl_convergence ? 1 : 0;
-  st.reason = kMaxIterations;
+  for (std::size_t i = 0; i < k; ++i) {
+    const double p[6] = {hypotheses[i].start(0), hypotheses[i].start(1), hypotheses[i].start(2),
+                         hypotheses[i].start(3), hypotheses[i].start(4), hypotheses[i].start(5)};
+    DeviceHyp& h = m.pinned_hyps.data()[i];
+    h.state = math::start_state(p);
+    h.frame = math::pose_frame(p, true);
+    h.source = hypotheses[i].source;
+    m.pinned_active.data()[i] = static_cast<int>(i);
+  }
+  m.pinned_active.data()[k] = static_cast<int>(k);
 
   NDTCU_NVTX_RANGE("device loop");
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.loop_state.data(), &st, sizeof(LoopState), cudaMemcpyHostToDevice, m.stream));
-  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  NDTCU_CUDA_CHECK(cudaGraphLaunch(m.graph_exec, m.stream));
-  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(&st, m.loop_state.data(), sizeof(LoopState), cudaMemcpyDeviceToHost, m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_result.data(), m.result.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.rules.data(), m.pinned_rules.data(), sizeof(math::StepRules),
+                                   cudaMemcpyHostToDevice, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.hyps.data(), m.pinned_hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyHostToDevice,
                                    m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_trace.data(), m.trace.data(), iterations * sizeof(TraceEntry),
-                                   cudaMemcpyDeviceToHost, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active.data(), m.pinned_active.data(), k * sizeof(int), cudaMemcpyHostToDevice,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active_count.data(), m.pinned_active.data() + k, sizeof(int),
+                                   cudaMemcpyHostToDevice, m.stream));
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
+  NDTCU_CUDA_CHECK(cudaGraphLaunch(graph.exec, m.stream));
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_hyps.data(), m.hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyDeviceToHost,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), k * sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+                                   m.stream));
+  if (keep_trace) {
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_trace.data(), m.trace.data(), k * iterations * sizeof(math::StepTrace),
+                                     cudaMemcpyDeviceToHost, m.stream));
+  }
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   float ms = 0.f;
   NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
 
-  for (int i = 0; i < 6; ++i) out.pose(i) = st.pose[i];
-  out.iterations = st.iterations;
-  out.evaluations = st.evaluations;
-  out.reason = to_stop_reason(st.reason);
-  for (int k = 0; k < kSums; ++k) out.final_sums.v[k] = m.pinned_result.data()->v[k];
-  const int recorded = std::min(st.iterations, settings.max_iterations);
-  out.trace.resize(static_cast<std::size_t>(recorded));
-  for (int i = 0; i < recorded; ++i) {
-    const TraceEntry& e = m.pinned_trace.data()[i];
-    for (int k = 0; k < 6; ++k) out.trace[i].pose(k) = e.pose[k];
-    out.trace[i].score = e.score;
-    out.trace[i].step_length = e.step;
+  std::uint64_t evaluations = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    const math::StepState& st = m.pinned_hyps.data()[i].state;
+    DeviceLoopOutput& o = out[i];
+    for (int j = 0; j < 6; ++j) o.pose(j) = st.pose[j];
+    o.iterations = st.iterations;
+    o.evaluations = st.evaluations;
+    o.reason = to_stop_reason(st.reason);
+    for (int j = 0; j < kSums; ++j) o.final_sums.v[j] = m.pinned_sums.data()[i].v[j];
+    if (keep_trace) o.trace = to_trace(m.pinned_trace.data() + i * iterations, std::min(st.iterations, rules.max_iterations));
+    evaluations += static_cast<std::uint64_t>(st.evaluations);
   }
-
-  m.telemetry.evaluations += static_cast<std::uint64_t>(st.evaluations);
-  m.telemetry.bytes_up += sizeof(LoopState);
-  m.telemetry.bytes_down += sizeof(LoopState) + sizeof(Vec<kSums>) + iterations * sizeof(TraceEntry);
+  m.telemetry.evaluations += evaluations;
+  m.telemetry.bytes_up += k * (sizeof(DeviceHyp) + sizeof(int)) + sizeof(int) + sizeof(math::StepRules);
+  m.telemetry.bytes_down += k * (sizeof(DeviceHyp) + sizeof(Vec<kSums>)) + (keep_trace ? k * iterations * sizeof(math::StepTrace) : 0);
   m.telemetry.gpu_ms += ms;
   m.telemetry.device_allocations = device_allocation_count() - m.allocations_at_start;
   return out;

@@ -9,7 +9,7 @@
 /// for bit. The lattice itself (which cells exist, which index width) is computed on the
 /// host only, by detail::voxel_lattice (src/voxel_lattice.hpp).
 
-#include "ndt_math.hpp"  // NDTCU_HD and the unfused *_rn arithmetic
+#include "ndt_hd.hpp"  // NDTCU_HD and the unfused *_rn arithmetic
 
 #include <math.h>
 

@@ -3,7 +3,7 @@
 #   scripts/bench_gpu.sh BIN_DIR DATA_DIR OUT_DIR
 # BIN_DIR holds ndtcu and ndtcu_bench; with RUN set (a device bundle's `run` wrapper) the
 # programs are started as `$RUN NAME ARGS` instead,
-# DATA_DIR is the real-data folder, OUT_DIR receives one JSON and one table per workload.
+# DATA_DIR is the real-data folder, OUT_DIR receives one table per workload (and batch.json).
 set -euo pipefail
 bin=${1:?BIN_DIR}; data=${2:?DATA_DIR}; out=${3:?OUT_DIR}
 run=${RUN:-}
@@ -25,6 +25,8 @@ done
 bench balm_scan0 --target "$data/balm_os0/map_even_frames_0-58_voxel0.1.pcd" --source "$data/balm_os0/scans/000.pcd" \
   --target-leaf 0 --source-leaf 0.5 --resolution 2.0 --step-size 0.5 --epsilon 1e-4 \
   --init-from "$data/balm_os0/poses_tum.txt" --init-index 0 --repeats 11
+# Batched alignment: K pose hypotheses of one scan per align_batch call (kitti00, balm, hdl32).
+bench batch --batch --data "$data" --json "$out/batch.json"
 # A simulator map of 10^7 points with scans of 10^4 and 10^5 points (made here, not shipped).
 sim=${TMPDIR:-/tmp}/ndtcu_sim_scale
 exe ndtcu simulate --scale --frames 2 --out "$sim" --encoding binary > /dev/null

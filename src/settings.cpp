@@ -42,7 +42,6 @@ const char* to_string(ConvergenceRule c) { return c == ConvergenceRule::Pcl ? "p
 const char* to_string(NewtonDirection d) { return d == NewtonDirection::Pcl ? "pcl" : "saddle-free"; }
 const char* to_string(CovarianceMode c) { return c == CovarianceMode::Pcl ? "pcl" : "autoware"; }
 const char* to_string(Backend b) { return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "auto"; }
-const char* to_string(GpuDerivatives d) { return d == GpuDerivatives::Fused ? "fused" : "precomputed"; }
 const char* to_string(GpuNewtonLoop l) { return l == GpuNewtonLoop::Device ? "device" : "host"; }
 const char* to_string(PoseCovariance c) {
   switch (c) {
@@ -102,10 +101,6 @@ CovarianceMode covariance_mode_from_string(const std::string& name) {
 Backend backend_from_string(const std::string& name) {
   const Backend all[] = {Backend::Cpu, Backend::Cuda, Backend::Auto};
   return parse(name, "backend", all);
-}
-GpuDerivatives gpu_derivatives_from_string(const std::string& name) {
-  const GpuDerivatives all[] = {GpuDerivatives::Fused, GpuDerivatives::Precomputed};
-  return parse(name, "GPU derivative variant", all);
 }
 GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
   const GpuNewtonLoop all[] = {GpuNewtonLoop::Device, GpuNewtonLoop::Host};

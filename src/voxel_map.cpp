@@ -2,7 +2,7 @@
 #include <ndtcu/voxel_map.hpp>
 
 #include "log.hpp"
-#include "ndt_math.hpp"
+#include "ndt_neighbours.hpp"
 #include "thread_pool.hpp"
 
 #include <Eigen/Dense>

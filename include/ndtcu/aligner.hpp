@@ -62,6 +62,8 @@ class Aligner {
   const AlignSettings& settings() const noexcept;
   /// The backend align() runs on: "cpu" or "cuda" (Backend::Auto resolved).
   const char* backend() const noexcept;
+  /// The same as a Backend: Cpu or Cuda, never Auto.
+  Backend resolved_backend() const noexcept;
   /// Builds the target voxel map from `target` with voxel_map_options(settings()).
   void set_target(const PointCloud& target);
   /// Uses a map built elsewhere; throws Error when its resolution or covariance mode
@@ -102,6 +104,9 @@ class Aligner {
                                                     const BatchOptions& options = BatchOptions{});
 
  private:
+  std::vector<std::vector<AlignResult>> run_batch(const std::vector<const PointCloud*>& sources,
+                                                  const std::vector<const std::vector<Pose6>*>& guesses,
+                                                  bool keep_trace);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,15 +1,16 @@
 #pragma once
 // The CUDA backend's host-side face (host compiler only; the CUDA state hides behind a
 // pimpl). A CudaBackend owns everything that lives on the device for a sequence of
-// alignments: the voxel map (uploaded once per map), the source points (grow-only
-// buffers, uploaded once per alignment), the per-point derivative buffers of the
-// precomputed variant, the reduction scratch and pinned staging. Each evaluate() uploads
-// 64 bytes of pose terms, runs the kernels on the stream, reads back the 31 reduced sums
-// and synchronizes once.
+// alignments: the voxel map (uploaded once per map), the source points of one or more
+// scans (grow-only buffers, uploaded once per call), each hypothesis's loop state, the
+// reduction scratch and pinned staging. evaluate() uploads one pose frame (104 bytes),
+// runs the kernels, reads back the 31 reduced sums and synchronizes once; run_fixed_step()
+// runs the fixed-step Newton loop of a whole batch of hypotheses on the device.
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
 
 #include "../ndt/evaluator.hpp"
+#include "ndt_step.hpp"
 
 #include <Eigen/Core>
 
@@ -20,16 +21,6 @@
 struct CUstream_st;  // cudaStream_t without the CUDA headers
 
 namespace ndtcu::detail {
-
-/// How the per-point Jacobian and point Hessian reach the derivative kernel. Fused is the
-/// default: measured on an H100 (KITTI 00 0<-1, 1.5k to 125k source points,
-/// ndtcu_gpu_bench, BENCHMARK.md) it costs 5-15 us less GPU time per evaluation than
-/// Precomputed, whose extra launch and 23 doubles per point written and read back cost
-/// more than recomputing them in registers.
-enum class DerivativeVariant {
-  Fused,        ///< computed in registers inside the one per-iteration kernel
-  Precomputed,  ///< written by a first kernel into preallocated per-point buffers, then read
-};
 
 /// How a voxel's lattice cell is found on the device. The radius search makes 27 lookups
 /// per point, each a dependent load chain, so lookup latency sets the kernel's time:
@@ -45,29 +36,26 @@ enum class VoxelLookup {
   Dense,  ///< a dense index over the occupied lattice box
 };
 
-/// The fixed-step Newton loop's rules, as optimize() applies them (GpuNewtonLoop::Device).
-struct DeviceLoopSettings {
-  double step_min = 0.0;        ///< shortest step (epsilon / 2, as PCL and Autoware)
-  double step_max = 0.0;        ///< longest step (the step size)
-  double epsilon = 0.0;         ///< convergence threshold
-  int max_iterations = 0;       ///< Newton iterations at most
-  bool pcl_convergence = false; ///< PCL's stopping rule instead of Autoware's
+/// One hypothesis of a device batch: its start (map-relative) and the source it aligns.
+struct DeviceHypothesis {
+  Pose6 start = Pose6::Zero();
+  int source = 0;  ///< index into the sources of set_sources
 };
 
-/// What the device-resident loop produced (poses map-relative).
+/// What the device-resident loop produced for one hypothesis (poses map-relative).
 struct DeviceLoopOutput {
   Pose6 pose = Pose6::Zero();
   int iterations = 0;
   int evaluations = 0;
   StopReason reason = StopReason::MaxIterations;
   math::DerivativeSums final_sums{};        ///< the evaluation at the final pose
-  std::vector<IterationTrace> trace;        ///< one entry per iteration
+  std::vector<IterationTrace> trace;        ///< one entry per iteration, when asked for
 };
 
 /// What the device did, summed since the last reset.
 struct CudaTelemetry {
   std::uint64_t evaluations = 0;       ///< evaluations (Newton iterations and line-search trials)
-  std::uint64_t graph_builds = 0;      ///< device-loop graphs built (a new source size or variant)
+  std::uint64_t graph_builds = 0;      ///< device-loop graphs built (a new grid shape)
   std::uint64_t bytes_up = 0;          ///< per-evaluation bytes sent to the device
   std::uint64_t bytes_down = 0;        ///< per-evaluation bytes read back
   std::uint64_t setup_bytes_up = 0;    ///< map and scan uploads
@@ -92,23 +80,31 @@ class CudaBackend {
   /// and free) when the device memory is too small; the backend stays usable.
   void set_map(const VoxelMap& map, VoxelLookup lookup = VoxelLookup::Auto,
                std::size_t dense_budget_bytes = std::size_t(256) << 20);
-  /// Uploads the source points (relative to the source origin); buffers only grow.
-  void set_source(const std::vector<Eigen::Vector3f>& points);
-  /// Search, Gaussian constants and variant for the following evaluations.
-  void configure(SearchMethod search, double outlier_ratio, DerivativeVariant variant = DerivativeVariant::Fused);
+  /// Uploads the points of B sources (each relative to its own origin), one after the
+  /// other into grow-only buffers; hypotheses name them by index.
+  void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources);
+  /// One source (set_sources of one).
+  void set_source(const std::vector<Eigen::Vector3f>& points) { set_sources({&points}); }
+  /// Search and Gaussian constants for the following evaluations.
+  void configure(SearchMethod search, double outlier_ratio);
 
-  /// The reduced sums at `pose` (map-relative), exactly as CpuEvaluator reduces them.
-  math::DerivativeSums evaluate(const Pose6& pose, bool with_hessian);
+  /// The reduced sums of source `source` at `pose` (map-relative), by the kernel the loop
+  /// runs.
+  math::DerivativeSums evaluate(const Pose6& pose, bool with_hessian, int source = 0);
 
   /// True when the driver runs conditional graph nodes (CUDA 12.4 and later), which the
   /// device-resident loop needs.
   bool device_loop_supported() const noexcept;
-  /// Runs optimize()'s fixed-step Newton loop from `initial` (map-relative) entirely on the
-  /// device: one graph launch whose conditional loop alternates the derivative kernel and
-  /// a one-thread step kernel (the Newton direction by LU with partial pivoting, the
-  /// step clamp, the convergence rule), then one read-back. Throws CudaError when
-  /// device_loop_supported() is false.
-  DeviceLoopOutput run_fixed_step(const Pose6& initial, const DeviceLoopSettings& settings);
+  /// Runs the fixed-step Newton loop (kernels/ndt_step.hpp) of every hypothesis on the
+  /// device: one graph launch whose conditional loop alternates the derivative kernel
+  /// (all running hypotheses, several blocks each) and the step kernel (one block per
+  /// running hypothesis: the fixed-order reduction of its blocks, then its step), until
+  /// every hypothesis has stopped; then one read-back. A hypothesis's bits do not depend
+  /// on the others or on their number. Traces are read back when `keep_trace`. Throws
+  /// CudaError when device_loop_supported() is false or the device memory is too small
+  /// (the backend stays usable).
+  std::vector<DeviceLoopOutput> run_fixed_step(const std::vector<DeviceHypothesis>& hypotheses,
+                                               const math::StepRules& rules, bool keep_trace);
   /// Which lookup the current map uses.
   VoxelLookup lookup() const noexcept;
   /// Telemetry since construction or the last reset.
@@ -121,17 +117,18 @@ class CudaBackend {
   std::unique_ptr<Impl> impl_;
 };
 
-/// DerivativeEvaluator over a CudaBackend that already holds the map and the source.
+/// DerivativeEvaluator over a CudaBackend that already holds the map and the sources.
 class CudaEvaluator final : public DerivativeEvaluator {
  public:
-  /// `backend` must outlive the evaluator.
-  explicit CudaEvaluator(CudaBackend& backend) : backend_(backend) {}
-  Evaluation evaluate(const Pose6& pose, bool with_hessian) override {
-    return to_evaluation(backend_.evaluate(pose, with_hessian));
+  /// `backend` must outlive the evaluator; evaluations are of source `source`.
+  explicit CudaEvaluator(CudaBackend& backend, int source = 0) : backend_(backend), source_(source) {}
+  math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) override {
+    return backend_.evaluate(pose, with_hessian, source_);
   }
 
  private:
   CudaBackend& backend_;
+  int source_;
 };
 
 /// Total DeviceBuffer allocations in this process (0 without CUDA).

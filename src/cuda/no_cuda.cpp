@@ -29,13 +29,14 @@ struct CudaBackend::Impl {};
 CudaBackend::CudaBackend(CUstream_st*) { throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason()); }
 CudaBackend::~CudaBackend() = default;
 void CudaBackend::set_map(const VoxelMap&, VoxelLookup, std::size_t) {}
-void CudaBackend::set_source(const std::vector<Eigen::Vector3f>&) {}
-void CudaBackend::configure(SearchMethod, double, DerivativeVariant) {}
-math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool) {
+void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>&) {}
+void CudaBackend::configure(SearchMethod, double) {}
+math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool, int) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
 bool CudaBackend::device_loop_supported() const noexcept { return false; }
-DeviceLoopOutput CudaBackend::run_fixed_step(const Pose6&, const DeviceLoopSettings&) {
+std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>&, const math::StepRules&,
+                                                          bool) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
 VoxelLookup CudaBackend::lookup() const noexcept { return VoxelLookup::Hash; }

@@ -175,7 +175,7 @@ struct Localizer::Impl {
   std::unique_ptr<GpuFilterPool> gpu_filters;
 
   Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(without_pose_covariance(s.align), stream) {
-    if (s.gpu_preprocess && std::string(aligner.backend()) == "cuda") gpu_filters = std::make_unique<GpuFilterPool>();
+    if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) gpu_filters = std::make_unique<GpuFilterPool>();
   }
 
   bool accept(const AlignResult& r) const {

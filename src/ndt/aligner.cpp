@@ -3,10 +3,9 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/pose_covariance.hpp>
 
-#include "../cuda/cuda_backend.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
-#include "../thread_pool.hpp"
+#include "align_backend.hpp"
 #include "evaluator.hpp"
 #include "optimizer.hpp"
 
@@ -15,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <mutex>
 #include <string>
 
 namespace ndtcu {
@@ -61,109 +59,11 @@ VoxelMapOptions voxel_map_options(const AlignSettings& s) {
   return o;
 }
 
-namespace {
-
-// The one place a backend is chosen: "cpu" or "cuda".
-const char* resolve_backend(Backend requested) {
-  if (requested == Backend::Cpu) return "cpu";
-  const std::string why = cuda_unavailable_reason();
-  if (requested == Backend::Cuda) {
-    if (!why.empty()) throw CudaError("backend cuda requested, but " + why);
-    return "cuda";
-  }
-  static std::once_flag once;
-  std::call_once(once, [&why] {
-    if (why.empty()) {
-      auto devices = cuda_devices();
-      detail::log().info("backend auto: using CUDA on {}", devices.empty() ? "device 0" : devices.front().name);
-    } else {
-      detail::log().info("backend auto: using the CPU backend ({})", why);
-    }
-  });
-  return why.empty() ? "cuda" : "cpu";
-}
-
-}  // namespace
-
 struct Aligner::Impl {
   AlignSettings settings;
   std::shared_ptr<const VoxelMap> map;
-  std::uint64_t map_generation = 0;  // bumped by set_target: the CUDA copy follows it
-  detail::ThreadPool pool;
-  const char* backend;
-  std::unique_ptr<detail::CudaBackend> cuda;  // device state, kept across aligns
-  std::uint64_t uploaded_generation = 0;
-  // The CPU backend's dense voxel index of the map (empty: the map's hash is used), built
-  // once per set_target when the map's box fits kCpuDenseIndexBudget.
-  detail::DenseVoxelIndex cpu_index;
-  std::uint64_t cpu_index_generation = 0;
-  Impl(const AlignSettings& s, CUstream_st* stream)
-      : settings(s), pool(s.threads),
-        backend(resolve_backend(s.backend)) {
-    if (std::string(backend) == "cuda") cuda = std::make_unique<detail::CudaBackend>(stream);
-  }
-
-  // The evaluator of the backend in use, with the map and the source on it. The CUDA
-  // map is uploaded once per set_target, the source once per call.
-  std::unique_ptr<detail::DerivativeEvaluator> evaluator(const PointCloud& source, AlignTimings& timings) {
-    const VoxelMap& m = *map;
-    if (!cuda) {
-      if (cpu_index_generation != map_generation) {
-        const detail::LatticeBox box = detail::occupied_box(m);
-        cpu_index = box.bytes() <= double(detail::kCpuDenseIndexBudget) ? detail::DenseVoxelIndex::build(m, box)
-                                                                         : detail::DenseVoxelIndex{};
-        cpu_index_generation = map_generation;
-      }
-      return std::make_unique<detail::CpuEvaluator>(m, source.points, settings.search, settings.outlier_ratio, pool,
-                                                    &cpu_index);
-    }
-    NDTCU_NVTX_RANGE("upload");
-    const auto t0 = std::chrono::steady_clock::now();
-    cuda->reset_telemetry();
-    if (uploaded_generation != map_generation) {
-      cuda->set_map(m);
-      uploaded_generation = map_generation;
-    }
-    cuda->set_source(source.points);
-    cuda->configure(settings.search, settings.outlier_ratio,
-                    settings.gpu_derivatives == GpuDerivatives::Fused ? detail::DerivativeVariant::Fused
-                                                                       : detail::DerivativeVariant::Precomputed);
-    timings.upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return std::make_unique<detail::CudaEvaluator>(*cuda);
-  }
-
-  // The fixed step's Newton loop runs on the device when the backend is CUDA, the settings
-  // ask for it and the driver has conditional graph nodes.
-  bool use_device_loop() const {
-    return cuda && wants_device_loop(settings) && cuda->device_loop_supported();
-  }
-
-  detail::OptimizerOutput optimize_on_device(const Pose6& start) {
-    detail::DeviceLoopSettings d;
-    d.step_min = settings.epsilon / 2;  // as optimize(): transformation_epsilon / 2
-    d.step_max = settings.step_size;
-    d.epsilon = settings.epsilon;
-    d.max_iterations = settings.max_iterations;
-    d.pcl_convergence = settings.convergence == ConvergenceRule::Pcl;
-    detail::DeviceLoopOutput r = cuda->run_fixed_step(start, d);
-    detail::OptimizerOutput out;
-    out.pose = r.pose;
-    out.iterations = r.iterations;
-    out.reason = r.reason;
-    out.final = detail::to_evaluation(r.final_sums);
-    out.trace = std::move(r.trace);
-    out.evaluations = r.evaluations;
-    return out;
-  }
-
-  void record_telemetry(AlignTimings& timings) const {
-    if (!cuda) return;
-    const auto& t = cuda->telemetry();
-    timings.gpu_ms = t.gpu_ms;
-    timings.bytes_up = t.bytes_up;
-    timings.bytes_down = t.bytes_down;
-    timings.setup_bytes_up = t.setup_bytes_up;
-  }
+  std::unique_ptr<detail::AlignBackend> backend;  // the one dispatch point
+  Impl(const AlignSettings& s, CUstream_st* stream) : settings(s), backend(detail::make_align_backend(s, stream)) {}
 };
 
 namespace {
@@ -207,12 +107,12 @@ Aligner::Aligner(Aligner&&) noexcept = default;
 Aligner& Aligner::operator=(Aligner&&) noexcept = default;
 
 const AlignSettings& Aligner::settings() const noexcept { return impl_->settings; }
-const char* Aligner::backend() const noexcept { return impl_->backend; }
+const char* Aligner::backend() const noexcept { return impl_->backend->name(); }
+Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind(); }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
 
 void Aligner::set_target(const PointCloud& target) {
   impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, voxel_map_options(impl_->settings)));
-  ++impl_->map_generation;
 }
 
 void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
@@ -226,7 +126,6 @@ void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
                 "' differs from the settings' '" + to_string(impl_->settings.covariance) + "'");
   }
   impl_->map = std::move(map);
-  ++impl_->map_generation;
 }
 
 namespace {
@@ -248,77 +147,139 @@ AlignResult Aligner::align(const PointCloud& source, const Eigen::Matrix4d& gues
 
 AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& guess_pose) {
   NDTCU_NVTX_RANGE("align");
-  const auto t0 = std::chrono::steady_clock::now();
   if (!guess_pose.allFinite()) throw Error("align: the initial guess has a non-finite entry");
-  check_inputs(impl_->map, source, Eigen::Matrix4d::Identity());
-  const VoxelMap& map = *impl_->map;
-  const AlignSettings& s = impl_->settings;
-
-  AlignResult r;
-  r.backend = impl_->backend;
-  r.source_points = source.size();
-  r.target_voxels = map.size();
-  r.pose = guess_pose;
-  r.transform = pose_to_matrix(guess_pose);
-  if (source.empty() || map.empty()) {
-    r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
-    r.timings.total_ms = ms_since(t0);
+  const std::vector<Pose6> guesses{guess_pose};
+  AlignResult r = std::move(run_batch({&source}, {&guesses}, true).front().front());
+  if (r.reason == StopReason::EmptySource || r.reason == StopReason::NoVoxels) {
     detail::log().warn("align: {}", to_string(r.reason));
-    return r;
-  }
-
-  auto evaluator = impl_->evaluator(source, r.timings);
-  const Pose6 start = to_internal(guess_pose, source.origin, map.origin());
-  const auto t1 = std::chrono::steady_clock::now();
-  detail::OptimizerOutput out = impl_->use_device_loop() ? impl_->optimize_on_device(start)
-                                                          : detail::optimize(*evaluator, start, s);
-  r.timings.optimize_ms = ms_since(t1);
-  impl_->record_telemetry(r.timings);
-  r.timings.evaluations = out.evaluations;
-  r.timings.per_iteration_ms = out.iterations ? r.timings.optimize_ms / out.iterations : 0.0;
-
-  r.iterations = out.iterations;
-  r.reason = out.reason;
-  r.converged = out.reason == StopReason::Converged;
-  r.pose = to_world(out.pose, source.origin, map.origin());
-  r.transform = pose_to_matrix(r.pose);
-  fill_from_evaluation(r, out.final);
-  std::vector<Eigen::Vector3d> positions{guess_pose.head<3>()};
-  for (auto& it : out.trace) {
-    it.pose = to_world(it.pose, source.origin, map.origin());
-    positions.push_back(it.pose.head<3>());
-  }
-  r.trace = std::move(out.trace);
-  r.oscillation_count = detail::count_oscillation(positions);
-  r.timings.total_ms = ms_since(t0);
-  if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
+  } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
     detail::log().warn("align: stopped after {} iterations: {}", r.iterations, to_string(r.reason));
   }
+  const AlignSettings& s = impl_->settings;
   if (s.pose_covariance != PoseCovariance::None) attach_pose_covariance(*this, source, r, s.pose_covariance);
   return r;
 }
 
+// Every alignment goes through here: B sources, each with its guesses, as one backend
+// batch; a single align() is a batch of one.
+std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const PointCloud*>& sources,
+                                                         const std::vector<const std::vector<Pose6>*>& guesses,
+                                                         bool keep_trace) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Impl& m = *impl_;
+  if (!m.map) throw Error("align: no target set (call set_target first)");
+  for (const PointCloud* source : sources) check_inputs(m.map, *source, Eigen::Matrix4d::Identity());
+  const VoxelMap& map = *m.map;
+  m.backend->reset_telemetry();
+
+  std::vector<std::vector<AlignResult>> results(sources.size());
+  std::vector<const std::vector<Eigen::Vector3f>*> points;  // the sources with points, for the backend
+  std::vector<detail::Hypothesis> hypotheses;
+  std::vector<std::pair<std::size_t, std::size_t>> slot;  // (source, guess) of each hypothesis
+  for (std::size_t b = 0; b < sources.size(); ++b) {
+    const PointCloud& source = *sources[b];
+    const bool runs = !source.empty() && !map.empty();
+    if (runs) points.push_back(&source.points);
+    for (std::size_t k = 0; k < guesses[b]->size(); ++k) {
+      const Pose6& guess = (*guesses[b])[k];
+      AlignResult r;
+      r.backend = m.backend->name();
+      r.source_points = source.size();
+      r.target_voxels = map.size();
+      r.pose = guess;
+      r.transform = pose_to_matrix(guess);
+      if (!runs) r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
+      results[b].push_back(std::move(r));
+      if (runs) {
+        hypotheses.push_back({to_internal(guess, source.origin, map.origin()), static_cast<int>(points.size() - 1)});
+        slot.emplace_back(b, k);
+      }
+    }
+  }
+  if (!hypotheses.empty()) {
+    m.backend->set_map(m.map);
+    m.backend->set_sources(points);
+    const auto t1 = std::chrono::steady_clock::now();
+    std::vector<detail::OptimizerOutput> outs = m.backend->align_batch(hypotheses, m.settings, keep_trace);
+    const double optimize_ms = ms_since(t1);
+    const detail::BackendTelemetry tel = m.backend->telemetry();
+    int total_iterations = 0;
+    for (const auto& o : outs) total_iterations += o.iterations;
+    for (std::size_t h = 0; h < outs.size(); ++h) {
+      detail::OptimizerOutput& out = outs[h];
+      const PointCloud& source = *sources[slot[h].first];
+      const Pose6& guess = (*guesses[slot[h].first])[slot[h].second];
+      AlignResult& r = results[slot[h].first][slot[h].second];
+      r.iterations = out.iterations;
+      r.reason = out.reason;
+      r.converged = out.reason == StopReason::Converged;
+      r.pose = to_world(out.pose, source.origin, map.origin());
+      r.transform = pose_to_matrix(r.pose);
+      fill_from_evaluation(r, out.final);
+      if (keep_trace) {
+        std::vector<Eigen::Vector3d> positions{guess.head<3>()};
+        for (auto& it : out.trace) {
+          it.pose = to_world(it.pose, source.origin, map.origin());
+          positions.push_back(it.pose.head<3>());
+        }
+        r.trace = std::move(out.trace);
+        r.oscillation_count = detail::count_oscillation(positions);
+      }
+      r.timings.evaluations = out.evaluations;
+      r.timings.optimize_ms = optimize_ms;
+      r.timings.per_iteration_ms = total_iterations ? optimize_ms / total_iterations : 0.0;
+      r.timings.upload_ms = tel.upload_ms;
+      r.timings.gpu_ms = tel.gpu_ms;
+      r.timings.bytes_up = tel.bytes_up;
+      r.timings.bytes_down = tel.bytes_down;
+      r.timings.setup_bytes_up = tel.setup_bytes_up;
+    }
+  }
+  const double total_ms = ms_since(t0);
+  for (auto& list : results) {
+    for (AlignResult& r : list) r.timings.total_ms = total_ms;
+  }
+  return results;
+}
+
 AlignResult Aligner::evaluate(const PointCloud& source, const Eigen::Matrix4d& transform) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_inputs(impl_->map, source, transform);
-  const VoxelMap& map = *impl_->map;
+  Impl& m = *impl_;
+  check_inputs(m.map, source, transform);
+  const VoxelMap& map = *m.map;
   AlignResult r;
-  r.backend = impl_->backend;
+  r.backend = m.backend->name();
   r.source_points = source.size();
   r.target_voxels = map.size();
   r.pose = matrix_to_pose(transform);
   r.transform = pose_to_matrix(r.pose);
   r.reason = source.empty() ? StopReason::EmptySource : map.empty() ? StopReason::NoVoxels : StopReason::Converged;
   if (r.reason == StopReason::Converged) {
-    auto evaluator = impl_->evaluator(source, r.timings);
-    fill_from_evaluation(r, evaluator->evaluate(to_internal(r.pose, source.origin, map.origin()), true));
-    impl_->record_telemetry(r.timings);
+    m.backend->reset_telemetry();
+    m.backend->set_map(m.map);
+    m.backend->set_sources({&source.points});
+    const math::DerivativeSums sums =
+        m.backend->evaluate(0, to_internal(r.pose, source.origin, map.origin()), true);
+    fill_from_evaluation(r, detail::to_evaluation(sums));
+    const detail::BackendTelemetry tel = m.backend->telemetry();
+    r.timings.upload_ms = tel.upload_ms;
+    r.timings.gpu_ms = tel.gpu_ms;
+    r.timings.bytes_up = tel.bytes_up;
+    r.timings.bytes_down = tel.bytes_down;
+    r.timings.setup_bytes_up = tel.setup_bytes_up;
     r.timings.evaluations = 1;
     if (r.matched_points == 0) r.reason = StopReason::NoCorrespondence;
   }
   r.converged = r.reason == StopReason::Converged;
   r.timings.total_ms = ms_since(t0);
   return r;
+}
+
+AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
+                  const AlignSettings& settings) {
+  Aligner aligner(settings);
+  aligner.set_target(target);
+  return aligner.align(source, guess);
 }
 
 namespace {
@@ -341,12 +302,13 @@ void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
 
 std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Pose6>& guesses,
                                               const BatchOptions& options) {
+  NDTCU_NVTX_RANGE("align batch");
   check_guesses(guesses, "align_batch");
-  std::vector<AlignResult> out;
-  out.reserve(guesses.size());
-  for (const Pose6& g : guesses) {
-    out.push_back(align_from_pose(source, g));
-    if (!options.trace) out.back().trace.clear();
+  std::vector<AlignResult> out = std::move(run_batch({&source}, {&guesses}, options.trace).front());
+  // Each hypothesis's pose covariance, when asked for (its own batch of offsets each).
+  const PoseCovariance mode = impl_->settings.pose_covariance;
+  if (mode != PoseCovariance::None) {
+    for (AlignResult& r : out) attach_pose_covariance(*this, source, r, mode);
   }
   return out;
 }
@@ -374,18 +336,22 @@ std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<Poi
     throw Error("align_batch: " + std::to_string(sources.size()) + " sources but " + std::to_string(guesses.size()) +
                 " guess lists");
   }
-  for (std::size_t b = 0; b < guesses.size(); ++b) check_guesses(guesses[b], "align_batch: source " + std::to_string(b));
-  std::vector<std::vector<AlignResult>> out;
-  out.reserve(sources.size());
-  for (std::size_t b = 0; b < sources.size(); ++b) out.push_back(align_batch(sources[b], guesses[b], options));
+  NDTCU_NVTX_RANGE("align batch");
+  std::vector<const PointCloud*> source_list;
+  std::vector<const std::vector<Pose6>*> guess_lists;
+  for (std::size_t b = 0; b < guesses.size(); ++b) {
+    check_guesses(guesses[b], "align_batch: source " + std::to_string(b));
+    source_list.push_back(&sources[b]);
+    guess_lists.push_back(&guesses[b]);
+  }
+  std::vector<std::vector<AlignResult>> out = run_batch(source_list, guess_lists, options.trace);
+  const PoseCovariance mode = impl_->settings.pose_covariance;
+  if (mode != PoseCovariance::None) {
+    for (std::size_t b = 0; b < out.size(); ++b) {
+      for (AlignResult& r : out[b]) attach_pose_covariance(*this, sources[b], r, mode);
+    }
+  }
   return out;
-}
-
-AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
-                  const AlignSettings& settings) {
-  Aligner aligner(settings);
-  aligner.set_target(target);
-  return aligner.align(source, guess);
 }
 
 }  // namespace ndtcu

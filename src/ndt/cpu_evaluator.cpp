@@ -2,7 +2,6 @@
 
 #include "../thread_pool.hpp"
 
-#include <Eigen/Geometry>
 
 #include <algorithm>
 
@@ -23,25 +22,10 @@ Evaluation to_evaluation(const math::DerivativeSums& sums) {
   return e;
 }
 
-void pose_to_float_matrix(const Pose6& p, float out[12]) {
-  // Exactly pcl::NormalDistributionsTransform::convertTransform with Scalar = float
-  // (and Autoware's copy of it): the same Eigen expression, so the same float bits.
-  const Eigen::Affine3f t = Eigen::Translation<float, 3>(p.head<3>().cast<float>()) *
-                            Eigen::AngleAxis<float>(static_cast<float>(p(3)), Eigen::Vector3f::UnitX()) *
-                            Eigen::AngleAxis<float>(static_cast<float>(p(4)), Eigen::Vector3f::UnitY()) *
-                            Eigen::AngleAxis<float>(static_cast<float>(p(5)), Eigen::Vector3f::UnitZ());
-  const Eigen::Matrix4f m = t.matrix();
-  for (int r = 0; r < 3; ++r) {
-    for (int c = 0; c < 4; ++c) out[4 * r + c] = m(r, c);
-  }
-}
-
 math::PoseTerms<double> pose_terms(const Pose6& pose, const math::GaussConstants& gauss) {
+  const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
   math::PoseTerms<double> t;
-  pose_to_float_matrix(pose, t.m);
-  t.angular = math::angular_terms<double>(pose(3), pose(4), pose(5));
-  t.d1 = gauss.d1;
-  t.d2 = gauss.d2;
+  math::pose_terms(math::pose_frame(p, true), gauss.d1, gauss.d2, t);
   return t;
 }
 
@@ -73,17 +57,17 @@ math::VoxelGridView host_view(const VoxelMap& map, const DenseVoxelIndex* dense)
 }
 
 CpuEvaluator::CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
-                           double outlier_ratio, ThreadPool& pool, const DenseVoxelIndex* dense)
+                           double outlier_ratio, ThreadPool* pool, const DenseVoxelIndex* dense)
     : points_(points), search_(to_math(search)), pool_(pool) {
   view_ = host_view(map, dense);
   gauss_ = math::gauss_constants(map.resolution(), outlier_ratio);
   chunk_sums_.resize((points_.size() + kChunkPoints - 1) / kChunkPoints);
 }
 
-Evaluation CpuEvaluator::evaluate(const Pose6& pose, bool with_hessian) {
+math::DerivativeSums CpuEvaluator::evaluate_sums(const Pose6& pose, bool with_hessian) {
   const math::PoseTerms<double> terms = pose_terms(pose, gauss_);
   const std::size_t n = points_.size();
-  pool_.parallel_for(chunk_sums_.size(), [&](std::size_t c) {
+  auto chunk = [&](std::size_t c) {
     math::DerivativeSums& s = chunk_sums_[c];
     s.clear();
     const std::size_t begin = c * kChunkPoints, end = std::min(n, (c + 1) * kChunkPoints);
@@ -104,11 +88,16 @@ Evaluation CpuEvaluator::evaluate(const Pose6& pose, bool with_hessian) {
       }
       math::accumulate_point_pairs(view_, terms, p[i].x(), p[i].y(), p[i].z(), found[slot], with_hessian, s.v);
     }
-  });
+  };
+  if (pool_) {
+    pool_->parallel_for(chunk_sums_.size(), chunk);
+  } else {
+    for (std::size_t c = 0; c < chunk_sums_.size(); ++c) chunk(c);
+  }
   math::DerivativeSums total;
   total.clear();
   for (const auto& s : chunk_sums_) total.add(s);  // fixed order: chunk 0, 1, 2, ...
-  return to_evaluation(total);
+  return total;
 }
 
 }  // namespace ndtcu::detail

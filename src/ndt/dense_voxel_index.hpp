@@ -5,7 +5,7 @@
 // budget; the CUDA backend builds the same index to upload it.
 #include <ndtcu/voxel_map.hpp>
 
-#include "ndt_math.hpp"
+#include "ndt_neighbours.hpp"
 
 #include <cstddef>
 #include <cstdint>

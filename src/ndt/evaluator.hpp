@@ -7,7 +7,7 @@
 #include <ndtcu/voxel_map.hpp>
 
 #include "dense_voxel_index.hpp"
-#include "ndt_math.hpp"
+#include "ndt_point.hpp"
 
 #include <Eigen/Core>
 
@@ -31,11 +31,8 @@ struct Evaluation {
 /// Converts a reduced DerivativeSums into an Evaluation (Hessian mirrored from its upper triangle).
 Evaluation to_evaluation(const math::DerivativeSums& sums);
 
-/// PCL's convertTransform in float: Translation3f * AngleAxisf(roll, X) * AngleAxisf(pitch, Y)
-/// * AngleAxisf(yaw, Z), as the row-major 3x4 matrix the points are transformed with.
-void pose_to_float_matrix(const Pose6& pose, float out[12]);
-
-/// The per-iteration constants of pose `pose` (internal, map-relative).
+/// The per-evaluation constants of pose `pose` (internal, map-relative): math::pose_frame
+/// (PCL's float transform, the sin/cos) and the angular terms, as every backend takes them.
 math::PoseTerms<double> pose_terms(const Pose6& pose, const math::GaussConstants& gauss);
 
 /// The math header's view of `map` in host memory, for the CPU evaluator: lookups through
@@ -49,8 +46,10 @@ math::Search to_math(SearchMethod m);
 class DerivativeEvaluator {
  public:
   virtual ~DerivativeEvaluator() = default;
+  /// The reduced derivative sums at `pose` (map-relative), the Hessian when `with_hessian`.
+  virtual math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) = 0;
   /// Score and gradient at `pose` (map-relative), and the Hessian when `with_hessian`.
-  virtual Evaluation evaluate(const Pose6& pose, bool with_hessian) = 0;
+  Evaluation evaluate(const Pose6& pose, bool with_hessian) { return to_evaluation(evaluate_sums(pose, with_hessian)); }
 };
 
 /// The CPU backend: points in fixed chunks of kChunkPoints, each chunk summed in point
@@ -63,17 +62,18 @@ class CpuEvaluator final : public DerivativeEvaluator {
 
   /// `points` are source points (relative to the source origin); `map`, `pool` and
   /// `dense` (a dense index of `map`, or null for the hash) must outlive the evaluator.
-  /// Either lookup finds the same voxels, so the bits do not depend on it.
+  /// Either lookup finds the same voxels, so the bits do not depend on it. A null `pool`
+  /// evaluates on the calling thread (a batch's worker), with the same bits.
   CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
-               double outlier_ratio, ThreadPool& pool, const DenseVoxelIndex* dense = nullptr);
-  Evaluation evaluate(const Pose6& pose, bool with_hessian) override;
+               double outlier_ratio, ThreadPool* pool, const DenseVoxelIndex* dense = nullptr);
+  math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) override;
 
  private:
   const std::vector<Eigen::Vector3f>& points_;
   math::VoxelGridView view_{};
   math::Search search_;
   math::GaussConstants gauss_{};
-  ThreadPool& pool_;
+  ThreadPool* pool_;
   std::vector<math::DerivativeSums> chunk_sums_;
 };
 

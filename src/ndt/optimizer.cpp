@@ -179,23 +179,6 @@ double more_thuente(StepContext& ctx, const Pose6& x, Vector6d& dir, double step
   return a_t;
 }
 
-// Autoware's computeStepLengthMT with use_line_search = false: the Newton step's length
-// clamped to [step_min, step_max], one evaluation there.
-double fixed_step(StepContext& ctx, const Pose6& x, Vector6d& dir, double step_init, double step_max,
-                  double step_min) {
-  double d_phi_0 = -(ctx.current.gradient.dot(dir));
-  if (d_phi_0 >= 0) {
-    if (d_phi_0 == 0) return 0;
-    dir *= -1;
-  }
-  double a_t = step_init;
-  a_t = std::min(a_t, step_max);
-  a_t = std::max(a_t, step_min);
-  ctx.current = ctx.evaluator.evaluate(x + dir * a_t, true);
-  ++ctx.evaluations;
-  return a_t;
-}
-
 }  // namespace
 
 bool newton_direction(const Eigen::Matrix<double, 6, 6>& hessian, const Vector6d& gradient, NewtonDirection direction,
@@ -227,14 +210,89 @@ bool newton_direction(const Eigen::Matrix<double, 6, 6>& hessian, const Vector6d
   return true;
 }
 
-OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s) {
+math::StepRules step_rules(const AlignSettings& s) {
+  math::StepRules r{};
+  r.step_min = s.epsilon / 2;  // PCL and Autoware: transformation_epsilon / 2
+  r.step_max = s.step_size;
+  r.epsilon = s.epsilon;
+  r.max_iterations = s.max_iterations;
+  r.pcl_convergence = s.convergence == ConvergenceRule::Pcl ? 1 : 0;
+  return r;
+}
+
+namespace {
+
+Pose6 to_pose(const double* p) {
+  Pose6 out;
+  for (int i = 0; i < 6; ++i) out(i) = p[i];
+  return out;
+}
+
+// Autoware's loop with use_line_search = false: the shared fixed-step update
+// (kernels/ndt_step.hpp), the same code the device loop runs, with PCL's direction by LU
+// there; the saddle-free direction is taken here from H's eigen-decomposition.
+OptimizerOutput optimize_fixed_step(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s,
+                                    bool keep_trace) {
+  const math::StepRules rules = step_rules(s);
+  const double start[6] = {initial(0), initial(1), initial(2), initial(3), initial(4), initial(5)};
+  math::StepState state = math::start_state(start);
+  std::vector<math::StepTrace> trace(keep_trace ? static_cast<std::size_t>(s.max_iterations) : 0);
+  auto direction = [&s](const double* sums, double* dp) {
+    if (s.newton_direction == NewtonDirection::Pcl) return math::lu_direction(sums, dp);
+    const Evaluation e = to_evaluation(*reinterpret_cast<const math::DerivativeSums*>(sums));
+    Vector6d step;
+    if (!newton_direction(e.hessian, e.gradient, s.newton_direction, step)) return false;
+    for (int i = 0; i < 6; ++i) dp[i] = step(i);
+    return true;
+  };
+  math::DerivativeSums sums = evaluator.evaluate_sums(initial, true);
+  for (;;) {
+    NDTCU_NVTX_RANGE("iteration");
+    if (!math::fixed_step(sums.v, rules, state, keep_trace ? trace.data() : nullptr, direction)) break;
+    sums = evaluator.evaluate_sums(to_pose(state.pose), true);
+  }
+  OptimizerOutput out;
+  out.pose = to_pose(state.pose);
+  out.iterations = state.iterations;
+  out.evaluations = state.evaluations;
+  out.reason = to_stop_reason(state.reason);
+  out.final = to_evaluation(sums);
+  if (keep_trace) out.trace = to_trace(trace.data(), state.iterations);
+  return out;
+}
+
+}  // namespace
+
+StopReason to_stop_reason(int reason) {
+  switch (reason) {
+    case math::kConverged: return StopReason::Converged;
+    case math::kNoCorrespondence: return StopReason::NoCorrespondence;
+    case math::kSingularHessian: return StopReason::SingularHessian;
+    default: return StopReason::MaxIterations;
+  }
+}
+
+std::vector<IterationTrace> to_trace(const math::StepTrace* entries, int count) {
+  std::vector<IterationTrace> out(static_cast<std::size_t>(std::max(count, 0)));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].pose = to_pose(entries[i].pose);
+    out[i].score = entries[i].score;
+    out[i].step_length = entries[i].step;
+  }
+  return out;
+}
+
+OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s,
+                         bool keep_trace) {
+  if (s.line_search == LineSearch::Fixed) return optimize_fixed_step(evaluator, initial, s, keep_trace);
+  // PCL's loop with More-Thuente (host only): SVD solve, the line search, the shared
+  // stopping rule.
   OptimizerOutput out;
   out.pose = initial;
   Evaluation current = evaluator.evaluate(initial, true);
   out.evaluations = 1;
   StepContext ctx{evaluator, current, out.evaluations};
-  const double step_min = s.epsilon / 2;  // PCL and Autoware: transformation_epsilon / 2
-  const double step_max = s.step_size;
+  const math::StepRules rules = step_rules(s);
 
   for (;;) {
     NDTCU_NVTX_RANGE("iteration");
@@ -255,29 +313,17 @@ OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, c
       break;
     }
     delta /= delta_norm;
-    const double step = s.line_search == LineSearch::MoreThuente
-                            ? more_thuente(ctx, out.pose, delta, delta_norm, step_max, step_min)
-                            : fixed_step(ctx, out.pose, delta, delta_norm, step_max, step_min);
+    const double step = more_thuente(ctx, out.pose, delta, delta_norm, rules.step_max, rules.step_min);
     delta *= step;
     out.pose += delta;
     ++out.iterations;
-    out.trace.push_back({out.pose, current.score, std::fabs(step)});
+    if (keep_trace) out.trace.push_back({out.pose, current.score, std::fabs(step)});
     if (!out.pose.allFinite()) {
       out.reason = StopReason::SingularHessian;
       break;
     }
-
-    bool small_step;
-    if (s.convergence == ConvergenceRule::Pcl) {
-      // PCL 1.13: the step as a float transform; its translation's squared norm against
-      // epsilon itself (transformation_rotation_epsilon_ is 0, so rotation is ignored).
-      const Eigen::Vector3f t = delta.head<3>().cast<float>();
-      small_step = s.epsilon > 0 && static_cast<double>(t.squaredNorm()) <= s.epsilon;
-    } else {
-      // Autoware: the step length against epsilon.
-      small_step = std::fabs(step) < s.epsilon;
-    }
-    if (small_step) {
+    const double translation[3] = {delta(0), delta(1), delta(2)};
+    if (math::small_step(rules, step, translation)) {
       out.reason = StopReason::Converged;
       break;
     }

@@ -2,6 +2,7 @@
 // The Newton loop of PCL's NormalDistributionsTransform::computeTransformation and
 // Autoware's multigrid NDT, backend-independent: it only calls DerivativeEvaluator.
 #include "evaluator.hpp"
+#include "ndt_step.hpp"
 
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
@@ -29,8 +30,18 @@ bool newton_direction(const Eigen::Matrix<double, 6, 6>& hessian, const Eigen::M
                       NewtonDirection direction, Eigen::Matrix<double, 6, 1>& dp);
 
 /// Runs the Newton iterations from `initial` with the step rule, line search and
-/// convergence rule of `settings`.
-OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& settings);
+/// convergence rule of `settings`; the trace is kept when `keep_trace`. The fixed step runs
+/// the shared update of kernels/ndt_step.hpp (the device loop's code), More-Thuente PCL's
+/// line search here.
+OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& settings,
+                         bool keep_trace = true);
+
+/// The fixed-step rules of `settings`: steps in [epsilon / 2, step_size], its stopping rule.
+math::StepRules step_rules(const AlignSettings& settings);
+/// StopReason of a math::StepReason.
+StopReason to_stop_reason(int reason);
+/// Host trace entries of the first `count` shared trace entries.
+std::vector<IterationTrace> to_trace(const math::StepTrace* entries, int count);
 
 /// Autoware's count_oscillation over a pose sequence: the longest run of consecutive
 /// translation steps whose directions have cosine below -0.9 (zero steps reset the run).

@@ -2,7 +2,8 @@
 // the score it differentiates, evaluated independently in double.
 #include "../support/test_support.hpp"
 
-#include "ndt_math.hpp"
+#include "ndt_point.hpp"
+#include "ndt_step.hpp"
 
 #include <ndtcu/aligner.hpp>
 

@@ -3,7 +3,8 @@
 #include "../support/test_support.hpp"
 #include "synthetic.hpp"
 
-#include "ndt_math.hpp"
+#include "ndt_point.hpp"
+#include "ndt_step.hpp"
 
 #include <ndtcu/error.hpp>
 #include <ndtcu/voxel_map.hpp>

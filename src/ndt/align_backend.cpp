@@ -1,0 +1,194 @@
+#include "align_backend.hpp"
+
+#include <ndtcu/cuda_device.hpp>
+#include <ndtcu/error.hpp>
+
+#include "../cuda/cuda_backend.hpp"
+#include "../log.hpp"
+#include "../nvtx.hpp"
+#include "../thread_pool.hpp"
+#include "dense_voxel_index.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <string>
+
+namespace ndtcu::detail {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The CPU backend: the multi-threaded reference. A batch runs its hypotheses on the
+// workers, each evaluating on its own thread, when there are at least as many hypotheses
+// as threads; otherwise one after the other, each evaluation spread over the workers.
+// Either way every hypothesis gets the bits of a single alignment: a CPU evaluation's
+// bits do not depend on its thread count (CpuEvaluator's fixed chunks).
+class CpuAlignBackend final : public AlignBackend {
+ public:
+  explicit CpuAlignBackend(const AlignSettings& s) : settings_(s), pool_(s.threads) {}
+
+  const char* name() const noexcept override { return "cpu"; }
+  Backend kind() const noexcept override { return Backend::Cpu; }
+
+  void set_map(const std::shared_ptr<const VoxelMap>& map) override {
+    if (map == map_) return;
+    map_ = map;
+    // The dense voxel index of the map (empty: the map's hash is used) when its box fits.
+    const LatticeBox box = occupied_box(*map_);
+    index_ = box.bytes() <= double(kCpuDenseIndexBudget) ? DenseVoxelIndex::build(*map_, box) : DenseVoxelIndex{};
+  }
+
+  void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) override { sources_ = sources; }
+
+  std::vector<OptimizerOutput> align_batch(const std::vector<Hypothesis>& hypotheses, const AlignSettings& s,
+                                           bool keep_trace) override {
+    std::vector<OptimizerOutput> out(hypotheses.size());
+    if (hypotheses.size() >= static_cast<std::size_t>(pool_.size()) && hypotheses.size() > 1) {
+      pool_.parallel_for(hypotheses.size(), [&](std::size_t k) {
+        CpuEvaluator e = evaluator(hypotheses[k].source, nullptr);
+        out[k] = optimize(e, hypotheses[k].start, s, keep_trace);
+      });
+    } else {
+      for (std::size_t k = 0; k < hypotheses.size(); ++k) {
+        CpuEvaluator e = evaluator(hypotheses[k].source, &pool_);
+        out[k] = optimize(e, hypotheses[k].start, s, keep_trace);
+      }
+    }
+    return out;
+  }
+
+  math::DerivativeSums evaluate(int source, const Pose6& pose, bool with_hessian) override {
+    return evaluator(source, &pool_).evaluate_sums(pose, with_hessian);
+  }
+
+ private:
+  CpuEvaluator evaluator(int source, ThreadPool* pool) {
+    return CpuEvaluator(*map_, *sources_.at(static_cast<std::size_t>(source)), settings_.search,
+                        settings_.outlier_ratio, pool, &index_);
+  }
+
+  AlignSettings settings_;
+  ThreadPool pool_;
+  std::shared_ptr<const VoxelMap> map_;
+  DenseVoxelIndex index_;
+  std::vector<const std::vector<Eigen::Vector3f>*> sources_;
+};
+
+// The CUDA backend: the map uploaded once per map, the sources once per call. The fixed
+// step with PCL's direction runs as one device batch (CudaBackend::run_fixed_step);
+// More-Thuente, the saddle-free direction and GpuNewtonLoop::Host run the host loop over
+// device evaluations, one hypothesis after the other.
+class CudaAlignBackend final : public AlignBackend {
+ public:
+  CudaAlignBackend(const AlignSettings& s, CUstream_st* stream) : cuda_(stream) {
+    cuda_.configure(s.search, s.outlier_ratio);
+  }
+
+  const char* name() const noexcept override { return "cuda"; }
+  Backend kind() const noexcept override { return Backend::Cuda; }
+
+  void set_map(const std::shared_ptr<const VoxelMap>& map) override {
+    if (map == map_) return;
+    NDTCU_NVTX_RANGE("upload");
+    const auto t0 = std::chrono::steady_clock::now();
+    map_.reset();  // a failed upload leaves no map behind
+    cuda_.set_map(*map);
+    map_ = map;
+    upload_ms_ += ms_since(t0);
+  }
+
+  void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) override {
+    NDTCU_NVTX_RANGE("upload");
+    const auto t0 = std::chrono::steady_clock::now();
+    cuda_.set_sources(sources);
+    upload_ms_ += ms_since(t0);
+  }
+
+  std::vector<OptimizerOutput> align_batch(const std::vector<Hypothesis>& hypotheses, const AlignSettings& s,
+                                           bool keep_trace) override {
+    std::vector<OptimizerOutput> out(hypotheses.size());
+    if (wants_device_loop(s) && cuda_.device_loop_supported()) {
+      // The grid holds at most 65535 running hypotheses; larger batches run in parts, which
+      // changes no bit (a hypothesis's result does not depend on the others).
+      constexpr std::size_t kPart = 32768;
+      for (std::size_t first = 0; first < hypotheses.size(); first += kPart) {
+        const std::size_t count = std::min(kPart, hypotheses.size() - first);
+        std::vector<DeviceHypothesis> device(count);
+        for (std::size_t k = 0; k < count; ++k) device[k] = {hypotheses[first + k].start, hypotheses[first + k].source};
+        std::vector<DeviceLoopOutput> r = cuda_.run_fixed_step(device, step_rules(s), keep_trace);
+        for (std::size_t k = 0; k < r.size(); ++k) {
+          OptimizerOutput& o = out[first + k];
+        o.pose = r[k].pose;
+        o.iterations = r[k].iterations;
+        o.reason = r[k].reason;
+        o.final = to_evaluation(r[k].final_sums);
+        o.trace = std::move(r[k].trace);
+        o.evaluations = r[k].evaluations;
+        }
+      }
+      return out;
+    }
+    for (std::size_t k = 0; k < hypotheses.size(); ++k) {
+      CudaEvaluator e(cuda_, hypotheses[k].source);
+      out[k] = optimize(e, hypotheses[k].start, s, keep_trace);
+    }
+    return out;
+  }
+
+  math::DerivativeSums evaluate(int source, const Pose6& pose, bool with_hessian) override {
+    return cuda_.evaluate(pose, with_hessian, source);
+  }
+
+  void reset_telemetry() noexcept override {
+    cuda_.reset_telemetry();
+    upload_ms_ = 0.0;
+  }
+  BackendTelemetry telemetry() const override {
+    const CudaTelemetry& t = cuda_.telemetry();
+    BackendTelemetry b;
+    b.upload_ms = upload_ms_;
+    b.gpu_ms = t.gpu_ms;
+    b.bytes_up = t.bytes_up;
+    b.bytes_down = t.bytes_down;
+    b.setup_bytes_up = t.setup_bytes_up;
+    return b;
+  }
+
+ private:
+  CudaBackend cuda_;
+  std::shared_ptr<const VoxelMap> map_;
+  double upload_ms_ = 0.0;
+};
+
+// Backend::Auto resolved: CUDA when a device is usable, else the CPU (logged once).
+Backend resolve(Backend requested) {
+  if (requested == Backend::Cpu) return Backend::Cpu;
+  const std::string why = cuda_unavailable_reason();
+  if (requested == Backend::Cuda) {
+    if (!why.empty()) throw CudaError("backend cuda requested, but " + why);
+    return Backend::Cuda;
+  }
+  static std::once_flag once;
+  std::call_once(once, [&why] {
+    if (why.empty()) {
+      auto devices = cuda_devices();
+      log().info("backend auto: using CUDA on {}", devices.empty() ? "device 0" : devices.front().name);
+    } else {
+      log().info("backend auto: using the CPU backend ({})", why);
+    }
+  });
+  return why.empty() ? Backend::Cuda : Backend::Cpu;
+}
+
+}  // namespace
+
+std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream) {
+  if (resolve(settings.backend) == Backend::Cuda) return std::make_unique<CudaAlignBackend>(settings, stream);
+  return std::make_unique<CpuAlignBackend>(settings);
+}
+
+}  // namespace ndtcu::detail

@@ -1,0 +1,68 @@
+#pragma once
+// The one dispatch point between the Aligner and a backend. Backend is resolved once, in
+// make_align_backend, into an AlignBackend; Aligner and Localizer then only call through
+// this interface and never ask which backend they hold.
+#include <ndtcu/result.hpp>
+#include <ndtcu/settings.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include "evaluator.hpp"
+#include "optimizer.hpp"
+
+#include <Eigen/Core>
+
+#include <memory>
+#include <vector>
+
+struct CUstream_st;  // cudaStream_t without the CUDA headers
+
+namespace ndtcu::detail {
+
+/// One hypothesis of a batch: where it starts (map-relative, internal) and which of the
+/// sources set by set_sources it aligns.
+struct Hypothesis {
+  Pose6 start = Pose6::Zero();
+  int source = 0;
+};
+
+/// What a backend did during the last batch or evaluation (AlignTimings' backend part).
+struct BackendTelemetry {
+  double upload_ms = 0.0;            ///< map (when it changed) and source upload
+  double gpu_ms = 0.0;               ///< device time of the kernels
+  std::uint64_t bytes_up = 0;        ///< per-evaluation (and per-batch) bytes sent
+  std::uint64_t bytes_down = 0;      ///< bytes read back
+  std::uint64_t setup_bytes_up = 0;  ///< source (and map) upload bytes
+};
+
+/// A backend that aligns batches of hypotheses against one voxel map.
+class AlignBackend {
+ public:
+  virtual ~AlignBackend() = default;
+  /// "cpu" or "cuda": what results report.
+  virtual const char* name() const noexcept = 0;
+  /// The backend this is (never Backend::Auto).
+  virtual Backend kind() const noexcept = 0;
+  /// Uses `map` for the following calls (the pointer must stay valid until the next
+  /// set_map). Cheap when it is the map already set.
+  virtual void set_map(const std::shared_ptr<const VoxelMap>& map) = 0;
+  /// The source points of the following calls (each relative to its cloud's origin). The
+  /// vectors must stay valid until the next set_sources.
+  virtual void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) = 0;
+  /// Runs the Newton loop of `settings` for every hypothesis and returns one output per
+  /// hypothesis (map-relative), each with the bits of a batch of one.
+  virtual std::vector<OptimizerOutput> align_batch(const std::vector<Hypothesis>& hypotheses,
+                                                   const AlignSettings& settings, bool keep_trace) = 0;
+  /// The derivative sums of source `source` at `pose` (map-relative).
+  virtual math::DerivativeSums evaluate(int source, const Pose6& pose, bool with_hessian) = 0;
+  /// Zeroes the telemetry (at the start of an Aligner call).
+  virtual void reset_telemetry() noexcept {}
+  /// What the backend did since the last reset.
+  virtual BackendTelemetry telemetry() const { return {}; }
+};
+
+/// Resolves `settings.backend` (Auto: CUDA when a device is usable, logged once) into a
+/// backend with `settings`' threads, search and Gaussian constants. Throws CudaError for
+/// Backend::Cuda without a usable device.
+std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream);
+
+}  // namespace ndtcu::detail

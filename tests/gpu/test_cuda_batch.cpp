@@ -1,0 +1,151 @@
+// Batched alignment on the CUDA backend: for every search mode, each hypothesis of a
+// device batch has the bits of align() from its guess on the same backend, whatever the
+// batch size and the order; several scans in one batch; no device allocation once sized;
+// a batch larger than the device's memory is a CudaError and the next batch works.
+#include "../ndt/batch_check.hpp"
+#include "../ndt/synthetic.hpp"
+#include "../support/test_support.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
+#include <ndtcu/error.hpp>
+
+#include "cuda/cuda_backend.hpp"
+
+#include <chrono>
+#include <random>
+
+using namespace ndtcu;
+
+namespace {
+
+std::vector<Pose6> random_guesses(const Pose6& centre, int k, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> t(-0.6, 0.6), a(-6.0 * M_PI / 180.0, 6.0 * M_PI / 180.0);
+  std::vector<Pose6> out;
+  for (int i = 0; i < k; ++i) {
+    Pose6 p = centre;
+    for (int j = 0; j < 3; ++j) p(j) += t(rng);
+    for (int j = 3; j < 6; ++j) p(j) += a(rng);
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A CUDA batch gives every hypothesis the bits of align(), for any K and order", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(71, 60000);
+  Pose6 truth;
+  truth << 0.4, -0.3, 0.05, 0.01, -0.02, 0.06;
+  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(72, 5000), truth);
+  for (SearchMethod search : {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
+    AlignSettings s = autoware_preset();
+    s.backend = Backend::Cuda;
+    s.search = search;
+    Aligner aligner(s);
+    aligner.set_target(target);
+    const std::vector<Pose6> guesses = random_guesses(truth, 37, 17);
+    const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
+    int converged = 0;
+    for (std::size_t k = 0; k < guesses.size(); ++k) {
+      CAPTURE(to_string(search), k);
+      test::check_same_bits(batch[k], aligner.align_from_pose(source, guesses[k]));
+      converged += batch[k].converged;
+    }
+    CHECK(converged > 20);
+    // The same hypotheses shuffled inside a larger batch of other guesses.
+    std::vector<Pose6> mixed = random_guesses(truth, 200, 99);
+    std::vector<std::size_t> where(guesses.size());
+    std::mt19937 rng(4);
+    for (std::size_t k = 0; k < guesses.size(); ++k) {
+      where[k] = std::uniform_int_distribution<std::size_t>(0, mixed.size())(rng);
+      mixed.insert(mixed.begin() + static_cast<std::ptrdiff_t>(where[k]), guesses[k]);
+      for (std::size_t j = 0; j < k; ++j) where[j] += where[j] >= where[k] ? 1 : 0;
+    }
+    const std::vector<AlignResult> big = aligner.align_batch(source, mixed);
+    for (std::size_t k = 0; k < guesses.size(); ++k) {
+      CAPTURE(to_string(search), k, where[k]);
+      test::check_same_bits(big[where[k]], batch[k]);
+    }
+    // A trace, when asked for, follows the single alignment's.
+    const std::vector<AlignResult> traced = aligner.align_batch(source, std::vector<Pose6>{guesses[0], guesses[1]}, BatchOptions{true});
+    const AlignResult single = aligner.align_from_pose(source, guesses[1]);
+    REQUIRE(traced[1].trace.size() == single.trace.size());
+    for (std::size_t i = 0; i < single.trace.size(); ++i) CHECK(traced[1].trace[i].pose == single.trace[i].pose);
+  }
+}
+
+TEST_CASE("A CUDA batch of several scans, and the CPU backend's numbers", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(73, 60000);
+  Pose6 truth;
+  truth << -0.3, 0.2, 0.0, 0.0, 0.01, -0.05;
+  const std::vector<PointCloud> sources = {test::moved_by_inverse(test::synthetic_scene(74, 6000), truth),
+                                           test::moved_by_inverse(test::synthetic_scene(75, 1200), truth)};
+  const std::vector<std::vector<Pose6>> guesses = {random_guesses(truth, 9, 5), random_guesses(truth, 12, 6)};
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  Aligner gpu(s);
+  gpu.set_target(target);
+  s.backend = Backend::Cpu;
+  Aligner cpu(s);
+  cpu.set_target(target);
+  const auto all = gpu.align_batch(sources, guesses);
+  const auto on_cpu = cpu.align_batch(sources, guesses);
+  for (std::size_t b = 0; b < sources.size(); ++b) {
+    const auto each = gpu.align_batch(sources[b], guesses[b]);
+    for (std::size_t k = 0; k < each.size(); ++k) {
+      CAPTURE(b, k);
+      test::check_same_bits(all[b][k], each[k]);
+      // The CPU runs the same math; sin/cos after the first pose come from the device's
+      // libm, and the GPU adds a point's pairs in another order: rounding-level poses.
+      CHECK((all[b][k].pose - on_cpu[b][k].pose).head<3>().norm() < 1e-3);
+      CHECK(std::abs(all[b][k].iterations - on_cpu[b][k].iterations) <= 1);
+    }
+  }
+}
+
+TEST_CASE("A CUDA batch allocates nothing once sized, and memory errors are clear", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(76, 60000);
+  const PointCloud source = test::synthetic_scene(77, 5000);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  Aligner aligner(s);
+  aligner.set_target(target);
+  const std::vector<Pose6> guesses = random_guesses(Pose6::Zero(), 256, 8);
+  const auto first = aligner.align_batch(source, guesses);
+  const std::uint64_t allocations = detail::device_allocations();
+  for (int run = 0; run < 5; ++run) {
+    const auto again = aligner.align_batch(source, guesses);
+    for (std::size_t k = 0; k < guesses.size(); k += 31) test::check_same_bits(again[k], first[k]);
+  }
+  const auto fewer = aligner.align_batch(source, std::vector<Pose6>(guesses.begin(), guesses.begin() + 100));
+  CHECK(detail::device_allocations() == allocations);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto timed = aligner.align_batch(source, std::vector<Pose6>(guesses.begin(), guesses.begin() + 200));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  int iterations = 0;
+  for (const auto& r : timed) iterations += r.iterations;
+  WARN("200 hypotheses of 5000 points: " << ms << " ms wall, " << timed.front().timings.gpu_ms << " ms GPU, "
+                                         << iterations << " iterations");
+
+  // A source whose partial sums for 32768 hypotheses cannot fit: 4 million points take
+  // 15,625 blocks each, 32768 x 15,625 partials of 248 bytes are 127 GB.
+  PointCloud huge;
+  huge.points.reserve(4000000);
+  while (huge.points.size() < 4000000) huge.points.insert(huge.points.end(), source.points.begin(), source.points.end());
+  std::vector<Pose6> many(32768, Pose6::Zero());
+  try {
+    aligner.align_batch(huge, many);
+    FAIL("a 127 GB batch did not fail");
+  } catch (const CudaError& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(what.find("bytes") != std::string::npos);
+  }
+  const auto after = aligner.align_batch(source, std::vector<Pose6>(guesses.begin(), guesses.begin() + 8));
+  for (std::size_t k = 0; k < after.size(); ++k) test::check_same_bits(after[k], first[k]);
+}

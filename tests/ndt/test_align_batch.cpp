@@ -1,0 +1,124 @@
+// Aligner::align_batch on the CPU backend: every hypothesis has the bits of align() from
+// its guess, whatever the batch size, the order of the hypotheses and the thread count;
+// B scans in one batch give each scan's results; bad guesses are errors that name them.
+#include "../support/test_support.hpp"
+#include "batch_check.hpp"
+#include "synthetic.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+using namespace ndtcu;
+
+namespace {
+
+// K guesses within 0.5 m and 5 deg of `centre`, seeded.
+std::vector<Pose6> guesses_around(const Pose6& centre, int k, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> t(-0.5, 0.5), a(-5.0 * M_PI / 180.0, 5.0 * M_PI / 180.0);
+  std::vector<Pose6> out;
+  for (int i = 0; i < k; ++i) {
+    Pose6 p = centre;
+    for (int j = 0; j < 3; ++j) p(j) += t(rng);
+    for (int j = 3; j < 6; ++j) p(j) += a(rng);
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A CPU batch gives every hypothesis the bits of align()", "[unit][aligner][batch]") {
+  const PointCloud target = test::synthetic_scene(61, 30000);
+  Pose6 truth;
+  truth << 0.3, -0.2, 0.05, 0.01, -0.01, 0.05;
+  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(62, 3000), truth);
+  for (LineSearch line : {LineSearch::Fixed, LineSearch::MoreThuente}) {
+    for (int threads : {1, 2, 3}) {
+      AlignSettings s = autoware_preset();
+      s.backend = Backend::Cpu;
+      s.line_search = line;
+      s.threads = threads;
+      s.max_iterations = 20;
+      Aligner aligner(s);
+      aligner.set_target(target);
+      const std::vector<Pose6> guesses = guesses_around(truth, 7, 9);
+      const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
+      REQUIRE(batch.size() == guesses.size());
+      int converged = 0;
+      for (std::size_t k = 0; k < guesses.size(); ++k) {
+        CAPTURE(to_string(line), threads, k);
+        const AlignResult single = aligner.align_from_pose(source, guesses[k]);
+        test::check_same_bits(batch[k], single);
+        CHECK(batch[k].trace.empty());  // not asked for
+        converged += batch[k].converged;
+      }
+      CHECK(converged >= 5);  // real alignments, not first-step stops
+      // Reversed order and a sub-batch: the same bits per hypothesis.
+      std::vector<Pose6> reversed(guesses.rbegin(), guesses.rend());
+      const std::vector<AlignResult> back = aligner.align_batch(source, reversed, BatchOptions{true});
+      for (std::size_t k = 0; k < guesses.size(); ++k) {
+        test::check_same_bits(back[guesses.size() - 1 - k], batch[k]);
+        CHECK(back[guesses.size() - 1 - k].trace.size() == static_cast<std::size_t>(batch[k].iterations));
+      }
+      const std::vector<AlignResult> two = aligner.align_batch(source, std::vector<Pose6>{guesses[3], guesses[5]});
+      test::check_same_bits(two[0], batch[3]);
+      test::check_same_bits(two[1], batch[5]);
+    }
+  }
+}
+
+TEST_CASE("A batch of several scans gives each scan's results", "[unit][aligner][batch]") {
+  const PointCloud target = test::synthetic_scene(63, 30000);
+  Pose6 truth;
+  truth << -0.2, 0.3, 0.0, 0.0, 0.01, -0.04;
+  std::vector<PointCloud> sources = {test::moved_by_inverse(test::synthetic_scene(64, 2500), truth),
+                                     test::moved_by_inverse(test::synthetic_scene(65, 1800), truth), PointCloud{}};
+  sources[1].origin = Eigen::Vector3d(0.5, -0.25, 0.0);  // a source with an origin of its own
+  for (auto& p : sources[1].points) p -= sources[1].origin.cast<float>();
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  s.threads = 2;
+  Aligner aligner(s);
+  aligner.set_target(target);
+  const std::vector<std::vector<Pose6>> guesses = {guesses_around(truth, 3, 1), guesses_around(truth, 4, 2),
+                                                   guesses_around(truth, 2, 3)};
+  const auto all = aligner.align_batch(sources, guesses);
+  REQUIRE(all.size() == 3);
+  for (std::size_t b = 0; b < 2; ++b) {
+    const auto each = aligner.align_batch(sources[b], guesses[b]);
+    REQUIRE(all[b].size() == guesses[b].size());
+    for (std::size_t k = 0; k < each.size(); ++k) test::check_same_bits(all[b][k], each[k]);
+  }
+  for (const AlignResult& r : all[2]) CHECK(r.reason == StopReason::EmptySource);
+}
+
+TEST_CASE("Bad batches are errors that name the hypothesis", "[unit][aligner][batch]") {
+  const PointCloud target = test::synthetic_scene(66, 5000);
+  const PointCloud source = test::synthetic_scene(67, 500);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  Aligner aligner(s);
+  CHECK_THROWS_WITH(aligner.align_batch(source, std::vector<Pose6>{Pose6::Zero()}),
+                    Catch::Matchers::Contains("no target"));
+  aligner.set_target(target);
+  CHECK_THROWS_WITH(aligner.align_batch(source, std::vector<Pose6>{}), Catch::Matchers::Contains("empty"));
+  std::vector<Pose6> bad(3, Pose6::Zero());
+  bad[2](4) = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(aligner.align_batch(source, bad),
+                    Catch::Matchers::Contains("hypothesis 2") && Catch::Matchers::Contains("pitch"));
+  std::vector<Eigen::Matrix4d> matrices(2, Eigen::Matrix4d::Identity());
+  matrices[1](0, 0) = 2.0;  // a scale, not a rotation
+  CHECK_THROWS_WITH(aligner.align_batch(source, matrices),
+                    Catch::Matchers::Contains("hypothesis 1") && Catch::Matchers::Contains("rigid"));
+  CHECK_THROWS_WITH(aligner.align_batch(std::vector<PointCloud>{source, source}, std::vector<std::vector<Pose6>>{{Pose6::Zero()}}),
+                    Catch::Matchers::Contains("2 sources but 1 guess lists"));
+  // A good batch after the errors works.
+  CHECK(aligner.align_batch(source, std::vector<Pose6>{Pose6::Zero()}).size() == 1);
+}

@@ -1,0 +1,148 @@
+// The math both backends share (kernels/ndt_*.hpp), checked where the two sides could
+// drift apart: PCL's float transform from the shared code against Eigen's expression, the
+// neighbour walk a GPU thread takes against the CPU's search, and the fixed step's LU
+// direction against an independent solve.
+#include "../support/test_support.hpp"
+#include "synthetic.hpp"
+
+#include <ndtcu/voxel_map.hpp>
+
+#include "ndt/dense_voxel_index.hpp"
+#include "ndt/evaluator.hpp"
+#include "ndt_point.hpp"
+#include "ndt_step.hpp"
+
+#include <Eigen/Geometry>
+#include <Eigen/QR>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+using namespace ndtcu;
+namespace m = ndtcu::math;
+
+namespace {
+
+// PCL 1.13's NormalDistributionsTransform::convertTransform with Scalar = float.
+Eigen::Matrix4f pcl_float_transform(const double* p) {
+  const Eigen::Affine3f t = Eigen::Translation<float, 3>(static_cast<float>(p[0]), static_cast<float>(p[1]),
+                                                         static_cast<float>(p[2])) *
+                            Eigen::AngleAxis<float>(static_cast<float>(p[3]), Eigen::Vector3f::UnitX()) *
+                            Eigen::AngleAxis<float>(static_cast<float>(p[4]), Eigen::Vector3f::UnitY()) *
+                            Eigen::AngleAxis<float>(static_cast<float>(p[5]), Eigen::Vector3f::UnitZ());
+  return t.matrix();
+}
+
+}  // namespace
+
+TEST_CASE("The shared pose frame reproduces PCL's float transform bit for bit", "[unit][math]") {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> angle(-M_PI, M_PI), small(-2e-4, 2e-4), pos(-500.0, 500.0);
+  std::uniform_int_distribution<int> kind(0, 3);
+  int checked = 0;
+  for (int trial = 0; trial < 200000; ++trial) {
+    double p[6];
+    for (int i = 0; i < 3; ++i) p[i] = pos(rng);
+    for (int i = 3; i < 6; ++i) {
+      switch (kind(rng)) {
+        case 0: p[i] = small(rng); break;        // around the small-angle threshold
+        case 1: p[i] = 0.0; break;               // exactly zero
+        case 2: p[i] = M_PI * (kind(rng) - 1.5); break;  // near +-pi/2, +-3pi/2 edges
+        default: p[i] = angle(rng); break;
+      }
+    }
+    float mine[12];
+    m::pose_float_transform(p, mine);
+    const Eigen::Matrix4f ref = pcl_float_transform(p);
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 4; ++c) {
+        // Equal as floats (a zero may differ in sign, which no transform can tell).
+        if (mine[4 * r + c] != ref(r, c)) {
+          FAIL("entry (" << r << "," << c << ") of pose " << p[0] << " " << p[1] << " " << p[2] << " " << p[3] << " "
+                         << p[4] << " " << p[5] << ": " << mine[4 * r + c] << " vs Eigen " << ref(r, c));
+        }
+      }
+    }
+    ++checked;
+  }
+  CHECK(checked == 200000);
+  // And the CPU evaluator's pose terms take exactly this frame.
+  const Pose6 pose = (Pose6() << 1.0, -2.0, 0.5, 0.3, -0.2, 2.5).finished();
+  const m::PoseTerms<double> terms = detail::pose_terms(pose, m::gauss_constants(2.0, 0.55));
+  const double raw[6] = {1.0, -2.0, 0.5, 0.3, -0.2, 2.5};
+  float frame[12];
+  m::pose_float_transform(raw, frame);
+  CHECK(std::memcmp(terms.m, frame, sizeof(frame)) == 0);
+}
+
+TEST_CASE("The neighbour walk of every lane split visits the CPU search's voxels", "[unit][math]") {
+  const PointCloud target = test::synthetic_scene(41, 30000);
+  for (double resolution : {1.0, 2.0}) {
+    VoxelMapOptions o;
+    o.resolution = resolution;
+    const VoxelMap map = VoxelMap::build(target, o);
+    const detail::DenseVoxelIndex dense = detail::DenseVoxelIndex::build(map, detail::occupied_box(map));
+    for (const bool use_dense : {false, true}) {
+      const m::VoxelGridView g = detail::host_view(map, use_dense ? &dense : nullptr);
+      std::mt19937 rng(5);
+      std::uniform_real_distribution<float> x(-13.f, 13.f), y(-10.f, 10.f), z(-2.f, 5.f);
+      for (m::Search search : {m::Search::Radius, m::Search::Direct27, m::Search::Direct7, m::Search::Direct1}) {
+        int nonempty = 0;
+        for (int trial = 0; trial < 3000; ++trial) {
+          const float p[3] = {x(rng), y(rng), z(rng)};
+          std::int32_t found[m::kMaxNeighbours];
+          const int n = m::find_neighbours(g, search, p, found);
+          nonempty += n > 0;
+          const std::multiset<std::int32_t> cpu(found, found + n);
+          // The table order is the CPU's order wherever the CPU does not sort.
+          std::vector<std::int32_t> walked;
+          m::walk_neighbours(g, search, p, 0, 1, [&](std::int32_t v) { walked.push_back(v); });
+          if (search != m::Search::Radius) CHECK(std::equal(walked.begin(), walked.end(), found, found + n));
+          for (int stride : {1, 2, 4, 8}) {
+            std::multiset<std::int32_t> gpu;
+            for (int lane = 0; lane < stride; ++lane) {
+              m::walk_neighbours(g, search, p, lane, stride, [&](std::int32_t v) { gpu.insert(v); });
+            }
+            CAPTURE(resolution, use_dense, static_cast<int>(search), stride, trial);
+            REQUIRE(gpu == cpu);
+          }
+        }
+        CHECK(nonempty > 500);  // the points meet the map, so the comparison has content
+      }
+    }
+  }
+}
+
+TEST_CASE("The fixed step's LU direction solves the Newton system", "[unit][math]") {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> n(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    Eigen::Matrix<double, 6, 6> a;
+    for (int i = 0; i < 36; ++i) a.data()[i] = n(rng);
+    const Eigen::Matrix<double, 6, 6> h = -(a * a.transpose() + 0.1 * Eigen::Matrix<double, 6, 6>::Identity());
+    Eigen::Matrix<double, 6, 1> g;
+    for (int i = 0; i < 6; ++i) g(i) = n(rng);
+    m::DerivativeSums sums;
+    sums.clear();
+    for (int i = 0; i < 6; ++i) {
+      sums.v[m::kGradient + i] = g(i);
+      for (int j = i; j < 6; ++j) sums.v[m::kHessian + m::upper_index(i, j)] = h(i, j);
+    }
+    double dp[6];
+    REQUIRE(m::lu_direction(sums.v, dp));
+    // Householder QR as an independent solve (the system is well conditioned).
+    const Eigen::Matrix<double, 6, 1> svd = h.colPivHouseholderQr().solve(-g);
+    for (int i = 0; i < 6; ++i) CHECK(dp[i] == Approx(svd(i)).epsilon(1e-9).margin(1e-12));
+  }
+  // Singular: a zero row and column.
+  m::DerivativeSums sums;
+  sums.clear();
+  for (int i = 0; i < 5; ++i) sums.v[m::kHessian + m::upper_index(i, i)] = -1.0;
+  sums.v[m::kGradient] = 1.0;
+  double dp[6];
+  CHECK_FALSE(m::lu_direction(sums.v, dp));
+}

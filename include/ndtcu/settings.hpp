@@ -68,21 +68,16 @@ enum class Backend {
   Auto,  ///< CUDA when this build has it and a device is present, else the CPU (logged once)
 };
 
-/// How the CUDA backend gets each point's Jacobian and point Hessian.
-enum class GpuDerivatives {
-  Fused,        ///< computed in registers inside the one per-evaluation kernel (faster)
-  Precomputed,  ///< written to preallocated per-point buffers by a first kernel, then read
-};
-
 /// Where the CUDA backend runs the Newton loop of the fixed step (LineSearch::Fixed).
 enum class GpuNewtonLoop {
-  /// On the device: one CUDA graph per alignment, whose conditional loop runs the
-  /// derivative kernel and a one-thread step kernel (6x6 LU solve, step, convergence test)
-  /// until the loop stops, with one read-back at the end. Falls back to Host where the
-  /// driver lacks conditional graph nodes (CUDA 12.4).
+  /// On the device: one CUDA graph per batch (a single alignment is a batch of one),
+  /// whose conditional loop runs the derivative kernel and the step kernel (the shared
+  /// fixed step of kernels/ndt_step.hpp: 6x6 LU solve, step, stopping rule, per
+  /// hypothesis) until every hypothesis has stopped, with one read-back at the end. Falls
+  /// back to Host where the driver lacks conditional graph nodes (CUDA 12.4).
   Device,
-  /// On the host: one launch, read-back and synchronization per iteration, the Newton
-  /// direction solved by SVD on the host (as the CPU backend does).
+  /// On the host: one launch, read-back and synchronization per iteration, the same fixed
+  /// step computed on the host (as the CPU backend does), hypothesis after hypothesis.
   Host,
 };
 
@@ -124,13 +119,13 @@ struct AlignSettings {
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below this times the largest are raised to it
   int threads = 0;                ///< worker threads; 0 = std::thread::hardware_concurrency()
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
-  GpuDerivatives gpu_derivatives = GpuDerivatives::Fused;  ///< CUDA backend variant
   /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
   /// NewtonDirection::SaddleFree always run on the host).
   GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
-  /// Whether and how align() estimates the pose covariance of its result
-  /// (AlignResult::covariance, covariance_xy); None costs nothing, MultiNdt six more
-  /// alignments, MultiNdtScore six more score evaluations.
+  /// Whether and how align(), align_from_pose() and every hypothesis of align_batch()
+  /// estimate the pose covariance of their result (AlignResult::covariance, covariance_xy);
+  /// None costs nothing, MultiNdt six more alignments per result, MultiNdtScore six more
+  /// score evaluations.
   PoseCovariance pose_covariance = PoseCovariance::None;
 };
 
@@ -162,8 +157,6 @@ const char* to_string(NewtonDirection d);
 const char* to_string(CovarianceMode c);
 /// "cpu", "cuda", "auto".
 const char* to_string(Backend b);
-/// "fused", "precomputed".
-const char* to_string(GpuDerivatives d);
 /// "device", "host".
 const char* to_string(GpuNewtonLoop l);
 /// "none", "laplace", "multi-ndt", "multi-ndt-score".
@@ -181,8 +174,6 @@ ConvergenceRule convergence_rule_from_string(const std::string& name);
 CovarianceMode covariance_mode_from_string(const std::string& name);
 /// Parses a Backend name; throws Error otherwise.
 Backend backend_from_string(const std::string& name);
-/// Parses a GpuDerivatives name; throws Error otherwise.
-GpuDerivatives gpu_derivatives_from_string(const std::string& name);
 /// Parses a GpuNewtonLoop name; throws Error otherwise.
 GpuNewtonLoop gpu_loop_from_string(const std::string& name);
 /// Parses a PoseCovariance name; throws Error otherwise (naming the value and the choices).

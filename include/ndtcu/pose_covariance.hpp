@@ -108,8 +108,9 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud
 /// Fills `result`'s covariance_mode, covariance_valid, covariance and covariance_xy with
 /// estimate_pose_covariance(aligner, source, result, mode) and adds its time to
 /// timings.covariance_ms and total_ms. Does nothing for None, and nothing while an estimate
-/// is running on the same aligner (align_from_pose calls this when AlignSettings asks for a
-/// covariance; the extra alignments of MultiNdt must not estimate their own).
+/// is running on the same aligner (align_from_pose and align_batch call this for each result
+/// when AlignSettings asks for a covariance; the extra alignments of MultiNdt, themselves an
+/// align_batch, must not estimate their own).
 void attach_pose_covariance(Aligner& aligner, const PointCloud& source, AlignResult& result, PoseCovariance mode);
 
 }  // namespace ndtcu

@@ -122,9 +122,10 @@ struct AlignSettings {
   /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
   /// NewtonDirection::SaddleFree always run on the host).
   GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
-  /// Whether and how align() estimates the pose covariance of its result
-  /// (AlignResult::covariance, covariance_xy); None costs nothing, MultiNdt six more
-  /// alignments, MultiNdtScore six more score evaluations.
+  /// Whether and how align(), align_from_pose() and every hypothesis of align_batch()
+  /// estimate the pose covariance of their result (AlignResult::covariance, covariance_xy);
+  /// None costs nothing, MultiNdt six more alignments per result, MultiNdtScore six more
+  /// score evaluations.
   PoseCovariance pose_covariance = PoseCovariance::None;
 };
 

@@ -8,12 +8,23 @@
 // (blocks of a hypothesis x running hypotheses) and the step kernel (one block per running
 // hypothesis: its blocks' partial sums in a fixed order, then its step on one thread; the
 // last block compacts the list of running hypotheses and ends the loop when it is empty).
-// A single alignment is a batch of one through the same kernels. The alternative of one
-// thread block per hypothesis running all its iterations with __syncthreads only puts a
-// whole evaluation of a 5k-point scan on one SM: its lookups, which bound the kernel, then
-// run 132 times more serially on an H100, so a batch of one would take about 100 times
-// longer; it pays only where hypotheses outnumber SMs many times over, where the grid of
-// this shape is full anyway.
+// A single alignment is a batch of one through the same kernels.
+//
+// The other shape measured (H100, ndtcu_bench --batch, Autoware preset): one thread block
+// per hypothesis running its whole loop with __syncthreads only, no graph.
+//  - Summing each thread's pairs over the whole scan before one block reduction, it took
+//    8.4 ms for one KITTI 5k alignment (10 times this shape's 0.79 ms: one SM does all the
+//    lookups), about the same at K = 200, and 30-55% less time per hypothesis-iteration at
+//    K = 1024-4096 (KITTI 2.9 against 4.1 us, BALM 1.3 against 2.1, hdl32 6.9 against 8.3).
+//    But its sums come in another order than a batch of one's, so a hypothesis's bits
+//    would depend on the batch size.
+//  - Made to give this shape's bits (the same 256-thread partial sums, block by block, then
+//    the same reduction and step), it was slower than this shape at every K from 64 to 4096
+//    (KITTI: 17.0 against 4.9 us per hypothesis-iteration at K = 64, 4.7 against 4.1 at
+//    4096; 5-20% slower at K = 4096 on every workload, with one or two blocks per SM).
+// So the per-block partial sums the bits require cost most of what the other shape saves,
+// and this one stays. Thread-block clusters (several blocks per hypothesis reducing
+// through distributed shared memory) are not built yet.
 #include "cuda_check.cuh"
 #include "device_buffer.cuh"
 #include "fixed_order_reduce.cuh"

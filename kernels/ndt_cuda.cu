@@ -133,7 +133,10 @@ int lanes_for(int n, int multiprocessors) {
 // the block with the point derivatives recomputed per pair, so that no thread idles on a
 // point with fewer voxels) took 16% (KITTI 5k), 31% (hdl32) and 16% (BALM) more time per
 // hypothesis-iteration: the block scan, the extra barrier and the recomputed derivatives
-// cost more than the idle lanes they save.
+// cost more than the idle lanes they save. A warp reduction by transposition (31 shuffles
+// of halving vectors instead of cub's 31 x 5) saved 2-7% of a single alignment but, by
+// the registers its vector takes, made the two-block instance spill enough to take 40-55%
+// longer per hypothesis-iteration; both instances must reduce alike, so cub's stays.
 constexpr int kSingleBlocksPerSm = 1;
 constexpr int kBatchBlocksPerSm = 2;
 

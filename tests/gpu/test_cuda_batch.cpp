@@ -19,17 +19,9 @@ using namespace ndtcu;
 
 namespace {
 
+// K guesses within 0.6 m and 6 deg of `centre`, seeded.
 std::vector<Pose6> random_guesses(const Pose6& centre, int k, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> t(-0.6, 0.6), a(-6.0 * M_PI / 180.0, 6.0 * M_PI / 180.0);
-  std::vector<Pose6> out;
-  for (int i = 0; i < k; ++i) {
-    Pose6 p = centre;
-    for (int j = 0; j < 3; ++j) p(j) += t(rng);
-    for (int j = 3; j < 6; ++j) p(j) += a(rng);
-    out.push_back(p);
-  }
-  return out;
+  return test::guesses_around(centre, k, seed, 0.6, 6.0);
 }
 
 }  // namespace

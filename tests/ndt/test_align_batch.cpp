@@ -20,16 +20,7 @@ namespace {
 
 // K guesses within 0.5 m and 5 deg of `centre`, seeded.
 std::vector<Pose6> guesses_around(const Pose6& centre, int k, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> t(-0.5, 0.5), a(-5.0 * M_PI / 180.0, 5.0 * M_PI / 180.0);
-  std::vector<Pose6> out;
-  for (int i = 0; i < k; ++i) {
-    Pose6 p = centre;
-    for (int j = 0; j < 3; ++j) p(j) += t(rng);
-    for (int j = 3; j < 6; ++j) p(j) += a(rng);
-    out.push_back(p);
-  }
-  return out;
+  return test::guesses_around(centre, k, seed, 0.5, 5.0);
 }
 
 }  // namespace

@@ -107,14 +107,20 @@ struct BatchArgs {
   const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
 };
 
-/// Threads per point for n points: as many as keep n * lanes within the threads the
-/// device holds at once (one 256-thread block per SM at this register use), a power of
-/// two up to kMaxLanes. Measured on an H100 (BENCHMARK.md): 8 lanes make 1.5k points 30%
-/// faster than 1, while at 20k points and more 1 lane is fastest.
+/// Threads per point for n points: as many as keep n * lanes within a quarter of the
+/// threads the device holds at once (one 256-thread block per SM at this register use), a
+/// power of two up to kMaxLanes. More lanes shorten a point's chain of lookups, which a
+/// single alignment's latency wants, but repeat the point's derivatives in every lane,
+/// which a batch's throughput pays for. Measured on an H100 (ndtcu_bench --batch, KITTI
+/// 5k and hdl32 16k points): against half the resident threads, this bound (1 lane
+/// instead of 2 for both) takes 25-50% less time per hypothesis-iteration in batches of
+/// 200-1024 and 8-10% more for a single alignment; against all of them (4 lanes for 5k
+/// points) batches take 60% longer and a single alignment 8% longer. Small scans keep
+/// more lanes (BALM's 1.4k points: 4).
 int lanes_for(int n, int multiprocessors) {
   const long long resident = static_cast<long long>(multiprocessors) * kBlock;
   int lanes = 1;
-  while (lanes < kMaxLanes && static_cast<long long>(n) * lanes * 2 <= resident) lanes *= 2;
+  while (lanes < kMaxLanes && static_cast<long long>(n) * lanes * 4 <= resident) lanes *= 2;
   return lanes;
 }
 

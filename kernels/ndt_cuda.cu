@@ -177,10 +177,7 @@ __global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(Batch
     const float x = c.x[src.offset + i], y = c.y[src.offset + i], z = c.z[src.offset + i];
     float tp[3];
     math::transform_point(terms.m, x, y, z, tp);
-    const math::PointJacobian<double> J = math::point_jacobian(terms.angular, double(x), double(y), double(z));
-    math::PointHessian<double> H{};
-    if (with_hessian) H = math::point_hessian(terms.angular, double(x), double(y), double(z));
-    pairs = math::accumulate_point_cells(c.grid, c.search, terms, tp, J, H, with_hessian, lane, lanes, sums.v, best);
+    pairs = math::accumulate_point_cells(c.grid, c.search, terms, x, y, z, tp, with_hessian, lane, lanes, sums.v, best);
   }
   // The point's lanes (consecutive, within one warp): best term (max) and pair count
   // (sum), then the point's NVTL term and counts once, on its first lane.

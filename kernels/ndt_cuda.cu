@@ -217,10 +217,12 @@ __device__ void reduce_partials(const Vec<kSums>* partials, int blocks, double* 
   __syncthreads();
 }
 
-/// The host-driven evaluation's reduction: hypothesis 0's partials into sums[0].
+/// The host-driven evaluations' reduction: block h sums hypothesis h's partials into
+/// sums[h].
 __global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a) {
-  const DeviceSource src = a.cfg->sources[a.hyps[0].source];
-  reduce_partials(a.partials, src.blocks, a.sums[0].v);
+  const int h = blockIdx.x;
+  const DeviceSource src = a.cfg->sources[a.hyps[h].source];
+  reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, a.sums[h].v);
 }
 
 /// The step kernel: block b takes running slot b: the fixed-order sum of its
@@ -684,6 +686,68 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian,
   m.telemetry.evaluations += 1;
   m.telemetry.bytes_up += sizeof(math::PoseFrame);
   m.telemetry.bytes_down += sizeof(Vec<kSums>);
+  m.telemetry.gpu_ms += ms;
+  m.telemetry.device_allocations = device_allocation_count() - m.allocations_at_start;
+  return out;
+}
+
+std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<Pose6>& poses, bool with_hessian,
+                                                              int source) {
+  Impl& m = *impl_;
+  if (source < 0 || static_cast<std::size_t>(source) >= m.sources.size()) {
+    throw Error("CUDA backend: evaluate of source " + std::to_string(source) + " of " + std::to_string(m.sources.size()));
+  }
+  if (m.config_dirty) m.upload_config();
+  const std::size_t k = poses.size();
+  std::vector<math::DerivativeSums> out(k);
+  for (auto& s : out) s.clear();
+  if (k == 0 || m.sources[static_cast<std::size_t>(source)].n == 0) return out;
+  if (k > 65535) throw Error("CUDA backend: " + std::to_string(k) + " poses in one evaluation batch (at most 65535)");
+  m.size_for(k, false, 1);
+  m.pinned_hyps.reserve_with_headroom(k);
+  m.pinned_sums.reserve_with_headroom(k);
+  m.pinned_active.reserve_with_headroom(k + 1);
+  m.eval_source = -1;  // hyps[0] and the running list are this batch's now
+  for (std::size_t i = 0; i < k; ++i) {
+    const double p[6] = {poses[i](0), poses[i](1), poses[i](2), poses[i](3), poses[i](4), poses[i](5)};
+    DeviceHyp& h = m.pinned_hyps.data()[i];
+    h = DeviceHyp{};
+    h.frame = math::pose_frame(p, with_hessian);
+    h.source = source;
+    m.pinned_active.data()[i] = static_cast<int>(i);
+  }
+  m.pinned_active.data()[k] = static_cast<int>(k);
+  const BatchArgs a = m.args(false);
+  const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
+  NDTCU_NVTX_RANGE("derivatives");
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.hyps.data(), m.pinned_hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyHostToDevice,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active.data(), m.pinned_active.data(), k * sizeof(int), cudaMemcpyHostToDevice,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active_count.data(), m.pinned_active.data() + k, sizeof(int),
+                                   cudaMemcpyHostToDevice, m.stream));
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
+  const dim3 grid(blocks, static_cast<unsigned>(k));
+  if (k > 1) {
+    derivative_kernel<kBatchBlocksPerSm><<<grid, kBlock, 0, m.stream>>>(a, nullptr);
+  } else {
+    derivative_kernel<kSingleBlocksPerSm><<<grid, kBlock, 0, m.stream>>>(a, nullptr);
+  }
+  NDTCU_CUDA_CHECK_LAUNCH();
+  reduce_kernel<<<static_cast<unsigned>(k), kBlock, 0, m.stream>>>(a);
+  NDTCU_CUDA_CHECK_LAUNCH();
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), k * sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  float ms = 0.f;
+  NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
+  for (std::size_t i = 0; i < k; ++i) {
+    for (int j = 0; j < kSums; ++j) out[i].v[j] = m.pinned_sums.data()[i].v[j];
+  }
+  m.telemetry.evaluations += k;
+  m.telemetry.bytes_up += k * (sizeof(DeviceHyp) + sizeof(int)) + sizeof(int);
+  m.telemetry.bytes_down += k * sizeof(Vec<kSums>);
   m.telemetry.gpu_ms += ms;
   m.telemetry.device_allocations = device_allocation_count() - m.allocations_at_start;
   return out;

@@ -84,6 +84,10 @@ class Aligner {
   /// Scores `source` at the fixed pose `transform` without iterating: score, TP, NVTL,
   /// correspondences and Hessian (iterations 0, reason Converged unless degenerate).
   AlignResult evaluate(const PointCloud& source, const Eigen::Matrix4d& transform);
+  /// evaluate() at every pose of `poses` (world frame), as one batch: one result per pose,
+  /// each with the bits of evaluate() there. Throws Error for an empty list or a
+  /// non-finite entry (naming the pose and the entry).
+  std::vector<AlignResult> evaluate_batch(const PointCloud& source, const std::vector<Pose6>& poses);
 
   /// Aligns K pose hypotheses of one scan against the target, as one batch: one result per
   /// guess, in the guesses' order. Each hypothesis runs the Newton loop of align() under
@@ -104,6 +108,7 @@ class Aligner {
                                                     const BatchOptions& options = BatchOptions{});
 
  private:
+  std::vector<AlignResult> evaluate_poses(const PointCloud& source, const std::vector<Pose6>& poses);
   std::vector<std::vector<AlignResult>> run_batch(const std::vector<const PointCloud*>& sources,
                                                   const std::vector<const std::vector<Pose6>*>& guesses,
                                                   bool keep_trace);

@@ -91,6 +91,10 @@ class CudaBackend {
   /// The reduced sums of source `source` at `pose` (map-relative), by the kernel the loop
   /// runs.
   math::DerivativeSums evaluate(const Pose6& pose, bool with_hessian, int source = 0);
+  /// The reduced sums of source `source` at every pose, in one launch of the derivative
+  /// kernel over all of them and one read-back; each has the bits of evaluate() there.
+  std::vector<math::DerivativeSums> evaluate_batch(const std::vector<Pose6>& poses, bool with_hessian,
+                                                   int source = 0);
 
   /// True when the driver runs conditional graph nodes (CUDA 12.4 and later), which the
   /// device-resident loop needs.

@@ -34,6 +34,9 @@ void CudaBackend::configure(SearchMethod, double) {}
 math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool, int) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
+std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<Pose6>&, bool, int) {
+  throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
+}
 bool CudaBackend::device_loop_supported() const noexcept { return false; }
 std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>&, const math::StepRules&,
                                                           bool) {

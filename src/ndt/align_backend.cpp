@@ -65,6 +65,20 @@ class CpuAlignBackend final : public AlignBackend {
     return evaluator(source, &pool_).evaluate_sums(pose, with_hessian);
   }
 
+  std::vector<math::DerivativeSums> evaluate_batch(int source, const std::vector<Pose6>& poses,
+                                                   bool with_hessian) override {
+    std::vector<math::DerivativeSums> out(poses.size());
+    if (poses.size() >= static_cast<std::size_t>(pool_.size()) && poses.size() > 1) {
+      pool_.parallel_for(poses.size(), [&](std::size_t k) {
+        out[k] = evaluator(source, nullptr).evaluate_sums(poses[k], with_hessian);
+      });
+    } else {
+      CpuEvaluator e = evaluator(source, &pool_);
+      for (std::size_t k = 0; k < poses.size(); ++k) out[k] = e.evaluate_sums(poses[k], with_hessian);
+    }
+    return out;
+  }
+
  private:
   CpuEvaluator evaluator(int source, ThreadPool* pool) {
     return CpuEvaluator(*map_, *sources_.at(static_cast<std::size_t>(source)), settings_.search,
@@ -141,6 +155,11 @@ class CudaAlignBackend final : public AlignBackend {
 
   math::DerivativeSums evaluate(int source, const Pose6& pose, bool with_hessian) override {
     return cuda_.evaluate(pose, with_hessian, source);
+  }
+
+  std::vector<math::DerivativeSums> evaluate_batch(int source, const std::vector<Pose6>& poses,
+                                                   bool with_hessian) override {
+    return cuda_.evaluate_batch(poses, with_hessian, source);
   }
 
   void reset_telemetry() noexcept override {

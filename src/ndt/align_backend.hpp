@@ -54,6 +54,10 @@ class AlignBackend {
                                                    const AlignSettings& settings, bool keep_trace) = 0;
   /// The derivative sums of source `source` at `pose` (map-relative).
   virtual math::DerivativeSums evaluate(int source, const Pose6& pose, bool with_hessian) = 0;
+  /// The sums of source `source` at every pose, as one batch; each has the bits of
+  /// evaluate() at that pose.
+  virtual std::vector<math::DerivativeSums> evaluate_batch(int source, const std::vector<Pose6>& poses,
+                                                           bool with_hessian) = 0;
   /// Zeroes the telemetry (at the start of an Aligner call).
   virtual void reset_telemetry() noexcept {}
   /// What the backend did since the last reset.

@@ -140,6 +140,24 @@ void check_inputs(const std::shared_ptr<const VoxelMap>& map, const PointCloud& 
 
 }  // namespace
 
+namespace {
+
+// Throws Error naming the first hypothesis with a non-finite entry.
+void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
+  if (guesses.empty()) throw Error(what + ": the guess list is empty");
+  static const char* const kEntry[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
+  for (std::size_t k = 0; k < guesses.size(); ++k) {
+    for (int i = 0; i < 6; ++i) {
+      if (!std::isfinite(guesses[k](i))) {
+        throw Error(what + ": hypothesis " + std::to_string(k) + " has a non-finite " + kEntry[i] + " (" +
+                    std::to_string(guesses[k](i)) + ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 AlignResult Aligner::align(const PointCloud& source, const Eigen::Matrix4d& guess) {
   if (!guess.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   return align_from_pose(source, matrix_to_pose(guess));
@@ -243,36 +261,59 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const
 }
 
 AlignResult Aligner::evaluate(const PointCloud& source, const Eigen::Matrix4d& transform) {
+  check_inputs(impl_->map, source, transform);
+  return evaluate_poses(source, {matrix_to_pose(transform)}).front();
+}
+
+std::vector<AlignResult> Aligner::evaluate_batch(const PointCloud& source, const std::vector<Pose6>& poses) {
+  check_guesses(poses, "evaluate_batch");
+  return evaluate_poses(source, poses);
+}
+
+// Every evaluation goes through here, as one backend batch.
+std::vector<AlignResult> Aligner::evaluate_poses(const PointCloud& source, const std::vector<Pose6>& poses) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
-  check_inputs(m.map, source, transform);
+  check_inputs(m.map, source, Eigen::Matrix4d::Identity());
   const VoxelMap& map = *m.map;
-  AlignResult r;
-  r.backend = m.backend->name();
-  r.source_points = source.size();
-  r.target_voxels = map.size();
-  r.pose = matrix_to_pose(transform);
-  r.transform = pose_to_matrix(r.pose);
-  r.reason = source.empty() ? StopReason::EmptySource : map.empty() ? StopReason::NoVoxels : StopReason::Converged;
-  if (r.reason == StopReason::Converged) {
+  const StopReason degenerate = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
+  const bool runs = !source.empty() && !map.empty();
+  std::vector<math::DerivativeSums> sums;
+  detail::BackendTelemetry tel;
+  if (runs) {
     m.backend->reset_telemetry();
     m.backend->set_map(m.map);
     m.backend->set_sources({&source.points});
-    const math::DerivativeSums sums =
-        m.backend->evaluate(0, to_internal(r.pose, source.origin, map.origin()), true);
-    fill_from_evaluation(r, detail::to_evaluation(sums));
-    const detail::BackendTelemetry tel = m.backend->telemetry();
-    r.timings.upload_ms = tel.upload_ms;
-    r.timings.gpu_ms = tel.gpu_ms;
-    r.timings.bytes_up = tel.bytes_up;
-    r.timings.bytes_down = tel.bytes_down;
-    r.timings.setup_bytes_up = tel.setup_bytes_up;
-    r.timings.evaluations = 1;
-    if (r.matched_points == 0) r.reason = StopReason::NoCorrespondence;
+    std::vector<Pose6> internal;
+    internal.reserve(poses.size());
+    for (const Pose6& p : poses) internal.push_back(to_internal(p, source.origin, map.origin()));
+    sums = m.backend->evaluate_batch(0, internal, true);
+    tel = m.backend->telemetry();
   }
-  r.converged = r.reason == StopReason::Converged;
-  r.timings.total_ms = ms_since(t0);
-  return r;
+  const double total_ms = ms_since(t0);
+  std::vector<AlignResult> out(poses.size());
+  for (std::size_t k = 0; k < poses.size(); ++k) {
+    AlignResult& r = out[k];
+    r.backend = m.backend->name();
+    r.source_points = source.size();
+    r.target_voxels = map.size();
+    r.pose = poses[k];
+    r.transform = pose_to_matrix(r.pose);
+    r.reason = runs ? StopReason::Converged : degenerate;
+    if (runs) {
+      fill_from_evaluation(r, detail::to_evaluation(sums[k]));
+      r.timings.upload_ms = tel.upload_ms;
+      r.timings.gpu_ms = tel.gpu_ms;
+      r.timings.bytes_up = tel.bytes_up;
+      r.timings.bytes_down = tel.bytes_down;
+      r.timings.setup_bytes_up = tel.setup_bytes_up;
+      r.timings.evaluations = 1;
+      if (r.matched_points == 0) r.reason = StopReason::NoCorrespondence;
+    }
+    r.converged = r.reason == StopReason::Converged;
+    r.timings.total_ms = total_ms;
+  }
+  return out;
 }
 
 AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
@@ -282,23 +323,6 @@ AlignResult align(const PointCloud& target, const PointCloud& source, const Eige
   return aligner.align(source, guess);
 }
 
-namespace {
-
-// Throws Error naming the first hypothesis with a non-finite entry.
-void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
-  if (guesses.empty()) throw Error(what + ": the guess list is empty");
-  static const char* const kEntry[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
-  for (std::size_t k = 0; k < guesses.size(); ++k) {
-    for (int i = 0; i < 6; ++i) {
-      if (!std::isfinite(guesses[k](i))) {
-        throw Error(what + ": hypothesis " + std::to_string(k) + " has a non-finite " + kEntry[i] + " (" +
-                    std::to_string(guesses[k](i)) + ")");
-      }
-    }
-  }
-}
-
-}  // namespace
 
 std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Pose6>& guesses,
                                               const BatchOptions& options) {

@@ -174,10 +174,10 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud
         out.weights.assign(static_cast<std::size_t>(n), 1.0 / n);
       } else {
         out.scores.push_back(result.nvtl);
-        for (const Pose6& p : out.start_poses) {
-          const AlignResult e = aligner.evaluate(source, pose_to_matrix(p));
-          out.scores.push_back(e.nvtl);
-          out.end_poses.push_back(p);
+        const std::vector<AlignResult> scored = aligner.evaluate_batch(source, out.start_poses);
+        for (std::size_t k = 0; k < scored.size(); ++k) {
+          out.scores.push_back(scored[k].nvtl);
+          out.end_poses.push_back(out.start_poses[k]);
         }
         out.evaluations = static_cast<int>(out.start_poses.size());
         out.weights = softmax_weights(out.scores, options.temperature);

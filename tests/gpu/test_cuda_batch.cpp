@@ -141,3 +141,27 @@ TEST_CASE("A CUDA batch allocates nothing once sized, and memory errors are clea
   const auto after = aligner.align_batch(source, std::vector<Pose6>(guesses.begin(), guesses.begin() + 8));
   for (std::size_t k = 0; k < after.size(); ++k) test::check_same_bits(after[k], first[k]);
 }
+
+TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(78, 60000);
+  const PointCloud source = test::synthetic_scene(79, 5000);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  Aligner gpu(s);
+  gpu.set_target(target);
+  s.backend = Backend::Cpu;
+  Aligner cpu(s);
+  cpu.set_target(target);
+  const std::vector<Pose6> poses = random_guesses(Pose6::Zero(), 300, 21);
+  const std::vector<AlignResult> batch = gpu.evaluate_batch(source, poses);
+  const std::vector<AlignResult> on_cpu = cpu.evaluate_batch(source, poses);
+  for (std::size_t k = 0; k < poses.size(); k += 13) {
+    CAPTURE(k);
+    test::check_same_bits(batch[k], gpu.evaluate_batch(source, std::vector<Pose6>{poses[k]}).front());
+    // The same pose frame and voxels on both backends; only the order of the sums differs.
+    CHECK(batch[k].correspondences == on_cpu[k].correspondences);
+    CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(1e-9));
+    CHECK(batch[k].nvtl == Approx(on_cpu[k].nvtl).epsilon(1e-9));
+  }
+}

@@ -113,3 +113,39 @@ TEST_CASE("Bad batches are errors that name the hypothesis", "[unit][aligner][ba
   // A good batch after the errors works.
   CHECK(aligner.align_batch(source, std::vector<Pose6>{Pose6::Zero()}).size() == 1);
 }
+
+TEST_CASE("evaluate_batch scores every pose as a batch of one does", "[unit][aligner][batch]") {
+  const PointCloud target = test::synthetic_scene(68, 30000);
+  const PointCloud source = test::synthetic_scene(69, 2000);
+  for (int threads : {1, 3}) {
+    AlignSettings s = autoware_preset();
+    s.backend = Backend::Cpu;
+    s.threads = threads;
+    Aligner aligner(s);
+    aligner.set_target(target);
+    const std::vector<Pose6> poses = guesses_around(Pose6::Zero(), 9, 12);
+    const std::vector<AlignResult> batch = aligner.evaluate_batch(source, poses);
+    REQUIRE(batch.size() == poses.size());
+    for (std::size_t k = 0; k < poses.size(); ++k) {
+      CAPTURE(threads, k);
+      const AlignResult one = aligner.evaluate_batch(source, std::vector<Pose6>{poses[k]}).front();
+      test::check_same_bits(batch[k], one);
+      CHECK(batch[k].iterations == 0);
+      CHECK(batch[k].nvtl > 0.0);
+      // evaluate() takes a matrix: the same score up to the pose's round trip through it.
+      const AlignResult via_matrix = aligner.evaluate(source, pose_to_matrix(poses[k]));
+      CHECK(via_matrix.score == Approx(batch[k].score).epsilon(1e-9));
+    }
+  }
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  Aligner aligner(s);
+  aligner.set_target(target);
+  std::vector<Pose6> bad(2, Pose6::Zero());
+  bad[1](5) = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH(aligner.evaluate_batch(source, bad),
+                    Catch::Matchers::Contains("hypothesis 1") && Catch::Matchers::Contains("yaw"));
+  CHECK_THROWS_WITH(aligner.evaluate_batch(source, std::vector<Pose6>{}), Catch::Matchers::Contains("empty"));
+  CHECK(aligner.evaluate_batch(PointCloud{}, std::vector<Pose6>{Pose6::Zero()}).front().reason ==
+        StopReason::EmptySource);
+}

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       {"align", add_align(app, global)},
       {"simulate", add_simulate(app, global)},
       {"localize", add_localize(app, global)},
+      {"initpose", add_initpose(app, global)},
   };
   try {
     app.parse(argc, argv);

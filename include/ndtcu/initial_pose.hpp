@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// Initial pose search: where in the map is a scan, given only a rough position?
+///
+/// The sweep: a grid of x-y positions within a radius of a rough pose, times a range of
+/// yaws, each a hypothesis with the rough pose's z, roll and pitch. All of them are aligned
+/// for a few iterations in one batch (the coarse pass); the best few distinct places are
+/// aligned again with the aligner's full settings (the refinement, a second batch), and the
+/// refined hypothesis of highest NVTL wins. The search then looks for a rival: the best
+/// hypothesis that ended at a distinct pose. When the rival scores within a margin of the
+/// winner, the result says the place is ambiguous (a symmetric corridor, a row of identical
+/// shelves) instead of guessing between them.
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/result.hpp>
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace ndtcu {
+
+/// What find_initial_pose() sweeps and how it judges the hypotheses. Lengths in metres,
+/// angles in degrees.
+struct InitialPoseOptions {
+  /// Positions are swept within this distance (m) of the rough pose, in x and y. 0: the
+  /// rough position only (a yaw search).
+  double radius = 2.0;
+  /// Spacing (m) of the square grid of positions. 1 m is half of Autoware's default
+  /// resolution (2 m): a start within ~0.7 m of the truth lies inside its basin.
+  double position_step = 1.0;
+  /// Yaws are swept over +-yaw_range/2 around the rough pose's yaw; 360 is the full circle
+  /// (no duplicate at +-180).
+  double yaw_range_deg = 360.0;
+  /// Spacing (deg) of the yaws. 15 deg leaves every heading within 7.5 deg of a start,
+  /// well inside the few tens of degrees the NDT score converges from.
+  double yaw_step_deg = 15.0;
+  /// Newton iterations of the coarse pass (the aligner's step size bounds how far each
+  /// moves: 5 x 0.1 m with Autoware's settings). Enough to separate right from wrong.
+  int coarse_iterations = 5;
+  /// How many coarse winners (distinct places, by NVTL) are refined with the aligner's
+  /// full settings.
+  int refine_count = 8;
+  /// Two poses are distinct when their positions differ by more than this (m) ...
+  double ambiguity_distance = 1.0;
+  /// ... or their yaws by more than this (deg).
+  double ambiguity_yaw_deg = 10.0;
+  /// The result is ambiguous when a distinct pose's NVTL is within this of the winner's.
+  /// 0.1 is below the NVTL spread of repeated alignments of one scan from nearby starts
+  /// (a few hundredths) by margin enough, and far below the drop of a wrong place (a
+  /// wrong heading or a 1 m offset lowers NVTL by whole units at a 2 m resolution), so
+  /// only a genuinely alike place is flagged.
+  double ambiguity_margin = 0.1;
+  /// A sweep larger than this many hypotheses is refused (Error): it would take minutes on
+  /// the CPU and a larger step is nearly always what was meant.
+  std::size_t max_hypotheses = 100000;
+};
+
+/// What find_initial_pose() found.
+struct InitialPoseResult {
+  /// The winning refined alignment: pose, fitness, iterations. Its `converged` is false
+  /// only when no refined hypothesis converged (the winner is then the best NVTL anyway).
+  AlignResult best;
+  std::size_t coarse_hypotheses = 0;  ///< hypotheses of the sweep (the coarse batch)
+  std::size_t refined_hypotheses = 0; ///< hypotheses refined (the second batch)
+  /// Hypotheses aligned in all: coarse_hypotheses + refined_hypotheses.
+  std::size_t hypotheses_aligned = 0;
+  double time_ms = 0.0;    ///< the whole search (wall clock)
+  double coarse_ms = 0.0;  ///< the coarse batch
+  double refine_ms = 0.0;  ///< the refinement batch
+  /// True when some hypothesis (refined, or coarse and not refined) ended at a pose
+  /// distinct from the winner's (InitialPoseOptions::ambiguity_distance / _yaw_deg).
+  bool has_rival = false;
+  /// The best NVTL among those distinct hypotheses; NaN without a rival.
+  double ambiguity_nvtl = std::numeric_limits<double>::quiet_NaN();
+  /// Where that rival ended (zero without a rival).
+  Pose6 rival_pose = Pose6::Zero();
+  /// True when the rival's NVTL is within InitialPoseOptions::ambiguity_margin of the
+  /// winner's: the scan fits a distinct place about as well, so the winner is not to be
+  /// trusted as the pose.
+  bool ambiguous = false;
+};
+
+/// Checks `options`; throws Error naming the field and the value (a negative radius, a
+/// step that is not positive, a yaw range outside (0, 360], a count below 1, a negative
+/// distance or margin).
+void validate(const InitialPoseOptions& options);
+
+/// The hypotheses of the sweep around `around` (x-y grid within the radius times the
+/// yaws), in the order the coarse pass aligns them. Throws Error for what validate()
+/// rejects, a non-finite `around`, or more than options.max_hypotheses hypotheses (naming
+/// the count and suggesting a larger step).
+std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& options = {});
+
+/// Searches for the pose of `scan` in the aligner's map near `around` (see the file's
+/// description): one coarse batch of every hypothesis with options.coarse_iterations
+/// iterations (on a second Aligner sharing the map, with the same backend), then one batch
+/// of the refine_count best distinct places with the aligner's own settings. Throws Error
+/// when the aligner has no target, `around` is not finite, or the options are invalid
+/// (see initial_pose_hypotheses()).
+InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, const Pose6& around,
+                                    const InitialPoseOptions& options = {});
+
+}  // namespace ndtcu

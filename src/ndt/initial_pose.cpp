@@ -1,0 +1,233 @@
+// Initial pose search by sweep: a coarse batch over a grid of positions and yaws, a
+// refinement batch of the best distinct places, and an ambiguity check (see
+// include/ndtcu/initial_pose.hpp).
+#include <ndtcu/error.hpp>
+#include <ndtcu/initial_pose.hpp>
+
+#include "../log.hpp"
+#include "../nvtx.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+namespace ndtcu {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDeg = kPi / 180.0;
+
+// An angle brought into (-pi, pi].
+double wrap_angle(double a) {
+  a = std::remainder(a, 2.0 * kPi);
+  return a <= -kPi ? a + 2.0 * kPi : a;
+}
+
+// Grid indices per side: offsets i * step for |i| <= n reach the radius. The 1e-9 keeps a
+// radius that is an exact multiple of the step (2 m / 1 m) from losing its last ring to
+// rounding.
+long grid_half_width(const InitialPoseOptions& o) {
+  return static_cast<long>(std::floor(o.radius / o.position_step + 1e-9));
+}
+
+// Whether grid offset (i, j) lies inside the disc of the radius (same tolerance).
+bool inside_disc(long i, long j, const InitialPoseOptions& o) {
+  const double x = static_cast<double>(i) * o.position_step, y = static_cast<double>(j) * o.position_step;
+  return x * x + y * y <= o.radius * o.radius * (1.0 + 1e-9) + 1e-12;
+}
+
+// Yaw offsets (rad): k * step for |k * step| <= range / 2; on the full circle the last one
+// is dropped when it lands on the first one turned by 360 deg (+-180 are one heading).
+std::vector<double> yaw_offsets(const InitialPoseOptions& o) {
+  const long n = static_cast<long>(std::floor(o.yaw_range_deg / 2.0 / o.yaw_step_deg + 1e-9));
+  std::vector<double> out;
+  for (long k = -n; k <= n; ++k) out.push_back(static_cast<double>(k) * o.yaw_step_deg);
+  if (out.size() > 1 && std::abs(out.back() - out.front() - 360.0) < 1e-6) out.pop_back();
+  for (double& d : out) d *= kDeg;
+  return out;
+}
+
+// Whether two poses are distinct places for the ambiguity check.
+bool distinct(const Pose6& a, const Pose6& b, const InitialPoseOptions& o) {
+  return (a.head<3>() - b.head<3>()).norm() > o.ambiguity_distance ||
+         std::abs(wrap_angle(a(5) - b(5))) > o.ambiguity_yaw_deg * kDeg;
+}
+
+// a ranks above b: higher NVTL; a NaN NVTL never ranks above a number.
+bool better(const AlignResult& a, const AlignResult& b) {
+  if (std::isnan(a.nvtl)) return false;
+  return std::isnan(b.nvtl) || a.nvtl > b.nvtl;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void validate(const InitialPoseOptions& o) {
+  const auto fail = [](const std::string& field, double value, const char* rule) {
+    throw Error(fmt::format("InitialPoseOptions::{} = {}: {}", field, value, rule));
+  };
+  if (!(std::isfinite(o.radius) && o.radius >= 0.0)) fail("radius", o.radius, "must be finite and >= 0 (m)");
+  if (!(std::isfinite(o.position_step) && o.position_step > 0.0)) {
+    fail("position_step", o.position_step, "must be finite and > 0 (m)");
+  }
+  if (!(o.yaw_range_deg > 0.0 && o.yaw_range_deg <= 360.0)) {
+    fail("yaw_range_deg", o.yaw_range_deg, "must lie in (0, 360] (deg; 360 = full circle)");
+  }
+  if (!(std::isfinite(o.yaw_step_deg) && o.yaw_step_deg > 0.0)) {
+    fail("yaw_step_deg", o.yaw_step_deg, "must be finite and > 0 (deg)");
+  }
+  if (o.coarse_iterations < 1) fail("coarse_iterations", o.coarse_iterations, "must be >= 1");
+  if (o.refine_count < 1) fail("refine_count", o.refine_count, "must be >= 1");
+  if (!(std::isfinite(o.ambiguity_distance) && o.ambiguity_distance >= 0.0)) {
+    fail("ambiguity_distance", o.ambiguity_distance, "must be finite and >= 0 (m)");
+  }
+  if (!(std::isfinite(o.ambiguity_yaw_deg) && o.ambiguity_yaw_deg >= 0.0)) {
+    fail("ambiguity_yaw_deg", o.ambiguity_yaw_deg, "must be finite and >= 0 (deg)");
+  }
+  if (!(std::isfinite(o.ambiguity_margin) && o.ambiguity_margin >= 0.0)) {
+    fail("ambiguity_margin", o.ambiguity_margin, "must be finite and >= 0 (NVTL)");
+  }
+  if (o.max_hypotheses < 1) fail("max_hypotheses", 0.0, "must be >= 1");
+}
+
+std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& o) {
+  validate(o);
+  for (int i = 0; i < 6; ++i) {
+    if (!std::isfinite(around(i))) {
+      throw Error(fmt::format("initial pose search: around[{}] = {} is not finite (x y z roll pitch yaw)", i, around(i)));
+    }
+  }
+  const long n = grid_half_width(o);
+  std::size_t positions = 0;
+  for (long i = -n; i <= n; ++i)
+    for (long j = -n; j <= n; ++j) positions += inside_disc(i, j, o) ? 1 : 0;
+  const std::vector<double> yaws = yaw_offsets(o);
+  const std::size_t total = positions * yaws.size();
+  if (total > o.max_hypotheses) {
+    throw Error(fmt::format("initial pose search: {} hypotheses ({} positions within radius {} m at step {} m, "
+                            "times {} yaws over {} deg at step {} deg) exceed the limit of {}; use a larger "
+                            "position or yaw step, or a smaller radius or yaw range",
+                            total, positions, o.radius, o.position_step, yaws.size(), o.yaw_range_deg,
+                            o.yaw_step_deg, o.max_hypotheses));
+  }
+  std::vector<Pose6> out;
+  out.reserve(total);
+  for (long i = -n; i <= n; ++i) {
+    for (long j = -n; j <= n; ++j) {
+      if (!inside_disc(i, j, o)) continue;
+      for (double dyaw : yaws) {
+        Pose6 p = around;
+        p(0) += static_cast<double>(i) * o.position_step;
+        p(1) += static_cast<double>(j) * o.position_step;
+        p(5) = wrap_angle(around(5) + dyaw);
+        out.push_back(p);
+      }
+    }
+  }
+  return out;
+}
+
+InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, const Pose6& around,
+                                    const InitialPoseOptions& o) {
+  NDTCU_NVTX_RANGE("find_initial_pose");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!aligner.target()) {
+    throw Error("initial pose search: the aligner has no target map (call Aligner::set_target first)");
+  }
+  const std::vector<Pose6> hypotheses = initial_pose_hypotheses(around, o);
+
+  // Coarse pass: settings are fixed per Aligner, so a second one with fewer iterations
+  // shares the map (no rebuild) and runs on the same backend. No covariance estimate here:
+  // only the refined winner's would be used.
+  AlignSettings coarse_settings = aligner.settings();
+  coarse_settings.max_iterations = o.coarse_iterations;
+  coarse_settings.backend = aligner.resolved_backend();
+  coarse_settings.pose_covariance = PoseCovariance::None;
+  Aligner coarse(coarse_settings);
+  coarse.set_target(aligner.target());
+
+  InitialPoseResult result;
+  auto t = std::chrono::steady_clock::now();
+  const std::vector<AlignResult> coarse_results = coarse.align_batch(scan, hypotheses);
+  result.coarse_ms = ms_since(t);
+  result.coarse_hypotheses = hypotheses.size();
+
+  // The best refine_count by NVTL, each distinct from those kept before it, so the
+  // refinement looks at different places rather than one basin several times.
+  std::vector<std::size_t> order(coarse_results.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return better(coarse_results[a], coarse_results[b]); });
+  std::vector<std::size_t> kept;
+  std::vector<bool> refined(coarse_results.size(), false);
+  for (std::size_t k : order) {
+    if (kept.size() >= static_cast<std::size_t>(o.refine_count)) break;
+    const bool fresh = std::all_of(kept.begin(), kept.end(), [&](std::size_t q) {
+      return distinct(coarse_results[k].pose, coarse_results[q].pose, o);
+    });
+    if (!fresh) continue;
+    kept.push_back(k);
+    refined[k] = true;
+  }
+
+  // Refinement from where the coarse pass stopped, with the aligner's own settings.
+  std::vector<Pose6> starts;
+  starts.reserve(kept.size());
+  for (std::size_t k : kept) starts.push_back(coarse_results[k].pose);
+  t = std::chrono::steady_clock::now();
+  const std::vector<AlignResult> refined_results = aligner.align_batch(scan, starts);
+  result.refine_ms = ms_since(t);
+  result.refined_hypotheses = starts.size();
+  result.hypotheses_aligned = result.coarse_hypotheses + result.refined_hypotheses;
+
+  // Winner: the best converged refined result; the best of all when none converged.
+  std::size_t winner = refined_results.size();
+  for (std::size_t r = 0; r < refined_results.size(); ++r) {
+    if (refined_results[r].converged && (winner == refined_results.size() || better(refined_results[r], refined_results[winner]))) {
+      winner = r;
+    }
+  }
+  if (winner == refined_results.size()) {
+    winner = 0;
+    for (std::size_t r = 1; r < refined_results.size(); ++r) {
+      if (better(refined_results[r], refined_results[winner])) winner = r;
+    }
+    detail::log().warn("initial pose search: no refined hypothesis converged; the best of {} by NVTL ({}) is returned",
+               refined_results.size(), refined_results[winner].nvtl);
+  }
+  result.best = refined_results[winner];
+
+  // Rival: the best hypothesis that ended at a distinct place, among the refined results
+  // and the coarse results that were not refined (a refined one is represented by where
+  // its refinement ended).
+  const auto consider = [&](const AlignResult& r) {
+    if (std::isnan(r.nvtl) || !distinct(r.pose, result.best.pose, o)) return;
+    if (!result.has_rival || r.nvtl > result.ambiguity_nvtl) {
+      result.has_rival = true;
+      result.ambiguity_nvtl = r.nvtl;
+      result.rival_pose = r.pose;
+    }
+  };
+  for (std::size_t r = 0; r < refined_results.size(); ++r) {
+    if (r != winner) consider(refined_results[r]);
+  }
+  for (std::size_t k = 0; k < coarse_results.size(); ++k) {
+    if (!refined[k]) consider(coarse_results[k]);
+  }
+  result.ambiguous = result.has_rival && result.ambiguity_nvtl >= result.best.nvtl - o.ambiguity_margin;
+  result.time_ms = ms_since(t0);
+  detail::log().debug("initial pose search: {} coarse ({:.1f} ms) + {} refined ({:.1f} ms) hypotheses, NVTL {:.4f}{}",
+              result.coarse_hypotheses, result.coarse_ms, result.refined_hypotheses, result.refine_ms,
+              result.best.nvtl, result.ambiguous ? ", ambiguous" : "");
+  return result;
+}
+
+}  // namespace ndtcu

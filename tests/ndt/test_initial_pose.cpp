@@ -1,0 +1,235 @@
+// find_initial_pose on the CPU backend: on the simulator's sample it finds scan 3 from
+// 1.5 m and 60 or 150 deg off (within 0.1 m and 1 deg of the truth, not ambiguous); in a
+// room symmetric under a half turn it reports the ambiguity with a rival half a turn away;
+// bad input is an Error that names what is wrong.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
+#include <ndtcu/initial_pose.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <Eigen/Geometry>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <random>
+
+using namespace ndtcu;
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDeg = kPi / 180.0;
+
+double wrap(double a) {
+  a = std::remainder(a, 2.0 * kPi);
+  return a <= -kPi ? a + 2.0 * kPi : a;
+}
+
+// The angle (rad) of the rotation between two poses.
+double rotation_angle(const Pose6& a, const Pose6& b) {
+  const Eigen::Matrix3d ra = pose_to_matrix(a).topLeftCorner<3, 3>(), rb = pose_to_matrix(b).topLeftCorner<3, 3>();
+  return Eigen::AngleAxisd(ra.transpose() * rb).angle();
+}
+
+PointCloud load_sample(const std::filesystem::path& path, double leaf) {
+  const PointCloud c = read_point_cloud(path.string());
+  // Points exactly at the origin are invalid returns in these scans.
+  PointCloud kept;
+  kept.origin = c.origin;
+  for (const auto& p : c.points) {
+    if (!p.isZero()) kept.points.push_back(p);
+  }
+  return leaf > 0 ? voxel_downsample(kept, leaf) : kept;
+}
+
+AlignSettings cpu_settings() {
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  s.threads = 2;
+  return s;
+}
+
+// The sample's map in an aligner, scan 3 and its true pose.
+struct Sample {
+  Aligner aligner{cpu_settings()};
+  PointCloud scan;
+  Pose6 truth;
+};
+
+Sample& sample() {
+  static Sample s = [] {
+    const std::filesystem::path dir = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+    Sample out;
+    out.aligner.set_target(load_sample(dir / "map.pcd", 0.0));
+    out.scan = load_sample(dir / "scans/000003.pcd", 0.5);
+    const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
+    out.truth = matrix_to_pose(truth[3].pose.matrix());
+    return out;
+  }();
+  return s;
+}
+
+// A 20 x 10 m room, 3 m high walls and a floor, every point paired with its half-turn
+// image (x, y) -> (-x, -y): the room and its sampling are symmetric under a 180 deg yaw,
+// and under no other (the sides differ in length).
+PointCloud half_turn_room() {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  PointCloud c;
+  for (int i = 0; i < 12000; ++i) {
+    const float a = u(rng), b = u(rng);
+    Eigen::Vector3f p;
+    switch (i % 4) {
+      case 0: p = {-10.f + 20.f * a, -5.f + 10.f * b, 0.f}; break;  // floor
+      case 1: p = {10.f, -5.f + 10.f * a, 3.f * b}; break;           // short wall
+      case 2: p = {-10.f + 20.f * a, 5.f, 3.f * b}; break;           // long wall
+      default: p = {-10.f + 20.f * a, -5.f + 10.f * b, 3.f}; break;   // ceiling
+    }
+    p.z() -= 1.37f;  // off the voxel lattice's planes
+    c.points.push_back(p);
+    c.points.emplace_back(-p.x(), -p.y(), p.z());
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("The sweep's hypotheses: grid inside the disc times the yaws", "[unit][initial_pose]") {
+  Pose6 around;
+  around << 10.0, -5.0, 1.5, 0.01, -0.02, 3.0;
+  const std::vector<Pose6> h = initial_pose_hypotheses(around);  // radius 2, step 1, 360 / 15
+  // Grid offsets (i, j) in -2..2 with i^2 + j^2 <= 4: 13 positions; 24 yaws (no +-180 twice).
+  REQUIRE(h.size() == 13 * 24);
+  for (const Pose6& p : h) {
+    CHECK((p.head<2>() - around.head<2>()).norm() <= 2.0 + 1e-12);
+    CHECK(p(2) == around(2));
+    CHECK(p(3) == around(3));
+    CHECK(p(4) == around(4));
+  }
+  // The yaws of one position are 15 deg apart around the full circle, all distinct.
+  for (int k = 0; k < 24; ++k) {
+    CHECK(std::abs(wrap(h[static_cast<std::size_t>(k)](5) - around(5) - (k - 12) * 15.0 * kDeg)) < 1e-12);
+  }
+  InitialPoseOptions o;
+  o.radius = 0.0;
+  o.yaw_range_deg = 90.0;
+  o.yaw_step_deg = 30.0;
+  const std::vector<Pose6> yaw_only = initial_pose_hypotheses(around, o);  // -45..45: -30, 0, 30
+  REQUIRE(yaw_only.size() == 3);
+  CHECK(yaw_only[1] == around);
+}
+
+TEST_CASE("find_initial_pose finds the sample's scan 3 from 1.5 m and a wrong heading", "[unit][initial_pose]") {
+  Sample& s = sample();
+  for (double yaw_off_deg : {60.0, 150.0}) {
+    CAPTURE(yaw_off_deg);
+    Pose6 around = s.truth;
+    around(0) += 1.2;  // 1.5 m away
+    around(1) -= 0.9;
+    around(5) = wrap(around(5) + yaw_off_deg * kDeg);
+    const InitialPoseResult r = find_initial_pose(s.aligner, s.scan, around);
+    WARN("sample scan 3, yaw off " << yaw_off_deg << " deg: " << r.hypotheses_aligned << " hypotheses, "
+                                   << r.time_ms << " ms (coarse " << r.coarse_ms << ", refine " << r.refine_ms
+                                   << "), NVTL " << r.best.nvtl << ", rival " << r.ambiguity_nvtl);
+    CHECK(r.coarse_hypotheses == 13 * 24);
+    CHECK(r.refined_hypotheses == 8);
+    CHECK(r.hypotheses_aligned == r.coarse_hypotheses + r.refined_hypotheses);
+    CHECK(r.best.converged);
+    // The tolerances of a converged alignment on this scene (the localize test reaches
+    // ATE 0.01 m), not of the sweep's grid: the refinement must reach the basin's end.
+    CHECK((r.best.pose.head<3>() - s.truth.head<3>()).norm() < 0.1);
+    CHECK(rotation_angle(r.best.pose, s.truth) < 1.0 * kDeg);
+    CHECK_FALSE(r.ambiguous);
+    if (r.has_rival) {
+      CHECK(r.ambiguity_nvtl < r.best.nvtl - 0.1);
+      const bool apart = (r.rival_pose.head<3>() - r.best.pose.head<3>()).norm() > 1.0 ||
+                         std::abs(wrap(r.rival_pose(5) - r.best.pose(5))) > 10.0 * kDeg;
+      CHECK(apart);
+    } else {
+      CHECK(std::isnan(r.ambiguity_nvtl));
+    }
+    CHECK(r.time_ms >= r.coarse_ms + r.refine_ms);
+  }
+}
+
+TEST_CASE("find_initial_pose reports a room symmetric under a half turn as ambiguous", "[unit][initial_pose]") {
+  const PointCloud room = half_turn_room();
+  Aligner aligner(cpu_settings());
+  aligner.set_target(room);
+  // The scan: the room seen from its centre (the room itself, thinned), truth = identity.
+  const PointCloud scan = voxel_downsample(room, 0.5);
+  Pose6 around = Pose6::Zero();
+  around(0) = 0.7;
+  around(1) = -0.4;
+  around(5) = 20.0 * kDeg;
+  const InitialPoseResult r = find_initial_pose(aligner, scan, around);
+  CAPTURE(r.best.pose.transpose(), r.best.nvtl, r.ambiguity_nvtl, r.rival_pose.transpose());
+  REQUIRE(r.has_rival);
+  CHECK(r.ambiguous);
+  CHECK(std::abs(r.ambiguity_nvtl - r.best.nvtl) <= 0.1);
+  // Winner and rival are the two headings of the room, 0 and 180 deg, each at the centre.
+  const double turn = std::abs(wrap(r.rival_pose(5) - r.best.pose(5)));
+  CHECK(std::abs(turn - kPi) < 2.0 * kDeg);
+  CHECK(r.best.pose.head<2>().norm() < 0.2);
+  CHECK(r.rival_pose.head<2>().norm() < 0.2);
+
+}
+
+TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[unit][initial_pose]") {
+  using Catch::Matchers::Contains;
+  Sample& s = sample();
+  const Pose6 around = s.truth;
+  {
+    Aligner empty(cpu_settings());
+    CHECK_THROWS_WITH(find_initial_pose(empty, s.scan, around), Contains("no target map"));
+  }
+  {
+    Pose6 bad = around;
+    bad(5) = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH(find_initial_pose(s.aligner, s.scan, bad), Contains("around[5]") && Contains("not finite"));
+  }
+  const auto rejects = [&](InitialPoseOptions o, const std::string& field) {
+    CAPTURE(field);
+    CHECK_THROWS_WITH(find_initial_pose(s.aligner, s.scan, around, o), Contains("InitialPoseOptions::" + field));
+  };
+  InitialPoseOptions o;
+  o.radius = -1.0;
+  rejects(o, "radius = -1");
+  o = {};
+  o.position_step = 0.0;
+  rejects(o, "position_step = 0");
+  o = {};
+  o.yaw_step_deg = -15.0;
+  rejects(o, "yaw_step_deg = -15");
+  o = {};
+  o.yaw_range_deg = 0.0;
+  rejects(o, "yaw_range_deg = 0");
+  o.yaw_range_deg = 361.0;
+  rejects(o, "yaw_range_deg = 361");
+  o = {};
+  o.coarse_iterations = 0;
+  rejects(o, "coarse_iterations = 0");
+  o = {};
+  o.refine_count = 0;
+  rejects(o, "refine_count = 0");
+  o = {};
+  o.ambiguity_margin = -0.1;
+  rejects(o, "ambiguity_margin = -0.1");
+  o = {};
+  o.ambiguity_distance = std::numeric_limits<double>::infinity();
+  rejects(o, "ambiguity_distance = inf");
+  o = {};
+  o.ambiguity_yaw_deg = -1.0;
+  rejects(o, "ambiguity_yaw_deg = -1");
+  o = {};
+  // 201 x 201 positions within 100 m at 1 m (31417 in the disc) times 24 yaws.
+  o.radius = 100.0;
+  CHECK_THROWS_WITH(find_initial_pose(s.aligner, s.scan, around, o),
+                    Contains("754008 hypotheses") && Contains("exceed the limit of 100000") &&
+                        Contains("larger"));
+}

@@ -76,7 +76,8 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
     Pose6 around = Pose6::Zero();
     around << o->around[0], o->around[1], o->around[2], 0.0, 0.0, o->around[3];
     if (!around.allFinite()) throw Error("--around: every value must be finite");
-    validate(o->search);
+    // The sweep's size is checked before any cloud is read: a refused search fails at once.
+    (void)initial_pose_hypotheses(around, o->search);
 
     auto t0 = std::chrono::steady_clock::now();
     PointCloud map = read_point_cloud(o->map);

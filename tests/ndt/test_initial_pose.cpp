@@ -169,6 +169,8 @@ TEST_CASE("find_initial_pose reports a room symmetric under a half turn as ambig
   around(5) = 20.0 * kDeg;
   const InitialPoseResult r = find_initial_pose(aligner, scan, around);
   CAPTURE(r.best.pose.transpose(), r.best.nvtl, r.ambiguity_nvtl, r.rival_pose.transpose());
+  WARN("half-turn room: winner " << r.best.pose.transpose() << " NVTL " << r.best.nvtl << ", rival "
+                                 << r.rival_pose.transpose() << " NVTL " << r.ambiguity_nvtl);
   REQUIRE(r.has_rival);
   CHECK(r.ambiguous);
   CHECK(std::abs(r.ambiguity_nvtl - r.best.nvtl) <= 0.1);
@@ -178,6 +180,32 @@ TEST_CASE("find_initial_pose reports a room symmetric under a half turn as ambig
   CHECK(r.best.pose.head<2>().norm() < 0.2);
   CHECK(r.rival_pose.head<2>().norm() < 0.2);
 
+}
+
+TEST_CASE("find_initial_pose returns the best NVTL, not converged, when no refined hypothesis converges",
+          "[unit][initial_pose]") {
+  Sample& s = sample();
+  // An epsilon no step gets below and 3 iterations: every refined hypothesis stops at
+  // max_iterations. The map is shared, so the aligner costs no rebuild.
+  AlignSettings settings = cpu_settings();
+  settings.epsilon = 1e-12;
+  settings.max_iterations = 3;
+  Aligner aligner(settings);
+  aligner.set_target(s.aligner.target());
+  Pose6 around = s.truth;
+  around(0) += 1.2;
+  around(1) -= 0.9;
+  around(5) = wrap(around(5) + 60.0 * kDeg);
+  const InitialPoseResult r = find_initial_pose(aligner, s.scan, around);
+  CHECK_FALSE(r.best.converged);
+  CHECK(r.best.reason == StopReason::MaxIterations);
+  CHECK(r.best.iterations == 3);
+  CHECK(r.refined_hypotheses == 8);
+  // Still the right place: the coarse pass (5 iterations, its own settings but this
+  // epsilon) and 3 more steps of 0.1 m at most leave it within the grid's reach of the
+  // truth (the nearest grid start is 0.22 m off; 0.5 m allows for the unfinished steps).
+  CHECK((r.best.pose.head<2>() - s.truth.head<2>()).norm() < 0.5);
+  CHECK(std::abs(wrap(r.best.pose(5) - s.truth(5))) < 5.0 * kDeg);
 }
 
 TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[unit][initial_pose]") {

@@ -22,7 +22,7 @@ namespace {
 
 struct InitPoseOptions {
   std::string map, scan, method = "sweep";
-  std::vector<double> around;  // x, y, z, yaw (m, rad)
+  std::vector<double> around;  // x, y, z, yaw or x, y, z, roll, pitch, yaw (m, rad)
   double scan_voxel = 1.0, map_voxel = 0.0;
   InitialPoseOptions search;
   NdtOptions ndt;
@@ -46,10 +46,19 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   auto* cmd = app.add_subcommand("initpose", "Find a scan's pose in a map near a rough pose (sweep of positions and yaws)");
   cmd->add_option("--map", o->map, "map point cloud (.pcd, .ply, .bin), world frame")->required();
   cmd->add_option("--scan", o->scan, "scan point cloud, sensor frame")->required();
-  cmd->add_option("--around", o->around, "rough pose x,y,z,yaw (m, rad); roll and pitch are taken as 0")
+  cmd->add_option("--around", o->around,
+                  "rough pose x,y,z,yaw (roll and pitch taken as 0) or x,y,z,roll,pitch,yaw (m, rad); the sweep "
+                  "keeps its z, roll and pitch")
       ->required()
       ->delimiter(',')
-      ->expected(4);
+      ->expected(4, 6);
+  // Five values are neither form: a usage error, found while parsing.
+  cmd->callback([o]() {
+    if (o->around.size() != 4 && o->around.size() != 6) {
+      throw CLI::ValidationError("--around", "4 values (x,y,z,yaw) or 6 (x,y,z,roll,pitch,yaw), received " +
+                                                 std::to_string(o->around.size()));
+    }
+  });
   cmd->add_option("--radius", o->search.radius, "search positions within this distance of --around (m)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -74,7 +83,11 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   return [o, &global]() {
     const AlignSettings s = ndt_settings(o->ndt);
     Pose6 around = Pose6::Zero();
-    around << o->around[0], o->around[1], o->around[2], 0.0, 0.0, o->around[3];
+    if (o->around.size() == 4) {
+      around << o->around[0], o->around[1], o->around[2], 0.0, 0.0, o->around[3];
+    } else {
+      for (int i = 0; i < 6; ++i) around(i) = o->around[static_cast<std::size_t>(i)];
+    }
     if (!around.allFinite()) throw Error("--around: every value must be finite");
     // The sweep's size is checked before any cloud is read: a refused search fails at once.
     (void)initial_pose_hypotheses(around, o->search);

@@ -39,6 +39,8 @@ struct LocalizeOptions {
   NdtOptions ndt;
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
   int recovery_attempts = 2, readers = 2;
+  bool recovery_search = false;
+  double recovery_search_radius = 2.0, recovery_search_speed = 1.5, recovery_search_max_radius = 30.0;
   std::size_t queue = 4;
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
@@ -245,6 +247,21 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                 "accept an alignment that used every iteration when its NVTL passes (by default it is retried)");
   cmd->add_option("--recovery-attempts", o->recovery_attempts, "retries before a frame is lost")->capture_default_str()
       ->check(CLI::Range(0, 10));
+  cmd->add_flag("--recovery-search", o->recovery_search,
+                "when the retries fail, search hypotheses around the prediction (positions within "
+                "--recovery-search-radius, every 15 deg of yaw) and take an unambiguous winner that passes");
+  cmd->add_option("--recovery-search-radius", o->recovery_search_radius,
+                  "radius (m) of the recovery search right after a good frame")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 50.0));
+  cmd->add_option("--recovery-search-speed", o->recovery_search_speed,
+                  "growth of the recovery search's radius per second since the last good pose (m/s)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--recovery-search-max-radius", o->recovery_search_max_radius,
+                  "largest recovery-search radius (m)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 50.0));
   cmd->add_option("--readers", o->readers, "scan reader threads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--queue", o->queue, "scans read ahead at most")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--period", o->period, "scan period (s) for scans without time stamps")->capture_default_str()
@@ -268,6 +285,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.nvtl_threshold = o->nvtl_threshold;
     ls.reject_max_iterations = !o->accept_max_iterations;
     ls.recovery_attempts = o->recovery_attempts;
+    ls.recovery_search = o->recovery_search;
+    ls.recovery_search_radius = o->recovery_search_radius;
+    ls.recovery_search_speed = o->recovery_search_speed;
+    ls.recovery_search_max_radius = o->recovery_search_max_radius;
     validate(ls);
 
     std::vector<ScanEntry> scans = list_scans(o->scans, o->period);
@@ -440,6 +461,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"nvtl_threshold", ls.nvtl_threshold},
                      {"reject_max_iterations", ls.reject_max_iterations},
                      {"recovery_attempts", ls.recovery_attempts},
+                     {"recovery_search", ls.recovery_search},
+                     {"recovery_search_radius", ls.recovery_search_radius},
+                     {"recovery_search_speed", ls.recovery_search_speed},
+                     {"recovery_search_max_radius", ls.recovery_search_max_radius},
                      {"readers", o->readers},
                      {"gpu_filter_in_line", o->gpu_filter_in_line},
                      {"queue", o->queue}});

@@ -68,6 +68,21 @@ struct LocalizerSettings {
   /// from its end pose when that attempt ran out of iterations (a long correction still under
   /// way), and otherwise starts from the last good pose. Bounds the time a bad frame takes.
   int recovery_attempts = 2;
+  /// When the attempts above fail, search for the scan around the prediction as
+  /// find_initial_pose() does (positions within recovery_search_radius, every 15 deg of
+  /// yaw, two batches) and take the winner when it passes the check and no distinct pose
+  /// scores within the search's ambiguity margin of it. Off by default.
+  bool recovery_search = false;
+  /// Radius (m) of the recovery search's positions around the prediction, for a frame
+  /// right after a good one.
+  double recovery_search_radius = 2.0;
+  /// How much the radius grows per second since the last good pose (m/s): once lost, the
+  /// prediction no longer follows the vehicle, so the search widens with the time it could
+  /// have moved. Capped at recovery_search_max_radius.
+  double recovery_search_speed = 1.5;
+  /// Largest recovery-search radius (m): 30 m at a 1 m grid and 15 deg of yaw is about
+  /// 68,000 hypotheses.
+  double recovery_search_max_radius = 30.0;
   /// Largest prediction step, in multiples of the last inter-frame motion (a long gap after
   /// lost frames would otherwise extrapolate the velocity without limit).
   double max_prediction_scale = 5.0;
@@ -96,7 +111,7 @@ struct LocalizationResult {
   Eigen::Matrix4d prediction = Eigen::Matrix4d::Identity();  ///< the constant-velocity guess
   /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
   AlignResult alignment;
-  int attempts = 0;                 ///< alignments run for this frame (1 + retries)
+  int attempts = 0;                 ///< alignments run for this frame (1 + retries + recovery-search hypotheses)
   int iterations_total = 0;         ///< Newton iterations over all attempts
   int evaluations = 0;              ///< derivative evaluations over all attempts
   std::size_t points_in = 0;        ///< scan points given

@@ -1,5 +1,6 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
+#include <ndtcu/initial_pose.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/pose_covariance.hpp>
 
@@ -136,6 +137,16 @@ void validate(const LocalizerSettings& s) {
   }
   if (!std::isfinite(s.nvtl_threshold)) {
     throw Error("localizer nvtl_threshold must be finite, got " + std::to_string(s.nvtl_threshold));
+  }
+  if (!(s.recovery_search_radius >= 0.0 && s.recovery_search_radius <= 50.0)) {
+    throw Error("localizer recovery_search_radius must be in [0, 50] m, got " + std::to_string(s.recovery_search_radius));
+  }
+  if (!(s.recovery_search_speed >= 0.0 && s.recovery_search_speed <= 100.0)) {
+    throw Error("localizer recovery_search_speed must be in [0, 100] m/s, got " + std::to_string(s.recovery_search_speed));
+  }
+  if (!(s.recovery_search_max_radius >= s.recovery_search_radius && s.recovery_search_max_radius <= 50.0)) {
+    throw Error("localizer recovery_search_max_radius must be in [recovery_search_radius, 50] m, got " +
+                std::to_string(s.recovery_search_max_radius));
   }
   if (s.recovery_attempts < 0 || s.recovery_attempts > 10) {
     throw Error("localizer recovery_attempts must be in [0, 10], got " + std::to_string(s.recovery_attempts));
@@ -303,6 +314,26 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     ++retries;
     out.status = FrameStatus::Recovered;
     ok = run(guess);
+  }
+  if (!ok && m.settings.recovery_search) {
+    // Many hypotheses around the prediction in two batches; a winner that passes the check
+    // is taken only when no distinct pose scores about as well (never a guess between two).
+    InitialPoseOptions o;
+    const double since = std::isfinite(time) && time > m.last_time ? time - m.last_time : 0.0;
+    o.radius = std::min(m.settings.recovery_search_max_radius,
+                        m.settings.recovery_search_radius + m.settings.recovery_search_speed * since);
+    const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(out.prediction), o);
+    out.attempts += static_cast<int>(found.hypotheses_aligned);
+    out.iterations_total += found.best.iterations;
+    out.evaluations += found.best.timings.evaluations;
+    out.status = FrameStatus::Recovered;
+    if (m.accept(found.best) && !found.ambiguous) {
+      ok = true;
+      best = found.best;
+    } else {
+      detail::log().debug("localizer: recovery search at t={}: best NVTL {:.3f}{}", time, found.best.nvtl,
+                          found.ambiguous ? ", ambiguous" : "");
+    }
   }
   out.align_ms = ms_since(t0);
   out.alignment = std::move(best);

@@ -443,3 +443,58 @@ TEST_CASE("KITTI 00: frames 1, 3, 5 localize in a map of frames 0, 2, 4 within 5
   CHECK(ate.pairs == 3);
   CHECK(ate.rmse_m < 0.05);
 }
+
+TEST_CASE("the recovery search finds a frame whose prediction is far off, and only then", "[unit][localization]") {
+  std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  match_to_reference(scans, truth);
+  // The first frame from a start 1.2 m and 150 deg off its truth: beyond what the attempts
+  // (the prediction, then the same pose as the last good one) pull in. From there they end
+  // 1.8 m off with NVTL 2.45, which Autoware's threshold of 2.3 would pass: the sample's
+  // correct poses score about 3.3, so the threshold here is 3.0.
+  Eigen::Isometry3d start = truth[0].pose;
+  start.translation() += Eigen::Vector3d(0.9, -0.8, 0.0);
+  start.rotate(Eigen::AngleAxisd(150.0 * M_PI / 180.0, Eigen::Vector3d::UnitZ()));
+  const PointCloud scan = read_point_cloud(scans[0].path);
+  for (const bool search : {false, true}) {
+    LocalizerSettings s;
+    s.align.threads = 2;
+    s.align.backend = Backend::Cpu;
+    s.recovery_search = search;
+    s.nvtl_threshold = 3.0;
+    Localizer localizer(s);
+    localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+    localizer.set_initial_pose(start.matrix());
+    const LocalizationResult r = localizer.localize(scan, scans[0].time);
+    const double err = (r.pose.topRightCorner<3, 1>() - truth[0].pose.translation()).norm();
+    CAPTURE(search, err, r.attempts, r.alignment.nvtl);
+    if (!search) {
+      CHECK(r.status == FrameStatus::Lost);
+      CHECK(r.attempts <= 1 + s.recovery_attempts);
+    } else {
+      CHECK(r.status == FrameStatus::Recovered);
+      CHECK(r.valid);
+      CHECK(err < 0.04);
+      CHECK(r.attempts > 100);  // the search's hypotheses count as attempts
+    }
+  }
+  // A scan taken elsewhere is not forced into the map by the search either.
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  s.recovery_search = true;
+  s.nvtl_threshold = 3.0;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+  localizer.set_initial_pose(truth[0].pose.matrix());
+  const LocalizationResult r = localizer.localize(shifted(scan, Eigen::Vector3f(30.f, 25.f, 4.f)), scans[0].time);
+  CAPTURE(r.alignment.nvtl);
+  CHECK(r.status == FrameStatus::Lost);
+  CHECK_FALSE(r.valid);
+  CHECK_THROWS_WITH(Localizer([] {
+                      LocalizerSettings bad;
+                      bad.recovery_search_speed = -1.0;
+                      return bad;
+                    }()),
+                    Catch::Matchers::Contains("recovery_search_speed"));
+}

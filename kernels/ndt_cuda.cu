@@ -435,6 +435,19 @@ struct CudaBackend::Impl {
     return a;
   }
 
+  /// Uploads the first `k` hypotheses staged in pinned_hyps and the running list of all of
+  /// them (0 .. k - 1) on the stream.
+  void upload_hypotheses(std::size_t k) {
+    for (std::size_t i = 0; i < k; ++i) pinned_active.data()[i] = static_cast<int>(i);
+    pinned_active.data()[k] = static_cast<int>(k);
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(hyps.data(), pinned_hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyHostToDevice, stream));
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(active.data(), pinned_active.data(), k * sizeof(int), cudaMemcpyHostToDevice, stream));
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(active_count.data(), pinned_active.data() + k, sizeof(int), cudaMemcpyHostToDevice, stream));
+  }
+
   /// The loop graph for `k` hypotheses of the current sources: a grid of `slots` (k
   /// rounded up to a power of two, so batch sizes nearby share a graph; slots past the
   /// running count exit at once) by `blocks` (the largest source's blocks with headroom,
@@ -653,12 +666,7 @@ math::DerivativeSums CudaBackend::evaluate(const Pose6& pose, bool with_hessian,
     DeviceHyp& h = m.pinned_hyps.data()[0];
     h = DeviceHyp{};
     h.source = source;
-    m.pinned_active.data()[0] = 0;
-    m.pinned_active.data()[1] = 1;
-    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.hyps.data(), &h, sizeof(DeviceHyp), cudaMemcpyHostToDevice, m.stream));
-    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active.data(), m.pinned_active.data(), sizeof(int), cudaMemcpyHostToDevice, m.stream));
-    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active_count.data(), m.pinned_active.data() + 1, sizeof(int),
-                                     cudaMemcpyHostToDevice, m.stream));
+    m.upload_hypotheses(1);
     NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the pinned staging is reused below
     m.eval_source = source;
   }
@@ -714,18 +722,11 @@ std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<
     h = DeviceHyp{};
     h.frame = math::pose_frame(p, with_hessian);
     h.source = source;
-    m.pinned_active.data()[i] = static_cast<int>(i);
   }
-  m.pinned_active.data()[k] = static_cast<int>(k);
   const BatchArgs a = m.args(false);
   const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
   NDTCU_NVTX_RANGE("derivatives");
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.hyps.data(), m.pinned_hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyHostToDevice,
-                                   m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active.data(), m.pinned_active.data(), k * sizeof(int), cudaMemcpyHostToDevice,
-                                   m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active_count.data(), m.pinned_active.data() + k, sizeof(int),
-                                   cudaMemcpyHostToDevice, m.stream));
+  m.upload_hypotheses(k);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
   const dim3 grid(blocks, static_cast<unsigned>(k));
   if (k > 1) {
@@ -787,19 +788,12 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
     h.state = math::start_state(p);
     h.frame = math::pose_frame(p, true);
     h.source = hypotheses[i].source;
-    m.pinned_active.data()[i] = static_cast<int>(i);
   }
-  m.pinned_active.data()[k] = static_cast<int>(k);
 
   NDTCU_NVTX_RANGE("device loop");
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.rules.data(), m.pinned_rules.data(), sizeof(math::StepRules),
                                    cudaMemcpyHostToDevice, m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.hyps.data(), m.pinned_hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyHostToDevice,
-                                   m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active.data(), m.pinned_active.data(), k * sizeof(int), cudaMemcpyHostToDevice,
-                                   m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.active_count.data(), m.pinned_active.data() + k, sizeof(int),
-                                   cudaMemcpyHostToDevice, m.stream));
+  m.upload_hypotheses(k);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
   NDTCU_CUDA_CHECK(cudaGraphLaunch(graph.exec, m.stream));
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));

@@ -22,9 +22,24 @@
 //    the same reduction and step), it was slower than this shape at every K from 64 to 4096
 //    (KITTI: 17.0 against 4.9 us per hypothesis-iteration at K = 64, 4.7 against 4.1 at
 //    4096; 5-20% slower at K = 4096 on every workload, with one or two blocks per SM).
-// So the per-block partial sums the bits require cost most of what the other shape saves,
-// and this one stays. Thread-block clusters (several blocks per hypothesis reducing
-// through distributed shared memory) are not built yet.
+// So the per-block partial sums the bits require cost most of what the other shape saves.
+//
+// Hopper thread-block clusters were measured too (same benchmark, 2026-11-24): one
+// cluster per hypothesis running its whole loop in one launch, block r of the cluster
+// evaluating blocks r, r + 16, ... of the scan (block_partial below, so the same partials)
+// into block 0's shared memory through distributed shared memory, a cluster barrier,
+// block 0 summing them in reduce_partials' order and taking hypothesis_step on one thread,
+// a second barrier, every block reading the next pose frame from block 0. Bit-identical to
+// this shape, and slower at every K: a single alignment at 30 iterations took 1.59 ms
+// against 1.07 (KITTI 5k), 1.06 against 0.86 (BALM 1.4k), 2.65 against 1.31 (hdl32 16k);
+// batches of 200 took 18.8 against 10.6 ms, 15.6 against 8.6 and 22.0 against 13.6, and of
+// 1024 91 against 49 ms (KITTI). A cluster holds at most 16 blocks, and the scans above
+// have 20-63 (lanes_for keeps a quarter of the device busy), so its blocks run two to four
+// evaluation passes in sequence where this shape runs one wave; and every cluster's SMs
+// wait through its own step, where here one step kernel serves all hypotheses at once. The
+// launches it saves (about 5 us per iteration) do not pay for either. So this shape stays,
+// and it needs no cluster support: every GPU with the 12.4 driver's conditional graph
+// nodes runs it.
 #include "cuda_check.cuh"
 #include "device_buffer.cuh"
 #include "fixed_order_reduce.cuh"
@@ -146,28 +161,16 @@ int lanes_for(int n, int multiprocessors) {
 constexpr int kSingleBlocksPerSm = 1;
 constexpr int kBatchBlocksPerSm = 2;
 
-/// The derivative kernel: block (b, slot) evaluates blocks b of running hypothesis
-/// active[slot] at its pose frame (`single`: the host's frame for hypothesis 0 instead),
-/// LANES threads per point sharing its cells, and stores the block's partial sum.
-template <int BLOCKS_PER_SM>
-__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
-  const int slot = blockIdx.y;
-  if (slot >= *a.active_count) return;
-  const int h = a.active[slot];
-  const DeviceConfig& c = *a.cfg;
-  const DeviceSource src = c.sources[a.hyps[h].source];
-  if (static_cast<int>(blockIdx.x) >= src.blocks) return;
-  __shared__ math::PoseTerms<double> terms;
-  __shared__ unsigned flags;
-  if (threadIdx.x == 0) {
-    const math::PoseFrame& f = single ? *single : a.hyps[h].frame;
-    math::pose_terms(f, c.d1, c.d2, terms);
-    flags = f.flags;
-  }
-  __syncthreads();
-  const bool with_hessian = (flags & math::kWithHessian) != 0;
+using BlockReduce = cub::BlockReduce<Vec<kSums>, kBlock, cub::BLOCK_REDUCE_WARP_REDUCTIONS>;
+
+/// Block `b` of a source's evaluation at `terms`: LANES threads per point sharing its
+/// cells, reduced over the block; the sum is valid on thread 0. Both loop shapes call it,
+/// so a block's partial sum, and a hypothesis's bits, do not depend on the shape.
+__device__ Vec<kSums> block_partial(const DeviceConfig& c, const DeviceSource& src,
+                                    const math::PoseTerms<double>& terms, bool with_hessian, int b,
+                                    typename BlockReduce::TempStorage& storage) {
   const int lanes = src.lanes;
-  const int t = blockIdx.x * kBlock + threadIdx.x;
+  const int t = b * kBlock + threadIdx.x;
   const int i = t / lanes, lane = t % lanes;
   const bool valid = i < src.n;
   Vec<kSums> sums = Vec<kSums>::zero();
@@ -190,9 +193,31 @@ __global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(Batch
     sums.v[math::kCorrespondences] += static_cast<double>(pairs);
     sums.v[math::kPointsMatched] += 1.0;
   }
-  using BlockReduce = cub::BlockReduce<Vec<kSums>, kBlock, cub::BLOCK_REDUCE_WARP_REDUCTIONS>;
+  return BlockReduce(storage).Sum(sums);
+}
+
+/// The derivative kernel: block (b, slot) evaluates block b of running hypothesis
+/// active[slot] at its pose frame (`single`: the host's frame for hypothesis 0 instead)
+/// and stores the block's partial sum.
+template <int BLOCKS_PER_SM>
+__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
+  const int slot = blockIdx.y;
+  if (slot >= *a.active_count) return;
+  const int h = a.active[slot];
+  const DeviceConfig& c = *a.cfg;
+  const DeviceSource src = c.sources[a.hyps[h].source];
+  if (static_cast<int>(blockIdx.x) >= src.blocks) return;
+  __shared__ math::PoseTerms<double> terms;
+  __shared__ unsigned flags;
   __shared__ typename BlockReduce::TempStorage storage;
-  const Vec<kSums> block_sum = BlockReduce(storage).Sum(sums);
+  if (threadIdx.x == 0) {
+    const math::PoseFrame& f = single ? *single : a.hyps[h].frame;
+    math::pose_terms(f, c.d1, c.d2, terms);
+    flags = f.flags;
+  }
+  __syncthreads();
+  const Vec<kSums> block_sum =
+      block_partial(c, src, terms, (flags & math::kWithHessian) != 0, static_cast<int>(blockIdx.x), storage);
   if (threadIdx.x == 0) a.partials[static_cast<std::size_t>(h) * a.max_blocks + blockIdx.x] = block_sum;
 }
 
@@ -225,6 +250,18 @@ __global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a) {
   reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, a.sums[h].v);
 }
 
+/// Hypothesis h's fixed step from its sums at the current pose (one thread): true when it
+/// goes on, with the pose frame of its next evaluation written to hyps[h].frame.
+__device__ bool hypothesis_step(const BatchArgs& a, int h, const double* sums) {
+  DeviceHyp& hyp = a.hyps[h];
+  const math::StepRules rules = *a.rules;
+  math::StepTrace* trace = a.trace ? a.trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
+  const bool more = math::fixed_step(sums, rules, hyp.state, trace,
+                                     [](const double* v, double* dp) { return math::lu_direction(v, dp); });
+  if (more) hyp.frame = math::pose_frame(hyp.state.pose, true);
+  return more;
+}
+
 /// The step kernel: block b takes running slot b: the fixed-order sum of its
 /// hypothesis's partials, then (thread 0) the shared fixed step and, when it goes on, the
 /// pose frame of its next evaluation. The last block to finish compacts the running
@@ -238,14 +275,7 @@ __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphCond
     const DeviceSource src = a.cfg->sources[hyp.source];
     double* sums = a.sums[h].v;
     reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, sums);
-    if (threadIdx.x == 0) {
-      const math::StepRules rules = *a.rules;
-      math::StepTrace* trace = a.trace ? a.trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
-      const bool more = math::fixed_step(sums, rules, hyp.state, trace,
-                                         [](const double* v, double* dp) { return math::lu_direction(v, dp); });
-      if (more) hyp.frame = math::pose_frame(hyp.state.pose, true);
-      a.running[slot] = more ? 1 : 0;
-    }
+    if (threadIdx.x == 0) a.running[slot] = hypothesis_step(a, h, sums) ? 1 : 0;
   }
   // The last block to finish compacts the running slots and decides whether to go on.
   __shared__ bool is_last;

@@ -169,7 +169,7 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                          b.nvtl - r.ambiguity_nvtl, o->search.ambiguity_margin, pose_text(r.rival_pose));
     } else {
       out += fmt::format("  rival       none: every hypothesis ended within {} m and {} deg of the winner\n",
-                         o->search.ambiguity_distance, o->search.ambiguity_yaw_deg);
+                         o->search.ambiguity_distance, o->search.ambiguity_angle_deg);
     }
     if (r.ambiguous) out += "  AMBIGUOUS: a distinct pose scores within the margin; not guessing\n";
     std::cout << out;

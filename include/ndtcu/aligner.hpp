@@ -40,6 +40,13 @@ struct BatchOptions {
   /// Keep each hypothesis's per-iteration trace (AlignResult::trace). Off by default: a
   /// batch of thousands of hypotheses would otherwise read back and store every iteration.
   bool trace = false;
+  /// Newton iterations per hypothesis at most: 0 takes the aligner's max_iterations; a
+  /// smaller number runs a coarse pass (hypotheses moved a little, to be ranked) on the same
+  /// map and backend. Must be 0 or at least 1 (Error otherwise).
+  int max_iterations = 0;
+  /// Attach each result's pose covariance when the aligner's settings ask for one; false
+  /// skips it (results that are only ranked do not pay for it).
+  bool pose_covariance = true;
 };
 
 /// Aligns source scans to one target. Holds the voxel map and the worker threads, so
@@ -111,7 +118,7 @@ class Aligner {
   std::vector<AlignResult> evaluate_poses(const PointCloud& source, const std::vector<Pose6>& poses);
   std::vector<std::vector<AlignResult>> run_batch(const std::vector<const PointCloud*>& sources,
                                                   const std::vector<const std::vector<Pose6>*>& guesses,
-                                                  bool keep_trace);
+                                                  const BatchOptions& options);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

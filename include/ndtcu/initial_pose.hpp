@@ -44,8 +44,8 @@ struct InitialPoseOptions {
   int refine_count = 8;
   /// Two poses are distinct when their positions differ by more than this (m) ...
   double ambiguity_distance = 1.0;
-  /// ... or their yaws by more than this (deg).
-  double ambiguity_yaw_deg = 10.0;
+  /// ... or their orientations by a rotation of more than this angle (deg).
+  double ambiguity_angle_deg = 10.0;
   /// The result is ambiguous when a distinct pose's NVTL is within this of the winner's.
   /// 0.1 lies above the NVTL differences that noise and sampling make between two equally
   /// good places (a few hundredths: 0.005 between the two headings of a room symmetric
@@ -94,9 +94,25 @@ void validate(const InitialPoseOptions& options);
 /// the count and suggesting a larger step).
 std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& options = {});
 
+/// Rotation offsets (rotation vectors, rad) for hypotheses around an orientation: the
+/// identity first, then every point of a cubic grid of `step_deg` whose angle is at most
+/// `range_deg` (45 at 15: 123 rotations, none of a ball of 45 deg more than 13 deg from
+/// one). Throws Error for a range outside [0, 180], a step that is not positive, or a grid
+/// finer than 50 steps per half-axis.
+std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg);
+
+/// The coarse-to-fine search of find_initial_pose() over the given hypotheses: one coarse
+/// batch with options.coarse_iterations iterations, the refine_count best distinct places
+/// refined with the aligner's settings, the winner by NVTL among the converged, and the
+/// rival and ambiguity check (the sweep's grid options are not used). Throws Error when the
+/// aligner has no target, the list is empty or longer than options.max_hypotheses, or the
+/// options are invalid.
+InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, const std::vector<Pose6>& hypotheses,
+                                    const InitialPoseOptions& options = {});
+
 /// Searches for the pose of `scan` in the aligner's map near `around` (see the file's
 /// description): one coarse batch of every hypothesis with options.coarse_iterations
-/// iterations (on a second Aligner sharing the map, with the same backend), then one batch
+/// iterations (the same aligner, BatchOptions::max_iterations), then one batch
 /// of the refine_count best distinct places with the aligner's own settings. Throws Error
 /// when the aligner has no target, `around` is not finite, or the options are invalid
 /// (see initial_pose_hypotheses()).

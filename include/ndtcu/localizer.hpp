@@ -66,8 +66,26 @@ struct LocalizerSettings {
   bool reject_max_iterations = true;
   /// Retries after a failed first attempt (0: none). Each retry continues the best attempt
   /// from its end pose when that attempt ran out of iterations (a long correction still under
-  /// way), and otherwise starts from the last good pose. Bounds the time a bad frame takes.
+  /// way), and otherwise (only without the rotation search) starts from the last good pose.
+  /// Bounds the time a bad frame takes.
   int recovery_attempts = 2;
+  /// When the attempts above fail: one batch of hypotheses at the prediction's and the last
+  /// good pose's positions, each turned by the rotations of rotation_offsets(
+  /// rotation_search_range_deg, rotation_search_step_deg) about the sensor, searched as
+  /// search_hypotheses() does (a coarse pass, the best distinct places refined, the winner
+  /// by NVTL); the winner is taken when it passes the check and no distinct pose scores
+  /// within the ambiguity margin of it. A sensor that turns fast between scans (a hand-held
+  /// or a vehicle at 1 Hz: up to 41 deg between BALM's odd scans, the constant-velocity
+  /// prediction up to 59 deg off in roll, pitch and yaw together) leaves the Newton basin
+  /// of the prediction; this brings it back. It replaces the retry from the last good pose,
+  /// which it contains (the rotation offset zero), and which alone accepted confident wrong
+  /// poses there (2.3 m off with NVTL above the threshold).
+  bool rotation_search = true;
+  /// The largest rotation (deg) the rotation search tries about each of its two centres.
+  double rotation_search_range_deg = 45.0;
+  /// Its grid step (deg): 45 at 15 is 123 rotations per centre, every rotation of the ball
+  /// within 13 deg of one.
+  double rotation_search_step_deg = 15.0;
   /// When the attempts above fail, search for the scan around the prediction as
   /// find_initial_pose() does (positions within recovery_search_radius, every 15 deg of
   /// yaw, two batches) and take the winner when it passes the check and no distinct pose

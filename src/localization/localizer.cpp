@@ -148,6 +148,14 @@ void validate(const LocalizerSettings& s) {
     throw Error("localizer recovery_search_max_radius must be in [recovery_search_radius, 50] m, got " +
                 std::to_string(s.recovery_search_max_radius));
   }
+  if (!(s.rotation_search_range_deg >= 0.0 && s.rotation_search_range_deg <= 180.0)) {
+    throw Error("localizer rotation_search_range_deg must be in [0, 180] deg, got " +
+                std::to_string(s.rotation_search_range_deg));
+  }
+  if (!(s.rotation_search_step_deg >= 1.0 && s.rotation_search_step_deg <= 180.0)) {
+    throw Error("localizer rotation_search_step_deg must be in [1, 180] deg, got " +
+                std::to_string(s.rotation_search_step_deg));
+  }
   if (s.recovery_attempts < 0 || s.recovery_attempts > 10) {
     throw Error("localizer recovery_attempts must be in [0, 10], got " + std::to_string(s.recovery_attempts));
   }
@@ -306,7 +314,7 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     if (can_continue && !already_tried(best.transform)) {
       guess = best.transform;  // a long correction that ran out of iterations: go on from its end, once
       continued = true;
-    } else if (!already_tried(m.anchor())) {
+    } else if (!m.settings.rotation_search && !already_tried(m.anchor())) {
       guess = m.anchor();  // undo a velocity that no longer holds
     } else {
       break;  // every start left would repeat one already tried
@@ -315,25 +323,53 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     out.status = FrameStatus::Recovered;
     ok = run(guess);
   }
-  if (!ok && m.settings.recovery_search) {
-    // Many hypotheses around the prediction in two batches; a winner that passes the check
-    // is taken only when no distinct pose scores about as well (never a guess between two).
-    InitialPoseOptions o;
-    const double since = std::isfinite(time) && time > m.last_time ? time - m.last_time : 0.0;
-    o.radius = std::min(m.settings.recovery_search_max_radius,
-                        m.settings.recovery_search_radius + m.settings.recovery_search_speed * since);
-    const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(out.prediction), o);
+  // A search of the search_hypotheses() kind; its winner is taken when it passes the check
+  // and no distinct pose scores about as well (never a guess between two).
+  auto search = [&](const std::vector<Pose6>& hypotheses, const char* what) {
+    const InitialPoseResult found = search_hypotheses(m.aligner, filtered, hypotheses, InitialPoseOptions{});
     out.attempts += static_cast<int>(found.hypotheses_aligned);
     out.iterations_total += found.best.iterations;
     out.evaluations += found.best.timings.evaluations;
     out.status = FrameStatus::Recovered;
     if (m.accept(found.best) && !found.ambiguous) {
-      ok = true;
       best = found.best;
-    } else {
-      detail::log().debug("localizer: recovery search at t={}: best NVTL {:.3f}{}", time, found.best.nvtl,
-                          found.ambiguous ? ", ambiguous" : "");
+      return true;
     }
+    detail::log().debug("localizer: {} search at t={}: best NVTL {:.3f}{}", what, time, found.best.nvtl,
+                        found.ambiguous ? ", ambiguous" : "");
+    if (!has_pose(best) || (has_pose(found.best) && found.best.nvtl > best.nvtl)) best = found.best;
+    return false;
+  };
+  if (!ok && m.settings.rotation_search) {
+    std::vector<Pose6> hypotheses;
+    const std::vector<Eigen::Vector3d> turns =
+        rotation_offsets(m.settings.rotation_search_range_deg, m.settings.rotation_search_step_deg);
+    std::vector<Eigen::Matrix4d> centres{out.prediction};
+    // The last good pose too, unless it is the prediction (no velocity yet).
+    if (translation_gap(m.anchor(), out.prediction) >= 1e-3 || rotation_gap(m.anchor(), out.prediction) >= 1e-4) {
+      centres.push_back(m.anchor());
+    }
+    for (const Eigen::Matrix4d& centre : centres) {
+      for (const Eigen::Vector3d& v : turns) {
+        Eigen::Matrix4d h = centre;
+        const double angle = v.norm();
+        if (angle > 0.0) {
+          // Turned about the sensor: the position stays, the orientation is rotated in the
+          // sensor's frame.
+          h.topLeftCorner<3, 3>() = centre.topLeftCorner<3, 3>() * Eigen::AngleAxisd(angle, v / angle).toRotationMatrix();
+        }
+        hypotheses.push_back(matrix_to_pose(h));
+      }
+    }
+    ok = search(hypotheses, "rotation");
+  }
+  if (!ok && m.settings.recovery_search) {
+    // Many positions and yaws around the prediction, the radius widening with the time lost.
+    InitialPoseOptions o;
+    const double since = std::isfinite(time) && time > m.last_time ? time - m.last_time : 0.0;
+    o.radius = std::min(m.settings.recovery_search_max_radius,
+                        m.settings.recovery_search_radius + m.settings.recovery_search_speed * since);
+    ok = search(initial_pose_hypotheses(matrix_to_pose(out.prediction), o), "position");
   }
   out.align_ms = ms_since(t0);
   out.alignment = std::move(best);

@@ -167,7 +167,9 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
   NDTCU_NVTX_RANGE("align");
   if (!guess_pose.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   const std::vector<Pose6> guesses{guess_pose};
-  AlignResult r = std::move(run_batch({&source}, {&guesses}, true).front().front());
+  BatchOptions options;
+  options.trace = true;
+  AlignResult r = std::move(run_batch({&source}, {&guesses}, options).front().front());
   if (r.reason == StopReason::EmptySource || r.reason == StopReason::NoVoxels) {
     detail::log().warn("align: {}", to_string(r.reason));
   } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
@@ -182,10 +184,17 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
 // batch; a single align() is a batch of one.
 std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const PointCloud*>& sources,
                                                          const std::vector<const std::vector<Pose6>*>& guesses,
-                                                         bool keep_trace) {
+                                                         const BatchOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   if (!m.map) throw Error("align: no target set (call set_target first)");
+  if (options.max_iterations < 0) {
+    throw Error("align_batch: BatchOptions::max_iterations = " + std::to_string(options.max_iterations) +
+                " (0: the aligner's own, else at least 1)");
+  }
+  const bool keep_trace = options.trace;
+  AlignSettings call_settings = m.settings;
+  if (options.max_iterations > 0) call_settings.max_iterations = options.max_iterations;
   for (const PointCloud* source : sources) check_inputs(m.map, *source, Eigen::Matrix4d::Identity());
   const VoxelMap& map = *m.map;
   m.backend->reset_telemetry();
@@ -218,7 +227,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const
     m.backend->set_map(m.map);
     m.backend->set_sources(points);
     const auto t1 = std::chrono::steady_clock::now();
-    std::vector<detail::OptimizerOutput> outs = m.backend->align_batch(hypotheses, m.settings, keep_trace);
+    std::vector<detail::OptimizerOutput> outs = m.backend->align_batch(hypotheses, call_settings, keep_trace);
     const double optimize_ms = ms_since(t1);
     const detail::BackendTelemetry tel = m.backend->telemetry();
     int total_iterations = 0;
@@ -328,10 +337,10 @@ std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const st
                                               const BatchOptions& options) {
   NDTCU_NVTX_RANGE("align batch");
   check_guesses(guesses, "align_batch");
-  std::vector<AlignResult> out = std::move(run_batch({&source}, {&guesses}, options.trace).front());
+  std::vector<AlignResult> out = std::move(run_batch({&source}, {&guesses}, options).front());
   // Each hypothesis's pose covariance, when asked for (its own batch of offsets each).
   const PoseCovariance mode = impl_->settings.pose_covariance;
-  if (mode != PoseCovariance::None) {
+  if (mode != PoseCovariance::None && options.pose_covariance) {
     for (AlignResult& r : out) attach_pose_covariance(*this, source, r, mode);
   }
   return out;
@@ -368,9 +377,9 @@ std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<Poi
     source_list.push_back(&sources[b]);
     guess_lists.push_back(&guesses[b]);
   }
-  std::vector<std::vector<AlignResult>> out = run_batch(source_list, guess_lists, options.trace);
+  std::vector<std::vector<AlignResult>> out = run_batch(source_list, guess_lists, options);
   const PoseCovariance mode = impl_->settings.pose_covariance;
-  if (mode != PoseCovariance::None) {
+  if (mode != PoseCovariance::None && options.pose_covariance) {
     for (std::size_t b = 0; b < out.size(); ++b) {
       for (AlignResult& r : out[b]) attach_pose_covariance(*this, sources[b], r, mode);
     }

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <Eigen/Geometry>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,10 +54,13 @@ std::vector<double> yaw_offsets(const InitialPoseOptions& o) {
   return out;
 }
 
-// Whether two poses are distinct places for the ambiguity check.
+// Whether two poses are distinct for the ambiguity check: apart in position, or in
+// orientation by the angle of the rotation between them (yaw alone would take a sensor
+// tilted 30 deg for the same pose).
 bool distinct(const Pose6& a, const Pose6& b, const InitialPoseOptions& o) {
-  return (a.head<3>() - b.head<3>()).norm() > o.ambiguity_distance ||
-         std::abs(wrap_angle(a(5) - b(5))) > o.ambiguity_yaw_deg * kDeg;
+  if ((a.head<3>() - b.head<3>()).norm() > o.ambiguity_distance) return true;
+  const Eigen::Matrix3d ra = pose_to_matrix(a).topLeftCorner<3, 3>(), rb = pose_to_matrix(b).topLeftCorner<3, 3>();
+  return Eigen::AngleAxisd(ra.transpose() * rb).angle() > o.ambiguity_angle_deg * kDeg;
 }
 
 // a ranks above b: higher NVTL; a NaN NVTL never ranks above a number.
@@ -89,8 +94,8 @@ void validate(const InitialPoseOptions& o) {
   if (!(std::isfinite(o.ambiguity_distance) && o.ambiguity_distance >= 0.0)) {
     fail("ambiguity_distance", o.ambiguity_distance, "must be finite and >= 0 (m)");
   }
-  if (!(std::isfinite(o.ambiguity_yaw_deg) && o.ambiguity_yaw_deg >= 0.0)) {
-    fail("ambiguity_yaw_deg", o.ambiguity_yaw_deg, "must be finite and >= 0 (deg)");
+  if (!(std::isfinite(o.ambiguity_angle_deg) && o.ambiguity_angle_deg >= 0.0)) {
+    fail("ambiguity_angle_deg", o.ambiguity_angle_deg, "must be finite and >= 0 (deg)");
   }
   if (!(std::isfinite(o.ambiguity_margin) && o.ambiguity_margin >= 0.0)) {
     fail("ambiguity_margin", o.ambiguity_margin, "must be finite and >= 0 (NVTL)");
@@ -135,28 +140,61 @@ std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPos
   return out;
 }
 
+std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg) {
+  if (!(std::isfinite(range_deg) && range_deg >= 0.0 && range_deg <= 180.0)) {
+    throw Error(fmt::format("rotation offsets: range {} deg must lie in [0, 180]", range_deg));
+  }
+  if (!(std::isfinite(step_deg) && step_deg > 0.0)) {
+    throw Error(fmt::format("rotation offsets: step {} deg must be finite and > 0", step_deg));
+  }
+  const long n = static_cast<long>(std::floor(range_deg / step_deg + 1e-9));
+  if (n > 50) throw Error(fmt::format("rotation offsets: range {} deg at step {} deg is too fine a grid", range_deg, step_deg));
+  const double limit = range_deg * kDeg * (1.0 + 1e-9) + 1e-12;
+  std::vector<Eigen::Vector3d> out;
+  out.emplace_back(Eigen::Vector3d::Zero());  // the centre first
+  for (long i = -n; i <= n; ++i) {
+    for (long j = -n; j <= n; ++j) {
+      for (long k = -n; k <= n; ++k) {
+        if (i == 0 && j == 0 && k == 0) continue;
+        const Eigen::Vector3d v = Eigen::Vector3d(double(i), double(j), double(k)) * (step_deg * kDeg);
+        if (v.norm() <= limit) out.push_back(v);
+      }
+    }
+  }
+  return out;
+}
+
 InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, const Pose6& around,
                                     const InitialPoseOptions& o) {
   NDTCU_NVTX_RANGE("find_initial_pose");
-  const auto t0 = std::chrono::steady_clock::now();
   if (!aligner.target()) {
     throw Error("initial pose search: the aligner has no target map (call Aligner::set_target first)");
   }
-  const std::vector<Pose6> hypotheses = initial_pose_hypotheses(around, o);
+  return search_hypotheses(aligner, scan, initial_pose_hypotheses(around, o), o);
+}
 
-  // Coarse pass: settings are fixed per Aligner, so a second one with fewer iterations
-  // shares the map (no rebuild) and runs on the same backend. No covariance estimate here:
-  // only the refined winner's would be used.
-  AlignSettings coarse_settings = aligner.settings();
-  coarse_settings.max_iterations = o.coarse_iterations;
-  coarse_settings.backend = aligner.resolved_backend();
-  coarse_settings.pose_covariance = PoseCovariance::None;
-  Aligner coarse(coarse_settings);
-  coarse.set_target(aligner.target());
+InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, const std::vector<Pose6>& hypotheses,
+                                    const InitialPoseOptions& o) {
+  NDTCU_NVTX_RANGE("search_hypotheses");
+  const auto t0 = std::chrono::steady_clock::now();
+  validate(o);
+  if (!aligner.target()) {
+    throw Error("hypothesis search: the aligner has no target map (call Aligner::set_target first)");
+  }
+  if (hypotheses.empty()) throw Error("hypothesis search: no hypotheses");
+  if (hypotheses.size() > o.max_hypotheses) {
+    throw Error(fmt::format("hypothesis search: {} hypotheses exceed the limit of {}", hypotheses.size(), o.max_hypotheses));
+  }
+
+  // Coarse pass: the same aligner (map and backend) with fewer iterations and no pose
+  // covariance (only the refined winner's would be used).
+  BatchOptions coarse;
+  coarse.max_iterations = o.coarse_iterations;
+  coarse.pose_covariance = false;
 
   InitialPoseResult result;
   auto t = std::chrono::steady_clock::now();
-  const std::vector<AlignResult> coarse_results = coarse.align_batch(scan, hypotheses);
+  const std::vector<AlignResult> coarse_results = aligner.align_batch(scan, hypotheses, coarse);
   result.coarse_ms = ms_since(t);
   result.coarse_hypotheses = hypotheses.size();
 
@@ -200,7 +238,7 @@ InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, co
     for (std::size_t r = 1; r < refined_results.size(); ++r) {
       if (better(refined_results[r], refined_results[winner])) winner = r;
     }
-    detail::log().warn("initial pose search: no refined hypothesis converged; the best of {} by NVTL ({}) is returned",
+    detail::log().debug("hypothesis search: no refined hypothesis converged; the best of {} by NVTL ({}) is returned",
                refined_results.size(), refined_results[winner].nvtl);
   }
   result.best = refined_results[winner];
@@ -224,7 +262,7 @@ InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, co
   }
   result.ambiguous = result.has_rival && result.ambiguity_nvtl >= result.best.nvtl - o.ambiguity_margin;
   result.time_ms = ms_since(t0);
-  detail::log().debug("initial pose search: {} coarse ({:.1f} ms) + {} refined ({:.1f} ms) hypotheses, NVTL {:.4f}{}",
+  detail::log().debug("hypothesis search: {} coarse ({:.1f} ms) + {} refined ({:.1f} ms) hypotheses, NVTL {:.4f}{}",
               result.coarse_hypotheses, result.coarse_ms, result.refined_hypotheses, result.refine_ms,
               result.best.nvtl, result.ambiguous ? ", ambiguous" : "");
   return result;

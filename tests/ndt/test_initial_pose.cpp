@@ -252,12 +252,73 @@ TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[u
   o.ambiguity_distance = std::numeric_limits<double>::infinity();
   rejects(o, "ambiguity_distance = inf");
   o = {};
-  o.ambiguity_yaw_deg = -1.0;
-  rejects(o, "ambiguity_yaw_deg = -1");
+  o.ambiguity_angle_deg = -1.0;
+  rejects(o, "ambiguity_angle_deg = -1");
   o = {};
   // 201 x 201 positions within 100 m at 1 m (31417 in the disc) times 24 yaws.
   o.radius = 100.0;
   CHECK_THROWS_WITH(find_initial_pose(s.aligner, s.scan, around, o),
                     Contains("754008 hypotheses") && Contains("exceed the limit of 100000") &&
                         Contains("larger"));
+}
+
+TEST_CASE("rotation offsets: the identity first, a cubic grid inside the ball, every rotation near one",
+          "[unit][initial_pose]") {
+  const std::vector<Eigen::Vector3d> turns = rotation_offsets(45.0, 15.0);
+  REQUIRE(turns.size() == 123);  // grid points (i, j, k) with i^2 + j^2 + k^2 <= 9
+  CHECK(turns.front().isZero());
+  for (const Eigen::Vector3d& v : turns) CHECK(v.norm() <= 45.0 * kDeg + 1e-9);
+  // Every rotation within 40 deg of the identity lies within 15 deg of a grid rotation.
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  double worst = 0.0;
+  for (int t = 0; t < 2000; ++t) {
+    Eigen::Vector3d axis(normal(rng), normal(rng), normal(rng));
+    axis.normalize();
+    const Eigen::Matrix3d r = Eigen::AngleAxisd(40.0 * kDeg * std::cbrt(unit(rng)), axis).toRotationMatrix();
+    double nearest = kPi;
+    for (const Eigen::Vector3d& v : turns) {
+      const Eigen::Matrix3d g = v.isZero() ? Eigen::Matrix3d::Identity()
+                                           : Eigen::AngleAxisd(v.norm(), v.normalized()).toRotationMatrix();
+      nearest = std::min(nearest, Eigen::AngleAxisd(g.transpose() * r).angle());
+    }
+    worst = std::max(worst, nearest);
+  }
+  CAPTURE(worst / kDeg);
+  CHECK(worst < 15.0 * kDeg);
+  CHECK(rotation_offsets(0.0, 15.0).size() == 1);
+  CHECK_THROWS_WITH(rotation_offsets(-1.0, 15.0), Catch::Matchers::Contains("range -1"));
+  CHECK_THROWS_WITH(rotation_offsets(45.0, 0.0), Catch::Matchers::Contains("step 0"));
+  CHECK_THROWS_WITH(rotation_offsets(180.0, 1.0), Catch::Matchers::Contains("too fine"));
+}
+
+TEST_CASE("a coarse pass (BatchOptions::max_iterations) equals an aligner with that many iterations",
+          "[unit][initial_pose]") {
+  Sample& s = sample();
+  const std::vector<Pose6> starts = initial_pose_hypotheses(s.truth, [] {
+    InitialPoseOptions o;
+    o.radius = 1.0;
+    o.yaw_step_deg = 90.0;
+    return o;
+  }());
+  AlignSettings few = cpu_settings();
+  few.max_iterations = 3;
+  Aligner reference(few);
+  reference.set_target(s.aligner.target());
+  BatchOptions coarse;
+  coarse.max_iterations = 3;
+  const std::vector<AlignResult> a = s.aligner.align_batch(s.scan, starts, coarse);
+  const std::vector<AlignResult> b = reference.align_batch(s.scan, starts);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    CHECK(a[k].iterations <= 3);
+    CHECK(a[k].iterations == b[k].iterations);
+    CHECK(a[k].pose == b[k].pose);
+    CHECK(a[k].nvtl == b[k].nvtl);
+  }
+  BatchOptions bad;
+  bad.max_iterations = -1;
+  CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("max_iterations = -1"));
+  CHECK_THROWS_WITH(search_hypotheses(s.aligner, s.scan, {}), Catch::Matchers::Contains("no hypotheses"));
 }

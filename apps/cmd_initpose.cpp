@@ -47,8 +47,8 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--map", o->map, "map point cloud (.pcd, .ply, .bin), world frame")->required();
   cmd->add_option("--scan", o->scan, "scan point cloud, sensor frame")->required();
   cmd->add_option("--around", o->around,
-                  "rough pose x,y,z,yaw (roll and pitch taken as 0) or x,y,z,roll,pitch,yaw (m, rad); the sweep "
-                  "keeps its z, roll and pitch")
+                  "rough pose x,y,z,yaw (roll and pitch from the scan's ground plane, the map's z up) or "
+                  "x,y,z,roll,pitch,yaw (m, rad); the sweep keeps its z (and roll and pitch when given)")
       ->required()
       ->delimiter(',')
       ->expected(4, 6);
@@ -71,6 +71,9 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--yaw-step", o->search.yaw_step_deg, "spacing of the yaws (deg)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--coarse-points", o->search.coarse_points,
+                  "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
+      ->capture_default_str();
   cmd->add_option("--method", o->method, "search method")->capture_default_str()->check(CLI::IsMember({"sweep"}));
   cmd->add_option("--scan-voxel", o->scan_voxel, "voxel-filter the scan first (leaf, m; 0 = no)")
       ->capture_default_str()
@@ -85,6 +88,7 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
     Pose6 around = Pose6::Zero();
     if (o->around.size() == 4) {
       around << o->around[0], o->around[1], o->around[2], 0.0, 0.0, o->around[3];
+      o->search.level_from_ground = true;  // roll and pitch from the scan's ground
     } else {
       for (int i = 0; i < 6; ++i) around(i) = o->around[static_cast<std::size_t>(i)];
     }
@@ -137,7 +141,9 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                      {"yaw_range_deg", o->search.yaw_range_deg},
                      {"yaw_step_deg", o->search.yaw_step_deg},
                      {"coarse_iterations", o->search.coarse_iterations},
-                     {"refine_count", o->search.refine_count}};
+                     {"refine_count", o->search.refine_count},
+                     {"coarse_points", o->search.coarse_points}};
+      j["leveled_from_ground"] = r.leveled;
       j["scan_points"] = scan.size();
       j["scan_points_read"] = scan_points_read;
       j["map_points"] = map.size();
@@ -157,6 +163,8 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                        "refined = {} hypotheses aligned\n",
                        o->search.radius, o->search.position_step, o->search.yaw_range_deg, o->search.yaw_step_deg,
                        r.coarse_hypotheses, o->search.coarse_iterations, r.refined_hypotheses, r.hypotheses_aligned);
+    out += fmt::format("  attitude    {}\n", r.leveled ? "roll and pitch from the scan's ground plane"
+                                                   : "roll and pitch of --around");
     out += fmt::format("  pose        {}\n", pose_text(b.pose));
     out += fmt::format("  fitness     NVTL {:.4f}, TP {:.4f}, {} after {} iterations ({})\n", b.nvtl, b.tp,
                        b.converged ? "converged" : "not converged (no refined hypothesis converged)", b.iterations,

@@ -15,6 +15,8 @@
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 
+#include <Eigen/Core>
+
 #include <cstddef>
 #include <limits>
 #include <vector>
@@ -53,6 +55,16 @@ struct InitialPoseOptions {
   /// of a wrong place (the simulator sample's best distinct pose scores 0.55 below the
   /// truth's: 2.77 against 3.32), so a clear winner is not.
   double ambiguity_margin = 0.1;
+  /// Roll and pitch of the hypotheses: false keeps the rough pose's; true levels the scan by
+  /// its own ground plane (estimate_ground()) in a map whose z axis points up (as UTM and
+  /// Autoware maps do), so a tilted sensor needs no attitude from the user. When no ground
+  /// plane is found the rough pose's roll and pitch are kept (InitialPoseResult::leveled
+  /// says which).
+  bool level_from_ground = false;
+  /// The coarse pass aligns at most this many of the scan's points (every k-th, k the
+  /// smallest that brings it under; 0: all). The coarse pass only ranks hypotheses, and
+  /// its cost is proportional to the points; the refinement always uses the whole scan.
+  std::size_t coarse_points = 512;
   /// A sweep larger than this many hypotheses is refused (Error): it would take minutes on
   /// the CPU and a larger step is nearly always what was meant.
   std::size_t max_hypotheses = 100000;
@@ -81,7 +93,32 @@ struct InitialPoseResult {
   /// winner's: the scan fits a distinct place about as well, so the winner is not to be
   /// trusted as the pose.
   bool ambiguous = false;
+  /// True when the hypotheses' roll and pitch came from the scan's ground plane
+  /// (InitialPoseOptions::level_from_ground and a plane found).
+  bool leveled = false;
 };
+
+/// The ground plane of a scan, in the scan's frame.
+struct ScanGround {
+  bool found = false;
+  /// Unit normal of the plane, pointing from the ground to the sensor: the scan's up.
+  Eigen::Vector3d up = Eigen::Vector3d::UnitZ();
+  double height = 0.0;     ///< the sensor's distance above the plane (m)
+  std::size_t inliers = 0; ///< points within the inlier distance of the plane
+  std::size_t points = 0;  ///< points examined
+};
+
+/// Finds the scan's ground: the plane with the most points within 0.1 m among planes below
+/// the sensor (at least 0.3 m) whose normal lies within `max_tilt_deg` of the scan's z
+/// axis, by RANSAC with a fixed seed (the same scan always gives the same plane), refined
+/// by a least-squares fit of its inliers. Found when at least 10% of the points (and 50)
+/// lie on it. Examines at most 20,000 points (every k-th).
+ScanGround estimate_ground(const PointCloud& scan, double max_tilt_deg = 60.0);
+
+/// The rotation that levels a scan whose up direction is `up` (its frame) in a z-up map,
+/// turned to heading `yaw` (rad) about the map's z: Rz(yaw) * (the shortest rotation of
+/// `up` onto z).
+Eigen::Matrix3d leveled_rotation(const Eigen::Vector3d& up, double yaw);
 
 /// Checks `options`; throws Error naming the field and the value (a negative radius, a
 /// step that is not positive, a yaw range outside (0, 360], a count below 1, a negative
@@ -89,10 +126,14 @@ struct InitialPoseResult {
 void validate(const InitialPoseOptions& options);
 
 /// The hypotheses of the sweep around `around` (x-y grid within the radius times the
-/// yaws), in the order the coarse pass aligns them. Throws Error for what validate()
+/// yaws), in the order the coarse pass aligns them, with the rough pose's roll and pitch.
+/// The overload with `up` levels them instead: each hypothesis's rotation is
+/// leveled_rotation(up, yaw). Throws Error for what validate()
 /// rejects, a non-finite `around`, or more than options.max_hypotheses hypotheses (naming
 /// the count and suggesting a larger step).
 std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& options = {});
+std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& options,
+                                           const Eigen::Vector3d& up);
 
 /// Rotation offsets (rotation vectors, rad) for hypotheses around an orientation: the
 /// identity first, then every point of a cubic grid of `step_deg` whose angle is at most

@@ -9,12 +9,14 @@
 
 #include <fmt/format.h>
 
+#include <Eigen/Eigenvalues>
 #include <Eigen/Geometry>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <string>
 
 namespace ndtcu {
@@ -103,7 +105,11 @@ void validate(const InitialPoseOptions& o) {
   if (o.max_hypotheses < 1) fail("max_hypotheses", 0.0, "must be >= 1");
 }
 
-std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& o) {
+namespace {
+
+// The sweep: each hypothesis keeps the rough pose's roll and pitch with its yaw turned, or,
+// with `up`, is leveled by it (leveled_rotation) at that yaw.
+std::vector<Pose6> sweep(const Pose6& around, const InitialPoseOptions& o, const Eigen::Vector3d* up) {
   validate(o);
   for (int i = 0; i < 6; ++i) {
     if (!std::isfinite(around(i))) {
@@ -133,11 +139,119 @@ std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPos
         p(0) += static_cast<double>(i) * o.position_step;
         p(1) += static_cast<double>(j) * o.position_step;
         p(5) = wrap_angle(around(5) + dyaw);
+        if (up) {
+          Eigen::Matrix4d t = Eigen::Matrix4d::Identity();
+          t.topLeftCorner<3, 3>() = leveled_rotation(*up, p(5));
+          t.topRightCorner<3, 1>() = p.head<3>();
+          p = matrix_to_pose(t);
+        }
         out.push_back(p);
       }
     }
   }
   return out;
+}
+
+// Every k-th point of `scan`, k the smallest that leaves at most `limit` (0: the scan).
+PointCloud thinned(const PointCloud& scan, std::size_t limit) {
+  if (limit == 0 || scan.size() <= limit) return scan;
+  const std::size_t k = (scan.size() + limit - 1) / limit;
+  PointCloud out;
+  out.origin = scan.origin;
+  out.points.reserve(scan.size() / k + 1);
+  for (std::size_t i = 0; i < scan.size(); i += k) out.points.push_back(scan.points[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& o) {
+  return sweep(around, o, nullptr);
+}
+
+std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& o, const Eigen::Vector3d& up) {
+  if (!(up.allFinite() && up.norm() > 0.5)) throw Error("initial pose search: the up direction must be a finite unit vector");
+  return sweep(around, o, &up);
+}
+
+Eigen::Matrix3d leveled_rotation(const Eigen::Vector3d& up, double yaw) {
+  const Eigen::Matrix3d level = Eigen::Quaterniond::FromTwoVectors(up.normalized(), Eigen::Vector3d::UnitZ()).toRotationMatrix();
+  return Eigen::AngleAxisd(yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * level;
+}
+
+ScanGround estimate_ground(const PointCloud& scan, double max_tilt_deg) {
+  if (!(max_tilt_deg > 0.0 && max_tilt_deg < 90.0)) {
+    throw Error(fmt::format("estimate_ground: max_tilt_deg = {} must lie in (0, 90)", max_tilt_deg));
+  }
+  constexpr double kInlier = 0.1, kMinHeight = 0.3;
+  constexpr std::size_t kMaxPoints = 20000;
+  constexpr int kTrials = 300;
+  ScanGround g;
+  std::vector<Eigen::Vector3d> pts;
+  const std::size_t stride = scan.size() > kMaxPoints ? (scan.size() + kMaxPoints - 1) / kMaxPoints : 1;
+  for (std::size_t i = 0; i < scan.size(); i += stride) {
+    const Eigen::Vector3d p = scan.points[i].cast<double>() + scan.origin;  // the sensor is at the frame's origin
+    if (p.allFinite() && p.squaredNorm() > 1e-6) pts.push_back(p);
+  }
+  g.points = pts.size();
+  if (pts.size() < 50) return g;
+  const double min_cos = std::cos(max_tilt_deg * kDeg);
+  // A fixed generator and index draws by multiply-shift: the same plane on every platform
+  // (std::uniform_int_distribution is implementation-defined).
+  std::mt19937_64 rng(0x5eed9a0d);
+  const auto draw = [&]() { return static_cast<std::size_t>((static_cast<unsigned __int128>(rng()) * pts.size()) >> 64); };
+  const auto count = [&](const Eigen::Vector3d& n, double d) {
+    std::size_t c = 0;
+    for (const Eigen::Vector3d& p : pts) c += std::abs(n.dot(p) + d) < kInlier;
+    return c;
+  };
+  std::size_t best = 0;
+  Eigen::Vector3d best_n = Eigen::Vector3d::UnitZ();
+  double best_d = 0.0;
+  for (int t = 0; t < kTrials; ++t) {
+    const Eigen::Vector3d& a = pts[draw()];
+    const Eigen::Vector3d& b = pts[draw()];
+    const Eigen::Vector3d& c = pts[draw()];
+    Eigen::Vector3d n = (b - a).cross(c - a);
+    const double len = n.norm();
+    if (!(len > 1e-6)) continue;
+    n /= len;
+    double d = -n.dot(a);
+    if (d < 0.0) {  // orient the normal towards the sensor (the origin): d is then its height
+      n = -n;
+      d = -d;
+    }
+    if (d < kMinHeight || n.z() < min_cos) continue;
+    const std::size_t inliers = count(n, d);
+    if (inliers > best) {
+      best = inliers;
+      best_n = n;
+      best_d = d;
+    }
+  }
+  if (best < std::max<std::size_t>(50, pts.size() / 10)) return g;
+  // Least squares over the inliers: the normal is the covariance's smallest eigenvector.
+  Eigen::Vector3d mean = Eigen::Vector3d::Zero();
+  std::size_t m = 0;
+  for (const Eigen::Vector3d& p : pts) {
+    if (std::abs(best_n.dot(p) + best_d) < kInlier) {
+      mean += p;
+      ++m;
+    }
+  }
+  mean /= static_cast<double>(m);
+  Eigen::Matrix3d cov = Eigen::Matrix3d::Zero();
+  for (const Eigen::Vector3d& p : pts) {
+    if (std::abs(best_n.dot(p) + best_d) < kInlier) cov += (p - mean) * (p - mean).transpose();
+  }
+  Eigen::SelfAdjointEigenSolver<Eigen::Matrix3d> eig(cov);
+  Eigen::Vector3d n = eig.eigenvectors().col(0);
+  if (n.dot(best_n) < 0.0) n = -n;
+  g.found = true;
+  g.up = n.normalized();
+  g.height = -g.up.dot(mean);
+  g.inliers = count(g.up, g.height);
+  return g;
 }
 
 std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg) {
@@ -170,6 +284,16 @@ InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, co
   if (!aligner.target()) {
     throw Error("initial pose search: the aligner has no target map (call Aligner::set_target first)");
   }
+  if (o.level_from_ground) {
+    const ScanGround ground = estimate_ground(scan);
+    if (ground.found) {
+      InitialPoseResult r = search_hypotheses(aligner, scan, initial_pose_hypotheses(around, o, ground.up), o);
+      r.leveled = true;
+      return r;
+    }
+    detail::log().warn("initial pose search: no ground plane in the scan ({} points); keeping the rough pose's roll "
+                       "and pitch", ground.points);
+  }
   return search_hypotheses(aligner, scan, initial_pose_hypotheses(around, o), o);
 }
 
@@ -194,7 +318,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
 
   InitialPoseResult result;
   auto t = std::chrono::steady_clock::now();
-  const std::vector<AlignResult> coarse_results = aligner.align_batch(scan, hypotheses, coarse);
+  const std::vector<AlignResult> coarse_results = aligner.align_batch(thinned(scan, o.coarse_points), hypotheses, coarse);
   result.coarse_ms = ms_since(t);
   result.coarse_hypotheses = hypotheses.size();
 

@@ -322,3 +322,112 @@ TEST_CASE("a coarse pass (BatchOptions::max_iterations) equals an aligner with t
   CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("max_iterations = -1"));
   CHECK_THROWS_WITH(search_hypotheses(s.aligner, s.scan, {}), Catch::Matchers::Contains("no hypotheses"));
 }
+
+namespace {
+
+// The angle (rad) between two rotations given as poses' transforms.
+double angle_between(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
+  return Eigen::AngleAxisd(a.topLeftCorner<3, 3>().transpose() * b.topLeftCorner<3, 3>()).angle();
+}
+
+// A start anywhere within `radius` of `truth` in x and y (uniform over the disc, or on its
+// circle when `on_circle`), at the truth's z, with a uniform yaw and no roll or pitch.
+Pose6 rough_start(const Eigen::Matrix4d& truth, double radius, bool on_circle, std::mt19937_64& rng) {
+  // Uniforms from the generator's bits (the distributions of <random> differ between
+  // standard libraries; these starts must not).
+  const auto unit = [&rng]() { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  const double r = on_circle ? radius : radius * std::sqrt(unit());
+  const double a = 2.0 * kPi * unit();
+  Pose6 p = Pose6::Zero();
+  p(0) = truth(0, 3) + r * std::cos(a);
+  p(1) = truth(1, 3) + r * std::sin(a);
+  p(2) = truth(2, 3);
+  p(5) = wrap(2.0 * kPi * unit());
+  return p;
+}
+
+struct SearchTally {
+  int found = 0, total = 0, wrong_accepted = 0, flagged = 0;
+};
+
+// One search from `start`: found within 10 cm and 1 deg; a wrong pose counts as accepted
+// when it converged above the NVTL threshold (2.3) without the ambiguity flag.
+void tally(SearchTally& t, const InitialPoseResult& r, const Eigen::Matrix4d& truth, const std::string& what) {
+  const double err = (r.best.transform.topRightCorner<3, 1>() - truth.topRightCorner<3, 1>()).norm();
+  const double angle = angle_between(r.best.transform, truth);
+  const bool right = err < 0.10 && angle < 1.0 * kDeg;
+  ++t.total;
+  t.found += right;
+  t.flagged += r.ambiguous;
+  const bool accepted = r.best.converged && r.best.nvtl >= 2.3 && !r.ambiguous;
+  if (!right && accepted) ++t.wrong_accepted;
+  std::printf("  %s: %s, %.3f m, %.2f deg, NVTL %.3f%s, leveled %d, %.0f ms\n", what.c_str(),
+              right ? "found" : "MISSED", err, angle / kDeg, r.best.nvtl, r.ambiguous ? " (ambiguous)" : "",
+              r.leveled ? 1 : 0, r.time_ms);
+}
+
+}  // namespace
+
+TEST_CASE("initpose on 10 BALM scans from 4 starts each within 5 m and any yaw, roll and pitch from the ground",
+          "[data][initial_pose]") {
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const std::filesystem::path balm = dir / "balm_os0";
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  REQUIRE(reference.size() == 60);
+  Aligner aligner(cpu_settings());
+  aligner.set_target(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
+  InitialPoseOptions o;
+  o.radius = 5.0;
+  o.level_from_ground = true;
+  std::mt19937_64 rng(2026);
+  SearchTally t;
+  for (int scan_index = 3; scan_index < 60; scan_index += 6) {  // 10 odd scans (none is in the map)
+    char name[32];
+    std::snprintf(name, sizeof(name), "scans/%03d.pcd", scan_index);
+    const PointCloud scan = voxel_downsample(read_point_cloud((balm / name).string()), 1.0);
+    const Eigen::Matrix4d truth = reference[static_cast<std::size_t>(scan_index)].pose.matrix();
+    for (int k = 0; k < 4; ++k) {
+      const Pose6 start = rough_start(truth, 5.0, false, rng);
+      tally(t, find_initial_pose(aligner, scan, start, o), truth, std::string(name) + " start " + std::to_string(k));
+    }
+  }
+  std::printf("balm initpose (CPU, 2 threads): %d of %d within 10 cm and 1 deg, %d wrong accepted, %d ambiguous\n",
+              t.found, t.total, t.wrong_accepted, t.flagged);
+  CHECK(t.total == 40);
+  CHECK(t.found >= 38);
+  CHECK(t.wrong_accepted == 0);
+}
+
+TEST_CASE("initpose finds KITTI 00 frames 1-5 in the map of frames 0, 2, 4 from 5 m off with unknown yaw",
+          "[data][initial_pose]") {
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const std::filesystem::path kitti = dir / "kitti00";
+  const Trajectory reference =
+      read_trajectory((kitti / "poses_velo_icp_reference.txt").string(), TrajectoryFormat::Kitti, 0.1);
+  REQUIRE(reference.size() == 6);
+  const auto velodyne = [&](int f) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%06d.bin", f);
+    return load_sample(kitti / "velodyne" / name, 0.0);
+  };
+  PointCloud map;
+  for (int f : {0, 2, 4}) {
+    const PointCloud scan = velodyne(f);
+    for (const auto& p : scan.points) map.points.push_back((reference[f].pose * p.cast<double>()).cast<float>());
+  }
+  Aligner aligner(cpu_settings());
+  aligner.set_target(voxel_downsample(map, 0.2));
+  InitialPoseOptions o;
+  o.radius = 6.0;
+  o.level_from_ground = true;
+  std::mt19937_64 rng(5);
+  SearchTally t;
+  for (int f = 1; f <= 5; ++f) {
+    const Eigen::Matrix4d truth = reference[f].pose.matrix();
+    const Pose6 start = rough_start(truth, 5.0, true, rng);
+    tally(t, find_initial_pose(aligner, voxel_downsample(velodyne(f), 1.0), start, o), truth,
+          "kitti frame " + std::to_string(f));
+  }
+  CHECK(t.found == 5);
+  CHECK(t.wrong_accepted == 0);
+}

@@ -2,6 +2,8 @@
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <string>
 
@@ -129,7 +131,17 @@ void validate(const AlignSettings& s) {
   if (!(s.outlier_ratio > 0.0 && s.outlier_ratio < 1.0)) fail("outlier_ratio (must be in (0, 1))", s.outlier_ratio);
   if (s.min_points_per_voxel < 3) fail("min_points_per_voxel (must be >= 3)", s.min_points_per_voxel);
   if (!(s.eigenvalue_ratio >= 0.0 && s.eigenvalue_ratio <= 1.0)) fail("eigenvalue_ratio (must be in [0, 1])", s.eigenvalue_ratio);
-  if (s.threads < 0) fail("threads (must be >= 0)", s.threads);
+  if (s.threads < 0 || s.threads > kMaxThreads) {
+    throw Error("invalid setting threads: " + std::to_string(s.threads) + " (must be in [0, " +
+                std::to_string(kMaxThreads) + "], 0 = one per hardware thread)");
+  }
+  // Step lengths are kept in [epsilon / 2, step_size] (PCL's and Autoware's rule); with
+  // epsilon / 2 above step_size that range is empty and every step would be epsilon / 2 long.
+  if (s.epsilon > 2.0 * s.step_size) {
+    throw Error("invalid settings: epsilon " + fmt::format("{}", s.epsilon) + " is more than twice step_size " +
+                fmt::format("{}", s.step_size) + " (steps are kept in [epsilon / 2, step_size]); lower epsilon to " +
+                fmt::format("{}", 2.0 * s.step_size) + " or less, or raise step_size");
+  }
   if (std::string(to_string(s.pose_covariance)) == "?") {
     fail("pose_covariance (must be none, laplace, multi-ndt or multi-ndt-score)", static_cast<int>(s.pose_covariance));
   }

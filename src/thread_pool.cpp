@@ -1,7 +1,10 @@
 #include "thread_pool.hpp"
 
+#include <ndtcu/error.hpp>
+
 #include <algorithm>
 #include <exception>
+#include <string>
 
 namespace ndtcu::detail {
 
@@ -11,19 +14,38 @@ int resolve_thread_count(int requested) {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
+void (*thread_pool_spawn_hook)(int index) = nullptr;
+
 ThreadPool::ThreadPool(int threads) {
   const int n = resolve_thread_count(threads);
-  workers_.reserve(static_cast<std::size_t>(n - 1));
-  for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    workers_.reserve(static_cast<std::size_t>(n - 1));
+    for (int i = 1; i < n; ++i) {
+      if (thread_pool_spawn_hook) thread_pool_spawn_hook(i);
+      workers_.emplace_back([this] { worker_loop(); });
+    }
+  } catch (const std::exception& e) {
+    // A throwing constructor runs no destructor: the workers already started would wait
+    // on wake_ after it is gone (and a joinable std::thread's destructor terminates), so
+    // they are stopped and joined here.
+    const std::size_t started = workers_.size();
+    stop_and_join();
+    throw Error(std::to_string(n) + " threads requested (the caller included), but worker thread " +
+                std::to_string(started + 1) + " could not be started after " + std::to_string(started) +
+                " (stopped again): " + e.what() + "; ask for fewer threads");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 // Takes tasks until none is left; called by workers and by the thread in parallel_for.

@@ -15,7 +15,9 @@ namespace ndtcu::detail {
 class ThreadPool {
  public:
   /// `threads` workers in total, the calling thread included (so 1 runs everything inline);
-  /// 0 means std::thread::hardware_concurrency().
+  /// 0 means std::thread::hardware_concurrency(). When a thread cannot be started (the
+  /// system's thread or memory limit), the ones already started are stopped and joined and
+  /// ndtcu::Error says how many were requested and how many started.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -31,6 +33,7 @@ class ThreadPool {
  private:
   void worker_loop();
   void drain();
+  void stop_and_join() noexcept;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -47,5 +50,10 @@ class ThreadPool {
 
 /// Threads to use for a request of `requested` (0 = hardware concurrency, at least 1).
 int resolve_thread_count(int requested);
+
+/// Test seam: when set, ThreadPool's constructor calls it before starting worker `index`
+/// (1-based, as the caller is thread 0); whatever it throws is handled as a failure of
+/// std::thread's constructor. Null (the default) in every program but the tests.
+extern void (*thread_pool_spawn_hook)(int index);
 
 }  // namespace ndtcu::detail

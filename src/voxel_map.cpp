@@ -88,6 +88,10 @@ VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options
   if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
     throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
   }
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    throw Error("voxel map threads must be in [0, " + std::to_string(kMaxThreads) + "] (0: one per hardware thread), got " +
+                std::to_string(options.threads));
+  }
   VoxelMap map;
   map.options_ = options;
   // PCL and Autoware keep the resolution in float; so does the lattice.

@@ -101,6 +101,11 @@ enum class PoseCovariance {
   MultiNdtScore,
 };
 
+/// Most worker threads a `threads` setting may ask for. A CPU backend gains nothing past
+/// the cores it has (the largest servers have a few hundred hardware threads), while a
+/// mistyped 100000 would exhaust the system's thread limit before any work starts.
+inline constexpr int kMaxThreads = 1024;
+
 /// Everything an alignment needs besides the clouds.
 struct AlignSettings {
   /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
@@ -117,7 +122,8 @@ struct AlignSettings {
   CovarianceMode covariance = CovarianceMode::Autoware;     ///< voxel covariance convention
   int min_points_per_voxel = 6;   ///< voxels with fewer points are not used (PCL, Autoware: 6)
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below this times the largest are raised to it
-  int threads = 0;                ///< worker threads; 0 = std::thread::hardware_concurrency()
+  /// Worker threads, at most kMaxThreads; 0 = std::thread::hardware_concurrency().
+  int threads = 0;
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
   /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
   /// NewtonDirection::SaddleFree always run on the host).
@@ -180,8 +186,11 @@ GpuNewtonLoop gpu_loop_from_string(const std::string& name);
 PoseCovariance pose_covariance_from_string(const std::string& name);
 
 /// Throws Error naming the first setting out of range (resolution, step size, epsilon,
-/// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads) or an enum
-/// holding a value that is none of its names (e.g. a PoseCovariance cast from an int).
+/// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads in [0,
+/// kMaxThreads]), an epsilon above twice the step size (step lengths are kept in
+/// [epsilon / 2, step_size], an empty range then: the steps would be epsilon / 2 long and
+/// "converge" anywhere), or an enum holding a value that is none of its names (e.g. a
+/// PoseCovariance cast from an int).
 void validate(const AlignSettings& settings);
 
 }  // namespace ndtcu

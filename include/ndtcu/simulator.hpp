@@ -315,7 +315,7 @@ struct MapSettings {
   /// When non-zero, the map has exactly this many points (--map-points): the density is
   /// chosen from the surface area and the voxel filter is not applied.
   std::size_t target_points = 0;
-  unsigned threads = 0;  ///< worker threads, 0: one per hardware thread
+  unsigned threads = 0;  ///< worker threads, at most kMaxThreads; 0: one per hardware thread
 };
 
 /// Checks MapSettings; throws Error naming the option and value.
@@ -363,7 +363,7 @@ struct SimulationSettings {
   /// points (--scan-points), from a pilot scan at the first pose.
   std::size_t scan_points = 0;
   PcdEncoding encoding = PcdEncoding::BinaryCompressed;  ///< PCD encoding of map and scans
-  unsigned threads = 0;            ///< worker threads, 0: one per hardware thread
+  unsigned threads = 0;            ///< worker threads, at most kMaxThreads; 0: one per hardware thread
 };
 
 /// What simulate() made, with how long each part took.

@@ -27,7 +27,7 @@ struct VoxelMapOptions {
   CovarianceMode covariance = CovarianceMode::Autoware;  ///< covariance convention
   int min_points = 6;        ///< fewer points: voxel not used (PCL and Autoware: 6; at least 3)
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below ratio * largest are raised to it (eq. 6.11)
-  int threads = 0;           ///< build threads; 0 = hardware concurrency
+  int threads = 0;           ///< build threads, at most kMaxThreads; 0 = hardware concurrency
 };
 
 /// Counts from a build, for logs and tests.

@@ -7,6 +7,7 @@
 #include "log.hpp"
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/settings.hpp>
 #include <ndtcu/filters.hpp>
 
 #include <algorithm>
@@ -265,6 +266,10 @@ void validate(const MapSettings& s) {
   }
   if (static_cast<double>(s.target_points) > kMaxSamples) {
     throw Error("map points (--map-points) must be at most " + num(kMaxSamples) + ", got " + std::to_string(s.target_points));
+  }
+  if (s.threads > static_cast<unsigned>(kMaxThreads)) {
+    throw Error("map threads must be at most " + std::to_string(kMaxThreads) + " (0: one per hardware thread), got " +
+                std::to_string(s.threads));
   }
 }
 

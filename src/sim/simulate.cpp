@@ -7,6 +7,7 @@
 #include "log.hpp"
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/settings.hpp>
 #include <ndtcu/version.hpp>
 
 #include <fmt/format.h>
@@ -129,6 +130,10 @@ void validate(const SimulationSettings& s) {
   validate(s.map);
   if (s.scan_points > 100000000) {
     throw Error("scan points (--scan-points) must be at most 100000000, got " + std::to_string(s.scan_points));
+  }
+  if (s.threads > static_cast<unsigned>(kMaxThreads)) {
+    throw Error("threads (--threads) must be at most " + std::to_string(kMaxThreads) + " (0: one per hardware thread), got " +
+                std::to_string(s.threads));
   }
 }
 

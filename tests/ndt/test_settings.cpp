@@ -1,0 +1,55 @@
+// Settings validation: ranges, the thread bound, and settings that contradict each other.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/error.hpp>
+#include <ndtcu/settings.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+using namespace ndtcu;
+
+TEST_CASE("threads settings are bounded by kMaxThreads, with the value named", "[unit][settings]") {
+  AlignSettings s;
+  s.threads = kMaxThreads;
+  CHECK_NOTHROW(validate(s));
+  s.threads = 0;
+  CHECK_NOTHROW(validate(s));
+  s.threads = 100000;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("threads: 100000") && Catch::Contains("[0, 1024]"));
+  CHECK_THROWS_AS(Aligner(s), Error);
+  s.threads = kMaxThreads + 1;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("threads: 1025"));
+  s.threads = -1;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("threads: -1"));
+
+  PointCloud cloud;
+  cloud.points.assign(10, Eigen::Vector3f(1.f, 2.f, 3.f));
+  VoxelMapOptions vo;
+  vo.threads = 100000;
+  CHECK_THROWS_WITH(VoxelMap::build(cloud, vo), Catch::Contains("threads") && Catch::Contains("100000"));
+
+  sim::SimulationSettings sim_settings;
+  sim_settings.threads = 100000;
+  CHECK_THROWS_WITH(sim::validate(sim_settings), Catch::Contains("--threads") && Catch::Contains("got 100000"));
+  sim::MapSettings map_settings;
+  map_settings.threads = 100000;
+  CHECK_THROWS_WITH(sim::validate(map_settings), Catch::Contains("threads") && Catch::Contains("got 100000"));
+}
+
+TEST_CASE("epsilon above twice the step size is rejected with both values named", "[unit][settings]") {
+  // Steps are kept in [epsilon / 2, step_size]: with epsilon 1e300 every step was 5e299
+  // long and the alignment reported "converged" at x = -4.8e299.
+  AlignSettings s;
+  s.epsilon = 1e300;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("epsilon 1e+300") && Catch::Contains("step_size 0.1"));
+  CHECK_THROWS_AS(Aligner(s), Error);
+  s.epsilon = 0.25;
+  s.step_size = 0.1;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("epsilon 0.25") && Catch::Contains("twice step_size 0.1"));
+  // The boundary (every step exactly step_size long) and PCL's tutorial settings pass.
+  s.epsilon = 0.2;
+  CHECK_NOTHROW(validate(s));
+  CHECK_NOTHROW(validate(pcl_preset()));
+  CHECK_NOTHROW(validate(autoware_preset()));
+}

@@ -1,0 +1,80 @@
+// The CPU backend's thread pool: a thread that cannot be started (the system's thread or
+// memory limit) is an ndtcu::Error, and the workers already started are stopped, not left
+// waiting on a pool that no longer exists.
+#include "../support/test_support.hpp"
+
+#include "thread_pool.hpp"
+
+#include <ndtcu/error.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <thread>
+
+using namespace ndtcu;
+
+namespace {
+
+std::atomic<int> g_fail_at{0};
+
+// Fails the creation of worker `g_fail_at` as std::thread does when the system refuses it.
+void fail_one_spawn(int index) {
+  if (index == g_fail_at.load()) {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "thread creation");
+  }
+}
+
+struct ResetSpawnHook {
+  ~ResetSpawnHook() { detail::thread_pool_spawn_hook = nullptr; }
+};
+
+// Constructs a pool of `threads` on a thread of its own and returns what happened, or
+// "hung" when it has not returned within the deadline.
+std::string construct_pool(int threads) {
+  auto outcome = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> result = outcome->get_future();
+  std::thread([outcome, threads] {
+    try {
+      detail::ThreadPool pool(threads);
+      outcome->set_value("constructed, size " + std::to_string(pool.size()));
+    } catch (const Error& e) {
+      outcome->set_value(std::string("Error: ") + e.what());
+    } catch (const std::exception& e) {
+      outcome->set_value(std::string("other exception: ") + e.what());
+    }
+  }).detach();
+  // 30 s: joining a handful of idle workers takes microseconds.
+  if (result.wait_for(std::chrono::seconds(30)) != std::future_status::ready) return "hung";
+  return result.get();
+}
+
+}  // namespace
+
+TEST_CASE("a thread pool whose worker cannot be started throws Error and stops the started ones",
+          "[unit][thread_pool]") {
+  ResetSpawnHook reset;
+  detail::thread_pool_spawn_hook = fail_one_spawn;
+  for (int fail_at : {1, 2, 5, 7}) {
+    CAPTURE(fail_at);
+    g_fail_at = fail_at;
+    const std::string what = construct_pool(8);
+    CHECK_THAT(what, Catch::StartsWith("Error: 8 threads requested (the caller included), but worker thread " +
+                                       std::to_string(fail_at) + " could not be started after " +
+                                       std::to_string(fail_at - 1)));
+    CHECK_THAT(what, Catch::Contains("Resource temporarily unavailable") && Catch::Contains("ask for fewer threads"));
+  }
+  // A failure that never comes: the pool is whole.
+  g_fail_at = 100;
+  CHECK(construct_pool(8) == "constructed, size 8");
+
+  // And pools work again once threads can be made.
+  detail::thread_pool_spawn_hook = nullptr;
+  detail::ThreadPool pool(4);
+  std::atomic<std::size_t> sum{0};
+  pool.parallel_for(100, [&](std::size_t i) { sum += i; });
+  CHECK(sum == 4950u);
+}

@@ -181,8 +181,12 @@ inline double max_intensity_difference(const PointCloud& a, const PointCloud& b)
 /// True when both clouds hold the same bits (points, intensities, origin).
 inline bool bit_identical(const PointCloud& a, const PointCloud& b) {
   if (a.size() != b.size() || a.intensity.size() != b.intensity.size() || a.origin != b.origin) return false;
-  return std::memcmp(a.points.data(), b.points.data(), a.size() * sizeof(Eigen::Vector3f)) == 0 &&
-         std::memcmp(a.intensity.data(), b.intensity.data(), a.intensity.size() * sizeof(float)) == 0;
+  // An empty vector's data() may be null, and memcmp's pointers must not be, even for 0 bytes.
+  const auto same = [](const void* x, const void* y, std::size_t bytes) {
+    return bytes == 0 || std::memcmp(x, y, bytes) == 0;
+  };
+  return same(a.points.data(), b.points.data(), a.size() * sizeof(Eigen::Vector3f)) &&
+         same(a.intensity.data(), b.intensity.data(), a.intensity.size() * sizeof(float));
 }
 
 /// How far a centroid summed in input order may be from one summed in PCL's order: a few

@@ -83,8 +83,15 @@ Trajectory read_trajectory(const std::string& path, TrajectoryFormat format, dou
       Eigen::Matrix3d R;
       R << v[0], v[1], v[2], v[4], v[5], v[6], v[8], v[9], v[10];
       double off = (R * R.transpose() - Eigen::Matrix3d::Identity()).cwiseAbs().maxCoeff();
-      if (off > kRotationTolerance || R.determinant() < 0) {
+      if (off > kRotationTolerance) {
         throw IoError(path, fmt::format("line {}: the 3x3 block is not a rotation (|R R^T - I| = {:.2g})", line_no, off));
+      }
+      // Orthonormal with determinant -1: a mirror image (e.g. one axis flipped, or a
+      // left-handed frame), which no rigid motion produces.
+      if (const double det = R.determinant(); det < 0) {
+        throw IoError(path, fmt::format("line {}: the 3x3 block is a reflection, not a rotation (determinant {:.3g}; "
+                                        "one axis is flipped)",
+                                        line_no, det));
       }
       // Re-orthonormalize the few-digit rotation so later products stay rigid.
       Eigen::JacobiSVD<Eigen::Matrix3d> svd(R, Eigen::ComputeFullU | Eigen::ComputeFullV);

@@ -63,6 +63,9 @@ struct CloudInfo {
   std::uint64_t height = 1;              ///< PCD HEIGHT (> 1: organized cloud)
   std::uint64_t points_in_file = 0;      ///< points the file holds, finite or not
   std::uint64_t non_finite = 0;          ///< points dropped because x, y or z was not finite
+  /// Points dropped because x, y or z, finite, is beyond float32's range (|value - origin|
+  /// > 3.4e38, see PointCloud::origin): such a point cannot be stored.
+  std::uint64_t out_of_range = 0;
   bool xyz_double = false;               ///< x, y, z stored as float64
   std::string intensity_field;           ///< the field read as intensity, empty if none
   std::uint64_t file_bytes = 0;          ///< size of the file
@@ -72,7 +75,8 @@ struct CloudInfo {
 FileFormat format_from_path(const std::string& path);
 
 /// Reads a PCD, PLY or KITTI `.bin` file, chosen by extension. Non-finite points are
-/// dropped and counted in `info->non_finite`. Throws IoError.
+/// dropped and counted in `info->non_finite`, points beyond float32's range in
+/// `info->out_of_range`. Throws IoError.
 PointCloud read_point_cloud(const std::string& path, const ReadOptions& options = {},
                             CloudInfo* info = nullptr);
 

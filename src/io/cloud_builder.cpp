@@ -47,8 +47,13 @@ PointCloud CloudBuilder::finish(const std::string& name, bool xyz_double, CloudI
     }
   }
   if (non_finite_ > 0) log().debug("{}: dropped {} non-finite points", name, non_finite_);
+  if (out_of_range_ > 0) {
+    log().warn("{}: dropped {} points with a coordinate beyond float32's range (|coordinate - origin| > {:.3g})", name,
+               out_of_range_, kFloatMax);
+  }
   if (info) {
     info->non_finite = non_finite_;
+    info->out_of_range = out_of_range_;
     info->xyz_double = xyz_double;
   }
   cloud_.points.shrink_to_fit();

@@ -1,6 +1,6 @@
 #pragma once
 // Shared by every reader: turns x y z (double) and intensity into a PointCloud,
-// applying the origin policy and dropping non-finite points.
+// applying the origin policy and dropping non-finite points and points float32 cannot hold.
 #include <ndtcu/io.hpp>
 
 #include <cmath>
@@ -12,6 +12,10 @@ namespace ndtcu::detail {
 
 class CloudBuilder {
  public:
+  /// The largest float32 (FLT_MAX): a coordinate, relative to the cloud's origin, beyond it
+  /// cannot be stored.
+  static constexpr double kFloatMax = 3.4028234663852886e38;
+
   /// `expected_points` is only a hint, already bounded by the caller by what the file
   /// can hold.
   CloudBuilder(const ReadOptions& options, bool with_intensity, std::uint64_t expected_points);
@@ -24,10 +28,10 @@ class CloudBuilder {
     if (!origin_decided_) decide_origin(x, y, z);
     const double rx = x - cloud_.origin.x(), ry = y - cloud_.origin.y(), rz = z - cloud_.origin.z();
     // Beyond float32's range a coordinate cannot be stored (and the conversion would be
-    // undefined): such a point is as unusable as a NaN one.
-    constexpr double kFloatMax = 3.4028234663852886e38;
+    // undefined): the point is dropped, and counted apart from the non-finite ones (its
+    // coordinates are finite numbers, just too large).
     if (!(std::abs(rx) <= kFloatMax && std::abs(ry) <= kFloatMax && std::abs(rz) <= kFloatMax)) {
-      ++non_finite_;
+      ++out_of_range_;
       return;
     }
     cloud_.points.emplace_back(static_cast<float>(rx), static_cast<float>(ry), static_cast<float>(rz));
@@ -52,6 +56,7 @@ class CloudBuilder {
   bool with_intensity_;
   bool origin_decided_ = false;
   std::uint64_t non_finite_ = 0;
+  std::uint64_t out_of_range_ = 0;
   PointCloud cloud_;
 };
 

@@ -61,6 +61,10 @@ TEST_CASE("trajectory files with errors name the file and line", "[unit][eval]")
   check("nan.txt", "0 1 2 3 0 0 0 nan\n", "line 1: 'nan' is not a finite number");
   check("quat.txt", "0 1 2 3 0 0 0 2\n", "quaternion norm 2.000000 is not 1");
   check("rot.txt", "2 0 0 1 0 1 0 2 0 0 1 3\n", "is not a rotation");
+  // Orthonormal (R R^T = I exactly) but a mirror image: the message says so, instead of
+  // reporting a zero orthogonality error.
+  check("mirror.txt", "1 0 0 1 0 1 0 2 0 0 -1 3\n", "line 1: the 3x3 block is a reflection, not a rotation (determinant -1");
+  check("mirror_swap.txt", "0 1 0 1 1 0 0 2 0 0 1 3\n", "is a reflection");
   check("empty.txt", "# nothing\n\n", "no poses");
   check("mixed.txt", "0 1 2 3 0 0 0 1\n1 0 0 1 0 1 0 2 0 0 1 3\n", "line 2: 12 numbers, a TUM line has 8");
 }

@@ -117,6 +117,27 @@ TEST_CASE("PCD organized cloud with non-finite points drops and counts them", "[
   }
 }
 
+TEST_CASE("PCD points beyond float32's range are counted as out of range, not as non-finite", "[unit][io]") {
+  // Finite float64 coordinates near 1e302 cannot be stored as float32: the point is
+  // dropped, and the count says why (they are not NaN or infinite).
+  PcdSpec s;
+  s.fields = {{"x", 'F', 8, 1}, {"y", 'F', 8, 1}, {"z", 'F', 8, 1}};
+  s.rows = {{1.0, 2.0, 3.0}, {1e302, 0.0, 0.0}, {0.0, -3e39, 0.0}, {kNaN, 0.0, 0.0}, {4.0, 5.0, 6.0}};
+  for (const char* enc : kEncodings) {
+    CAPTURE(enc);
+    s.encoding = enc;
+    CloudInfo info;
+    ReadOptions o;
+    o.origin_policy = OriginPolicy::Zero;
+    PointCloud c = parse(make_pcd(s), &info, o);
+    CHECK(info.points_in_file == 5);
+    CHECK(info.non_finite == 1);
+    CHECK(info.out_of_range == 2);
+    REQUIRE(c.size() == 2);
+    CHECK(c.points[1].z() == 6.f);
+  }
+}
+
 TEST_CASE("PCD header variants: no POINTS line, comments, CRLF, no VIEWPOINT", "[unit][io]") {
   PcdSpec s;
   s.fields = {{"x", 'F', 4, 1}, {"y", 'F', 4, 1}, {"z", 'F', 4, 1}};

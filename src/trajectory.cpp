@@ -1,7 +1,7 @@
 #include <ndtcu/trajectory.hpp>
 
 #include "io/bytes.hpp"
-#include "io/mapped_file.hpp"
+#include "io/file_contents.hpp"
 
 #include <fmt/format.h>
 
@@ -48,7 +48,7 @@ TrajectoryFormat trajectory_format_from_string(const std::string& name) {
 }
 
 Trajectory read_trajectory(const std::string& path, TrajectoryFormat format, double kitti_period) {
-  detail::MappedFile file(path);
+  detail::FileContents file(path);
   detail::LineReader lines(file.bytes());
   std::string_view line;
   Trajectory out;

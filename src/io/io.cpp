@@ -1,7 +1,7 @@
 // Format dispatch, the KITTI reader, and the writers.
 #include "bytes.hpp"
 #include "cloud_builder.hpp"
-#include "mapped_file.hpp"
+#include "file_contents.hpp"
 
 #include <ndtcu/io.hpp>
 
@@ -117,7 +117,7 @@ PointCloud parse_kitti_bin(std::string_view bytes, const std::string& name, cons
 PointCloud read_point_cloud(const std::string& path, const ReadOptions& options, CloudInfo* info) {
   // The extension decides; check it before touching the file so a typo is named clearly.
   FileFormat format = format_from_path(path);
-  detail::MappedFile file(path);
+  detail::FileContents file(path);
   if (info) {
     *info = CloudInfo{};
     info->path = path;

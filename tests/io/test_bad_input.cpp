@@ -4,7 +4,16 @@
 #include "../support/pcd_builder.hpp"
 #include "../support/test_support.hpp"
 
+#include "io/file_contents.hpp"
+
 #include <ndtcu/io.hpp>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
 
 using namespace ndtcu;
 using ndtcu::test::make_pcd;
@@ -139,6 +148,84 @@ TEST_CASE("bad input: empty file, directory, missing file, unknown extension", "
     CHECK_THAT(e.reason(), Catch::Contains("no such file"));
   }
   expect_io_error("cloud.xyz", "1 2 3\n", "unknown point-cloud extension 'xyz'");
+}
+
+namespace {
+
+// The file whose size the reader has just taken, and what to do to it before the read.
+std::string g_change_path;
+std::uintmax_t g_change_to_size = 0;
+
+void change_file_size(const std::string& path) {
+  if (path == g_change_path) std::filesystem::resize_file(path, g_change_to_size);
+}
+
+struct ResetReadHook {
+  ~ResetReadHook() { detail::file_contents_before_read_hook = nullptr; }
+};
+
+}  // namespace
+
+TEST_CASE("bad input: a file that shrinks or grows while it is read is an IoError naming it", "[unit][io][bad]") {
+  // `ndtcu info big.pcd & truncate -s 1000 big.pcd` once died of SIGBUS (the file was
+  // memory-mapped); the reader now copies the bytes and checks the size did not change.
+  auto dir = ndtcu::test::temp_dir("changing_file");
+  const std::string path = (dir / "big.pcd").string();
+  const std::string bytes = make_pcd(xyz_spec("binary", 100000));
+  ResetReadHook reset;
+  detail::file_contents_before_read_hook = change_file_size;
+  g_change_path = path;
+  for (std::uintmax_t new_size : {std::uintmax_t{1000}, std::uintmax_t{0}, bytes.size() + 4096}) {
+    CAPTURE(new_size);
+    ndtcu::test::write_bytes(path, bytes);
+    g_change_to_size = new_size;
+    try {
+      read_point_cloud(path);
+      FAIL("no IoError");
+    } catch (const IoError& e) {
+      CAPTURE(e.what());
+      CHECK(e.path() == path);
+      CHECK_THAT(e.reason(), Catch::Contains("changed while it was read (" + std::to_string(bytes.size()) +
+                                             " bytes when opened"));
+    }
+  }
+  detail::file_contents_before_read_hook = nullptr;
+
+  // The real race, a truncation at a random moment of the read: the cloud, or an IoError
+  // naming the file, never a signal.
+  std::mt19937 rng(7);
+  int clouds = 0, errors = 0;
+  for (int round = 0; round < 30; ++round) {
+    ndtcu::test::write_bytes(path, bytes);
+    const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng));
+    std::thread truncater([&] {
+      std::this_thread::sleep_for(delay);
+      std::filesystem::resize_file(path, 1000);
+    });
+    try {
+      const PointCloud c = read_point_cloud(path);
+      CHECK(c.size() == 100000u);
+      ++clouds;
+    } catch (const IoError& e) {
+      CHECK(e.path() == path);
+      ++errors;
+    }
+    truncater.join();
+  }
+  CHECK(clouds + errors == 30);
+}
+
+TEST_CASE("bad input: a FIFO is refused, not waited on", "[unit][io][bad]") {
+  auto dir = ndtcu::test::temp_dir("fifo");
+  const std::string path = (dir / "cloud.pcd").string();
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  try {
+    read_point_cloud(path);
+    FAIL("no IoError for a FIFO");
+  } catch (const IoError& e) {
+    CHECK(e.path() == path);
+    CHECK_THAT(e.reason(), Catch::Contains("is not a regular file"));
+  }
 }
 
 TEST_CASE("bad input: malformed headers and values", "[unit][io][bad]") {

@@ -23,7 +23,7 @@ namespace {
 struct InitPoseOptions {
   std::string map, scan, method = "sweep";
   std::vector<double> around;  // x, y, z, yaw or x, y, z, roll, pitch, yaw (m, rad)
-  double scan_voxel = 1.0, map_voxel = 0.0;
+  double scan_voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
   InitialPoseOptions search;
   NdtOptions ndt;
 };
@@ -71,6 +71,9 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--yaw-step", o->search.yaw_step_deg, "spacing of the yaws (deg)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--nvtl-threshold", o->nvtl_threshold,
+                  "the pose is found when it converged, is not ambiguous and its NVTL reaches this")
+      ->capture_default_str();
   cmd->add_option("--coarse-points", o->search.coarse_points,
                   "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
       ->capture_default_str();
@@ -116,6 +119,8 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
     if (global.json) {
       nlohmann::json j;
       j["method"] = o->method;
+      j["verdict"] = to_string(verdict(r, o->nvtl_threshold));
+      j["nvtl_threshold"] = o->nvtl_threshold;
       j["xyzrpy"] = pose_json(b.pose);
       j["nvtl"] = b.nvtl;
       j["tp"] = b.tp;
@@ -175,11 +180,28 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
     if (r.has_rival) {
       out += fmt::format("  rival       NVTL {:.4f} (winner - {:.4f}, margin {}) at {}\n", r.ambiguity_nvtl,
                          b.nvtl - r.ambiguity_nvtl, o->search.ambiguity_margin, pose_text(r.rival_pose));
+    } else if (b.matched_points == 0) {
+      out += "  rival       none: no hypothesis met the map\n";
     } else {
       out += fmt::format("  rival       none: every hypothesis ended within {} m and {} deg of the winner\n",
                          o->search.ambiguity_distance, o->search.ambiguity_angle_deg);
     }
     if (r.ambiguous) out += "  AMBIGUOUS: a distinct pose scores within the margin; not guessing\n";
+    const InitialPoseVerdict v = verdict(r, o->nvtl_threshold);
+    switch (v) {
+      case InitialPoseVerdict::Found:
+        out += fmt::format("  verdict     found (NVTL {:.4f} >= {})\n", b.nvtl, o->nvtl_threshold);
+        break;
+      case InitialPoseVerdict::Ambiguous: out += "  verdict     ambiguous: no pose to take\n"; break;
+      case InitialPoseVerdict::BelowThreshold:
+        out += fmt::format("  verdict     below the threshold (NVTL {:.4f} < {}): the best pose fits poorly; not a pose "
+                           "to take\n", b.nvtl, o->nvtl_threshold);
+        break;
+      case InitialPoseVerdict::NotConverged: out += "  verdict     not converged: no pose to take\n"; break;
+      case InitialPoseVerdict::NoOverlap:
+        out += "  verdict     no overlap: the scan met no map voxel from any hypothesis (is --around in the map?)\n";
+        break;
+    }
     std::cout << out;
     return 0;
   };

@@ -98,6 +98,23 @@ struct InitialPoseResult {
   bool leveled = false;
 };
 
+/// What a search's result means for a caller who must not take a wrong pose.
+enum class InitialPoseVerdict {
+  Found,           ///< converged, NVTL at or above the threshold, not ambiguous: the pose
+  Ambiguous,       ///< a distinct pose scores within the margin: no pose is to be taken
+  BelowThreshold,  ///< the best pose fits the map too poorly (NVTL below the threshold)
+  NotConverged,    ///< no refined hypothesis converged
+  NoOverlap,       ///< the scan met no map voxel from any hypothesis (or the map or scan is empty)
+};
+
+/// "found", "ambiguous", "below_threshold", "not_converged", "no_overlap".
+const char* to_string(InitialPoseVerdict verdict);
+
+/// The verdict on `result` with a pose valid from `nvtl_threshold` (2.3: Autoware's
+/// localizer threshold, as ndtcu localize uses). The first that applies of: no overlap,
+/// ambiguous, not converged, below the threshold, found.
+InitialPoseVerdict verdict(const InitialPoseResult& result, double nvtl_threshold = 2.3);
+
 /// The ground plane of a scan, in the scan's frame.
 struct ScanGround {
   bool found = false;

@@ -174,6 +174,29 @@ std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPos
   return sweep(around, o, &up);
 }
 
+const char* to_string(InitialPoseVerdict v) {
+  switch (v) {
+    case InitialPoseVerdict::Found: return "found";
+    case InitialPoseVerdict::Ambiguous: return "ambiguous";
+    case InitialPoseVerdict::BelowThreshold: return "below_threshold";
+    case InitialPoseVerdict::NotConverged: return "not_converged";
+    case InitialPoseVerdict::NoOverlap: return "no_overlap";
+  }
+  return "unknown";
+}
+
+InitialPoseVerdict verdict(const InitialPoseResult& r, double nvtl_threshold) {
+  const StopReason why = r.best.reason;
+  if (r.best.matched_points == 0 || why == StopReason::EmptySource || why == StopReason::NoVoxels ||
+      why == StopReason::NoCorrespondence) {
+    return InitialPoseVerdict::NoOverlap;
+  }
+  if (r.ambiguous) return InitialPoseVerdict::Ambiguous;
+  if (!r.best.converged) return InitialPoseVerdict::NotConverged;
+  if (!(r.best.nvtl >= nvtl_threshold)) return InitialPoseVerdict::BelowThreshold;
+  return InitialPoseVerdict::Found;
+}
+
 Eigen::Matrix3d leveled_rotation(const Eigen::Vector3d& up, double yaw) {
   const Eigen::Matrix3d level = Eigen::Quaterniond::FromTwoVectors(up.normalized(), Eigen::Vector3d::UnitZ()).toRotationMatrix();
   return Eigen::AngleAxisd(yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * level;
@@ -371,7 +394,8 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
   // and the coarse results that were not refined (a refined one is represented by where
   // its refinement ended).
   const auto consider = [&](const AlignResult& r) {
-    if (std::isnan(r.nvtl) || !distinct(r.pose, result.best.pose, o)) return;
+    // A hypothesis that met no voxel is no place at all, and no rival.
+    if (std::isnan(r.nvtl) || r.matched_points == 0 || !distinct(r.pose, result.best.pose, o)) return;
     if (!result.has_rival || r.nvtl > result.ambiguity_nvtl) {
       result.has_rival = true;
       result.ambiguity_nvtl = r.nvtl;

@@ -431,3 +431,38 @@ TEST_CASE("initpose finds KITTI 00 frames 1-5 in the map of frames 0, 2, 4 from 
   CHECK(t.found == 5);
   CHECK(t.wrong_accepted == 0);
 }
+
+TEST_CASE("a search outside the map, a scan with no overlap, an empty map: a clear verdict, never a found pose",
+          "[unit][initial_pose]") {
+  Sample& s = sample();
+  InitialPoseOptions o;
+  o.radius = 2.0;
+  o.yaw_step_deg = 45.0;
+  {  // 1 km from the map
+    Pose6 far = s.truth;
+    far(0) += 1000.0;
+    const InitialPoseResult r = find_initial_pose(s.aligner, s.scan, far, o);
+    CAPTURE(r.best.nvtl, to_string(r.best.reason));
+    CHECK(verdict(r) == InitialPoseVerdict::NoOverlap);
+    CHECK(r.best.matched_points == 0);
+  }
+  {  // the scan moved 300 m in its own frame: nothing of it lies in the map
+    PointCloud away = s.scan;
+    for (auto& p : away.points) p += Eigen::Vector3f(300.f, -200.f, 0.f);
+    const InitialPoseResult r = find_initial_pose(s.aligner, away, s.truth, o);
+    CHECK(verdict(r) == InitialPoseVerdict::NoOverlap);
+  }
+  {  // an empty map
+    Aligner empty(cpu_settings());
+    empty.set_target(PointCloud{});
+    const InitialPoseResult r = find_initial_pose(empty, s.scan, s.truth, o);
+    CHECK(r.best.reason == StopReason::NoVoxels);
+    CHECK(verdict(r) == InitialPoseVerdict::NoOverlap);
+    CHECK(std::string(to_string(verdict(r))) == "no_overlap");
+  }
+  {  // the truth's neighbourhood: found, and a threshold above its NVTL says so
+    const InitialPoseResult r = find_initial_pose(s.aligner, s.scan, s.truth, o);
+    CHECK(verdict(r) == InitialPoseVerdict::Found);
+    CHECK(verdict(r, r.best.nvtl + 0.01) == InitialPoseVerdict::BelowThreshold);
+  }
+}

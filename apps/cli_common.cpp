@@ -2,7 +2,86 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
 namespace ndtcu::cli {
+
+namespace {
+
+// Length of the valid UTF-8 sequence at the start of `s` (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), 0 when it does not start with one.
+std::size_t utf8_sequence_length(std::string_view s) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = byte(0);
+  if (b0 < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte (Unicode table 3-7)
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    n = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    n = 3;
+    if (b0 == 0xE0) lo = 0xA0;  // overlong below U+0800
+    if (b0 == 0xED) hi = 0x9F;  // UTF-16 surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    n = 4;
+    if (b0 == 0xF0) lo = 0x90;  // overlong below U+10000
+    if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+  } else {
+    return 0;  // a continuation byte, C0, C1 or F5-FF
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+nlohmann::json json_text(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  while (!bytes.empty()) {
+    const std::size_t n = utf8_sequence_length(bytes);
+    if (n == 0) {
+      out += fmt::format("\\x{:02X}", static_cast<unsigned char>(bytes.front()));
+      bytes.remove_prefix(1);
+    } else {
+      out.append(bytes.data(), n);
+      bytes.remove_prefix(n);
+    }
+  }
+  return out;
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void require_finite_numbers(CLI::App& app) {
+  // CLI11 converts with strtold/from_chars, which take "nan", "inf" and "infinity"; the
+  // range checks (PositiveNumber, Range, ...) compare with <, which NaN passes.
+  const CLI::Validator finite(
+      [](std::string& value) -> std::string {
+        const char* begin = value.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(begin, &end);
+        // Not a number at all: CLI11's conversion reports it.
+        if (end == begin || *end != '\0') return {};
+        if (!std::isfinite(v)) return "value " + value + " is not a finite number";
+        return {};
+      },
+      "", "finite");
+  for (CLI::Option* option : app.get_options()) {
+    // First in line (transform() puts it there, and it changes nothing), so that a NaN or
+    // infinity is named as such before a range check reports it as out of range.
+    if (option->get_type_name().find("FLOAT") != std::string::npos) option->transform(finite);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_finite_numbers(*sub);
+}
 
 std::string human_bytes(std::uint64_t bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
@@ -15,23 +94,30 @@ std::string human_bytes(std::uint64_t bytes) {
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
+std::string out_of_range_text(std::uint64_t dropped) {
+  if (dropped == 0) return {};
+  return fmt::format(", {} out of range dropped (a coordinate beyond float32's {:.3g} from the origin)", dropped,
+                     3.4028234663852886e38);
+}
+
 nlohmann::json describe_json(const CloudInfo& info, const PointCloud& cloud) {
   nlohmann::json j;
-  j["path"] = info.path;
+  j["path"] = json_text(info.path);
   j["format"] = to_string(info.format);
-  j["encoding"] = info.encoding;
+  j["encoding"] = json_text(info.encoding);
   j["points"] = cloud.size();
   j["points_in_file"] = info.points_in_file;
   j["non_finite"] = info.non_finite;
+  j["out_of_range"] = info.out_of_range;
   j["width"] = info.width;
   j["height"] = info.height;
   j["organized"] = info.height > 1;
   j["file_bytes"] = info.file_bytes;
   j["xyz_double"] = info.xyz_double;
-  j["intensity_field"] = info.intensity_field.empty() ? nlohmann::json(nullptr) : nlohmann::json(info.intensity_field);
+  j["intensity_field"] = info.intensity_field.empty() ? nlohmann::json(nullptr) : json_text(info.intensity_field);
   auto& fields = j["fields"] = nlohmann::json::array();
   for (const auto& f : info.fields) {
-    fields.push_back({{"name", f.name}, {"type", std::string(1, f.type)}, {"size", f.size}, {"count", f.count}});
+    fields.push_back({{"name", json_text(f.name)}, {"type", json_text(std::string(1, f.type))}, {"size", f.size}, {"count", f.count}});
   }
   j["origin"] = {cloud.origin.x(), cloud.origin.y(), cloud.origin.z()};
   Bounds b = compute_bounds(cloud);
@@ -51,8 +137,8 @@ std::string describe_text(const CloudInfo& info, const PointCloud& cloud) {
   }
   std::string out = fmt::format("{}\n", info.path);
   out += fmt::format("  format     {} ({})\n", to_string(info.format), info.encoding);
-  out += fmt::format("  points     {} ({} in file, {} non-finite dropped)\n", cloud.size(), info.points_in_file,
-                     info.non_finite);
+  out += fmt::format("  points     {} ({} in file, {} non-finite dropped{})\n", cloud.size(), info.points_in_file,
+                     info.non_finite, out_of_range_text(info.out_of_range));
   if (info.height > 1) out += fmt::format("  layout     organized {} x {}\n", info.width, info.height);
   out += fmt::format("  fields     {}\n", fields);
   out += fmt::format("  intensity  {}\n", info.intensity_field.empty() ? "none" : info.intensity_field);
@@ -90,7 +176,8 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
                   "covariance of the aligned pose, as Autoware estimates it: none, laplace ((-H)^-1 of the score), "
                   "multi-ndt (6 more aligns from 0.5-1 m offsets), multi-ndt-score (NVTL-weighted offsets)")
       ->check(CLI::IsMember({"none", "laplace", "multi-ndt", "multi-ndt-score"}));
-  cmd->add_option("--threads", o.threads, "CPU threads for the alignment (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o.threads, fmt::format("CPU threads for the alignment (0 = all, at most {})", kMaxThreads))
+      ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--gpu-loop", o.gpu_loop,
@@ -130,6 +217,7 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.pose_covariance) s.pose_covariance = pose_covariance_from_string(*o.pose_covariance);
   if (o.backend) s.backend = backend_from_string(*o.backend);
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
+  validate(s);  // before any file is read: a contradiction fails at once
   return s;
 }
 

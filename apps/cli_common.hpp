@@ -9,14 +9,36 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace ndtcu::cli {
+
+/// A path or any other user or file-provided string as a JSON string. Paths are bytes, and
+/// JSON text is UTF-8: valid UTF-8 is kept as is, and every byte that is not part of a
+/// valid UTF-8 sequence is written as the four characters \xNN (NN its value in upper-case
+/// hex, so "caf\xE9" in the JSON text's value for the Latin-1 name caf<0xE9>). Every JSON
+/// writer of the tool puts strings it did not write itself through this.
+nlohmann::json json_text(std::string_view bytes);
+
+/// j.dump(2) that cannot throw on a string that is not UTF-8 (one that did not go through
+/// json_text): such bytes become U+FFFD. A finished run is never lost to its report.
+std::string dump_json(const nlohmann::json& j);
+
+/// Adds to every floating-point option of `app` and of its subcommands (CLI11 type FLOAT,
+/// single values and lists) a check that rejects NaN and infinity (also a decimal beyond
+/// the double range, such as 1e999) with the option's name. Call once every option is
+/// registered.
+void require_finite_numbers(CLI::App& app);
 
 /// JSON description of a loaded file (what `info --json` prints per file).
 nlohmann::json describe_json(const CloudInfo& info, const PointCloud& cloud);
 
 /// Human-readable description of a loaded file (what `info` prints per file).
 std::string describe_text(const CloudInfo& info, const PointCloud& cloud);
+
+/// ", N out of range dropped (...)" for N > 0 points dropped because float32 cannot hold
+/// a coordinate; empty for 0.
+std::string out_of_range_text(std::uint64_t dropped);
 
 /// "1.2 MB" style size.
 std::string human_bytes(std::uint64_t bytes);
@@ -39,8 +61,8 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 /// JSON of the NDT settings in use (with the preset they started from).
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s);
 
-/// The preset with every given option applied (names parsed, ranges checked by the caller
-/// through ndtcu::validate).
+/// The preset with every given option applied, names parsed and the result checked by
+/// ndtcu::validate (throws Error naming the setting, before any file is read).
 AlignSettings ndt_settings(const NdtOptions& o);
 
 }  // namespace ndtcu::cli

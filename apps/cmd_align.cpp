@@ -290,7 +290,7 @@ int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
   if (!o.output.empty()) write_aligned(o.output, in.source, in.target.origin, results[best].transform);
   if (o.best) {
     if (json) {
-      std::cout << result_json(results[best], in.context).dump(2) << "\n";
+      std::cout << dump_json(result_json(results[best], in.context)) << "\n";
     } else {
       std::cout << fmt::format("hypothesis {} of {} (highest NVTL), from {}; batch {:.2f} ms\n", best, results.size(),
                                o.guesses, batch_ms)
@@ -302,7 +302,7 @@ int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
     for (const AlignResult& r : results) list.push_back(result_json(r, in.context));
     j["best"] = best;
     j["time_ms"] = batch_ms;
-    std::cout << j.dump(2) << "\n";
+    std::cout << dump_json(j) << "\n";
   } else {
     std::cout << batch_text(results, best, batch_ms, o.guesses, in.context);
   }
@@ -358,7 +358,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
 
     if (!o->output.empty()) write_aligned(o->output, in.source, in.target.origin, r.transform);
     if (global.json) {
-      std::cout << result_json(r, in.context).dump(2) << "\n";
+      std::cout << dump_json(result_json(r, in.context)) << "\n";
     } else {
       std::cout << result_text(r, in.context);
     }

@@ -25,8 +25,10 @@ Command add_convert(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("OUT", o->out, "output .pcd or .bin")->required();
   cmd->add_option("--voxel", o->voxel, "voxel-grid leaf size in metres (centroid per cell); 0 keeps every point")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--crop-range", o->crop, "keep points whose range from the frame origin is in [MIN, MAX] metres")
-      ->expected(2)->type_name("MIN MAX");
+  // The type stays CLI11's FLOAT (shown as "FLOAT x 2"): require_finite_numbers() finds the
+  // floating-point options by it.
+  cmd->add_option("--crop-range", o->crop, "MIN MAX: keep points whose range from the frame origin is in [MIN, MAX] metres")
+      ->expected(2);
   cmd->add_option("--encoding", o->encoding, "PCD encoding of OUT")
       ->check(CLI::IsMember({"ascii", "binary", "binary_compressed"}));
   return [o, &global]() {
@@ -40,12 +42,13 @@ Command add_convert(CLI::App& app, const GlobalOptions& global) {
     w.pcd_encoding = pcd_encoding_from_string(o->encoding);
     write_point_cloud(o->out, cloud, w);
     if (global.json) {
-      nlohmann::json j{{"input", o->in},           {"output", o->out},          {"points_in", loaded},
-                       {"non_finite", info.non_finite}, {"after_crop", cropped}, {"points_out", cloud.size()}};
-      std::cout << j.dump(2) << "\n";
+      nlohmann::json j{{"input", json_text(o->in)}, {"output", json_text(o->out)},          {"points_in", loaded},
+                       {"non_finite", info.non_finite}, {"out_of_range", info.out_of_range}, {"after_crop", cropped}, {"points_out", cloud.size()}};
+      std::cout << dump_json(j) << "\n";
     } else {
-      std::cout << fmt::format("{} -> {}: {} points read ({} non-finite dropped), {} after crop, {} written\n", o->in,
-                               o->out, loaded, info.non_finite, cropped, cloud.size());
+      std::cout << fmt::format("{} -> {}: {} points read ({} non-finite dropped{}), {} after crop, {} written\n", o->in,
+                               o->out, loaded, info.non_finite, out_of_range_text(info.out_of_range), cropped,
+                               cloud.size());
     }
     return 0;
   };

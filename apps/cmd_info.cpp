@@ -22,7 +22,7 @@ Command add_info(CLI::App& app, const GlobalOptions& global) {
       if (global.json) all.push_back(describe_json(info, cloud));
       else std::cout << describe_text(info, cloud);
     }
-    if (global.json) std::cout << nlohmann::json{{"files", all}}.dump(2) << "\n";
+    if (global.json) std::cout << dump_json(nlohmann::json{{"files", all}}) << "\n";
     return 0;
   };
 }
@@ -35,15 +35,15 @@ Command add_devices(CLI::App& app, const GlobalOptions& global) {
     if (global.json) {
       nlohmann::json j;
       j["cuda_compiled"] = cuda_compiled();
-      j["unavailable_reason"] = why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why);
+      j["unavailable_reason"] = why.empty() ? nlohmann::json(nullptr) : json_text(why);
       j["devices"] = nlohmann::json::array();
       for (const auto& d : devices) {
-        j["devices"].push_back({{"index", d.index}, {"name", d.name},
+        j["devices"].push_back({{"index", d.index}, {"name", json_text(d.name)},
                                 {"compute_capability", fmt::format("{}.{}", d.compute_major, d.compute_minor)},
                                 {"multiprocessors", d.multiprocessors}, {"total_memory_bytes", d.total_memory_bytes},
                                 {"free_memory_bytes", d.free_memory_bytes}});
       }
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j) << "\n";
       return 0;
     }
     if (devices.empty()) {

@@ -158,7 +158,7 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       j["load_ms"] = load_ms;
       j["map_build_ms"] = map_ms;
       j["settings"] = ndt_settings_json(o->ndt.preset, s);
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j) << "\n";
       return 0;
     }
     std::string out = fmt::format("{} in {}, around {}\n", o->scan, o->map, pose_text(around));

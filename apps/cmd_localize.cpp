@@ -19,7 +19,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -207,6 +209,78 @@ std::optional<fs::path> plot_script() {
   return std::nullopt;
 }
 
+// Creates `dir` (and its parents) and proves a file can be made in it, before any scan is
+// read: a run that would fail to write its results fails before it starts.
+void prepare_output_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw IoError(dir, "cannot create output folder" + (ec ? ": " + ec.message() : std::string(": not a folder")));
+  }
+  const fs::path probe = fs::path(dir) / fmt::format(".ndtcu_write_probe_{}", ::getpid());
+  {
+    std::ofstream f(probe);
+    if (!f || !(f << "probe\n") || !(f.flush())) {
+      const int err = errno;
+      f.close();
+      fs::remove(probe, ec);
+      throw IoError(dir, fmt::format("output folder is not writable (cannot create a file in it: {})",
+                                     err ? std::strerror(err) : "write error"));
+    }
+  }
+  fs::remove(probe, ec);
+}
+
+// Writes `text` to `path` through a temporary file in the same folder and a rename, so the
+// file holds either its previous content or all of the new one.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + fmt::format(".tmp{}", ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw IoError(path.string(), "write error");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw IoError(path.string(), "cannot replace: " + ec.message());
+  }
+}
+
+// Why a frame was lost, from its best attempt: the check that failed, in its own words.
+std::string lost_reason(const AlignResult& a, const LocalizerSettings& ls) {
+  switch (a.reason) {
+    case StopReason::EmptySource: return "no scan point left after the range crop and the voxel filter";
+    case StopReason::NoVoxels: return "the map has no voxel";
+    case StopReason::NoCorrespondence: return "no scan point falls near a map voxel";
+    case StopReason::SingularHessian: return fmt::format("singular Hessian (NVTL {:.3f})", a.nvtl);
+    case StopReason::Converged:
+    case StopReason::MaxIterations: break;
+  }
+  const bool low = !(a.nvtl >= ls.nvtl_threshold);
+  const bool unconverged = ls.reject_max_iterations && !a.converged;
+  if (low && unconverged) {
+    return fmt::format("best NVTL {:.3f} < {}, and it did not converge within {} iteration{}", a.nvtl,
+                       ls.nvtl_threshold, ls.align.max_iterations, ls.align.max_iterations == 1 ? "" : "s");
+  }
+  if (unconverged) {
+    return fmt::format("did not converge within {} iteration{} (NVTL {:.3f}; --accept-max-iterations accepts it)",
+                       ls.align.max_iterations, ls.align.max_iterations == 1 ? "" : "s", a.nvtl);
+  }
+  if (low) return fmt::format("best NVTL {:.3f} < {}", a.nvtl, ls.nvtl_threshold);
+  // Both checks passed: only a search winner is refused then, for a rival that scores
+  // about as well elsewhere (the localizer never guesses between two).
+  return fmt::format("the best pose (NVTL {:.3f}) came from a search with a distinct rival within its margin "
+                     "(ambiguous)",
+                     a.nvtl);
+}
+
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -318,6 +392,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       initial_source = "--init-from";
     }
 
+    // The output folder must take files before hours of scans are spent on it.
+    prepare_output_folder(o->out);
+
     // Map.
     auto t0 = std::chrono::steady_clock::now();
     PointCloud map = read_point_cloud(o->map);
@@ -331,10 +408,6 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const std::size_t map_voxels = localizer.aligner().target()->size();
     if (map_voxels == 0) throw Error(o->map + ": the map has no usable voxel at resolution " + fmt::format("{}", s.resolution));
     localizer.set_initial_pose(initial);
-
-    std::error_code ec;
-    fs::create_directories(o->out, ec);
-    if (ec || !fs::is_directory(o->out)) throw IoError(o->out, "cannot create output folder");
 
     // The loop: readers fill the queue while the aligner works on the current scan.
     const bool show_progress = log_level() <= LogLevel::Info;
@@ -366,10 +439,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
           r.points_in = scan->points_read;
           if (r.status == FrameStatus::Lost) {
             ++lost;
-            progress.message(fmt::format("ndtcu: warning: frame {} ({}) lost: best NVTL {:.3f} < {} after {} attempts "
-                                         "({}), not written to the trajectory",
-                                         scan->index, fs::path(scan->entry.path).filename().string(), r.alignment.nvtl,
-                                         ls.nvtl_threshold, r.attempts, to_string(r.alignment.reason)));
+            progress.message(fmt::format("ndtcu: warning: frame {} ({}) lost after {} attempt{}: {}; not written to "
+                                         "the trajectory",
+                                         scan->index, fs::path(scan->entry.path).filename().string(), r.attempts,
+                                         r.attempts == 1 ? "" : "s", lost_reason(r.alignment, ls)));
           } else if (r.status == FrameStatus::Recovered) {
             ++recovered;
           }
@@ -442,13 +515,13 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       device = fmt::format("CPU, {} threads", threads);
     }
     j["device"] = device;
-    j["map"] = {{"path", o->map},
+    j["map"] = {{"path", json_text(o->map)},
                 {"points_read", map_points_read},
                 {"points", map.size()},
                 {"voxels", map_voxels},
                 {"load_ms", map_load_ms},
                 {"build_ms", map_build_ms}};
-    j["scans"] = o->scans;
+    j["scans"] = json_text(o->scans);
     const Pose6 ip = matrix_to_pose(initial);
     j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
     j["settings"] = ndt_settings_json(o->ndt.preset, s);
@@ -476,23 +549,35 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       const auto rpe = relative_pose_error(estimate, reference, {1.0, 5.0, 10.0}, o->max_time_difference);
       std::size_t matched = 0;
       for (const auto& m : matches) matched += m.has_value();
-      j["reference"] = {{"path", o->reference}, {"poses", reference.size()}, {"matched_scans", matched},
+      j["reference"] = {{"path", json_text(o->reference)}, {"poses", reference.size()}, {"matched_scans", matched},
                         {"matching", matching}};
-      j["ate"] = {{"pairs", ate.pairs}, {"rmse_m", ate.rmse_m}, {"mean_m", ate.mean_m},
-                  {"median_m", ate.median_m}, {"max_m", ate.max_m}};
+      if (ate.pairs > 0) {
+        j["ate"] = {{"pairs", ate.pairs}, {"rmse_m", ate.rmse_m}, {"mean_m", ate.mean_m},
+                    {"median_m", ate.median_m}, {"max_m", ate.max_m}};
+        eval_text += fmt::format("  ATE         RMSE {:.4f} m, mean {:.4f} m, median {:.4f} m, max {:.4f} m over {} poses "
+                                 "(matched by {}, no alignment)\n",
+                                 ate.rmse_m, ate.mean_m, ate.median_m, ate.max_m, ate.pairs, matching);
+      } else {
+        // No error to average: null, never a 0 that reads as a perfect run.
+        const std::string why = estimate.empty() ? "no localized frame"
+                                                 : fmt::format("no localized frame matches a reference pose (matching by {})", matching);
+        j["ate"] = {{"pairs", 0}, {"rmse_m", nullptr}, {"mean_m", nullptr}, {"median_m", nullptr}, {"max_m", nullptr},
+                    {"reason", why}};
+        eval_text += fmt::format("  ATE         none: {}\n", why);
+      }
       auto& jr = j["rpe"] = nlohmann::json::array();
-      eval_text += fmt::format("  ATE         RMSE {:.4f} m, mean {:.4f} m, median {:.4f} m, max {:.4f} m over {} poses "
-                               "(matched by {}, no alignment)\n",
-                               ate.rmse_m, ate.mean_m, ate.median_m, ate.max_m, ate.pairs, matching);
       for (const auto& r : rpe) {
-        jr.push_back({{"segment_m", r.segment_m}, {"pairs", r.pairs}, {"translation_percent", r.translation_percent},
-                      {"rotation_deg_per_m", r.rotation_deg_per_m}});
-        eval_text += r.pairs == 0 ? fmt::format("  RPE {:>4} m  no segment (path too short)\n", r.segment_m)
+        const std::string why = estimate.empty() ? "no localized frame" : "path too short";
+        jr.push_back({{"segment_m", r.segment_m}, {"pairs", r.pairs},
+                      {"translation_percent", r.pairs > 0 ? nlohmann::json(r.translation_percent) : nlohmann::json(nullptr)},
+                      {"rotation_deg_per_m", r.pairs > 0 ? nlohmann::json(r.rotation_deg_per_m) : nlohmann::json(nullptr)}});
+        if (r.pairs == 0) jr.back()["reason"] = why;
+        eval_text += r.pairs == 0 ? fmt::format("  RPE {:>4} m  no segment ({})\n", r.segment_m, why)
                                   : fmt::format("  RPE {:>4} m  {:.3f} % translation, {:.5f} deg/m rotation over {} "
                                                 "segments\n",
                                                 r.segment_m, r.translation_percent, r.rotation_deg_per_m, r.pairs);
       }
-      if (ate.pairs == 0) {
+      if (ate.pairs == 0 && !estimate.empty()) {
         progress.message(fmt::format("ndtcu: warning: no localized scan matches a pose of {} (matching by {})",
                                      o->reference, matching));
       }
@@ -507,17 +592,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const std::string plot_cmd =
         fmt::format("python3 {} {}", script ? shell_quote(script->string()) : "scripts/plot_localization.py",
                     shell_quote(o->out));
-    j["files"] = {{"trajectory_tum", (out / "trajectory_tum.txt").string()},
-                  {"trajectory_kitti", (out / "trajectory_kitti.txt").string()},
-                  {"frames_csv", (out / "frames.csv").string()},
-                  {"summary_json", (out / "summary.json").string()},
+    j["files"] = {{"trajectory_tum", json_text((out / "trajectory_tum.txt").string())},
+                  {"trajectory_kitti", json_text((out / "trajectory_kitti.txt").string())},
+                  {"frames_csv", json_text((out / "frames.csv").string())},
+                  {"summary_json", json_text((out / "summary.json").string())},
                   {"plots", nlohmann::json::array()},
-                  {"plot_command", plot_cmd}};
+                  {"plot_command", json_text(plot_cmd)}};
     auto write_summary = [&] {
       j["total_s"] = ms_since(run_start) / 1000.0;
-      std::ofstream sj(out / "summary.json");
-      sj << j.dump(2) << "\n";
-      if (!sj) throw IoError((out / "summary.json").string(), "write error");
+      write_file_atomically(out / "summary.json", dump_json(j) + "\n");
     };
     write_summary();
     std::string plot_note;
@@ -531,13 +614,13 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       plot_note = "plots: the plot script failed; run " + plot_cmd;
     } else {
       const std::string a = (out / "trajectory.png").string(), b = (out / "frames.png").string();
-      j["files"]["plots"] = {a, b};
+      j["files"]["plots"] = {json_text(a), json_text(b)};
       plot_note = fmt::format("plots: {} and {}", a, b);
       write_summary();
     }
 
     if (global.json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j) << "\n";
     } else {
       std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o->scans, o->out, o->map,
                                      map.size(), map_voxels, s.resolution);
@@ -549,7 +632,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                           percentile(latency, 0.95), latency.empty() ? 0.0 : *std::max_element(latency.begin(), latency.end()));
       text += fmt::format("  per scan    {:.0f} points after the filter ({}), {:.1f} iterations (medians)\n",
                           percentile(points, 0.5), localizer.preprocess_backend(), percentile(iterations, 0.5));
-      if (s.pose_covariance != PoseCovariance::None) {
+      if (s.pose_covariance != PoseCovariance::None && sigma_x.empty()) {
+        text += fmt::format("  covariance  {}: no frame with a covariance\n", to_string(s.pose_covariance));
+      } else if (s.pose_covariance != PoseCovariance::None) {
         text += fmt::format("  covariance  {} for {} frames: sigma x {:.4f} m, y {:.4f} m (medians), {:.2f} ms "
                             "(median)\n",
                             to_string(s.pose_covariance), sigma_x.size(), percentile(sigma_x, 0.5),

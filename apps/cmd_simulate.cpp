@@ -95,7 +95,7 @@ int run_bench(const sim::SimulationSettings& s, int scans, bool time_map, bool j
       j["map_points"] = map_points;
       j["map_ms"] = map_ms;
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << dump_json(j) << "\n";
     return 0;
   }
   std::cout << fmt::format("world      {:.0f} m, {} primitives, built in {:.1f} ms\n", s.world.size,
@@ -175,7 +175,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     if (o->out.empty()) throw Error("simulate: --out DIR is required (or use --bench)");
     const sim::SimulationSummary r = sim::simulate(s, o->out);
     if (global.json) {
-      nlohmann::json j{{"out", o->out},
+      nlohmann::json j{{"out", json_text(o->out)},
                        {"primitives", r.primitives},
                        {"buildings", r.contents.buildings},
                        {"trees", r.contents.trees},
@@ -191,7 +191,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                        {"seconds_map", r.seconds_map},
                        {"seconds_scans", r.seconds_scans},
                        {"seconds_total", r.seconds_total}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j) << "\n";
       return 0;
     }
     std::cout << fmt::format("{}: {:.0f} m world, seed {}\n", o->out, s.world.size, s.world.seed);

@@ -74,8 +74,12 @@ def main():
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
     title = "ndtcu localize: top view"
-    if "ate" in summary:
-        title += f"\nATE RMSE {summary['ate']['rmse_m'] * 100:.2f} cm, max {summary['ate']['max_m'] * 100:.2f} cm"
+    ate = summary.get("ate")
+    if ate and ate.get("rmse_m") is not None:
+        title += f"\nATE RMSE {ate['rmse_m'] * 100:.2f} cm, max {ate['max_m'] * 100:.2f} cm"
+    elif ate:
+        # No localized frame matched a reference pose: there is no error to show.
+        title += f"\nATE: {ate.get('reason', 'no pair')}"
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")

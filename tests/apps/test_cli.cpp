@@ -1,0 +1,271 @@
+// The `ndtcu` command line run in-process (ndtcu::cli::run_cli, what main() calls): numeric
+// options refuse NaN and infinity by name, any path bytes survive the JSON output, the
+// localize output folder is checked before the first scan, and the messages say what
+// actually happened (why a frame was lost, that there is no error to average, why points
+// were dropped).
+#include "../support/pcd_builder.hpp"
+#include "../support/test_support.hpp"
+
+#include "cli_app.hpp"
+#include "cli_common.hpp"
+
+#include <ndtcu/log.hpp>
+#include <ndtcu/settings.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs `ndtcu ARGS...` as main() would, with stdout and stderr captured.
+CliRun run(std::vector<std::string> args) {
+  args.insert(args.begin(), "ndtcu");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::ostringstream out, err;
+  struct Restore {
+    std::streambuf* out;
+    std::streambuf* err;
+    LogLevel level;
+    ~Restore() {
+      std::cout.rdbuf(out);
+      std::cerr.rdbuf(err);
+      set_log_level(level);
+    }
+  } restore{std::cout.rdbuf(out.rdbuf()), std::cerr.rdbuf(err.rdbuf()), log_level()};
+  CliRun r;
+  r.rc = cli::run_cli(static_cast<int>(args.size()), argv.data());
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+
+std::string sample(const std::string& name) { return (kSample / name).string(); }
+
+// What every localize run of these tests shares: the sample sequence from its truth, on the
+// CPU, without plots.
+std::vector<std::string> localize_args(const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a{"localize",      "--map",     sample("map.pcd"), "--scans", sample("scans"),
+                             "--init-from",   sample("poses_tum.txt"),      "--out",   out,
+                             "--backend",     "cpu",       "--threads",       "2",       "--no-plot"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// Every option of every subcommand, with the subcommand's name.
+std::vector<std::pair<std::string, const CLI::Option*>> all_options(const cli::CliApp& cli) {
+  std::vector<std::pair<std::string, const CLI::Option*>> options;
+  for (const CLI::App* sub : cli.app.get_subcommands([](const CLI::App*) { return true; })) {
+    for (const CLI::Option* o : sub->get_options()) options.emplace_back(sub->get_name(), o);
+  }
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("every floating-point option of every command refuses NaN and infinity by name", "[unit][cli]") {
+  const auto cli = cli::make_cli_app();
+  // Every option's type is one CLI11 gives: a custom type name would hide a number from
+  // require_finite_numbers() (and from this test).
+  const std::set<std::string> known_types{"", "TEXT", "INT", "UINT", "FLOAT", "BOOLEAN"};
+  std::set<std::string> tested;
+  for (const auto& [command, option] : all_options(*cli)) {
+    const std::string type = option->get_type_name().substr(0, option->get_type_name().find(':'));
+    CAPTURE(command, option->get_name(), option->get_type_name());
+    CHECK(known_types.count(type) == 1);
+    if (type != "FLOAT") continue;
+    REQUIRE(option->nonpositional());  // a positional number would need its place among the others
+    const std::string name = option->get_name();
+    tested.insert(command + " " + name);
+    for (const std::string bad : {"nan", "NaN", "inf", "-inf", "infinity", "1e999", "-1e400"}) {
+      CAPTURE(bad);
+      // The bad value first, then as many ordinary ones as the option takes at least.
+      std::vector<std::string> args{command, name, bad};
+      for (int k = 1; k < std::max(1, option->get_expected_min()); ++k) args.push_back("1");
+      const CliRun r = run(args);
+      CHECK(r.rc == 2);
+      CHECK_THAT(r.err, Catch::StartsWith(name + ": value " + bad + " is not a finite number"));
+    }
+  }
+  // The options once reported to take NaN, and one of each kind (list, optional, check).
+  for (const char* expected : {"localize --max-time-difference", "align --target-voxel", "initpose --map-voxel",
+                               "localize --map-voxel", "align --epsilon", "localize --init", "convert --crop-range",
+                               "initpose --around", "simulate --world-size", "localize --recovery-search-radius"}) {
+    CAPTURE(expected);
+    CHECK(tested.count(expected) == 1);
+  }
+}
+
+TEST_CASE("finite numbers still parse, and --threads is bounded", "[unit][cli]") {
+  auto cli = cli::make_cli_app();
+  CHECK_NOTHROW(cli->app.parse(std::vector<std::string>{"0.01", "--max-time-difference", "m", "--map", "s", "--scans",
+                                                        "localize"}));  // CLI11 takes the arguments reversed
+  cli = cli::make_cli_app();
+  CHECK_NOTHROW(cli->app.parse(std::vector<std::string>{"0.5", "--target-voxel", "1e-3", "--epsilon", "b", "a", "align"}));
+  cli = cli::make_cli_app();
+  CHECK_NOTHROW(cli->app.parse(std::vector<std::string>{"100", "0", "--crop-range", "b", "a", "convert"}));
+  const CliRun r = run({"align", "a.pcd", "b.pcd", "--threads", "100000"});
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.err, Catch::Contains("--threads: Value 100000 not in range 0 to " + std::to_string(kMaxThreads)));
+  const CliRun e = run({"align", "a.pcd", "b.pcd", "--epsilon", "1e300"});
+  CHECK(e.rc == 1);
+  CHECK_THAT(e.err, Catch::StartsWith("ndtcu: error: invalid settings: epsilon 1e+300 is more than twice step_size 0.1"));
+}
+
+TEST_CASE("json_text keeps UTF-8 and writes every other byte as \\xNN", "[unit][cli]") {
+  CHECK(cli::json_text("caf\xc3\xa9.pcd") == "caf\xc3\xa9.pcd");  // UTF-8 kept
+  CHECK(cli::json_text("caf\xe9.pcd") == "caf\\xE9.pcd");           // Latin-1 byte
+  CHECK(cli::json_text("\xc0\xaf") == "\\xC0\\xAF");               // overlong '/'
+  CHECK(cli::json_text("\xed\xa0\x80") == "\\xED\\xA0\\x80");      // UTF-16 surrogate
+  CHECK(cli::json_text("\xf4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");  // above U+10FFFF
+  CHECK(cli::json_text("a\xe2\x82") == "a\\xE2\\x82");             // cut-off sequence
+  CHECK(cli::json_text("\xf0\x9f\x99\x82 ok") == "\xf0\x9f\x99\x82 ok");
+  const nlohmann::json j = {{"path", cli::json_text("dir/\xff\xfe/x")}};
+  CHECK(nlohmann::json::parse(cli::dump_json(j))["path"] == "dir/\\xFF\\xFE/x");
+  // A string that did not go through json_text still dumps (as U+FFFD) instead of throwing.
+  const nlohmann::json raw = {{"path", std::string("caf\xe9")}};
+  CHECK_THROWS(raw.dump());
+  CHECK(nlohmann::json::parse(cli::dump_json(raw))["path"] == "caf\xef\xbf\xbd");
+}
+
+TEST_CASE("ndtcu --json info and localize write non-UTF-8 paths and keep the run's summary", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_non_utf8");
+  const std::string scan = (dir / "caf\xe9.pcd").string();
+  fs::copy_file(kSample / "scans" / "000003.pcd", scan);
+  const CliRun info = run({"--json", "info", scan});
+  REQUIRE(info.rc == 0);
+  const auto j = nlohmann::json::parse(info.out);
+  CHECK(j["files"][0]["path"] == (dir / "caf\\xE9.pcd").string());
+
+  const std::string out = (dir / "out_caf\xe9").string();
+  const CliRun loc = run(localize_args(out, {"--reference", sample("poses_tum.txt")}));
+  CAPTURE(loc.err);
+  REQUIRE(loc.rc == 0);
+  const std::string summary = ndtcu::test::read_bytes(fs::path(out) / "summary.json");
+  REQUIRE(!summary.empty());
+  const auto s = nlohmann::json::parse(summary);
+  CHECK(s["localized"] == 10);
+  CHECK(s["files"]["summary_json"] == (dir / "out_caf\\xE9" / "summary.json").string());
+  CHECK(s["ate"]["rmse_m"].get<double>() < 0.05);
+  // --json prints the same document.
+  const CliRun loc_json = run([&] {
+    auto a = localize_args(out);
+    a.insert(a.begin(), "--json");
+    return a;
+  }());
+  REQUIRE(loc_json.rc == 0);
+  CHECK(nlohmann::json::parse(loc_json.out)["files"]["frames_csv"] == (dir / "out_caf\\xE9" / "frames.csv").string());
+}
+
+TEST_CASE("ndtcu localize checks that the output folder takes files before the first scan", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_out_unwritable");
+  // A list whose first scan is missing: a run that started would warn about it.
+  const std::string scans = (dir / "scans.txt").string();
+  ndtcu::test::write_bytes(scans, "missing_scan.pcd\n" + sample("scans/000000.pcd") + "\n");
+  auto args_for = [&](const std::string& out) {
+    return std::vector<std::string>{"localize",  "--map",   sample("map.pcd"), "--scans", scans, "--out",
+                                    out,         "--init",  "0,0,0,0,0,0",     "--backend", "cpu", "--no-plot"};
+  };
+  // An existing folder that takes no file. Permission bits do not stop root, whom /proc
+  // refuses a new file all the same.
+  std::string unwritable;
+  if (::geteuid() != 0) {
+    unwritable = (dir / "read_only").string();
+    fs::create_directories(unwritable);
+    fs::permissions(unwritable, fs::perms::owner_read | fs::perms::owner_exec);
+  } else if (fs::is_directory("/proc/self")) {
+    unwritable = "/proc/self";
+  }
+  if (!unwritable.empty()) {
+    CAPTURE(unwritable);
+    const CliRun r = run(args_for(unwritable));
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Catch::Contains("ndtcu: error: " + unwritable + ": output folder is not writable"));
+    CHECK_THAT(r.err, !Catch::Contains("frame 0"));
+  }
+  if (::geteuid() != 0) fs::permissions(unwritable, fs::perms::owner_all);
+  // A regular file where the folder should be, and a folder under a regular file.
+  const std::string file = (dir / "a_file").string();
+  ndtcu::test::write_bytes(file, "x");
+  for (const std::string& out : {file, file + "/sub"}) {
+    CAPTURE(out);
+    const CliRun r = run(args_for(out));
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Catch::Contains("ndtcu: error: " + out + ": cannot create output folder"));
+    CHECK_THAT(r.err, !Catch::Contains("frame 0"));
+  }
+  // The probe file is gone from a folder that took it.
+  const std::string fine = (dir / "fine").string();
+  REQUIRE(run(args_for(fine)).rc == 0);
+  for (const auto& entry : fs::directory_iterator(fine)) {
+    CHECK(entry.path().filename().string().find("probe") == std::string::npos);
+  }
+}
+
+TEST_CASE("ndtcu localize says why a frame was lost and that nothing can be averaged when all are", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_lost");
+  // One iteration: the frames after the first end above the NVTL threshold but unconverged.
+  const CliRun iterations = run(localize_args((dir / "iterations").string(),
+                                              {"--max-iterations", "1", "--recovery-attempts", "0"}));
+  REQUIRE(iterations.rc == 0);
+  CHECK_THAT(iterations.err, Catch::Contains(") lost after ") &&
+                                 Catch::Contains(": did not converge within 1 iteration (NVTL "));
+  CHECK_THAT(iterations.err, !Catch::Contains("< 2.3"));
+
+  // An NVTL threshold no frame reaches: every frame lost.
+  const std::vector<std::string> unreachable{"--nvtl-threshold", "100", "--recovery-attempts", "0", "--reference",
+                                             sample("poses_tum.txt")};
+  const CliRun text = run(localize_args((dir / "all_lost").string(), unreachable));
+  REQUIRE(text.rc == 0);
+  CHECK_THAT(text.err, Catch::Contains(") lost after ") && Catch::Contains(": best NVTL ") && Catch::Contains(" < 100"));
+  CHECK_THAT(text.out, Catch::Contains("0 localized, 0 recovered, 10 lost"));
+  CHECK_THAT(text.out, Catch::Contains("ATE         none: no localized frame\n"));
+  CHECK_THAT(text.out, !Catch::Contains("RMSE"));
+  auto json_args = localize_args((dir / "all_lost_json").string(), unreachable);
+  json_args.insert(json_args.begin(), "--json");
+  const CliRun json = run(json_args);
+  REQUIRE(json.rc == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j["ate"]["pairs"] == 0);
+  CHECK(j["ate"]["rmse_m"].is_null());
+  CHECK(j["ate"]["max_m"].is_null());
+  CHECK(j["ate"]["reason"] == "no localized frame");
+  CHECK(j["rpe"][0]["translation_percent"].is_null());
+}
+
+TEST_CASE("ndtcu info names points dropped for a coordinate out of float32's range", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_out_of_range");
+  ndtcu::test::PcdSpec s;
+  s.fields = {{"x", 'F', 8, 1}, {"y", 'F', 8, 1}, {"z", 'F', 8, 1}};
+  s.rows = {{1.0, 2.0, 3.0}, {1e302, 0.0, 0.0}, {4.0, 5.0, 6.0}};
+  const std::string path = (dir / "far.pcd").string();
+  ndtcu::test::write_bytes(path, ndtcu::test::make_pcd(s));
+  const CliRun text = run({"info", path});
+  REQUIRE(text.rc == 0);
+  CHECK_THAT(text.out, Catch::Contains("points     2 (3 in file, 0 non-finite dropped, 1 out of range dropped "
+                                       "(a coordinate beyond float32's 3.4e+38 from the origin))"));
+  const CliRun json = run({"--json", "info", path});
+  REQUIRE(json.rc == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j["files"][0]["non_finite"] == 0);
+  CHECK(j["files"][0]["out_of_range"] == 1);
+}

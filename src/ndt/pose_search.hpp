@@ -1,0 +1,53 @@
+#pragma once
+// What the initial pose searches (the sweep and its hypothesis search, and the TPE) share:
+// when two poses are distinct places, how results rank, and the rival of a winner.
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/initial_pose.hpp>
+#include <ndtcu/result.hpp>
+
+#include <Eigen/Geometry>
+
+#include <chrono>
+#include <cmath>
+
+namespace ndtcu::detail {
+
+/// Whether two poses are distinct places for the ambiguity check: apart by more than
+/// `distance` (m) in position, or in orientation by a rotation of more than `angle_rad`
+/// (the whole rotation: yaw alone would take a sensor tilted 30 deg for the same pose).
+inline bool distinct_poses(const Pose6& a, const Pose6& b, double distance, double angle_rad) {
+  if ((a.head<3>() - b.head<3>()).norm() > distance) return true;
+  const Eigen::Matrix3d ra = pose_to_matrix(a).topLeftCorner<3, 3>(), rb = pose_to_matrix(b).topLeftCorner<3, 3>();
+  return Eigen::AngleAxisd(ra.transpose() * rb).angle() > angle_rad;
+}
+
+/// a ranks above b: a higher NVTL; a NaN NVTL never ranks above a number.
+inline bool nvtl_ranks_above(const AlignResult& a, const AlignResult& b) {
+  if (std::isnan(a.nvtl)) return false;
+  return std::isnan(b.nvtl) || a.nvtl > b.nvtl;
+}
+
+/// Offers `r` as the rival of result.best: taken when it met the map, ended at a place
+/// distinct from the winner's and scores above the rival so far.
+inline void offer_rival(InitialPoseResult& result, const AlignResult& r, double distance, double angle_rad) {
+  // A hypothesis that met no voxel is no place at all, and no rival.
+  if (std::isnan(r.nvtl) || r.matched_points == 0 || !distinct_poses(r.pose, result.best.pose, distance, angle_rad)) {
+    return;
+  }
+  if (!result.has_rival || r.nvtl > result.ambiguity_nvtl) {
+    result.has_rival = true;
+    result.ambiguity_nvtl = r.nvtl;
+    result.rival_pose = r.pose;
+  }
+}
+
+/// Sets result.ambiguous: a rival within `margin` of the winner's NVTL.
+inline void settle_ambiguity(InitialPoseResult& result, double margin) {
+  result.ambiguous = result.has_rival && result.ambiguity_nvtl >= result.best.nvtl - margin;
+}
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace ndtcu::detail

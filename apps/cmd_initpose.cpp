@@ -8,6 +8,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
+#include <ndtcu/initial_pose_tpe.hpp>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,7 @@ struct InitPoseOptions {
   std::vector<double> around;  // x, y, z, yaw or x, y, z, roll, pitch, yaw (m, rad)
   double scan_voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
   InitialPoseOptions search;
+  TpeOptions tpe;
   NdtOptions ndt;
 };
 
@@ -77,7 +79,22 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--coarse-points", o->search.coarse_points,
                   "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
       ->capture_default_str();
-  cmd->add_option("--method", o->method, "search method")->capture_default_str()->check(CLI::IsMember({"sweep"}));
+  cmd->add_option("--method", o->method,
+                  "sweep: positions and yaws in batches, coarse to fine; tpe: Autoware's tree-structured Parzen "
+                  "estimator (particles around --around, yaw uniform, its startup particles as one batch)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sweep", "tpe"}));
+  cmd->add_option("--particles", o->tpe.particles, "tpe: particles aligned in all")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--startup-trials", o->tpe.startup_trials, "tpe: of which drawn from the prior, in one batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--proposal-batch", o->tpe.proposal_batch,
+                  "tpe: proposals aligned per batch after the startup (1 = Autoware's sequential search)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--seed", o->tpe.seed, "tpe: seed of the particles")->capture_default_str();
   cmd->add_option("--scan-voxel", o->scan_voxel, "voxel-filter the scan first (leaf, m; 0 = no)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -96,8 +113,13 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       for (int i = 0; i < 6; ++i) around(i) = o->around[static_cast<std::size_t>(i)];
     }
     if (!around.allFinite()) throw Error("--around: every value must be finite");
-    // The sweep's size is checked before any cloud is read: a refused search fails at once.
-    (void)initial_pose_hypotheses(around, o->search);
+    // The search's settings are checked before any cloud is read: a refused search fails at once.
+    const bool tpe = o->method == "tpe";
+    if (tpe) {
+      validate(o->tpe);
+    } else {
+      (void)initial_pose_hypotheses(around, o->search);
+    }
 
     auto t0 = std::chrono::steady_clock::now();
     PointCloud map = read_point_cloud(o->map);
@@ -114,7 +136,9 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       throw Error(fmt::format("{}: the map has no usable voxel at resolution {}", o->map, s.resolution));
     }
 
-    const InitialPoseResult r = find_initial_pose(aligner, scan, around, o->search);
+    // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
+    const InitialPoseResult r =
+        tpe ? find_initial_pose_tpe(aligner, scan, around, o->tpe) : find_initial_pose(aligner, scan, around, o->search);
     const AlignResult& b = r.best;
     if (global.json) {
       nlohmann::json j;
@@ -141,13 +165,20 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       j["ambiguous"] = r.ambiguous;
       j["ambiguity_margin"] = o->search.ambiguity_margin;
       j["around"] = pose_json(around);
-      j["search"] = {{"radius", o->search.radius},
-                     {"position_step", o->search.position_step},
-                     {"yaw_range_deg", o->search.yaw_range_deg},
-                     {"yaw_step_deg", o->search.yaw_step_deg},
-                     {"coarse_iterations", o->search.coarse_iterations},
-                     {"refine_count", o->search.refine_count},
-                     {"coarse_points", o->search.coarse_points}};
+      if (tpe) {
+        j["search"] = {{"particles", o->tpe.particles},
+                       {"startup_trials", o->tpe.startup_trials},
+                       {"proposal_batch", o->tpe.proposal_batch},
+                       {"seed", o->tpe.seed}};
+      } else {
+        j["search"] = {{"radius", o->search.radius},
+                       {"position_step", o->search.position_step},
+                       {"yaw_range_deg", o->search.yaw_range_deg},
+                       {"yaw_step_deg", o->search.yaw_step_deg},
+                       {"coarse_iterations", o->search.coarse_iterations},
+                       {"refine_count", o->search.refine_count},
+                       {"coarse_points", o->search.coarse_points}};
+      }
       j["leveled_from_ground"] = r.leveled;
       j["scan_points"] = scan.size();
       j["scan_points_read"] = scan_points_read;
@@ -164,19 +195,26 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
     std::string out = fmt::format("{} in {}, around {}\n", o->scan, o->map, pose_text(around));
     out += fmt::format("  points      scan {} (of {} read), map {} (of {} read), {} voxels\n", scan.size(),
                        scan_points_read, map.size(), map_points_read, b.target_voxels);
-    out += fmt::format("  sweep       radius {} m at {} m, yaw range {} deg at {} deg: {} coarse ({} iterations) + {} "
-                       "refined = {} hypotheses aligned\n",
-                       o->search.radius, o->search.position_step, o->search.yaw_range_deg, o->search.yaw_step_deg,
-                       r.coarse_hypotheses, o->search.coarse_iterations, r.refined_hypotheses, r.hypotheses_aligned);
+    if (tpe) {
+      out += fmt::format("  tpe         {} startup particles (one batch) + {} proposed (batches of {}) = {} hypotheses "
+                         "aligned\n",
+                         r.coarse_hypotheses, r.refined_hypotheses, o->tpe.proposal_batch, r.hypotheses_aligned);
+    } else {
+      out += fmt::format("  sweep       radius {} m at {} m, yaw range {} deg at {} deg: {} coarse ({} iterations) + {} "
+                         "refined = {} hypotheses aligned\n",
+                         o->search.radius, o->search.position_step, o->search.yaw_range_deg, o->search.yaw_step_deg,
+                         r.coarse_hypotheses, o->search.coarse_iterations, r.refined_hypotheses, r.hypotheses_aligned);
+    }
     out += fmt::format("  attitude    {}\n", r.leveled ? "roll and pitch from the scan's ground plane"
                                                    : "roll and pitch of --around");
     out += fmt::format("  pose        {}\n", pose_text(b.pose));
     out += fmt::format("  fitness     NVTL {:.4f}, TP {:.4f}, {} after {} iterations ({})\n", b.nvtl, b.tp,
                        b.converged ? "converged" : "not converged (no refined hypothesis converged)", b.iterations,
                        to_string(b.reason));
-    out += fmt::format("  time        search {:.1f} ms (coarse {:.1f} ms, refine {:.1f} ms, backend {}), map {:.1f} ms, "
+    out += fmt::format("  time        search {:.1f} ms ({} {:.1f} ms, {} {:.1f} ms, backend {}), map {:.1f} ms, "
                        "load {:.1f} ms\n",
-                       r.time_ms, r.coarse_ms, r.refine_ms, b.backend, map_ms, load_ms);
+                       r.time_ms, tpe ? "startup" : "coarse", r.coarse_ms, tpe ? "proposed" : "refine", r.refine_ms,
+                       b.backend, map_ms, load_ms);
     if (r.has_rival) {
       out += fmt::format("  rival       NVTL {:.4f} (winner - {:.4f}, margin {}) at {}\n", r.ambiguity_nvtl,
                          b.nvtl - r.ambiguity_nvtl, o->search.ambiguity_margin, pose_text(r.rival_pose));
@@ -198,6 +236,10 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                            "to take\n", b.nvtl, o->nvtl_threshold);
         break;
       case InitialPoseVerdict::NotConverged: out += "  verdict     not converged: no pose to take\n"; break;
+      case InitialPoseVerdict::LowOverlap:
+        out += fmt::format("  verdict     low overlap: {} of the scan's {} points met the map at the best pose; not a pose "
+                           "to take\n", b.matched_points, b.source_points);
+        break;
       case InitialPoseVerdict::NoOverlap:
         out += "  verdict     no overlap: the scan met no map voxel from any hypothesis (is --around in the map?)\n";
         break;

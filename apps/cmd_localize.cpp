@@ -40,8 +40,9 @@ struct LocalizeOptions {
   std::vector<double> init;
   NdtOptions ndt;
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
+  double min_matched_ratio = 0.5, rotation_search_range = 45.0, rotation_search_step = 15.0;
   int recovery_attempts = 2, readers = 2;
-  bool recovery_search = false;
+  bool recovery_search = false, no_rotation_search = false;
   double recovery_search_radius = 2.0, recovery_search_speed = 1.5, recovery_search_max_radius = 30.0;
   std::size_t queue = 4;
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
@@ -263,6 +264,10 @@ std::string lost_reason(const AlignResult& a, const LocalizerSettings& ls) {
     case StopReason::Converged:
     case StopReason::MaxIterations: break;
   }
+  if (!(static_cast<double>(a.matched_points) >= ls.min_matched_ratio * static_cast<double>(a.source_points))) {
+    return fmt::format("only {} of the scan's {} points met the map (at least {} of them must; NVTL {:.3f})",
+                       a.matched_points, a.source_points, ls.min_matched_ratio, a.nvtl);
+  }
   const bool low = !(a.nvtl >= ls.nvtl_threshold);
   const bool unconverged = ls.reject_max_iterations && !a.converged;
   if (low && unconverged) {
@@ -317,12 +322,27 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--map-voxel", o->map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--nvtl-threshold", o->nvtl_threshold, "a pose is valid when its NVTL reaches this")->capture_default_str();
+  cmd->add_option("--min-matched-ratio", o->min_matched_ratio,
+                  "... and at least this share of the scan's points found a map voxel")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--accept-max-iterations", o->accept_max_iterations,
                 "accept an alignment that used every iteration when its NVTL passes (by default it is retried)");
   cmd->add_option("--recovery-attempts", o->recovery_attempts, "retries before a frame is lost")->capture_default_str()
       ->check(CLI::Range(0, 10));
+  cmd->add_flag("--no-rotation-search", o->no_rotation_search,
+                "when the prediction fails, do not search rotations (within --rotation-search-range of the "
+                "prediction and of the last good pose) before the frame is lost; retry from the last good pose "
+                "instead");
+  cmd->add_option("--rotation-search-range", o->rotation_search_range,
+                  "largest rotation (deg) the rotation search tries about the prediction and the last good pose")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 180.0));
+  cmd->add_option("--rotation-search-step", o->rotation_search_step, "grid step (deg) of the rotation search")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 180.0));
   cmd->add_flag("--recovery-search", o->recovery_search,
-                "when the retries fail, search hypotheses around the prediction (positions within "
+                "when the rotation search fails, search hypotheses around the prediction (positions within "
                 "--recovery-search-radius, every 15 deg of yaw) and take an unambiguous winner that passes");
   cmd->add_option("--recovery-search-radius", o->recovery_search_radius,
                   "radius (m) of the recovery search right after a good frame")
@@ -359,6 +379,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.nvtl_threshold = o->nvtl_threshold;
     ls.reject_max_iterations = !o->accept_max_iterations;
     ls.recovery_attempts = o->recovery_attempts;
+    ls.min_matched_ratio = o->min_matched_ratio;
+    ls.rotation_search = !o->no_rotation_search;
+    ls.rotation_search_range_deg = o->rotation_search_range;
+    ls.rotation_search_step_deg = o->rotation_search_step;
     ls.recovery_search = o->recovery_search;
     ls.recovery_search_radius = o->recovery_search_radius;
     ls.recovery_search_speed = o->recovery_search_speed;
@@ -534,6 +558,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"nvtl_threshold", ls.nvtl_threshold},
                      {"reject_max_iterations", ls.reject_max_iterations},
                      {"recovery_attempts", ls.recovery_attempts},
+                     {"min_matched_ratio", ls.min_matched_ratio},
+                     {"rotation_search", ls.rotation_search},
+                     {"rotation_search_range_deg", ls.rotation_search_range_deg},
+                     {"rotation_search_step_deg", ls.rotation_search_step_deg},
                      {"recovery_search", ls.recovery_search},
                      {"recovery_search_radius", ls.recovery_search_radius},
                      {"recovery_search_speed", ls.recovery_search_speed},

@@ -60,6 +60,12 @@ struct LocalizerSettings {
   /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
   /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
   double nvtl_threshold = 2.3;
+  /// ... and when at least this share of the scan's points found a map voxel. NVTL averages
+  /// over the points that found one, so a scan that mostly misses the map (taken elsewhere,
+  /// or a cloud of a handful of points) can score high on the few it hits; with many
+  /// hypotheses per frame (the searches below) one of them will. Correct BALM and simulator
+  /// poses match 78-100% of their points.
+  double min_matched_ratio = 0.5;
   /// Reject an alignment that used every iteration without meeting the convergence rule,
   /// even when its NVTL passes (Autoware's check). On BALM OS0 the frames that ran out of
   /// iterations were the ones 0.2-0.7 m off with NVTL still above 2.3; the retry fixes them.

@@ -148,6 +148,9 @@ void validate(const LocalizerSettings& s) {
     throw Error("localizer recovery_search_max_radius must be in [recovery_search_radius, 50] m, got " +
                 std::to_string(s.recovery_search_max_radius));
   }
+  if (!(s.min_matched_ratio >= 0.0 && s.min_matched_ratio <= 1.0)) {
+    throw Error("localizer min_matched_ratio must be in [0, 1], got " + std::to_string(s.min_matched_ratio));
+  }
   if (!(s.rotation_search_range_deg >= 0.0 && s.rotation_search_range_deg <= 180.0)) {
     throw Error("localizer rotation_search_range_deg must be in [0, 180] deg, got " +
                 std::to_string(s.rotation_search_range_deg));
@@ -200,6 +203,9 @@ struct Localizer::Impl {
   bool accept(const AlignResult& r) const {
     if (!has_pose(r)) return false;
     if (settings.reject_max_iterations && !r.converged) return false;
+    if (!(static_cast<double>(r.matched_points) >= settings.min_matched_ratio * static_cast<double>(r.source_points))) {
+      return false;
+    }
     return r.nvtl >= settings.nvtl_threshold;
   }
 };

@@ -123,8 +123,8 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
       CHECK(r.pose == predicted);  // the prediction, never the failed alignment
       CHECK(r.attempts >= 2);      // the recovery ran, and stopped
       // The attempts, then the rotation search's 123 rotations about each of its two
-      // centres and its 8 refinements.
-      CHECK(r.attempts <= 1 + s.recovery_attempts + 2 * 123 + 8);
+      // centres, its 16 refinements and their continuations.
+      CHECK(r.attempts <= 1 + s.recovery_attempts + 2 * 123 + 2 * 16);
       CHECK(localizer.consecutive_lost() == 1);
     } else {
       CHECK(r.valid);

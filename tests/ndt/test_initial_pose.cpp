@@ -137,7 +137,9 @@ TEST_CASE("find_initial_pose finds the sample's scan 3 from 1.5 m and a wrong he
                                    << r.time_ms << " ms (coarse " << r.coarse_ms << ", refine " << r.refine_ms
                                    << "), NVTL " << r.best.nvtl << ", rival " << r.ambiguity_nvtl);
     CHECK(r.coarse_hypotheses == 13 * 24);
-    CHECK(r.refined_hypotheses == 8);
+    // 16 places refined, and those that ran out of iterations continued once.
+    CHECK(r.refined_hypotheses >= 16);
+    CHECK(r.refined_hypotheses <= 32);
     CHECK(r.hypotheses_aligned == r.coarse_hypotheses + r.refined_hypotheses);
     CHECK(r.best.converged);
     // The tolerances of a converged alignment on this scene (the localize test reaches
@@ -148,7 +150,7 @@ TEST_CASE("find_initial_pose finds the sample's scan 3 from 1.5 m and a wrong he
     if (r.has_rival) {
       CHECK(r.ambiguity_nvtl < r.best.nvtl - 0.1);
       const bool apart = (r.rival_pose.head<3>() - r.best.pose.head<3>()).norm() > 1.0 ||
-                         std::abs(wrap(r.rival_pose(5) - r.best.pose(5))) > 10.0 * kDeg;
+                         rotation_angle(r.rival_pose, r.best.pose) > 10.0 * kDeg;
       CHECK(apart);
     } else {
       CHECK(std::isnan(r.ambiguity_nvtl));
@@ -182,7 +184,7 @@ TEST_CASE("find_initial_pose reports a room symmetric under a half turn as ambig
 
 }
 
-TEST_CASE("find_initial_pose returns the best NVTL, not converged, when no refined hypothesis converges",
+TEST_CASE("find_initial_pose continues what ran out of iterations once, and returns the best NVTL unconverged",
           "[unit][initial_pose]") {
   Sample& s = sample();
   // An epsilon no step gets below and 3 iterations: every refined hypothesis stops at
@@ -199,12 +201,12 @@ TEST_CASE("find_initial_pose returns the best NVTL, not converged, when no refin
   const InitialPoseResult r = find_initial_pose(aligner, s.scan, around);
   CHECK_FALSE(r.best.converged);
   CHECK(r.best.reason == StopReason::MaxIterations);
-  CHECK(r.best.iterations == 3);
-  CHECK(r.refined_hypotheses == 8);
+  CHECK(r.best.iterations == 6);  // 3, and 3 more in the continuation
+  CHECK(r.refined_hypotheses == 32);  // 16 places, each continued once
   // Still the right place: the coarse pass (5 iterations, its own settings but this
-  // epsilon) and 3 more steps of 0.1 m at most leave it within the grid's reach of the
-  // truth (the nearest grid start is 0.22 m off; 0.5 m allows for the unfinished steps).
-  CHECK((r.best.pose.head<2>() - s.truth.head<2>()).norm() < 0.5);
+  // epsilon) and 6 more steps of 0.1 m at most leave it within the grid's reach of the
+  // truth (the nearest grid start is 0.22 m off; 0.6 m allows for the unfinished steps).
+  CHECK((r.best.pose.head<2>() - s.truth.head<2>()).norm() < 0.6);
   CHECK(std::abs(wrap(r.best.pose(5) - s.truth(5))) < 5.0 * kDeg);
 }
 

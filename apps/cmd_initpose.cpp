@@ -76,6 +76,12 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--nvtl-threshold", o->nvtl_threshold,
                   "the pose is found when it converged, is not ambiguous and its NVTL reaches this")
       ->capture_default_str();
+  cmd->add_option("--refine-count", o->search.refine_count, "distinct places of the coarse pass refined")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--coarse-iterations", o->search.coarse_iterations, "Newton iterations of the coarse pass")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--coarse-points", o->search.coarse_points,
                   "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
       ->capture_default_str();

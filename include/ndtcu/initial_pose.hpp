@@ -43,9 +43,11 @@ struct InitialPoseOptions {
   int coarse_iterations = 5;
   /// How many coarse winners (distinct places, by NVTL) are refined with the aligner's
   /// full settings. The coarse pass ranks places after 5 short steps from up to 0.7 m and
-  /// 7.5 deg off, so the right one is not always near the top: on 40 BALM searches within
-  /// 5 m, 8 missed it twice where 16 did not (the refinement is a small part of the time).
-  int refine_count = 16;
+  /// 7.5 deg off on a thinned scan, so the right one is not always near the top: over BALM's
+  /// 60 scans from 20 starts each within 5 m (H100), 16 left it out in 11 of 1200 searches,
+  /// 4 of which then took a place 2-7 m along the path at NVTL 2.6-2.7 (the right one
+  /// scores 3.2-3.4); 32 refined it in those. The refinement is a fifth of the time.
+  int refine_count = 32;
   /// Two poses are distinct when their positions differ by more than this (m) ...
   double ambiguity_distance = 1.0;
   /// ... or their orientations by a rotation of more than this angle (deg).

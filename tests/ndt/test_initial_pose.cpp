@@ -137,9 +137,9 @@ TEST_CASE("find_initial_pose finds the sample's scan 3 from 1.5 m and a wrong he
                                    << r.time_ms << " ms (coarse " << r.coarse_ms << ", refine " << r.refine_ms
                                    << "), NVTL " << r.best.nvtl << ", rival " << r.ambiguity_nvtl);
     CHECK(r.coarse_hypotheses == 13 * 24);
-    // 16 places refined, and those that ran out of iterations continued once.
-    CHECK(r.refined_hypotheses >= 16);
-    CHECK(r.refined_hypotheses <= 32);
+    // 32 places refined, and those that ran out of iterations continued once.
+    CHECK(r.refined_hypotheses >= 32);
+    CHECK(r.refined_hypotheses <= 64);
     CHECK(r.hypotheses_aligned == r.coarse_hypotheses + r.refined_hypotheses);
     CHECK(r.best.converged);
     // The tolerances of a converged alignment on this scene (the localize test reaches
@@ -202,7 +202,7 @@ TEST_CASE("find_initial_pose continues what ran out of iterations once, and retu
   CHECK_FALSE(r.best.converged);
   CHECK(r.best.reason == StopReason::MaxIterations);
   CHECK(r.best.iterations == 6);  // 3, and 3 more in the continuation
-  CHECK(r.refined_hypotheses == 32);  // 16 places, each continued once
+  CHECK(r.refined_hypotheses == 64);  // 32 places, each continued once
   // Still the right place: the coarse pass (5 iterations, its own settings but this
   // epsilon) and 6 more steps of 0.1 m at most leave it within the grid's reach of the
   // truth (the nearest grid start is 0.22 m off; 0.6 m allows for the unfinished steps).

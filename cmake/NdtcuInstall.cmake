@@ -1,8 +1,10 @@
-# install(EXPORT) + package config: find_package(ndtcu) then target_link_libraries(app ndtcu::ndtcu).
+# install(EXPORT) + package config: find_package(ndtcu) then target_link_libraries(app ndtcu::ndtcu);
+# the simulator comes as ndtcu::sim (synthetic worlds for tests and evaluation), a separate
+# library that a localization stack need not link.
 include(CMakePackageConfigHelpers)
 
 set(NDTCU_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ndtcu)
-install(TARGETS ndtcu EXPORT ndtcuTargets
+install(TARGETS ndtcu ndtcu_sim EXPORT ndtcuTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

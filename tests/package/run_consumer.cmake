@@ -1,5 +1,5 @@
 # Installs the build tree into a scratch prefix, then configures, builds and runs a tiny
-# consumer project that uses find_package(ndtcu) and ndtcu::ndtcu.
+# consumer project that uses find_package(ndtcu), ndtcu::ndtcu and ndtcu::sim.
 file(REMOVE_RECURSE ${WORK})
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -19,4 +19,9 @@ run(${WORK}/build/consumer ${WORK}/cloud.pcd)
 message(STATUS "${last_output}")
 if(NOT last_output MATCHES "read 3 points")
   message(FATAL_ERROR "consumer output unexpected: ${last_output}")
+endif()
+run(${WORK}/build/consumer_sim)
+message(STATUS "${last_output}")
+if(NOT last_output MATCHES "ndtcu::sim: [1-9][0-9]* ground points")
+  message(FATAL_ERROR "consumer_sim output unexpected: ${last_output}")
 endif()

@@ -53,35 +53,53 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The per-frame numbers the summary reports (latencies, iterations, points, sigmas) are
+// kept as floats, 4 bytes a frame each: their 7 significant digits are more than the
+// summary prints, and a run of hours keeps only these and no per-frame record.
+using Samples = std::vector<float>;
+
+// A float as the double with its shortest decimal form (0.1f as 0.1, not 0.100000001).
+double as_double(float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); }
+
 // Percentile by nearest rank (p in [0, 1]) of a copy of `v`; 0 for an empty one.
-double percentile(std::vector<double> v, double p) {
+double percentile(Samples v, double p) {
   if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
   const std::size_t rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+  const auto k = v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size() - 1, rank == 0 ? 0 : rank - 1));
+  std::nth_element(v.begin(), k, v.end());
+  return as_double(*k);
 }
 
-nlohmann::json stats_json(const std::vector<double>& v) {
+double largest(const Samples& v) { return v.empty() ? 0.0 : as_double(*std::max_element(v.begin(), v.end())); }
+
+nlohmann::json stats_json(const Samples& v) {
   double mean = 0.0;
-  for (double x : v) mean += x;
+  for (float x : v) mean += x;
   if (!v.empty()) mean /= static_cast<double>(v.size());
-  return {{"median", percentile(v, 0.5)},
-          {"p95", percentile(v, 0.95)},
-          {"max", v.empty() ? 0.0 : *std::max_element(v.begin(), v.end())},
-          {"mean", mean}};
+  return {{"median", percentile(v, 0.5)}, {"p95", percentile(v, 0.95)}, {"max", largest(v)}, {"mean", mean}};
 }
 
 // The pose of `trajectory` for the first scan: index 0 when it has one pose per scan,
 // else the pose nearest the scan's time.
-Eigen::Matrix4d first_scan_pose(const std::string& path, const Trajectory& trajectory, std::vector<ScanEntry> scans,
-                                double max_time_difference) {
-  const auto match = match_to_reference(scans, trajectory, max_time_difference);
-  if (!match.front()) {
+// (The list is not copied for this: a list of a million scans is most of the run's memory.)
+Eigen::Matrix4d first_scan_pose(const std::string& path, const Trajectory& trajectory,
+                                const std::vector<ScanEntry>& scans, double max_time_difference) {
+  if (trajectory.size() == scans.size()) return trajectory.front().pose.matrix();
+  // By time, as match_to_reference() matches a scan when the sizes differ (a list of one
+  // scan and a trajectory of one pose would be matched by index there).
+  std::vector<ScanEntry> first{scans.front()};
+  std::optional<std::size_t> match;
+  if (trajectory.size() > 1) {
+    match = match_to_reference(first, trajectory, max_time_difference).front();
+  } else if (std::abs(trajectory.front().time - first.front().time) <= max_time_difference) {
+    match = 0;
+  }
+  if (!match) {
     throw Error(fmt::format("--init-from {}: no pose within {} s of the first scan's time {:.6f} (and {} poses for "
                             "{} scans, so not matched by index)",
                             path, max_time_difference, scans.front().time, trajectory.size(), scans.size()));
   }
-  return trajectory[*match.front()].pose.matrix();
+  return trajectory[*match].pose.matrix();
 }
 
 // Progress on stderr: a bar redrawn in place on a terminal, a plain line now and then otherwise.
@@ -137,64 +155,110 @@ class Progress {
   bool drawn_ = false;
 };
 
-// One frame's record (a row of frames.csv).
-struct FrameRecord {
-  PreparedScan scan;
-  std::optional<LocalizationResult> result;  // empty: skipped
-  std::optional<std::size_t> reference;      // matched reference pose
-  std::optional<double> error_m;             // ATE of this frame
-};
-
 std::string csv_number(double v) { return fmt::format("{:.6f}", v); }
 
-void write_frames_csv(const fs::path& path, const std::vector<FrameRecord>& frames, const Trajectory& reference) {
-  std::ofstream out(path);
-  if (!out) throw IoError(path.string(), "cannot create");
-  out << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,iterations_total,evaluations,tp,nvtl,converged,"
-         "read_ms,preprocess_ms,align_ms,total_ms,x,y,z,roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,"
-         "error_m,cov_xx,cov_xy,cov_yy\n";
-  for (const auto& f : frames) {
-    const auto& s = f.scan;
-    std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
-    if (!f.result) {
-      row += fmt::format("skipped,0,0,1,,,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
-                         s.read_ms + s.preprocess_ms);
+// The row of frames.csv for one frame: `result` null for a skipped frame, `reference` the
+// matched reference pose, `error_m` the frame's ATE.
+std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* result, const StampedPose* reference,
+                           std::optional<double> error_m) {
+  std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
+  if (!result) {
+    row += fmt::format("skipped,0,0,1,,,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
+                       s.read_ms + s.preprocess_ms);
+  } else {
+    const auto& r = *result;
+    const auto& a = r.alignment;
+    const bool lost = r.status == FrameStatus::Lost;
+    row += fmt::format("{},{},{},0,{},{},{},{},{},{},{:.6f},{:.6f},{},{:.3f},{:.3f},{:.3f},{:.3f},", to_string(r.status),
+                       lost ? 1 : 0, r.status == FrameStatus::Recovered ? 1 : 0, s.points_read, r.points_used,
+                       a.iterations, r.attempts, r.iterations_total, r.evaluations, a.tp, a.nvtl, a.converged ? 1 : 0, s.read_ms, s.preprocess_ms,
+                       r.align_ms, s.read_ms + s.preprocess_ms + r.align_ms);
+    // A lost frame has no pose: the columns stay empty rather than hold a guess.
+    if (lost) {
+      row += ",,,,,,";
     } else {
-      const auto& r = *f.result;
-      const auto& a = r.alignment;
-      const bool lost = r.status == FrameStatus::Lost;
-      row += fmt::format("{},{},{},0,{},{},{},{},{},{},{:.6f},{:.6f},{},{:.3f},{:.3f},{:.3f},{:.3f},", to_string(r.status),
-                         lost ? 1 : 0, r.status == FrameStatus::Recovered ? 1 : 0, s.points_read, r.points_used,
-                         a.iterations, r.attempts, r.iterations_total, r.evaluations, a.tp, a.nvtl, a.converged ? 1 : 0, s.read_ms, s.preprocess_ms,
-                         r.align_ms, s.read_ms + s.preprocess_ms + r.align_ms);
-      // A lost frame has no pose: the columns stay empty rather than hold a guess.
-      if (lost) {
-        row += ",,,,,,";
-      } else {
-        const Pose6 p = matrix_to_pose(r.pose);
-        for (int i = 0; i < 6; ++i) row += csv_number(p(i)) + ",";
-      }
-      for (int i = 0; i < 3; ++i) row += csv_number(r.prediction(i, 3)) + ",";
+      const Pose6 p = matrix_to_pose(r.pose);
+      for (int i = 0; i < 6; ++i) row += csv_number(p(i)) + ",";
     }
-    if (f.reference) {
-      const Eigen::Vector3d t = reference[*f.reference].pose.translation();
-      row += fmt::format("{},{},{},", csv_number(t.x()), csv_number(t.y()), csv_number(t.z()));
-    } else {
-      row += ",,,";
-    }
-    row += f.error_m ? csv_number(*f.error_m) : "";
-    // The x-y covariance of the accepted pose (m^2, map frame, as Autoware's estimator gives
-    // it); empty for skipped and lost frames and where there is none.
-    if (f.result && f.result->valid && f.result->alignment.covariance_valid) {
-      const Eigen::Matrix2d& c = f.result->alignment.covariance_xy;
-      row += fmt::format(",{:.6e},{:.6e},{:.6e}", c(0, 0), c(0, 1), c(1, 1));
-    } else {
-      row += ",,,";
-    }
-    out << row << "\n";
+    for (int i = 0; i < 3; ++i) row += csv_number(r.prediction(i, 3)) + ",";
   }
-  if (!out) throw IoError(path.string(), "write error");
+  if (reference) {
+    const Eigen::Vector3d t = reference->pose.translation();
+    row += fmt::format("{},{},{},", csv_number(t.x()), csv_number(t.y()), csv_number(t.z()));
+  } else {
+    row += ",,,";
+  }
+  row += error_m ? csv_number(*error_m) : "";
+  // The x-y covariance of the accepted pose (m^2, map frame, as Autoware's estimator gives
+  // it); empty for skipped and lost frames and where there is none.
+  if (result && result->valid && result->alignment.covariance_valid) {
+    const Eigen::Matrix2d& c = result->alignment.covariance_xy;
+    row += fmt::format(",{:.6e},{:.6e},{:.6e}", c(0, 0), c(0, 1), c(1, 1));
+  } else {
+    row += ",,,";
+  }
+  return row + "\n";
 }
+
+// The per-frame files (frames.csv and the trajectories), written as frames finish rather
+// than kept for the end: memory stays flat over any number of frames, and a run that is
+// stopped leaves what it did. Flushed at least once a second, so the files can be watched.
+class FrameFiles {
+ public:
+  explicit FrameFiles(const fs::path& out)
+      : frames_(open(out / "frames.csv")),
+        tum_(open(out / "trajectory_tum.txt")),
+        kitti_(open(out / "trajectory_kitti.txt")),
+        last_flush_(std::chrono::steady_clock::now()) {
+    frames_.stream << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,"
+                      "iterations_total,evaluations,tp,nvtl,converged,read_ms,preprocess_ms,align_ms,total_ms,x,y,z,"
+                      "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy\n";
+  }
+
+  void frame(const std::string& row) {
+    frames_.stream << row;
+    flush_if_due();
+  }
+
+  // A localized frame's pose (lost frames are in frames.csv only, flagged).
+  void pose(const StampedPose& p) {
+    tum_.stream << tum_line(p);
+    kitti_.stream << kitti_line(p);
+  }
+
+  // Closes the files; throws IoError for one that could not be written.
+  void close() {
+    for (File* f : {&frames_, &tum_, &kitti_}) {
+      f->stream.close();
+      if (!f->stream) throw IoError(f->path.string(), "write error");
+    }
+  }
+
+ private:
+  struct File {
+    fs::path path;
+    std::ofstream stream;
+  };
+
+  static File open(const fs::path& path) {
+    File f{path, std::ofstream(path, std::ios::binary)};
+    if (!f.stream) throw IoError(path.string(), "cannot create");
+    return f;
+  }
+
+  void flush_if_due() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_flush_ < std::chrono::seconds(1)) return;
+    last_flush_ = now;
+    for (File* f : {&frames_, &tum_, &kitti_}) {
+      f->stream.flush();
+      if (!f->stream) throw IoError(f->path.string(), "write error");
+    }
+  }
+
+  File frames_, tum_, kitti_;
+  std::chrono::steady_clock::time_point last_flush_;
+};
 
 // Where scripts/plot_localization.py is: $NDTCU_SCRIPTS_DIR, else the source tree's scripts/.
 std::optional<fs::path> plot_script() {
@@ -393,7 +457,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const TrajectoryFormat ref_format = trajectory_format_from_string(o->reference_format);
 
     Trajectory reference;
-    std::vector<std::optional<std::size_t>> matches(scans.size());
+    std::vector<std::optional<std::size_t>> matches;  // per scan, with a reference only
     std::string matching = "none";
     if (!o->reference.empty()) {
       reference = read_trajectory(o->reference, ref_format, o->period);
@@ -433,12 +497,23 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     if (map_voxels == 0) throw Error(o->map + ": the map has no usable voxel at resolution " + fmt::format("{}", s.resolution));
     localizer.set_initial_pose(initial);
 
-    // The loop: readers fill the queue while the aligner works on the current scan.
+    // The loop: readers fill the queue while the aligner works on the current scan. Each
+    // frame is written out as it finishes; what stays is what the summary needs: a few
+    // numbers per frame and, when there is a reference to evaluate against, the poses.
+    const fs::path out(o->out);
+    FrameFiles files(out);
     const bool show_progress = log_level() <= LogLevel::Info;
-    Progress progress(scans.size(), show_progress);
-    std::vector<FrameRecord> frames;
-    frames.reserve(scans.size());
-    std::size_t lost = 0, recovered = 0, skipped = 0;
+    const std::size_t frame_count = scans.size();
+    Progress progress(frame_count, show_progress);
+    std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0;
+    Trajectory estimate;  // the localized poses, for ATE and RPE
+    if (!reference.empty()) estimate.reserve(frame_count);
+    TimeAssociation association(reference, o->max_time_difference);
+    Samples latency, align_ms, iterations, points, sigma_x, sigma_y, covariance_ms;
+    // Reserved, not grown: no copy at each doubling (pages never written cost nothing).
+    for (Samples* v : {&latency, &align_ms, &iterations, &points, &sigma_x, &sigma_y, &covariance_ms}) {
+      v->reserve(frame_count);
+    }
     const auto loop_start = std::chrono::steady_clock::now();
     // The readers filter the scans they read (each GPU filter on a stream of its own), so
     // filtering overlaps the alignments. With --gpu-filter-in-line this thread filters each
@@ -449,13 +524,14 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     {
       ScanPrefetcher::Preprocess on_reader;
       if (!filter_in_line) on_reader = [&localizer](const PointCloud& c) { return localizer.preprocess(c); };
-      ScanPrefetcher prefetcher(scans, on_reader, o->readers, o->queue);
+      ScanPrefetcher prefetcher(std::move(scans), on_reader, o->readers, o->queue);
       while (auto scan = prefetcher.next()) {
-        FrameRecord f;
-        f.reference = matches[scan->index];
+        const std::optional<std::size_t> match = matches.empty() ? std::nullopt : matches[scan->index];
+        const StampedPose* matched = match ? &reference[*match] : nullptr;
         if (!scan->error.empty()) {
           ++skipped;
           progress.message(fmt::format("ndtcu: warning: frame {} skipped: {}", scan->index, scan->error));
+          files.frame(frames_csv_row(*scan, nullptr, matched, std::nullopt));
         } else {
           LocalizationResult r = filter_in_line ? localizer.localize(scan->cloud, scan->entry.time)
                                                 : localizer.localize_preprocessed(scan->cloud, scan->entry.time);
@@ -470,50 +546,47 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
           } else if (r.status == FrameStatus::Recovered) {
             ++recovered;
           }
-          f.result = std::move(r);
+          latency.push_back(static_cast<float>(scan->read_ms + scan->preprocess_ms + r.align_ms));
+          align_ms.push_back(static_cast<float>(r.align_ms));
+          iterations.push_back(static_cast<float>(r.alignment.iterations));
+          points.push_back(static_cast<float>(r.points_used));
+          std::optional<double> error_m;
+          if (r.valid) {
+            // The trajectory holds valid frames only (lost frames are in frames.csv, flagged).
+            const AlignResult& a = r.alignment;
+            if (a.covariance_valid) {
+              sigma_x.push_back(static_cast<float>(std::sqrt(std::max(0.0, a.covariance_xy(0, 0)))));
+              sigma_y.push_back(static_cast<float>(std::sqrt(std::max(0.0, a.covariance_xy(1, 1)))));
+              covariance_ms.push_back(static_cast<float>(a.timings.covariance_ms));
+            }
+            StampedPose p;
+            p.time = scan->entry.time;
+            p.pose = Eigen::Isometry3d(r.pose);
+            files.pose(p);
+            ++localized;
+            if (!reference.empty()) {
+              // The frame's ATE: the pairing absolute_trajectory_error() makes below, made
+              // one pose at a time.
+              if (const auto ref = association.next(p.time)) {
+                error_m = (p.pose.translation() - reference[*ref].pose.translation()).norm();
+              }
+              estimate.push_back(p);
+            }
+          }
+          files.frame(frames_csv_row(*scan, &r, matched, error_m));
         }
-        scan->cloud = PointCloud{};  // the record keeps the timings, not the points
-        f.scan = std::move(*scan);
-        frames.push_back(std::move(f));
-        progress.update(frames.size(), lost, skipped);
+        progress.update(++done, lost, skipped);
       }
     }
     const double loop_s = ms_since(loop_start) / 1000.0;
     progress.finish();
+    files.close();
 
-    // Trajectory: valid frames only (lost frames are in frames.csv, flagged).
-    Trajectory estimate;
-    std::vector<std::size_t> estimate_frame;
-    std::vector<double> latency, align_ms, iterations, points, sigma_x, sigma_y, covariance_ms;
-    for (std::size_t k = 0; k < frames.size(); ++k) {
-      const auto& f = frames[k];
-      if (!f.result) continue;
-      latency.push_back(f.scan.read_ms + f.scan.preprocess_ms + f.result->align_ms);
-      align_ms.push_back(f.result->align_ms);
-      iterations.push_back(f.result->alignment.iterations);
-      points.push_back(static_cast<double>(f.result->points_used));
-      if (!f.result->valid) continue;
-      const AlignResult& a = f.result->alignment;
-      if (a.covariance_valid) {
-        sigma_x.push_back(std::sqrt(std::max(0.0, a.covariance_xy(0, 0))));
-        sigma_y.push_back(std::sqrt(std::max(0.0, a.covariance_xy(1, 1))));
-        covariance_ms.push_back(a.timings.covariance_ms);
-      }
-      StampedPose p;
-      p.time = f.scan.entry.time;
-      p.pose = Eigen::Isometry3d(f.result->pose);
-      estimate.push_back(p);
-      estimate_frame.push_back(k);
-    }
-    const fs::path out(o->out);
-    write_trajectory_tum((out / "trajectory_tum.txt").string(), estimate);
-    write_trajectory_kitti((out / "trajectory_kitti.txt").string(), estimate);
-
-    const std::size_t aligned = frames.size() - skipped;
+    const std::size_t aligned = done - skipped;
     nlohmann::json j;
-    j["frames"] = frames.size();
+    j["frames"] = done;
     j["aligned"] = aligned;
-    j["localized"] = estimate.size();
+    j["localized"] = localized;
     j["lost"] = lost;
     j["recovered"] = recovered;
     j["skipped"] = skipped;
@@ -573,7 +646,6 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     std::string eval_text;
     if (!o->reference.empty()) {
       const AteStats ate = absolute_trajectory_error(estimate, reference, o->max_time_difference);
-      for (const auto& [e, r, err] : ate.per_pose) frames[estimate_frame[e]].error_m = err;
       const auto rpe = relative_pose_error(estimate, reference, {1.0, 5.0, 10.0}, o->max_time_difference);
       std::size_t matched = 0;
       for (const auto& m : matches) matched += m.has_value();
@@ -610,7 +682,6 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                                      o->reference, matching));
       }
     }
-    write_frames_csv(out / "frames.csv", frames, reference);
 
     // Plots: run the script when python3 and matplotlib are there; a missing plotter never
     // fails the localization, it only leaves the command to run. The script reads
@@ -652,12 +723,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     } else {
       std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o->scans, o->out, o->map,
                                      map.size(), map_voxels, s.resolution);
-      text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} skipped of {}\n", estimate.size(),
-                          recovered, lost, skipped, frames.size());
+      text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} skipped of {}\n", localized,
+                          recovered, lost, skipped, done);
       text += fmt::format("  speed       {:.1f} fps ({} backend, {}); latency median {:.1f} ms, p95 {:.1f} ms, max "
                           "{:.1f} ms\n",
                           j["fps"].get<double>(), localizer.backend(), device, percentile(latency, 0.5),
-                          percentile(latency, 0.95), latency.empty() ? 0.0 : *std::max_element(latency.begin(), latency.end()));
+                          percentile(latency, 0.95), largest(latency));
       text += fmt::format("  per scan    {:.0f} points after the filter ({}), {:.1f} iterations (medians)\n",
                           percentile(points, 0.5), localizer.preprocess_backend(), percentile(iterations, 0.5));
       if (s.pose_covariance != PoseCovariance::None && sigma_x.empty()) {

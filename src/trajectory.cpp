@@ -30,10 +30,12 @@ std::vector<double> parse_numbers(const std::string& path, std::size_t line_no, 
   return values;
 }
 
-void write_lines(const std::string& path, const std::string& text) {
+// Line by line through the stream's buffer: a long trajectory is never held as one text.
+template <typename Line>
+void write_lines(const std::string& path, const Trajectory& trajectory, Line line) {
   std::ofstream out(path, std::ios::binary);
   if (!out) throw IoError(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  out << text;
+  for (const auto& p : trajectory) out << line(p);
   out.close();
   if (!out) throw IoError(path, "write failed");
 }
@@ -105,38 +107,43 @@ Trajectory read_trajectory(const std::string& path, TrajectoryFormat format, dou
   return out;
 }
 
+std::string tum_line(const StampedPose& p) {
+  Eigen::Quaterniond q(p.pose.linear());
+  q.normalize();
+  const auto& t = p.pose.translation();
+  return fmt::format("{:.6f} {:.6f} {:.6f} {:.6f} {:.9f} {:.9f} {:.9f} {:.9f}\n", p.time, t.x(), t.y(), t.z(), q.x(),
+                     q.y(), q.z(), q.w());
+}
+
+std::string kitti_line(const StampedPose& p) {
+  const auto& R = p.pose.linear();
+  const auto& t = p.pose.translation();
+  return fmt::format("{:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f}\n", R(0, 0),
+                     R(0, 1), R(0, 2), t.x(), R(1, 0), R(1, 1), R(1, 2), t.y(), R(2, 0), R(2, 1), R(2, 2), t.z());
+}
+
 void write_trajectory_tum(const std::string& path, const Trajectory& trajectory) {
-  std::string text;
-  for (const auto& p : trajectory) {
-    Eigen::Quaterniond q(p.pose.linear());
-    q.normalize();
-    const auto& t = p.pose.translation();
-    text += fmt::format("{:.6f} {:.6f} {:.6f} {:.6f} {:.9f} {:.9f} {:.9f} {:.9f}\n", p.time, t.x(), t.y(), t.z(), q.x(),
-                        q.y(), q.z(), q.w());
-  }
-  write_lines(path, text);
+  write_lines(path, trajectory, tum_line);
 }
 
 void write_trajectory_kitti(const std::string& path, const Trajectory& trajectory) {
-  std::string text;
-  for (const auto& p : trajectory) {
-    const auto& R = p.pose.linear();
-    const auto& t = p.pose.translation();
-    text += fmt::format("{:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f}\n", R(0, 0),
-                        R(0, 1), R(0, 2), t.x(), R(1, 0), R(1, 1), R(1, 2), t.y(), R(2, 0), R(2, 1), R(2, 2), t.z());
-  }
-  write_lines(path, text);
+  write_lines(path, trajectory, kitti_line);
+}
+
+std::optional<std::size_t> TimeAssociation::next(double t) {
+  const Trajectory& reference = *reference_;
+  // Both are in time order: advance the reference while the next one is closer.
+  while (r_ + 1 < reference.size() && std::abs(reference[r_ + 1].time - t) <= std::abs(reference[r_].time - t)) ++r_;
+  if (r_ < reference.size() && std::abs(reference[r_].time - t) <= max_time_difference_) return r_;
+  return std::nullopt;
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> associate(const Trajectory& estimate, const Trajectory& reference,
                                                            double max_time_difference) {
   std::vector<std::pair<std::size_t, std::size_t>> pairs;
-  std::size_t r = 0;
+  TimeAssociation association(reference, max_time_difference);
   for (std::size_t e = 0; e < estimate.size(); ++e) {
-    const double t = estimate[e].time;
-    // Both are in time order: advance the reference while the next one is closer.
-    while (r + 1 < reference.size() && std::abs(reference[r + 1].time - t) <= std::abs(reference[r].time - t)) ++r;
-    if (r < reference.size() && std::abs(reference[r].time - t) <= max_time_difference) pairs.emplace_back(e, r);
+    if (const auto r = association.next(estimate[e].time)) pairs.emplace_back(e, *r);
   }
   return pairs;
 }

@@ -7,6 +7,8 @@
 
 #include <Eigen/Geometry>
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,13 @@ void write_trajectory_tum(const std::string& path, const Trajectory& trajectory)
 /// Writes row-major 3x4 KITTI lines (time stamps are not stored).
 void write_trajectory_kitti(const std::string& path, const Trajectory& trajectory);
 
+/// One line of a TUM file for `pose`, as write_trajectory_tum() writes it (with its '\n'):
+/// for writing a trajectory pose by pose while it is being made.
+std::string tum_line(const StampedPose& pose);
+
+/// One line of a KITTI file for `pose`, as write_trajectory_kitti() writes it (with its '\n').
+std::string kitti_line(const StampedPose& pose);
+
 /// Parses "tum", "kitti" or "auto"; throws Error otherwise.
 TrajectoryFormat trajectory_format_from_string(const std::string& name);
 
@@ -69,6 +78,24 @@ struct RpeStats {
 /// Returns (estimate index, reference index) pairs.
 std::vector<std::pair<std::size_t, std::size_t>> associate(const Trajectory& estimate, const Trajectory& reference,
                                                            double max_time_difference = 0.01);
+
+/// associate() one estimate pose at a time, for an estimate that is still being made:
+/// feeding it the estimate's time stamps in order gives the pairs associate() gives.
+/// Keeps a pointer to `reference`, which must outlive it.
+class TimeAssociation {
+ public:
+  /// Association with `reference` (in time order) within `max_time_difference` seconds.
+  explicit TimeAssociation(const Trajectory& reference, double max_time_difference = 0.01)
+      : reference_(&reference), max_time_difference_(max_time_difference) {}
+  /// The reference index paired with the next estimate pose, at `time` (not before the
+  /// previous one's), or nullopt when no reference pose is that close.
+  std::optional<std::size_t> next(double time);
+
+ private:
+  const Trajectory* reference_;
+  double max_time_difference_;
+  std::size_t r_ = 0;  // the reference pose nearest the previous time
+};
 
 /// ATE over associated poses (see associate()).
 AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,

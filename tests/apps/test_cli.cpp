@@ -12,11 +12,16 @@
 #include <ndtcu/log.hpp>
 #include <ndtcu/settings.hpp>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -268,4 +273,125 @@ TEST_CASE("ndtcu info names points dropped for a coordinate out of float32's ran
   const auto j = nlohmann::json::parse(json.out);
   CHECK(j["files"][0]["non_finite"] == 0);
   CHECK(j["files"][0]["out_of_range"] == 1);
+}
+
+namespace {
+
+// Built with AddressSanitizer or ThreadSanitizer: memory figures are the sanitizer's
+// (shadow memory, freed blocks held in quarantine), not the program's.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"); 0 when it is not there.
+std::size_t status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
+struct PeakGrowth {
+  int rc = -1;
+  long bytes = 0;  // how far the run raised the process's peak resident memory above its start
+};
+
+// Runs `ndtcu ARGS...` in a child process, so that the peak resident memory measured is
+// that run's alone, with its output thrown away.
+PeakGrowth run_peak_growth(std::vector<std::string> args) {
+  int pipe_fd[2];
+  REQUIRE(::pipe(pipe_fd) == 0);
+  std::cout.flush();
+  std::cerr.flush();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(pipe_fd[0]);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    ::dup2(null_fd, 1);
+    ::dup2(null_fd, 2);
+    // Freed memory the parent left resident would take the run's first allocations
+    // unseen: give it back, then start the peak at the current size (Linux 4.0's
+    // clear_refs 5 resets VmHWM to VmRSS).
+    ::malloc_trim(0);
+    { std::ofstream("/proc/self/clear_refs") << "5"; }
+    PeakGrowth g;
+    const long start = static_cast<long>(status_bytes("VmRSS"));
+    args.insert(args.begin(), "ndtcu");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    g.rc = cli::run_cli(static_cast<int>(args.size()), argv.data());
+    g.bytes = static_cast<long>(status_bytes("VmHWM")) - start;
+    const bool sent = ::write(pipe_fd[1], &g, sizeof g) == static_cast<ssize_t>(sizeof g);
+    ::_exit(sent ? 0 : 1);
+  }
+  ::close(pipe_fd[1]);
+  PeakGrowth g;
+  const bool received = ::read(pipe_fd[0], &g, sizeof g) == static_cast<ssize_t>(sizeof g);
+  ::close(pipe_fd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(received);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return g;
+}
+
+std::size_t count_lines(const fs::path& path) {
+  std::ifstream in(path);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("ndtcu localize keeps a few bytes per frame, not the frames' results", "[unit][cli]") {
+  // One sample scan over and over at its own pose (a vehicle standing still: each frame
+  // converges in an iteration or two), 200 and 3000 frames. What grows with the sequence
+  // is the list itself (a path and a time per scan) and the summary's numbers; every
+  // frame's row and pose go to the files as the frame finishes.
+  const fs::path dir = ndtcu::test::temp_dir("cli_localize_memory");
+  auto run_frames = [&](std::size_t frames) {
+    const fs::path list = dir / fmt::format("scans_{}.txt", frames);
+    std::string text;
+    for (std::size_t k = 0; k < frames; ++k) text += fmt::format("{} {:.1f}\n", sample("scans/000000.pcd"), 0.1 * k);
+    ndtcu::test::write_bytes(list.string(), text);
+    const fs::path out = dir / fmt::format("out_{}", frames);
+    const PeakGrowth g = run_peak_growth({"-q", "localize", "--map", sample("map.pcd"), "--scans", list.string(),
+                                          "--init-from", sample("poses_tum.txt"), "--out", out.string(), "--backend",
+                                          "cpu", "--threads", "2", "--no-plot"});
+    REQUIRE(g.rc == 0);
+    // Every frame reached the files.
+    CHECK(count_lines(out / "frames.csv") == frames + 1);
+    CHECK(count_lines(out / "trajectory_tum.txt") == frames);
+    CHECK(count_lines(out / "trajectory_kitti.txt") == frames);
+    const auto summary = nlohmann::json::parse(ndtcu::test::read_bytes(out / "summary.json"));
+    CHECK(summary["frames"] == frames);
+    CHECK(summary["localized"] == frames);
+    return g.bytes;
+  };
+  const long short_run = run_frames(200);
+  const long long_run = run_frames(3000);
+  const double per_frame = static_cast<double>(long_run - short_run) / 2800.0;
+  INFO("peak resident memory: +" << short_run / 1024 << " KiB over 200 frames, +" << long_run / 1024
+                                 << " KiB over 3000: " << per_frame << " bytes per frame");
+  if (kSanitized) {
+    WARN("sanitizer build: memory per frame not checked (" << per_frame << " bytes per frame measured)");
+    return;
+  }
+  // The list's ~100 bytes a scan (a 40-byte entry and its path) and 4 floats a frame; one
+  // kept AlignResult alone is over 1 KB.
+  CHECK(per_frame < 200.0);
 }

@@ -3,7 +3,14 @@
 
 #include <ndtcu/trajectory.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 
 using namespace ndtcu;
 
@@ -118,4 +125,40 @@ TEST_CASE("association pairs poses by time and skips missing frames", "[unit][ev
   REQUIRE(pairs.size() == est.size() - 1);
   for (std::size_t k = 0; k < pairs.size(); ++k) CHECK(pairs[k].second == 3 * k);
   CHECK(absolute_trajectory_error(est, ref).rmse_m == 0.0);
+}
+
+TEST_CASE("pose-by-pose association and lines give what the whole-trajectory forms give", "[unit][eval]") {
+  // An estimate with gaps, a pose 5 ms from a reference one, one 11 ms from the nearest
+  // (beyond the 10 ms tolerance) and one past the reference's end.
+  Trajectory ref = arc(30);
+  Trajectory est;
+  for (int i = 0; i < 30; i += 4) est.push_back(ref[i]);
+  est.push_back({1.405, ref[14].pose});
+  est.push_back({1.489, ref[15].pose});
+  std::sort(est.begin(), est.end(), [](const StampedPose& a, const StampedPose& b) { return a.time < b.time; });
+  est.push_back({100.0, Eigen::Isometry3d::Identity()});
+  const auto pairs = associate(est, ref);
+  TimeAssociation association(ref);
+  std::vector<std::pair<std::size_t, std::size_t>> streamed;
+  for (std::size_t e = 0; e < est.size(); ++e) {
+    if (const auto r = association.next(est[e].time)) streamed.emplace_back(e, *r);
+  }
+  CHECK(streamed == pairs);
+  CHECK(streamed.size() == est.size() - 2);
+
+  // The files are their lines, in order.
+  auto dir = ndtcu::test::temp_dir("trajectory_lines");
+  write_trajectory_tum((dir / "t.txt").string(), est);
+  write_trajectory_kitti((dir / "k.txt").string(), est);
+  std::string tum, kitti;
+  for (const auto& p : est) {
+    tum += tum_line(p);
+    kitti += kitti_line(p);
+  }
+  auto text = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(text(dir / "t.txt") == tum);
+  CHECK(text(dir / "k.txt") == kitti);
 }

@@ -1,6 +1,7 @@
 #include "cli_common.hpp"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 
 #include <cerrno>
 #include <cmath>
@@ -219,6 +220,29 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
   validate(s);  // before any file is read: a contradiction fails at once
   return s;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::optional<std::string> find_python_with_matplotlib(const std::vector<std::string>& candidates,
+                                                       std::vector<std::string>* passed_over) {
+  for (const auto& python : candidates) {
+    // Importing the package alone takes a fraction of a second (pyplot is what is slow).
+    const int status = std::system((shell_quote(python) + " -c 'import matplotlib' >/dev/null 2>&1").c_str());
+    if (status == 0) return python;
+    if (passed_over) {
+      // The shell's 127 is "command not found", 126 "not executable".
+      const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      passed_over->push_back(python + (code == 127 ? ": not found"
+                                       : code == 126 ? ": not executable"
+                                                     : ": cannot import matplotlib"));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace ndtcu::cli

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ndtcu::cli {
 
@@ -42,6 +43,16 @@ std::string out_of_range_text(std::uint64_t dropped);
 
 /// "1.2 MB" style size.
 std::string human_bytes(std::uint64_t bytes);
+
+/// `s` as one /bin/sh word (in single quotes), whatever bytes it holds.
+std::string shell_quote(const std::string& s);
+
+/// The first of `candidates` (a command looked up on PATH, or a path) that imports
+/// matplotlib (`CANDIDATE -c 'import matplotlib'` exits 0), or nullopt. Each candidate
+/// passed over is added to `passed_over` as "CANDIDATE: why" (not found, or no
+/// matplotlib), for a message that says what was tried.
+std::optional<std::string> find_python_with_matplotlib(const std::vector<std::string>& candidates,
+                                                       std::vector<std::string>* passed_over = nullptr);
 
 /// The NDT options `align` and `localize` share: a preset and every setting that
 /// overrides it (unset: the preset's value).

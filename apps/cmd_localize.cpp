@@ -13,6 +13,7 @@
 #include <ndtcu/trajectory.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -350,12 +351,6 @@ std::string lost_reason(const AlignResult& a, const LocalizerSettings& ls) {
                      a.nvtl);
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 }  // namespace
 
 Command add_localize(CLI::App& app, const GlobalOptions& global) {
@@ -683,14 +678,20 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       }
     }
 
-    // Plots: run the script when python3 and matplotlib are there; a missing plotter never
-    // fails the localization, it only leaves the command to run. The script reads
-    // summary.json for its titles, so the summary is written first and rewritten with the
-    // plots' paths once they exist.
+    // Plots: run the script with a Python that has matplotlib: python3 on PATH, else the
+    // system's (/usr/bin/python3, which scripts/setup.sh gives python3-matplotlib; a PATH
+    // python3 from pyenv or a virtual environment often has no matplotlib). A missing
+    // plotter never fails the localization, it only leaves the command to run. The script
+    // reads summary.json for its titles, so the summary is written first and rewritten
+    // with the plots' paths once they exist.
     const auto script = plot_script();
+    std::vector<std::string> pythons_passed_over;
+    const std::optional<std::string> python =
+        o->no_plot || !script ? std::nullopt
+                              : find_python_with_matplotlib({"python3", "/usr/bin/python3"}, &pythons_passed_over);
     const std::string plot_cmd =
-        fmt::format("python3 {} {}", script ? shell_quote(script->string()) : "scripts/plot_localization.py",
-                    shell_quote(o->out));
+        fmt::format("{} {} {}", python ? shell_quote(*python) : "python3",
+                    script ? shell_quote(script->string()) : "scripts/plot_localization.py", shell_quote(o->out));
     j["files"] = {{"trajectory_tum", json_text((out / "trajectory_tum.txt").string())},
                   {"trajectory_kitti", json_text((out / "trajectory_kitti.txt").string())},
                   {"frames_csv", json_text((out / "frames.csv").string())},
@@ -707,14 +708,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       plot_note = "plots: run " + plot_cmd;
     } else if (!script) {
       plot_note = "plots: plot_localization.py not found (set NDTCU_SCRIPTS_DIR); run " + plot_cmd;
-    } else if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-      plot_note = "plots: python3 with matplotlib not available; install it and run " + plot_cmd;
+    } else if (!python) {
+      plot_note = fmt::format("plots: python3 with matplotlib not available ({}); install python3-matplotlib and run {}",
+                              fmt::join(pythons_passed_over, ", "), plot_cmd);
     } else if (std::system((plot_cmd + " 1>&2").c_str()) != 0) {
-      plot_note = "plots: the plot script failed; run " + plot_cmd;
+      plot_note = fmt::format("plots: the plot script failed ({}); run {}", *python, plot_cmd);
     } else {
       const std::string a = (out / "trajectory.png").string(), b = (out / "frames.png").string();
       j["files"]["plots"] = {json_text(a), json_text(b)};
-      plot_note = fmt::format("plots: {} and {}", a, b);
+      plot_note = fmt::format("plots: {} and {} (drawn by {})", a, b, *python);
       write_summary();
     }
 

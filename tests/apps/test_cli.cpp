@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -394,4 +396,67 @@ TEST_CASE("ndtcu localize keeps a few bytes per frame, not the frames' results",
   // The list's ~100 bytes a scan (a 40-byte entry and its path) and 4 floats a frame; one
   // kept AlignResult alone is over 1 KB.
   CHECK(per_frame < 200.0);
+}
+
+namespace {
+
+// Sets PATH for the scope, then puts the old one back.
+struct ScopedPath {
+  std::string old;
+  explicit ScopedPath(const std::string& path) : old(std::getenv("PATH") ? std::getenv("PATH") : "") {
+    ::setenv("PATH", path.c_str(), 1);
+  }
+  ~ScopedPath() { ::setenv("PATH", old.c_str(), 1); }
+};
+
+// An executable shell script at `path` that exits with `rc`.
+void fake_program(const fs::path& path, int rc) {
+  fs::create_directories(path.parent_path());
+  ndtcu::test::write_bytes(path.string(), fmt::format("#!/bin/sh\nexit {}\n", rc));
+  fs::permissions(path, fs::perms::owner_all);
+}
+
+}  // namespace
+
+TEST_CASE("the plots' Python is the first candidate that imports matplotlib", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_plot_python");
+  fake_program(dir / "python3", 1);  // a python3 without matplotlib
+  fake_program(dir / "good python", 0);
+  ScopedPath path(dir.string());
+  std::vector<std::string> passed_over;
+  const auto found = cli::find_python_with_matplotlib(
+      {"python3", (dir / "missing").string(), (dir / "good python").string(), "python3"}, &passed_over);
+  REQUIRE(found);
+  CHECK(*found == (dir / "good python").string());
+  CHECK(passed_over == std::vector<std::string>{"python3: cannot import matplotlib",
+                                                (dir / "missing").string() + ": not found"});
+  passed_over.clear();
+  CHECK_FALSE(cli::find_python_with_matplotlib({"python3", "no_such_python"}, &passed_over));
+  CHECK(passed_over == std::vector<std::string>{"python3: cannot import matplotlib", "no_such_python: not found"});
+}
+
+TEST_CASE("ndtcu localize plots with /usr/bin/python3 when python3 on PATH has no matplotlib", "[unit][cli]") {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+    WARN("skipped: /usr/bin/python3 cannot import matplotlib (scripts/setup.sh installs python3-matplotlib)");
+    return;
+  }
+  const fs::path dir = ndtcu::test::temp_dir("cli_plot_fallback");
+  fake_program(dir / "bin" / "python3", 1);
+  const fs::path out = dir / "out";
+  CliRun r;
+  {
+    ScopedPath path((dir / "bin").string() + ":/usr/bin:/bin");
+    auto args = localize_args(out.string());
+    args.erase(std::find(args.begin(), args.end(), "--no-plot"));
+    r = run(args);
+  }
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("plots: " + (out / "trajectory.png").string() + " and " +
+                                    (out / "frames.png").string() + " (drawn by /usr/bin/python3)"));
+  CHECK(fs::file_size(out / "trajectory.png") > 0);
+  CHECK(fs::file_size(out / "frames.png") > 0);
+  const auto summary = nlohmann::json::parse(ndtcu::test::read_bytes(out / "summary.json"));
+  CHECK(summary["files"]["plots"].size() == 2);
+  CHECK(summary["files"]["plot_command"].get<std::string>().rfind("'/usr/bin/python3' ", 0) == 0);
 }

@@ -22,6 +22,8 @@ struct SimulateOptions {
   std::uint64_t seed = 1;
   std::string sensor = "hdl32";
   int frames = 50;
+  double rate = 10.0;        // given or the scenario's
+  std::string scenario = "drive";
   double world_size = 200.0;
   std::string origin = "0,0,0";
   double map_voxel = 0.2;
@@ -118,7 +120,22 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--out", o->out, "output folder (created; its scans/NNNNNN.pcd files are replaced)");
   cmd->add_option("--seed", o->seed, "seed: the same seed and options give the same bytes")->capture_default_str();
   auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64 or os0-64")->capture_default_str();
-  cmd->add_option("--frames", o->frames, "scans to make, at 10 Hz")->capture_default_str();
+  cmd->add_option("--frames", o->frames, "scans to make, at --rate")->capture_default_str();
+  auto* rate = cmd->add_option("--rate", o->rate, "scans per second (default: the scenario's; 10 for drive)");
+  cmd->add_option("--scenario", o->scenario,
+                  "what the sequence reproduces (the truth stays exact):\n"
+                  "  drive        the plain drive, 10 Hz\n"
+                  "  turns        1 Hz from a standstill; a turn at every intersection, 5-9 m/s, brisk\n"
+                  "               (radius 5 m, 5 m/s^2 across): 45 deg or more between two scans at each\n"
+                  "               90 deg turn\n"
+                  "  stop-and-go  1 Hz from a standstill; stops 25 m after the start and every 100 m,\n"
+                  "               braking at 6 m/s^2, 4 s standing, then accelerating at 3.5 m/s^2\n"
+                  "  kidnap       10 Hz; at the middle frame the sensor lands 20 m away on another\n"
+                  "               street (or the other lane) and drives on; poses_tum.txt has the jump\n"
+                  "  rough-start  the plain drive, plus initial_pose_rough.txt: the first pose 3 m and\n"
+                  "               30 deg off, as a start for localize --init-from or initpose --around")
+      ->check(CLI::IsMember(sim::scenario_names()))
+      ->capture_default_str();
   auto* size = cmd->add_option("--world-size", o->world_size, "side of the square world in metres (50 to 5000)")
                    ->capture_default_str();
   cmd->add_option("--origin", o->origin, "world position of the scene centre, x,y,z metres (e.g. 680000,3900000,40)")
@@ -143,7 +160,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
   cmd->add_flag("--bench", o->bench, "time ray casting (and map sampling with --map-points) instead of writing files");
   cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(CLI::PositiveNumber)->capture_default_str();
 
-  return [o, &global, sensor, size, map_points, scan_points, voxel, noise, columns, max_range]() {
+  return [o, &global, sensor, size, map_points, scan_points, voxel, noise, columns, max_range, rate]() {
     sim::SimulationSettings s;
     if (o->scale) {
       if (size->count() == 0) o->world_size = kScaleWorldSize;
@@ -162,6 +179,8 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     if (max_range->count() > 0) s.lidar.max_range = o->max_range;
     s.lidar.dropout = o->dropout;
     s.trajectory.frames = o->frames;
+    sim::apply_scenario(s, sim::scenario_from_string(o->scenario));  // after --frames: the kidnap is at its middle
+    if (rate->count() > 0) s.trajectory.rate_hz = o->rate;
     s.map.voxel = o->map_voxel;
     s.map.target_points = o->map_points;
     s.scan_points = o->scan_points;
@@ -187,6 +206,10 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                        {"scan_points_max", r.scan_points_max},
                        {"scan_points_total", r.scan_points_total},
                        {"path_length_m", r.path_length},
+                       {"scenario", o->scenario},
+                       {"rate_hz", s.trajectory.rate_hz},
+                       {"max_turn_deg", r.max_turn_deg},
+                       {"max_step_m", r.max_step},
                        {"seconds_world", r.seconds_world},
                        {"seconds_map", r.seconds_map},
                        {"seconds_scans", r.seconds_scans},
@@ -201,6 +224,12 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     std::cout << fmt::format("  scans   {} frames of {} x {} columns, {} to {} points, {:.1f} m driven ({:.2f} s)\n",
                              r.frames, s.lidar.name, r.columns, r.scan_points_min, r.scan_points_max, r.path_length,
                              r.seconds_scans);
+    std::cout << fmt::format("  truth   poses_tum.txt, {} at {:g} Hz: at most {:.2f} m and {:.1f} deg between scans\n",
+                             o->scenario, s.trajectory.rate_hz, r.max_step, r.max_turn_deg);
+    if (s.rough_start) {
+      std::cout << fmt::format("  start   initial_pose_rough.txt, the first pose {:g} m and {:g} deg off\n",
+                               s.rough_start_offset, s.rough_start_yaw_deg);
+    }
     std::cout << fmt::format("  total   {:.2f} s\n", r.seconds_total);
     return 0;
   };

@@ -280,6 +280,25 @@ struct TrajectorySettings {
   double min_speed = 6.0;       ///< slowest cruise speed of a street segment (m/s)
   double max_speed = 13.0;      ///< fastest cruise speed of a street segment (m/s)
   double turn_radius = 7.0;     ///< radius of the road centre line through turns (m)
+  double lateral_accel = 2.0;   ///< cornering limit (m/s^2): a comfortable drive
+  double accel = 1.2;           ///< acceleration limit (m/s^2): gentle
+  double brake = 2.0;           ///< braking limit (m/s^2): comfortable
+  /// At an intersection, turn whenever a street other than straight ahead (within 30 deg)
+  /// goes on; otherwise straight ahead is twice as likely as each turn.
+  bool always_turn = false;
+  /// The drive starts from a standstill (a vehicle pulling away) instead of at its cruise speed.
+  bool start_at_rest = false;
+  /// Stops: the vehicle brakes to a standstill this far from the start (m; 0: no stop) ...
+  double first_stop = 0.0;
+  /// ... and again every this many metres after it (0: only the first) ...
+  double stop_interval = 0.0;
+  /// ... and stands still this long each time (s).
+  double stop_seconds = 0.0;
+  /// From this frame on the sensor is elsewhere (-1: never; else 1 to frames - 1): the
+  /// drive goes on from a point of another street's lane (or of the other direction's)
+  /// exactly kidnap_distance from the ground point of the frame before, horizontally.
+  int kidnap_frame = -1;
+  double kidnap_distance = 20.0;  ///< the kidnap's jump (m)
 };
 
 /// Checks TrajectorySettings; throws Error naming the option (--frames) and value.
@@ -295,9 +314,11 @@ struct TrajectorySample {
 
 /// A random drive along the right-hand lane of the road network, turning at
 /// intersections (no U-turns) on circular arcs, with a speed profile limited in
-/// acceleration, braking and lateral acceleration. The body follows the ground: z from
-/// the four wheel contacts, pitch from front/rear and roll from left/right heights.
-/// Throws Error when the scene has no road network.
+/// acceleration, braking and lateral acceleration, standing still at the stops of the
+/// settings, and jumping elsewhere at their kidnap frame. The body follows the ground: z
+/// from the four wheel contacts, pitch from front/rear and roll from left/right heights.
+/// Poses are at times frame / rate_hz. Throws Error when the scene has no road network,
+/// or when no street lies at the kidnap distance.
 std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& settings);
 
 // ---------------------------------------------------------------------------------------
@@ -353,6 +374,23 @@ std::vector<TimedPose> read_tum_poses(const std::string& path);
 // Everything at once: `ndtcu simulate`
 // ---------------------------------------------------------------------------------------
 
+/// Sequences that reproduce what makes localization hard (--scenario), each a variation
+/// of the drive with its exact truth.
+enum class Scenario {
+  Drive,       ///< the plain drive at 10 Hz
+  Turns,       ///< 1 Hz, a turn at every intersection, brisk: 45 deg or more between two scans
+  StopAndGo,   ///< 1 Hz, hard stops, 4 s standing still, hard starts
+  Kidnap,      ///< 10 Hz, the sensor jumps 20 m to another street at the middle frame
+  RoughStart,  ///< the plain drive, plus a start pose 3 m and 30 deg off (initial_pose_rough.txt)
+};
+
+/// "drive", "turns", "stop-and-go", "kidnap", "rough-start" (in Scenario's order).
+const std::vector<std::string>& scenario_names();
+/// The scenario of a name of scenario_names(); throws Error naming --scenario and listing them.
+Scenario scenario_from_string(const std::string& name);
+/// The name of a scenario.
+const char* to_string(Scenario scenario);
+
 /// Options of a whole simulated data set.
 struct SimulationSettings {
   WorldSettings world;             ///< the scene
@@ -364,7 +402,32 @@ struct SimulationSettings {
   std::size_t scan_points = 0;
   PcdEncoding encoding = PcdEncoding::BinaryCompressed;  ///< PCD encoding of map and scans
   unsigned threads = 0;            ///< worker threads, at most kMaxThreads; 0: one per hardware thread
+  Scenario scenario = Scenario::Drive;  ///< the name world.json records (apply_scenario() sets the rest)
+  /// Write initial_pose_rough.txt: the first pose moved rough_start_offset (m) horizontally
+  /// in a direction drawn from the seed and turned rough_start_yaw_deg about the vertical,
+  /// clockwise or counter-clockwise as the seed draws.
+  bool rough_start = false;
+  double rough_start_offset = 3.0;    ///< m
+  double rough_start_yaw_deg = 30.0;  ///< deg
 };
+
+/// Sets `scenario` and what it changes in `settings` (set trajectory.frames first: the
+/// kidnap goes to its middle frame):
+/// - Drive: rate 10 Hz; nothing else.
+/// - Turns: rate 1 Hz, from a standstill, a turn at every intersection where one is
+///   possible, town speeds (5-9 m/s on the straights), turn radius 5 m (the lanes 3.5 m
+///   and 6.5 m), cornering at 5 m/s^2 (4.2 m/s and 68 deg/s through a right turn, 5.7 m/s
+///   and 50 deg/s through a left one). A 90 deg turn then takes 1.3-1.8 s, so two
+///   consecutive scans around it differ by 45 deg or more.
+/// - StopAndGo: rate 1 Hz, from a standstill; stops 25 m after the start and every 100 m
+///   after it, braking at 6 m/s^2 (hard), 4 s standing (4 scans), accelerating at
+///   3.5 m/s^2 (hard); a constant-velocity prediction overshoots into each stop and lags
+///   behind each start.
+/// - Kidnap: rate 10 Hz; at frame frames / 2 the sensor lands 20 m away on another street
+///   (or the other direction of its own) and drives on from there.
+/// - RoughStart: rate 10 Hz, the plain drive, with rough_start (3 m, 30 deg).
+/// A rate given afterwards (--rate) replaces the scenario's.
+void apply_scenario(SimulationSettings& settings, Scenario scenario);
 
 /// What simulate() made, with how long each part took.
 struct SimulationSummary {
@@ -377,6 +440,8 @@ struct SimulationSummary {
   std::size_t scan_points_max = 0;    ///< most points in a scan
   std::size_t scan_points_total = 0;  ///< points over all scans
   double path_length = 0.0;           ///< metres driven from the first to the last pose
+  double max_turn_deg = 0.0;          ///< largest rotation between consecutive poses (deg)
+  double max_step = 0.0;              ///< largest translation between consecutive poses (m)
   double seconds_world = 0.0;         ///< scene generation and acceleration structures
   double seconds_map = 0.0;           ///< map sampling, filtering and writing
   double seconds_scans = 0.0;         ///< ray casting and writing every scan
@@ -389,7 +454,9 @@ void validate(const SimulationSettings& settings);
 /// Generates the world, trajectory, map and scans and writes into `out_dir` (created if
 /// needed): map.pcd (world frame), scans/000000.pcd ... (sensor frame, x y z
 /// intensity), poses_tum.txt and poses_kitti.txt (T_world_sensor per scan, origin
-/// included), and world.json (every parameter). Throws Error or IoError.
+/// included, times frame / rate), world.json (every parameter), and with rough_start
+/// initial_pose_rough.txt (one TUM line at the first scan's time; an earlier run's is
+/// removed otherwise). Throws Error or IoError.
 SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir);
 
 }  // namespace ndtcu::sim

@@ -78,6 +78,8 @@ enum Stream : std::uint64_t {
   kStreamMapPick = 0x5049434bull,         // "PICK"
   kStreamRayNoise = 0x4e4f495345ull,      // "NOISE"
   kStreamRayDrop = 0x44524f50ull,         // "DROP"
+  kStreamKidnap = 0x4b49444e4150ull,      // "KIDNAP"
+  kStreamRoughStart = 0x524f554748ull,    // "ROUGH"
 };
 
 }  // namespace ndtcu::sim::detail

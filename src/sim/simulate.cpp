@@ -30,6 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+constexpr double kPi = 3.14159265358979323846;
+
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -69,7 +71,65 @@ const char* encoding_name(PcdEncoding e) {
   }
 }
 
+/// Angle of a rotation (rad), robust near 0 and pi.
+double rotation_angle(const Eigen::Matrix3d& r) { return Eigen::AngleAxisd(r).angle(); }
+
 }  // namespace
+
+const std::vector<std::string>& scenario_names() {
+  static const std::vector<std::string> names{"drive", "turns", "stop-and-go", "kidnap", "rough-start"};
+  return names;
+}
+
+const char* to_string(Scenario scenario) {
+  return scenario_names()[static_cast<std::size_t>(scenario)].c_str();
+}
+
+Scenario scenario_from_string(const std::string& name) {
+  const auto& names = scenario_names();
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    if (names[k] == name) return static_cast<Scenario>(k);
+  }
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw Error("scenario (--scenario) '" + name + "' is not one of " + list);
+}
+
+void apply_scenario(SimulationSettings& settings, Scenario scenario) {
+  settings.scenario = scenario;
+  TrajectorySettings& t = settings.trajectory;
+  t.rate_hz = 10.0;
+  switch (scenario) {
+    case Scenario::Drive: break;
+    case Scenario::Turns:
+      t.rate_hz = 1.0;
+      t.start_at_rest = true;
+      t.always_turn = true;
+      t.min_speed = 5.0;
+      t.max_speed = 9.0;
+      t.turn_radius = 5.0;
+      t.lateral_accel = 5.0;  // brisk; a car's tyres give about 8
+      break;
+    case Scenario::StopAndGo:
+      t.rate_hz = 1.0;
+      t.start_at_rest = true;
+      t.first_stop = 25.0;
+      t.stop_interval = 100.0;
+      t.stop_seconds = 4.0;
+      t.brake = 6.0;  // hard braking, short of an emergency stop (8-9)
+      t.accel = 3.5;  // 0-100 km/h in 8 s
+      break;
+    case Scenario::Kidnap:
+      t.kidnap_frame = t.frames / 2;
+      t.kidnap_distance = 20.0;
+      break;
+    case Scenario::RoughStart:
+      settings.rough_start = true;
+      settings.rough_start_offset = 3.0;
+      settings.rough_start_yaw_deg = 30.0;
+      break;
+  }
+}
 
 void write_tum_poses(const std::string& path, const std::vector<TimedPose>& poses) {
   std::string text;
@@ -130,6 +190,14 @@ void validate(const SimulationSettings& s) {
   validate(s.map);
   if (s.scan_points > 100000000) {
     throw Error("scan points (--scan-points) must be at most 100000000, got " + std::to_string(s.scan_points));
+  }
+  if (s.rough_start && !(s.rough_start_offset >= 0.0 && s.rough_start_offset <= 1000.0 &&
+                         s.rough_start_yaw_deg >= 0.0 && s.rough_start_yaw_deg <= 180.0)) {
+    throw Error("rough start must be 0 to 1000 m and 0 to 180 deg off, got " + fmt::format("{:g}", s.rough_start_offset) +
+                " m and " + fmt::format("{:g}", s.rough_start_yaw_deg) + " deg");
+  }
+  if (s.scenario == Scenario::Kidnap && s.trajectory.kidnap_frame < 1) {
+    throw Error("scenario kidnap needs --frames 2 or more");
   }
   if (s.threads > static_cast<unsigned>(kMaxThreads)) {
     throw Error("threads (--threads) must be at most " + std::to_string(kMaxThreads) + " (0: one per hardware thread), got " +
@@ -207,6 +275,27 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
            summary.scan_points_max, summary.seconds_scans);
   write_tum_poses((dir / "poses_tum.txt").string(), poses);
   write_kitti_poses((dir / "poses_kitti.txt").string(), poses);
+  for (std::size_t f = 1; f < poses.size(); ++f) {
+    const Eigen::Isometry3d step = poses[f - 1].pose.inverse() * poses[f].pose;
+    summary.max_turn_deg = std::max(summary.max_turn_deg, rotation_angle(step.linear()) * 180.0 / kPi);
+    summary.max_step = std::max(summary.max_step, step.translation().norm());
+  }
+  // The rough start: a guess such as a person or a GNSS fix gives, for the first scan.
+  const fs::path rough_path = dir / "initial_pose_rough.txt";
+  Eigen::Vector3d rough_shift = Eigen::Vector3d::Zero();
+  double rough_yaw = 0.0;
+  if (settings.rough_start) {
+    detail::Rng rng(detail::hash4(seed, detail::kStreamRoughStart, 0));
+    const double direction = rng.uniform(-kPi, kPi);
+    rough_yaw = (rng.chance(0.5) ? 1.0 : -1.0) * settings.rough_start_yaw_deg * kPi / 180.0;
+    rough_shift = settings.rough_start_offset * Eigen::Vector3d(std::cos(direction), std::sin(direction), 0.0);
+    TimedPose rough = poses.front();
+    rough.pose.translation() += rough_shift;
+    rough.pose.linear() = Eigen::AngleAxisd(rough_yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * rough.pose.linear();
+    write_tum_poses(rough_path.string(), {rough});
+  } else {
+    fs::remove(rough_path, ec);  // an earlier run's would not belong to this one
+  }
 
   // Every parameter, and nothing that changes from run to run (no times, paths, threads).
   nlohmann::ordered_json j;
@@ -251,13 +340,26 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                  {"scan_points_requested", settings.scan_points},
                  {"intensity", "255 * reflectivity * |cos(incidence)|"},
                  {"motion_distortion", false}};
-  j["trajectory"] = {{"frames", trajectory.size()},
-                     {"rate_hz", trajectory_settings.rate_hz},
-                     {"sensor_height_m", trajectory_settings.sensor_height},
-                     {"cruise_speed_mps", {trajectory_settings.min_speed, trajectory_settings.max_speed}},
-                     {"turn_radius_m", trajectory_settings.turn_radius},
+  const TrajectorySettings& ts = trajectory_settings;
+  j["trajectory"] = {{"scenario", to_string(settings.scenario)},
+                     {"frames", trajectory.size()},
+                     {"rate_hz", ts.rate_hz},
+                     {"sensor_height_m", ts.sensor_height},
+                     {"cruise_speed_mps", {ts.min_speed, ts.max_speed}},
+                     {"turn_radius_m", ts.turn_radius},
+                     {"lateral_accel_mps2", ts.lateral_accel},
+                     {"accel_mps2", ts.accel},
+                     {"brake_mps2", ts.brake},
+                     {"always_turn", ts.always_turn},
+                     {"start_at_rest", ts.start_at_rest},
+                     {"stops", {{"first_m", ts.first_stop}, {"interval_m", ts.stop_interval}, {"standing_s", ts.stop_seconds}}},
+                     {"kidnap", ts.kidnap_frame < 0 ? nlohmann::ordered_json(nullptr)
+                                                   : nlohmann::ordered_json{{"frame", ts.kidnap_frame},
+                                                                            {"distance_m", ts.kidnap_distance}}},
                      {"path_length_m", summary.path_length},
-                     {"duration_s", trajectory.back().time}};
+                     {"duration_s", trajectory.back().time},
+                     {"max_turn_between_poses_deg", summary.max_turn_deg},
+                     {"max_step_between_poses_m", summary.max_step}};
   j["map"] = {{"file", "map.pcd"},
               {"voxel_m", map_settings.target_points > 0 ? 0.0 : map_settings.voxel},
               // The density sample_map() used: the exact-count mode picks its own.
@@ -277,6 +379,12 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                 {"points_total", summary.scan_points_total},
                 {"encoding", encoding_name(settings.encoding)}};
   j["poses"] = {{"tum", "poses_tum.txt"}, {"kitti", "poses_kitti.txt"}};
+  if (settings.rough_start) {
+    j["rough_start"] = {{"file", "initial_pose_rough.txt"},
+                        {"offset_m", vec3(rough_shift)},
+                        {"yaw_offset_deg", rough_yaw * 180.0 / kPi},
+                        {"applied", "R = Rz(yaw offset) * R_first, t = t_first + offset"}};
+  }
   write_text((dir / "world.json").string(), j.dump(2) + "\n");
   summary.seconds_total = seconds_since(t_start);
   return summary;

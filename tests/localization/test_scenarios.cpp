@@ -1,0 +1,259 @@
+// The simulator's hard scenarios (`ndtcu simulate --scenario`) localized with the default
+// LocalizerSettings on the CPU backend, against their exact truth.
+//
+// What every sequence must meet. A frame may be lost only at an event (a sharp turn, a
+// stop or a start, the kidnap) or the frame right after one. Every valid frame is within
+// 10 cm of its truth (a pose farther off that passed the check is a wrong pose accepted),
+// and the valid frames together within 3 cm ATE: the sample sequence reaches 2 cm with
+// the same 2 cm range noise; 3 cm leaves room for the coarser map (0.5 m voxels) and the
+// scans of 360 columns.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <Eigen/Geometry>
+
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+struct Sequence {
+  std::vector<ScanEntry> scans;
+  Trajectory truth;
+  PointCloud map;
+  double simulate_seconds = 0.0;
+};
+
+/// A small world of the scenario: 150 m (one block and its streets, or two), an HDL-32 of
+/// 360 columns (about 8,000 points a scan), a map voxelized to 0.5 m.
+Sequence make_sequence(const std::string& name, sim::Scenario scenario, int frames, std::uint64_t seed,
+                       double world_size = 150.0) {
+  const fs::path dir = ndtcu::test::temp_dir("scenario_" + name);
+  sim::SimulationSettings s;
+  s.world.seed = seed;
+  s.world.size = world_size;
+  s.lidar.columns = 360;
+  s.map.voxel = 0.5;
+  s.trajectory.frames = frames;
+  sim::apply_scenario(s, scenario);
+  s.threads = 2;
+  s.map.threads = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  sim::simulate(s, dir.string());
+  Sequence out;
+  out.simulate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.scans = list_scans((dir / "scans").string());
+  out.truth = read_trajectory((dir / "poses_tum.txt").string());
+  const auto match = match_to_reference(out.scans, out.truth);  // by index: the scans take the truth's times
+  REQUIRE(out.scans.size() == static_cast<std::size_t>(frames));
+  for (std::size_t k = 0; k < match.size(); ++k) REQUIRE(match[k] == k);
+  out.map = read_point_cloud((dir / "map.pcd").string());
+  return out;
+}
+
+struct Outcome {
+  std::vector<LocalizationResult> results;
+  Trajectory estimate;  // the valid frames
+  std::size_t lost = 0, recovered = 0;
+  AteStats ate;
+  double seconds = 0.0;
+};
+
+/// Localizes the sequence from its true first pose, frame by frame, and prints its summary.
+Outcome localize(const Sequence& seq, const LocalizerSettings& settings, const char* label) {
+  Localizer localizer(settings);
+  localizer.set_map(seq.map);
+  localizer.set_initial_pose(seq.truth.front().pose.matrix());
+  Outcome out;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const ScanEntry& scan : seq.scans) {
+    LocalizationResult r = localizer.localize(read_point_cloud(scan.path), scan.time);
+    out.lost += r.status == FrameStatus::Lost;
+    out.recovered += r.status == FrameStatus::Recovered;
+    if (r.valid) out.estimate.push_back({scan.time, Eigen::Isometry3d(r.pose)});
+    out.results.push_back(std::move(r));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.ate = absolute_trajectory_error(out.estimate, seq.truth);
+  std::printf("%s: %zu frames, %zu lost, %zu recovered, ATE %.4f m, max error %.4f m, %.1f s\n", label,
+              seq.scans.size(), out.lost, out.recovered, out.ate.rmse_m, out.ate.max_m, out.seconds);
+  return out;
+}
+
+/// Rotation angle between two poses (deg).
+double turn_deg(const Eigen::Isometry3d& a, const Eigen::Isometry3d& b) {
+  return Eigen::AngleAxisd(a.linear().transpose() * b.linear()).angle() * 180.0 / kPi;
+}
+
+/// How far the constant-velocity prediction from the true poses k-2 and k-1 is from pose k (m).
+double prediction_miss(const Trajectory& truth, std::size_t k) {
+  if (k < 2) return 0.0;
+  const Eigen::Isometry3d predicted = truth[k - 1].pose * (truth[k - 2].pose.inverse() * truth[k - 1].pose);
+  return (predicted.translation() - truth[k].pose.translation()).norm();
+}
+
+/// The checks of the file comment: lost frames only at an event or the frame after it,
+/// every valid frame within 10 cm, ATE under 3 cm over the valid ones.
+void check_outcome(const Sequence& seq, const Outcome& run, const std::set<std::size_t>& events) {
+  for (std::size_t k = 0; k < run.results.size(); ++k) {
+    const LocalizationResult& r = run.results[k];
+    const double err = (r.pose.topRightCorner<3, 1>() - seq.truth[k].pose.translation()).norm();
+    CAPTURE(k, to_string(r.status), err, r.alignment.nvtl, r.attempts);
+    if (r.valid) {
+      CHECK(err < 0.10);
+    } else {
+      const bool at_event = events.count(k) > 0 || (k > 0 && events.count(k - 1) > 0);
+      CHECK(at_event);
+    }
+  }
+  REQUIRE(run.ate.pairs == run.estimate.size());
+  CHECK(run.ate.rmse_m < 0.03);
+}
+
+/// The default settings on the CPU backend with 2 threads, but for the NVTL threshold: the
+/// simulator's correct poses score 3.3-3.4 (as the sample's do), and on these scenes
+/// Autoware's 2.3 passes poses metres off (NVTL 2.5-2.7 at 2-20 m in the turns sequence),
+/// so the threshold is 3.0, as in the sample's recovery-search test.
+LocalizerSettings cpu_settings() {
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  s.nvtl_threshold = 3.0;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("turns at 1 Hz: 45 deg and more between two scans, localized with the rotation search",
+          "[unit][localization]") {
+  const Sequence seq = make_sequence("turns", sim::Scenario::Turns, 20, 3);
+  // The scenario's promise: a sharp turn between two consecutive scans, times at 1 Hz.
+  double sharpest = 0.0;
+  std::set<std::size_t> events;
+  for (std::size_t k = 1; k < seq.truth.size(); ++k) {
+    CHECK(seq.truth[k].time == Approx(static_cast<double>(k)).margin(1e-9));
+    const double turn = turn_deg(seq.truth[k - 1].pose, seq.truth[k].pose);
+    sharpest = std::max(sharpest, turn);
+    if (turn >= 30.0) events.insert(k);
+  }
+  std::printf("turns: sharpest %.1f deg between two scans, %zu frames turning 30 deg or more, simulated in %.1f s\n",
+              sharpest, events.size(), seq.simulate_seconds);
+  REQUIRE(sharpest >= 45.0);
+  const Outcome run = localize(seq, cpu_settings(), "turns");
+  check_outcome(seq, run, events);
+}
+
+TEST_CASE("stop-and-go at 1 Hz: the prediction overshoots into a stop and lags behind the start",
+          "[unit][localization]") {
+  const Sequence seq = make_sequence("stop_and_go", sim::Scenario::StopAndGo, 14, 3);
+  // Standing still: consecutive poses equal; and the constant-velocity prediction misses
+  // by metres at the stop and at the start.
+  int standing = 0;
+  double worst_miss = 0.0;
+  std::set<std::size_t> events;
+  for (std::size_t k = 1; k < seq.truth.size(); ++k) {
+    standing += (seq.truth[k].pose.translation() - seq.truth[k - 1].pose.translation()).norm() < 1e-9;
+    const double miss = prediction_miss(seq.truth, k);
+    worst_miss = std::max(worst_miss, miss);
+    if (miss > 1.0) events.insert(k);
+  }
+  std::printf("stop-and-go: %d scans standing, the prediction misses by up to %.1f m at %zu frames, simulated in %.1f s\n",
+              standing, worst_miss, events.size(), seq.simulate_seconds);
+  REQUIRE(standing >= 3);
+  REQUIRE(worst_miss > 3.0);
+  const Outcome run = localize(seq, cpu_settings(), "stop-and-go");
+  check_outcome(seq, run, events);
+}
+
+TEST_CASE("kidnap at 10 Hz: a 20 m jump is found again by the recovery search", "[unit][localization]") {
+  const int frames = 16, kidnap = frames / 2;
+  const Sequence seq = make_sequence("kidnap", sim::Scenario::Kidnap, frames, 3);
+  const double jump = (seq.truth[kidnap].pose.translation() - seq.truth[kidnap - 1].pose.translation()).head<2>().norm();
+  std::printf("kidnap: %.2f m and %.0f deg at frame %d, simulated in %.1f s\n", jump,
+              turn_deg(seq.truth[kidnap - 1].pose, seq.truth[kidnap].pose), kidnap, seq.simulate_seconds);
+  CHECK(jump == Approx(20.0).margin(0.2));  // the ground point jumps 20 m; the sensor sits 1.8 m above it, tilted
+  for (std::size_t k = 1; k < seq.truth.size(); ++k) {
+    if (static_cast<int>(k) != kidnap) {
+      CHECK((seq.truth[k].pose.translation() - seq.truth[k - 1].pose.translation()).norm() < 2.0);
+    }
+  }
+  const std::set<std::size_t> events{static_cast<std::size_t>(kidnap)};
+
+  // The default settings search near the prediction and the last good pose only: the
+  // frames after the jump are lost, and none of them takes a wrong pose.
+  const Outcome plain = localize(seq, cpu_settings(), "kidnap, default settings");
+  CHECK(plain.lost > 2);
+  for (std::size_t k = 0; k < plain.results.size(); ++k) {
+    if (plain.results[k].valid) {
+      CHECK((plain.results[k].pose.topRightCorner<3, 1>() - seq.truth[k].pose.translation()).norm() < 0.10);
+    }
+  }
+
+  // The position search, widening at 100 m/s (the most the settings allow) from 5 m: 15 m
+  // at the kidnapped frame (0.1 s after the last good pose), 25 m at the next one, which
+  // covers the 20 m jump plus two frames of motion.
+  LocalizerSettings s = cpu_settings();
+  s.recovery_search = true;
+  s.recovery_search_radius = 5.0;
+  s.recovery_search_speed = 100.0;
+  const Outcome searched = localize(seq, s, "kidnap, recovery search");
+  for (int k = kidnap; k < kidnap + 2; ++k) {
+    std::printf("kidnap: frame %d %s after %d attempts in %.1f s, %.2f m off\n", k,
+                to_string(searched.results[static_cast<std::size_t>(k)].status),
+                searched.results[static_cast<std::size_t>(k)].attempts,
+                searched.results[static_cast<std::size_t>(k)].align_ms / 1000.0,
+                (searched.results[static_cast<std::size_t>(k)].pose.topRightCorner<3, 1>() -
+                 seq.truth[static_cast<std::size_t>(k)].pose.translation())
+                    .norm());
+  }
+  check_outcome(seq, searched, events);
+}
+
+TEST_CASE("every scenario gives the same bytes for the same seed; rough-start's pose is 3 m and 30 deg off",
+          "[unit][sim]") {
+  for (const std::string& name : sim::scenario_names()) {
+    CAPTURE(name);
+    sim::SimulationSettings s;
+    s.world.seed = 3;
+    s.world.size = 150.0;
+    s.lidar.columns = 90;
+    s.map.voxel = 1.0;
+    s.trajectory.frames = 6;
+    sim::apply_scenario(s, sim::scenario_from_string(name));
+    CHECK(sim::to_string(s.scenario) == name);
+    const fs::path a = ndtcu::test::temp_dir("scenario_bytes_a"), b = ndtcu::test::temp_dir("scenario_bytes_b");
+    sim::simulate(s, a.string());
+    s.threads = 1;
+    s.map.threads = 1;
+    sim::simulate(s, b.string());
+    for (const char* file : {"map.pcd", "poses_tum.txt", "world.json", "scans/000005.pcd"}) {
+      CAPTURE(file);
+      CHECK(ndtcu::test::read_bytes(a / file) == ndtcu::test::read_bytes(b / file));
+    }
+    const Trajectory truth = read_trajectory((a / "poses_tum.txt").string());
+    REQUIRE(truth.size() == 6);
+    CHECK(truth[5].time == Approx(5.0 / s.trajectory.rate_hz).margin(1e-6));
+    CHECK(fs::exists(a / "initial_pose_rough.txt") == (s.scenario == sim::Scenario::RoughStart));
+    if (s.scenario == sim::Scenario::RoughStart) {
+      const Trajectory rough = read_trajectory((a / "initial_pose_rough.txt").string());
+      REQUIRE(rough.size() == 1);
+      CHECK(rough[0].time == truth[0].time);
+      const Eigen::Vector3d d = rough[0].pose.translation() - truth[0].pose.translation();
+      CHECK(d.head<2>().norm() == Approx(3.0).margin(1e-5));
+      CHECK(d.z() == Approx(0.0).margin(1e-5));
+      CHECK(turn_deg(truth[0].pose, rough[0].pose) == Approx(30.0).margin(1e-4));
+    }
+  }
+  CHECK_THROWS_WITH(sim::scenario_from_string("loop"), Catch::Matchers::Contains("drive, turns, stop-and-go, kidnap, rough-start"));
+}

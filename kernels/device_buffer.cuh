@@ -41,7 +41,9 @@ class DeviceBuffer {
   /// capacity, so buffers sized once never allocate again (grow-only).
   void resize_discard(std::size_t n) {
     if (n > capacity_) {
-      release();
+      // The new buffer first, the old one freed only once it exists: a growth that fails
+      // leaves the buffer (its address, capacity and contents) as it was, so nothing that
+      // points into it dangles.
       void* p = nullptr;
       cudaError_t err = cudaMalloc(&p, n * sizeof(T));
       if (err != cudaSuccess) {
@@ -52,6 +54,7 @@ class DeviceBuffer {
                         " (" + std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes free)");
       }
       count_device_allocation();
+      release();
       ptr_ = static_cast<T*>(p);
       capacity_ = n;
     }

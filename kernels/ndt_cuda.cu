@@ -441,7 +441,12 @@ struct CudaBackend::Impl {
     moved |= grow(active_count, 1);
     moved |= grow(ticket, 1);
     moved |= grow(rules, 1);
-    if (with_trace) moved |= grow(trace, k * static_cast<std::size_t>(max_iterations));
+    if (with_trace && grow(trace, k * static_cast<std::size_t>(max_iterations))) {
+      moved = true;
+      // A hypothesis writes only the iterations it runs, and the read-back copies every
+      // slot: zero them once, so no read-back ever copies uninitialized memory.
+      NDTCU_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.capacity() * sizeof(math::StepTrace), stream));
+    }
     } catch (...) {
       ++generation;  // a buffer may have been freed: no cached graph may point into it
       throw;
@@ -643,13 +648,23 @@ void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3
   if (total > static_cast<std::size_t>(std::numeric_limits<int>::max() / (2 * kMaxLanes))) {
     throw Error("CUDA backend: " + std::to_string(total) + " source points are more than it indexes");
   }
+  // Whatever happens below, the configuration the kernels read (the point buffers'
+  // addresses) is stale until uploaded again, and the cached sources are gone: a growth
+  // that fails has already freed the old buffer.
+  m.config_dirty = true;
+  m.eval_source = -1;
+  m.sources.clear();
   // A scan larger than any before grows the buffers to 1.5 times its size: localizing a
   // sequence whose filtered scans grow a little at a time would otherwise reallocate (a
   // device-wide synchronization) on every new maximum.
-  for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_with_headroom(std::max<std::size_t>(total, 1));
+  try {
+    for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_with_headroom(std::max<std::size_t>(total, 1));
+  } catch (...) {
+    ++m.generation;  // no cached graph may run on what was freed
+    throw;
+  }
   // Structure of arrays: x, y, z each contiguous, so a warp's loads coalesce.
   m.staging.resize(3 * total);
-  m.sources.clear();
   std::size_t at = 0;
   for (const auto* s : sources) {
     DeviceSource d{};

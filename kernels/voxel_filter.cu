@@ -348,6 +348,9 @@ CudaScanFilter::CudaScanFilter(int device) : impl_(std::make_unique<Impl>()) {
   NDTCU_CUDA_CHECK(cudaEventCreate(&m.stop));
   m.buf = std::make_unique<Impl::Buffers>();
   m.buf->summary.resize_discard(1);
+  // The summary is read back after the crop, before the leaf count is written: zero it
+  // once, so no read-back copies uninitialized memory.
+  NDTCU_CUDA_CHECK(cudaMemsetAsync(m.buf->summary.data(), 0, sizeof(Summary), m.stream));
   m.buf->down_summary.reserve(1);
 }
 

@@ -46,4 +46,46 @@ std::vector<std::vector<double>> reduce_on_gpu(const std::vector<double>& x, int
 
 void allocate_and_free(std::size_t bytes) { detail::DeviceBuffer<char> buffer(bytes); }
 
+std::size_t device_free_bytes() {
+  std::size_t free_b = 0, total_b = 0;
+  NDTCU_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
+void* hog_device_memory(std::size_t leave) {
+  // Chunks of 1 GiB, then 16 MiB, then 1 MiB until each size fails (three failed calls in
+  // all, which a memory checker reports as expected errors), then 1 MiB chunks back until
+  // `leave` is free.
+  auto* chunks = new std::vector<void*>;
+  for (std::size_t size : {std::size_t(1) << 30, std::size_t(16) << 20, std::size_t(1) << 20}) {
+    for (;;) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, size) != cudaSuccess) {
+        cudaGetLastError();
+        break;
+      }
+      chunks->push_back(p);
+    }
+  }
+  while (!chunks->empty() && device_free_bytes() < leave) {
+    NDTCU_CUDA_CHECK(cudaFree(chunks->back()));
+    chunks->pop_back();
+  }
+  return chunks;
+}
+
+void release_device_memory(void* memory) {
+  auto* chunks = static_cast<std::vector<void*>*>(memory);
+  for (void* p : *chunks) NDTCU_CUDA_CHECK(cudaFree(p));
+  delete chunks;
+}
+
+CUstream_st* create_stream() {
+  cudaStream_t s = nullptr;
+  NDTCU_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void destroy_stream(CUstream_st* stream) { NDTCU_CUDA_CHECK(cudaStreamDestroy(stream)); }
+
 }  // namespace ndtcu::test

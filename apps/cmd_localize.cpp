@@ -41,7 +41,7 @@ struct LocalizeOptions {
   std::vector<double> init;
   NdtOptions ndt;
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
-  double min_matched_ratio = 0.5, rotation_search_range = 45.0, rotation_search_step = 15.0;
+  double min_matched_ratio = 0.5, rotation_search_range = 45.0, rotation_search_step = 15.0, search_nvtl_ratio = 0.85;
   int recovery_attempts = 2, readers = 2;
   bool recovery_search = false, no_rotation_search = false;
   double recovery_search_radius = 2.0, recovery_search_speed = 1.5, recovery_search_max_radius = 30.0;
@@ -346,9 +346,10 @@ std::string lost_reason(const AlignResult& a, const LocalizerSettings& ls) {
   if (low) return fmt::format("best NVTL {:.3f} < {}", a.nvtl, ls.nvtl_threshold);
   // Both checks passed: only a search winner is refused then, for a rival that scores
   // about as well elsewhere (the localizer never guesses between two).
-  return fmt::format("the best pose (NVTL {:.3f}) came from a search with a distinct rival within its margin "
-                     "(ambiguous)",
-                     a.nvtl);
+  return fmt::format("the best pose (NVTL {:.3f}) came from a search and was refused: a distinct pose scored about "
+                     "as well (ambiguous), or its NVTL is below {} of what the accepted frames score "
+                     "(--search-nvtl-ratio)",
+                     a.nvtl, ls.search_nvtl_ratio);
 }
 
 }  // namespace
@@ -393,6 +394,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                 "when the prediction fails, do not search rotations (within --rotation-search-range of the "
                 "prediction and of the last good pose) before the frame is lost; retry from the last good pose "
                 "instead");
+  cmd->add_option("--search-nvtl-ratio", o->search_nvtl_ratio,
+                  "a search's winner must also reach this share of the NVTL the accepted frames score (0 = no check)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--rotation-search-range", o->rotation_search_range,
                   "largest rotation (deg) the rotation search tries about the prediction and the last good pose")
       ->capture_default_str()
@@ -440,6 +445,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.recovery_attempts = o->recovery_attempts;
     ls.min_matched_ratio = o->min_matched_ratio;
     ls.rotation_search = !o->no_rotation_search;
+    ls.search_nvtl_ratio = o->search_nvtl_ratio;
     ls.rotation_search_range_deg = o->rotation_search_range;
     ls.rotation_search_step_deg = o->rotation_search_step;
     ls.recovery_search = o->recovery_search;
@@ -628,6 +634,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"recovery_attempts", ls.recovery_attempts},
                      {"min_matched_ratio", ls.min_matched_ratio},
                      {"rotation_search", ls.rotation_search},
+                     {"search_nvtl_ratio", ls.search_nvtl_ratio},
                      {"rotation_search_range_deg", ls.rotation_search_range_deg},
                      {"rotation_search_step_deg", ls.rotation_search_step_deg},
                      {"recovery_search", ls.recovery_search},

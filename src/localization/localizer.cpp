@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -151,6 +152,9 @@ void validate(const LocalizerSettings& s) {
   if (!(s.min_matched_ratio >= 0.0 && s.min_matched_ratio <= 1.0)) {
     throw Error("localizer min_matched_ratio must be in [0, 1], got " + std::to_string(s.min_matched_ratio));
   }
+  if (!(s.search_nvtl_ratio >= 0.0 && s.search_nvtl_ratio <= 1.0)) {
+    throw Error("localizer search_nvtl_ratio must be in [0, 1], got " + std::to_string(s.search_nvtl_ratio));
+  }
   if (!(s.rotation_search_range_deg >= 0.0 && s.rotation_search_range_deg <= 180.0)) {
     throw Error("localizer rotation_search_range_deg must be in [0, 180] deg, got " +
                 std::to_string(s.rotation_search_range_deg));
@@ -189,6 +193,9 @@ struct Localizer::Impl {
   double last_time = 0.0, before_last_time = 0.0;
   int known = 0;
   int consecutive_lost = 0;
+  // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
+  // settings.search_nvtl_ratio.
+  double typical_nvtl = std::numeric_limits<double>::quiet_NaN();
 
   // Where a retry starts: the last good pose, or the initial guess before the first one.
   const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
@@ -208,6 +215,11 @@ struct Localizer::Impl {
 
   Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(without_pose_covariance(s.align), stream) {
     if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) gpu_filters = std::make_unique<GpuFilterPool>();
+  }
+
+  // Whether `nvtl` reaches settings.search_nvtl_ratio of what the accepted frames score.
+  bool typical(double nvtl) const {
+    return std::isnan(typical_nvtl) || nvtl >= settings.search_nvtl_ratio * typical_nvtl;
   }
 
   bool accept(const AlignResult& r) const {
@@ -237,8 +249,14 @@ const char* Localizer::backend() const noexcept { return impl_->aligner.backend(
 const char* Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? "cuda" : "cpu"; }
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
 
-void Localizer::set_map(const PointCloud& map) { impl_->aligner.set_target(map); }
-void Localizer::set_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.set_target(std::move(map)); }
+void Localizer::set_map(const PointCloud& map) {
+  impl_->aligner.set_target(map);
+  impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores
+}
+void Localizer::set_map(std::shared_ptr<const VoxelMap> map) {
+  impl_->aligner.set_target(std::move(map));
+  impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+}
 
 void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   check_rigid(pose, "initial pose");
@@ -313,7 +331,9 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     ++out.attempts;
     out.iterations_total += r.iterations;
     out.evaluations += r.timings.evaluations;
-    const bool ok = m.accept(r);
+    // Held to the scene's scores too (settings.search_nvtl_ratio): an attempt that passes
+    // the fixed threshold far below them goes on to the retries and searches.
+    const bool ok = m.accept(r) && m.typical(r.nvtl);
     if (ok || !have_best || (has_pose(r) && (!has_pose(best) || r.nvtl > best.nvtl))) {
       best = std::move(r);
       have_best = true;
@@ -347,9 +367,14 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     out.iterations_total += found.best.iterations;
     out.evaluations += found.best.timings.evaluations;
     out.status = FrameStatus::Recovered;
-    if (m.accept(found.best) && !found.ambiguous) {
+    const bool typical = m.typical(found.best.nvtl);
+    if (m.accept(found.best) && !found.ambiguous && typical) {
       best = found.best;
       return true;
+    }
+    if (!typical && m.accept(found.best) && !found.ambiguous) {
+      detail::log().debug("localizer: {} search at t={}: NVTL {:.3f} below {} of the accepted frames' {:.3f}", what, time,
+                          found.best.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
     }
     detail::log().debug("localizer: {} search at t={}: best NVTL {:.3f}{}", what, time, found.best.nvtl,
                         found.ambiguous ? ", ambiguous" : "");
@@ -401,12 +426,18 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     m.last = out.pose;
     m.last_time = time;
     m.known = std::min(m.known + 1, 2);  // before_last is meaningful from the second pose on
+    m.typical_nvtl = std::isnan(m.typical_nvtl) ? out.alignment.nvtl : 0.8 * m.typical_nvtl + 0.2 * out.alignment.nvtl;
     m.consecutive_lost = 0;
   } else {
     out.status = FrameStatus::Lost;
     out.valid = false;
     out.pose = out.prediction;
     ++m.consecutive_lost;
+    // Ten frames in a row lost: the scene's scores may have changed (another part of the
+    // map, a sparser one); the fixed threshold alone judges until a frame is accepted again.
+    // Not sooner: after a kidnapping the scans fit the old place at NVTL 2.5-2.7 on the
+    // simulator's streets, which the fixed threshold alone would take, 22 m off.
+    if (m.consecutive_lost >= 10) m.typical_nvtl = std::numeric_limits<double>::quiet_NaN();
     detail::log().debug("localizer: frame at t={} lost after {} attempts (best NVTL {:.3f}, {})", time, out.attempts,
                         out.alignment.nvtl, to_string(out.alignment.reason));
   }

@@ -3,6 +3,7 @@
 // room symmetric under a half turn it reports the ambiguity with a rival half a turn away;
 // bad input is an Error that names what is wrong.
 #include "../support/test_support.hpp"
+#include "initial_pose_sample.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
@@ -19,60 +20,9 @@
 #include <random>
 
 using namespace ndtcu;
+using namespace ndtcu::initial_pose_test;
 
 namespace {
-
-constexpr double kPi = 3.14159265358979323846;
-constexpr double kDeg = kPi / 180.0;
-
-double wrap(double a) {
-  a = std::remainder(a, 2.0 * kPi);
-  return a <= -kPi ? a + 2.0 * kPi : a;
-}
-
-// The angle (rad) of the rotation between two poses.
-double rotation_angle(const Pose6& a, const Pose6& b) {
-  const Eigen::Matrix3d ra = pose_to_matrix(a).topLeftCorner<3, 3>(), rb = pose_to_matrix(b).topLeftCorner<3, 3>();
-  return Eigen::AngleAxisd(ra.transpose() * rb).angle();
-}
-
-PointCloud load_sample(const std::filesystem::path& path, double leaf) {
-  const PointCloud c = read_point_cloud(path.string());
-  // Points exactly at the origin are invalid returns in these scans.
-  PointCloud kept;
-  kept.origin = c.origin;
-  for (const auto& p : c.points) {
-    if (!p.isZero()) kept.points.push_back(p);
-  }
-  return leaf > 0 ? voxel_downsample(kept, leaf) : kept;
-}
-
-AlignSettings cpu_settings() {
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  return s;
-}
-
-// The sample's map in an aligner, scan 3 and its true pose.
-struct Sample {
-  Aligner aligner{cpu_settings()};
-  PointCloud scan;
-  Pose6 truth;
-};
-
-Sample& sample() {
-  static Sample s = [] {
-    const std::filesystem::path dir = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample";
-    Sample out;
-    out.aligner.set_target(load_sample(dir / "map.pcd", 0.0));
-    out.scan = load_sample(dir / "scans/000003.pcd", 0.5);
-    const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
-    out.truth = matrix_to_pose(truth[3].pose.matrix());
-    return out;
-  }();
-  return s;
-}
 
 // A 20 x 10 m room, 3 m high walls and a floor, every point paired with its half-turn
 // image (x, y) -> (-x, -y): the room and its sampling are symmetric under a 180 deg yaw,

@@ -5,6 +5,7 @@
 // 60 deg off (within 0.1 m and 1 deg); a batched search is reproducible; bad options are
 // an Error that names the field.
 #include "../support/test_support.hpp"
+#include "initial_pose_sample.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
@@ -25,22 +26,9 @@
 #include <vector>
 
 using namespace ndtcu;
+using namespace ndtcu::initial_pose_test;
 
 namespace {
-
-constexpr double kPi = 3.14159265358979323846;
-constexpr double kDeg = kPi / 180.0;
-
-double wrap(double a) {
-  a = std::remainder(a, 2.0 * kPi);
-  return a <= -kPi ? a + 2.0 * kPi : a;
-}
-
-// The angle (rad) of the rotation between two poses.
-double rotation_angle(const Pose6& a, const Pose6& b) {
-  const Eigen::Matrix3d ra = pose_to_matrix(a).topLeftCorner<3, 3>(), rb = pose_to_matrix(b).topLeftCorner<3, 3>();
-  return Eigen::AngleAxisd(ra.transpose() * rb).angle();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -65,44 +53,6 @@ std::vector<TpeDimension> autoware_space() {
   return {{TpePrior::Normal, 0.0, 1.0, 0.25, false},  {TpePrior::Normal, 0.0, 1.0, 0.25, false},
           {TpePrior::Normal, 0.0, 0.1, 0.0, false},   {TpePrior::Normal, 0.0, 0.1, 0.0, false},
           {TpePrior::Normal, 0.0, 0.1, 0.0, false},   {TpePrior::Uniform, 0.0, kPi, 2.5 * kDeg, true}};
-}
-
-PointCloud load_sample(const std::filesystem::path& path, double leaf) {
-  const PointCloud c = read_point_cloud(path.string());
-  // Points exactly at the origin are invalid returns in these scans.
-  PointCloud kept;
-  kept.origin = c.origin;
-  for (const auto& p : c.points) {
-    if (!p.isZero()) kept.points.push_back(p);
-  }
-  return leaf > 0 ? voxel_downsample(kept, leaf) : kept;
-}
-
-AlignSettings cpu_settings() {
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  return s;
-}
-
-// The sample's map in an aligner, scan 3 and its true pose.
-struct Sample {
-  Aligner aligner{cpu_settings()};
-  PointCloud scan;
-  Pose6 truth;
-};
-
-Sample& sample() {
-  static Sample s = [] {
-    const std::filesystem::path dir = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample";
-    Sample out;
-    out.aligner.set_target(load_sample(dir / "map.pcd", 0.0));
-    out.scan = load_sample(dir / "scans/000003.pcd", 0.5);
-    const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
-    out.truth = matrix_to_pose(truth[3].pose.matrix());
-    return out;
-  }();
-  return s;
 }
 
 // The sample's rough pose: 1.5 m from the truth and the heading 60 deg off.

@@ -41,3 +41,22 @@ endif()
 add_library(ndtcu_warnings INTERFACE)
 target_compile_options(ndtcu_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter>)
+
+# Sanitized builds for the tests: -DNDTCU_SANITIZE=address,undefined or thread (a list for
+# -fsanitize=). Unlike everything above, this is set for the whole tree rather than per
+# target: a sanitizer checks a program only when every object in it is instrumented and
+# the link brings in its runtime, and a target missed here (one added later, a test helper)
+# would hold uninstrumented code that reports nothing. Host code only: nvcc does not take
+# -fsanitize, so configure these builds with -DNDTCU_WITH_CUDA=OFF.
+set(NDTCU_SANITIZE "" CACHE STRING "Build everything with -fsanitize=<list>, e.g. address,undefined or thread")
+if(NDTCU_SANITIZE)
+  if(NDTCU_WITH_CUDA)
+    message(FATAL_ERROR "NDTCU_SANITIZE=${NDTCU_SANITIZE} needs -DNDTCU_WITH_CUDA=OFF (nvcc does not take -fsanitize)")
+  endif()
+  # Every report ends the program (-fno-sanitize-recover: UBSan otherwise prints and goes
+  # on, and a test that passes would hide it); frame pointers and -g give readable stacks.
+  set(_ndtcu_sanitize_flags -fsanitize=${NDTCU_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${_ndtcu_sanitize_flags}>")
+  add_link_options(-fsanitize=${NDTCU_SANITIZE})
+  message(STATUS "ndtcu: sanitizers ${NDTCU_SANITIZE}")
+endif()

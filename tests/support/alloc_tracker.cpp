@@ -4,6 +4,28 @@
 #include <cstdlib>
 #include <new>
 
+// Under AddressSanitizer or ThreadSanitizer the record comes from the sanitizer's
+// allocation hook, and operator new and delete are left to the sanitizer: its own are what
+// find a block freed with the wrong form (new[] with delete, malloc with delete) or with a
+// wrong size, and the replacements below, all going to malloc and free, would hide exactly
+// that. The hook sees every allocation the sanitizer's allocator makes (malloc as well as
+// operator new), which the tests' bounds allow: they bound the largest block, and a
+// malloc'ed block counts against a parser as much as a new'ed one.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NDTCU_TEST_SANITIZER_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define NDTCU_TEST_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+
+#ifdef NDTCU_TEST_SANITIZER_ALLOCATOR
+// sanitizer/allocator_interface.h, which GCC does not install; the runtimes of GCC and
+// Clang both define it.
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, std::size_t),
+                                                         void (*free_hook)(const volatile void*));
+#endif
+
 // Every replaceable form of operator new and delete is replaced, not only the plain ones:
 // a form left out keeps the runtime's (or a sanitizer's) allocator, and memory it hands out
 // would then be freed here with another one (std::stable_sort's temporary buffer comes
@@ -18,7 +40,25 @@ void record(std::size_t n) {
   while (n > seen && !g_largest.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
   }
 }
+}  // namespace
 
+namespace ndtcu::test {
+void reset_largest_allocation() { g_largest.store(0); }
+std::size_t largest_allocation() { return g_largest.load(); }
+}  // namespace ndtcu::test
+
+#ifdef NDTCU_TEST_SANITIZER_ALLOCATOR
+
+namespace {
+void on_malloc(const volatile void*, std::size_t n) { record(n); }
+void on_free(const volatile void*) {}
+// Installed before main(); allocations made earlier are no test's.
+[[maybe_unused]] const int g_hooks_installed = __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+}  // namespace
+
+#else
+
+namespace {
 void* try_alloc(std::size_t n) noexcept {
   record(n);
   return std::malloc(n ? n : 1);
@@ -45,11 +85,6 @@ void* alloc_aligned(std::size_t n, std::align_val_t alignment) {
 }
 }  // namespace
 
-namespace ndtcu::test {
-void reset_largest_allocation() { g_largest.store(0); }
-std::size_t largest_allocation() { return g_largest.load(); }
-}  // namespace ndtcu::test
-
 void* operator new(std::size_t n) { return alloc(n); }
 void* operator new[](std::size_t n) { return alloc(n); }
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return try_alloc(n); }
@@ -74,3 +109,5 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::fre
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+
+#endif  // NDTCU_TEST_SANITIZER_ALLOCATOR

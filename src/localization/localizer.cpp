@@ -210,6 +210,11 @@ struct Localizer::Impl {
     return o;
   }();
 
+  // The rotation search's offsets (fixed by the settings): made once, not per lost frame.
+  std::vector<Eigen::Vector3d> turns =
+      settings.rotation_search ? rotation_offsets(settings.rotation_search_range_deg, settings.rotation_search_step_deg)
+                               : std::vector<Eigen::Vector3d>{};
+
   // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
   std::unique_ptr<GpuFilterPool> gpu_filters;
 
@@ -383,8 +388,7 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   };
   if (!ok && m.settings.rotation_search) {
     std::vector<Pose6> hypotheses;
-    const std::vector<Eigen::Vector3d> turns =
-        rotation_offsets(m.settings.rotation_search_range_deg, m.settings.rotation_search_step_deg);
+    const std::vector<Eigen::Vector3d>& turns = m.turns;
     std::vector<Eigen::Matrix4d> centres{out.prediction};
     // The last good pose too, unless it is the prediction (no velocity yet).
     if (translation_gap(m.anchor(), out.prediction) >= 1e-3 || rotation_gap(m.anchor(), out.prediction) >= 1e-4) {

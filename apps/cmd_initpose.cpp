@@ -159,9 +159,11 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       j["reason"] = to_string(b.reason);
       j["iterations"] = b.iterations;
       j["hypotheses_aligned"] = r.hypotheses_aligned;
+      j["screened_hypotheses"] = r.screened_hypotheses;
       j["coarse_hypotheses"] = r.coarse_hypotheses;
       j["refined_hypotheses"] = r.refined_hypotheses;
       j["time_ms"] = r.time_ms;
+      j["screen_ms"] = r.screen_ms;
       j["coarse_ms"] = r.coarse_ms;
       j["refine_ms"] = r.refine_ms;
       j["has_rival"] = r.has_rival;
@@ -206,10 +208,14 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                          "aligned\n",
                          r.coarse_hypotheses, r.refined_hypotheses, o->tpe.proposal_batch, r.hypotheses_aligned);
     } else {
-      out += fmt::format("  sweep       radius {} m at {} m, yaw range {} deg at {} deg: {} coarse ({} iterations) + {} "
+      const std::string screen = r.screened_hypotheses == 0
+                                     ? std::string()
+                                     : fmt::format("{} screened ({:.1f} ms), the best ", r.screened_hypotheses, r.screen_ms);
+      out += fmt::format("  sweep       radius {} m at {} m, yaw range {} deg at {} deg: {}{} coarse ({} iterations) + {} "
                          "refined = {} hypotheses aligned\n",
                          o->search.radius, o->search.position_step, o->search.yaw_range_deg, o->search.yaw_step_deg,
-                         r.coarse_hypotheses, o->search.coarse_iterations, r.refined_hypotheses, r.hypotheses_aligned);
+                         screen, r.coarse_hypotheses, o->search.coarse_iterations, r.refined_hypotheses,
+                         r.hypotheses_aligned);
     }
     out += fmt::format("  attitude    {}\n", r.leveled ? "roll and pitch from the scan's ground plane"
                                                    : "roll and pitch of --around");

@@ -43,8 +43,9 @@ struct LocalizeOptions {
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
   double min_matched_ratio = 0.5, rotation_search_range = 45.0, rotation_search_step = 15.0, search_nvtl_ratio = 0.85;
   int recovery_attempts = 2, readers = 2;
-  bool recovery_search = false, no_rotation_search = false;
-  double recovery_search_radius = 2.0, recovery_search_speed = 1.5, recovery_search_max_radius = 30.0;
+  std::string recovery = "hypotheses";
+  double search_radius = 2.0, max_speed = 20.0, max_turn_rate = 90.0, max_search_radius = 50.0;
+  double init_radius = 0.0, init_yaw_range = 360.0;
   std::size_t queue = 4;
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
@@ -102,6 +103,9 @@ Eigen::Matrix4d first_scan_pose(const std::string& path, const Trajectory& traje
   }
   return trajectory[*match].pose.matrix();
 }
+
+// A frame succeeds when its pose lies within this of its reference pose (m).
+constexpr double kSuccessRadius = 0.10;
 
 // Progress on stderr: a bar redrawn in place on a terminal, a plain line now and then otherwise.
 class Progress {
@@ -198,6 +202,16 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   } else {
     row += ",,,";
   }
+  // How the frame was recovered: the stage that gave (or last tried) the pose, the
+  // hypotheses its searches aligned and screened, and the last search's best rival.
+  if (result) {
+    const auto& r = *result;
+    row += fmt::format(",{},{},{},{},{}", r.stage, r.hypotheses, r.screened,
+                       std::isnan(r.ambiguity_nvtl) ? std::string() : fmt::format("{:.6f}", r.ambiguity_nvtl),
+                       r.ambiguous ? 1 : 0);
+  } else {
+    row += ",,,,,";
+  }
   return row + "\n";
 }
 
@@ -213,7 +227,8 @@ class FrameFiles {
         last_flush_(std::chrono::steady_clock::now()) {
     frames_.stream << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,"
                       "iterations_total,evaluations,tp,nvtl,converged,read_ms,preprocess_ms,align_ms,total_ms,x,y,z,"
-                      "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy\n";
+                      "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy,stage,hypotheses,"
+                      "screened,ambiguity_nvtl,ambiguous\n";
   }
 
   void frame(const std::string& row) {
@@ -320,7 +335,8 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
 }
 
 // Why a frame was lost, from its best attempt: the check that failed, in its own words.
-std::string lost_reason(const AlignResult& a, const LocalizerSettings& ls) {
+std::string lost_reason(const LocalizationResult& r, const LocalizerSettings& ls) {
+  const AlignResult& a = r.alignment;
   switch (a.reason) {
     case StopReason::EmptySource: return "no scan point left after the range crop and the voxel filter";
     case StopReason::NoVoxels: return "the map has no voxel";
@@ -345,11 +361,15 @@ std::string lost_reason(const AlignResult& a, const LocalizerSettings& ls) {
   }
   if (low) return fmt::format("best NVTL {:.3f} < {}", a.nvtl, ls.nvtl_threshold);
   // Both checks passed: only a search winner is refused then, for a rival that scores
-  // about as well elsewhere (the localizer never guesses between two).
-  return fmt::format("the best pose (NVTL {:.3f}) came from a search and was refused: a distinct pose scored about "
-                     "as well (ambiguous), or its NVTL is below {} of what the accepted frames score "
+  // about as well elsewhere (the localizer never guesses between two), or for a score
+  // far below the scene's.
+  if (r.ambiguous) {
+    return fmt::format("ambiguous: the {}'s best pose (NVTL {:.3f}) has a distinct rival at NVTL {:.3f}", r.stage,
+                       a.nvtl, r.ambiguity_nvtl);
+  }
+  return fmt::format("the best pose (NVTL {:.3f}, from the {}) is below {} of what the accepted frames score "
                      "(--search-nvtl-ratio)",
-                     a.nvtl, ls.search_nvtl_ratio);
+                     a.nvtl, r.stage, ls.search_nvtl_ratio);
 }
 
 }  // namespace
@@ -365,6 +385,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                    ->expected(6);
   cmd->add_option("--init-from", o->init_from, "take the first scan's pose from this TUM or KITTI file")
       ->excludes(init);
+  cmd->add_option("--init-radius", o->init_radius,
+                  "the first pose is only a rough one: search for it within this radius (m; 0 = no search) until "
+                  "a frame is found")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 50.0));
+  cmd->add_option("--init-yaw-range", o->init_yaw_range,
+                  "... and within this yaw range about its yaw (deg; 360 = any heading)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 360.0));
   cmd->add_option("--reference", o->reference, "reference poses (TUM or KITTI) to evaluate against");
   cmd->add_option("--reference-format", o->reference_format, "format of --reference (--init-from is always detected)")
       ->check(CLI::IsMember({"tum", "kitti", "auto"}));
@@ -388,12 +417,17 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--accept-max-iterations", o->accept_max_iterations,
                 "accept an alignment that used every iteration when its NVTL passes (by default it is retried)");
-  cmd->add_option("--recovery-attempts", o->recovery_attempts, "retries before a frame is lost")->capture_default_str()
+  cmd->add_option("--recovery", o->recovery,
+                  "when the prediction fails: none (the frame is lost), last-good (retry from the last good pose), "
+                  "hypotheses (search rotations, then positions near the prediction, then as far as --max-speed "
+                  "allows)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "last-good", "hypotheses"}));
+  cmd->add_option("--recovery-attempts", o->recovery_attempts,
+                  "retries before the searches or the loss (continuing an attempt that ran out of iterations; "
+                  "with last-good, from the last good pose)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 10));
-  cmd->add_flag("--no-rotation-search", o->no_rotation_search,
-                "when the prediction fails, do not search rotations (within --rotation-search-range of the "
-                "prediction and of the last good pose) before the frame is lost; retry from the last good pose "
-                "instead");
   cmd->add_option("--search-nvtl-ratio", o->search_nvtl_ratio,
                   "a search's winner must also reach this share of the NVTL the accepted frames score (0 = no check)")
       ->capture_default_str()
@@ -405,21 +439,23 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--rotation-search-step", o->rotation_search_step, "grid step (deg) of the rotation search")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 180.0));
-  cmd->add_flag("--recovery-search", o->recovery_search,
-                "when the rotation search fails, search hypotheses around the prediction (positions within "
-                "--recovery-search-radius, every 15 deg of yaw) and take an unambiguous winner that passes");
-  cmd->add_option("--recovery-search-radius", o->recovery_search_radius,
-                  "radius (m) of the recovery search right after a good frame")
+  cmd->add_option("--search-radius", o->search_radius,
+                  "radius (m) of the position search near the prediction (after the rotation search)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 50.0));
-  cmd->add_option("--recovery-search-speed", o->recovery_search_speed,
-                  "growth of the recovery search's radius per second since the last good pose (m/s)")
+      ->check(CLI::Range(0.0, 200.0));
+  cmd->add_option("--max-speed", o->max_speed,
+                  "how fast (m/s) the sensor can move: the wide search's radius about the last good pose grows by "
+                  "this per second since it")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--recovery-search-max-radius", o->recovery_search_max_radius,
-                  "largest recovery-search radius (m)")
+  cmd->add_option("--max-turn-rate", o->max_turn_rate,
+                  "how fast (deg/s) the heading can turn away from the prediction: the position searches' yaw range "
+                  "grows by this per second since the last good pose")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 50.0));
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--max-search-radius", o->max_search_radius, "largest radius (m) of the position searches")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 200.0));
   cmd->add_option("--readers", o->readers, "scan reader threads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--queue", o->queue, "scans read ahead at most")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--period", o->period, "scan period (s) for scans without time stamps")->capture_default_str()
@@ -444,14 +480,14 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.reject_max_iterations = !o->accept_max_iterations;
     ls.recovery_attempts = o->recovery_attempts;
     ls.min_matched_ratio = o->min_matched_ratio;
-    ls.rotation_search = !o->no_rotation_search;
     ls.search_nvtl_ratio = o->search_nvtl_ratio;
     ls.rotation_search_range_deg = o->rotation_search_range;
     ls.rotation_search_step_deg = o->rotation_search_step;
-    ls.recovery_search = o->recovery_search;
-    ls.recovery_search_radius = o->recovery_search_radius;
-    ls.recovery_search_speed = o->recovery_search_speed;
-    ls.recovery_search_max_radius = o->recovery_search_max_radius;
+    ls.recovery = recovery_from_string(o->recovery);
+    ls.search_radius = o->search_radius;
+    ls.max_speed = o->max_speed;
+    ls.max_turn_rate_deg = o->max_turn_rate;
+    ls.max_search_radius = o->max_search_radius;
     validate(ls);
 
     std::vector<ScanEntry> scans = list_scans(o->scans, o->period);
@@ -496,7 +532,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const double map_build_ms = ms_since(t0);
     const std::size_t map_voxels = localizer.aligner().target()->size();
     if (map_voxels == 0) throw Error(o->map + ": the map has no usable voxel at resolution " + fmt::format("{}", s.resolution));
-    localizer.set_initial_pose(initial);
+    if (o->init_radius > 0.0) {
+      localizer.set_initial_region(initial, o->init_radius, o->init_yaw_range);
+    } else {
+      localizer.set_initial_pose(initial);
+    }
 
     // The loop: readers fill the queue while the aligner works on the current scan. Each
     // frame is written out as it finishes; what stays is what the summary needs: a few
@@ -507,6 +547,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const std::size_t frame_count = scans.size();
     Progress progress(frame_count, show_progress);
     std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0;
+    // The success rate: frames with a reference pose, and those of them localized within
+    // kSuccessRadius of it (lost and skipped frames count as failures).
+    std::size_t judged = 0, within = 0;
     Trajectory estimate;  // the localized poses, for ATE and RPE
     if (!reference.empty()) estimate.reserve(frame_count);
     TimeAssociation association(reference, o->max_time_difference);
@@ -529,6 +572,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       while (auto scan = prefetcher.next()) {
         const std::optional<std::size_t> match = matches.empty() ? std::nullopt : matches[scan->index];
         const StampedPose* matched = match ? &reference[*match] : nullptr;
+        judged += matched != nullptr;
         if (!scan->error.empty()) {
           ++skipped;
           progress.message(fmt::format("ndtcu: warning: frame {} skipped: {}", scan->index, scan->error));
@@ -543,7 +587,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
             progress.message(fmt::format("ndtcu: warning: frame {} ({}) lost after {} attempt{}: {}; not written to "
                                          "the trajectory",
                                          scan->index, fs::path(scan->entry.path).filename().string(), r.attempts,
-                                         r.attempts == 1 ? "" : "s", lost_reason(r.alignment, ls)));
+                                         r.attempts == 1 ? "" : "s", lost_reason(r, ls)));
           } else if (r.status == FrameStatus::Recovered) {
             ++recovered;
           }
@@ -574,6 +618,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
               estimate.push_back(p);
             }
           }
+          within += matched && error_m && *error_m <= kSuccessRadius;
           files.frame(frames_csv_row(*scan, &r, matched, error_m));
         }
         progress.update(++done, lost, skipped);
@@ -622,6 +667,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["scans"] = json_text(o->scans);
     const Pose6 ip = matrix_to_pose(initial);
     j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
+    // With --init-radius the pose is only the centre of the first frames' search.
+    j["initial_pose"]["search"] = o->init_radius > 0.0 ? nlohmann::json{{"radius_m", o->init_radius},
+                                                                      {"yaw_range_deg", o->init_yaw_range}}
+                                                     : nlohmann::json(nullptr);
     j["settings"] = ndt_settings_json(o->ndt.preset, s);
     j["settings"].update({{"min_range", ls.min_range},
                      {"max_range", ls.max_range},
@@ -633,14 +682,14 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"reject_max_iterations", ls.reject_max_iterations},
                      {"recovery_attempts", ls.recovery_attempts},
                      {"min_matched_ratio", ls.min_matched_ratio},
-                     {"rotation_search", ls.rotation_search},
+                     {"recovery", to_string(ls.recovery)},
                      {"search_nvtl_ratio", ls.search_nvtl_ratio},
                      {"rotation_search_range_deg", ls.rotation_search_range_deg},
                      {"rotation_search_step_deg", ls.rotation_search_step_deg},
-                     {"recovery_search", ls.recovery_search},
-                     {"recovery_search_radius", ls.recovery_search_radius},
-                     {"recovery_search_speed", ls.recovery_search_speed},
-                     {"recovery_search_max_radius", ls.recovery_search_max_radius},
+                     {"search_radius", ls.search_radius},
+                     {"max_speed", ls.max_speed},
+                     {"max_turn_rate_deg", ls.max_turn_rate_deg},
+                     {"max_search_radius", ls.max_search_radius},
                      {"readers", o->readers},
                      {"gpu_filter_in_line", o->gpu_filter_in_line},
                      {"queue", o->queue}});
@@ -653,10 +702,21 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       for (const auto& m : matches) matched += m.has_value();
       j["reference"] = {{"path", json_text(o->reference)}, {"poses", reference.size()}, {"matched_scans", matched},
                         {"matching", matching}};
+      // Over every frame with a reference pose: the ATE below covers the localized ones only.
+      j["success"] = {{"within_m", kSuccessRadius},
+                      {"frames", judged},
+                      {"succeeded", within},
+                      {"rate", judged > 0 ? nlohmann::json(static_cast<double>(within) / static_cast<double>(judged))
+                                          : nlohmann::json(nullptr)}};
+      eval_text += judged == 0 ? std::string("  success     none: no frame has a reference pose\n")
+                               : fmt::format("  success     {} of {} frames ({:.1f}%) within {} m of the reference "
+                                             "(lost and skipped frames count as failures)\n",
+                                             within, judged, 100.0 * static_cast<double>(within) / static_cast<double>(judged),
+                                             kSuccessRadius);
       if (ate.pairs > 0) {
         j["ate"] = {{"pairs", ate.pairs}, {"rmse_m", ate.rmse_m}, {"mean_m", ate.mean_m},
                     {"median_m", ate.median_m}, {"max_m", ate.max_m}};
-        eval_text += fmt::format("  ATE         RMSE {:.4f} m, mean {:.4f} m, median {:.4f} m, max {:.4f} m over {} poses "
+        eval_text += fmt::format("  ATE         RMSE {:.4f} m, mean {:.4f} m, median {:.4f} m, max {:.4f} m over {} localized poses "
                                  "(matched by {}, no alignment)\n",
                                  ate.rmse_m, ate.mean_m, ate.median_m, ate.max_m, ate.pairs, matching);
       } else {

@@ -130,7 +130,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                   "               90 deg turn\n"
                   "  stop-and-go  1 Hz from a standstill; stops 25 m after the start and every 100 m,\n"
                   "               braking at 6 m/s^2, 4 s standing, then accelerating at 3.5 m/s^2\n"
-                  "  kidnap       10 Hz; at the middle frame the sensor lands 20 m away on another\n"
+                  "  kidnap       1 Hz; at the middle frame the sensor lands 20 m away on another\n"
                   "               street (or the other lane) and drives on; poses_tum.txt has the jump\n"
                   "  rough-start  the plain drive, plus initial_pose_rough.txt: the first pose 3 m and\n"
                   "               30 deg off, as a start for localize --init-from or initpose --around")

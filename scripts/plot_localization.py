@@ -75,8 +75,13 @@ def main():
     ax.set_ylabel("y (m)")
     title = "ndtcu localize: top view"
     ate = summary.get("ate")
+    success = summary.get("success")
+    if success and success.get("rate") is not None:
+        title += (f"\n{success['succeeded']} of {success['frames']} frames within "
+                  f"{success['within_m'] * 100:.0f} cm (lost ones count as failures)")
     if ate and ate.get("rmse_m") is not None:
-        title += f"\nATE RMSE {ate['rmse_m'] * 100:.2f} cm, max {ate['max_m'] * 100:.2f} cm"
+        title += (f"\nATE RMSE {ate['rmse_m'] * 100:.2f} cm, max {ate['max_m'] * 100:.2f} cm "
+                  f"over {ate.get('pairs', '?')} localized frames")
     elif ate:
         # No localized frame matched a reference pose: there is no error to show.
         title += f"\nATE: {ate.get('reason', 'no pair')}"
@@ -107,6 +112,13 @@ def main():
     axes[k].grid(True, alpha=0.3)
     k += 1
     axes[k].plot(frame, latency, ".-", color="tab:purple")
+    # Recovered frames paid for their searches: marked where their latency is.
+    if recovered:
+        axes[k].plot([frame[i] for i in recovered], [latency[i] for i in recovered], "o", mfc="none",
+                     color="tab:orange", ms=8, label=f"recovered ({len(recovered)})")
+        axes[k].legend(loc="best")
+    for i in lost:
+        axes[k].axvline(frame[i], color="tab:red", alpha=0.3)
     axes[k].set_ylabel("latency (ms)")
     axes[k].set_xlabel("frame")
     axes[k].grid(True, alpha=0.3)

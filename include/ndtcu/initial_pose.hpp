@@ -69,6 +69,19 @@ struct InitialPoseOptions {
   /// smallest that brings it under; 0: all). The coarse pass only ranks hypotheses, and
   /// its cost is proportional to the points; the refinement always uses the whole scan.
   std::size_t coarse_points = 512;
+  /// A search of more hypotheses than this screens them first: each is scored where it
+  /// stands (Aligner::evaluate_batch, no iteration) on at most screen_points of the scan,
+  /// and only the screen_keep best go on to the coarse pass (0: never screen). A wide
+  /// search (the localizer's after a kidnapping: 30 m at 1 m and 15 deg is 68,000
+  /// hypotheses) then costs about what a coarse pass of screen_keep costs; the default
+  /// sweep of 5 m (1,944 hypotheses) is not screened.
+  std::size_t screen_above = 4096;
+  /// Points of the scan (every k-th) the screen scores; see screen_above.
+  std::size_t screen_points = 128;
+  /// Hypotheses the screen passes on, the best by NVTL times the share of the scan's
+  /// points that met a voxel (a pose where most of the scan misses the map ranks low
+  /// however well its few points fit).
+  std::size_t screen_keep = 1024;
   /// A sweep larger than this many hypotheses is refused (Error): it would take minutes on
   /// the CPU and a larger step is nearly always what was meant.
   std::size_t max_hypotheses = 100000;
@@ -80,11 +93,14 @@ struct InitialPoseResult {
   /// `converged` is false when it ran out of iterations in the refinement and its one
   /// continuation (verdict() says not_converged then).
   AlignResult best;
-  std::size_t coarse_hypotheses = 0;  ///< hypotheses of the sweep (the coarse batch)
+  std::size_t screened_hypotheses = 0; ///< hypotheses scored by the screen (0: no screen)
+  std::size_t coarse_hypotheses = 0;  ///< hypotheses of the coarse batch (all, or those the screen kept)
   std::size_t refined_hypotheses = 0; ///< hypotheses refined (the second batch)
-  /// Hypotheses aligned in all: coarse_hypotheses + refined_hypotheses.
+  /// Hypotheses aligned in all: coarse_hypotheses + refined_hypotheses (the screen's
+  /// scores are not alignments).
   std::size_t hypotheses_aligned = 0;
   double time_ms = 0.0;    ///< the whole search (wall clock)
+  double screen_ms = 0.0;  ///< the screen (0 without one)
   double coarse_ms = 0.0;  ///< the coarse batch
   double refine_ms = 0.0;  ///< the refinement batch
   /// True when some hypothesis (refined, or coarse and not refined) ended at a pose

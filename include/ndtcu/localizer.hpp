@@ -6,12 +6,17 @@
 /// preprocessed already; on the GPU when the aligner runs on CUDA, see
 /// LocalizerSettings::gpu_preprocess), (2) predicts the pose from the last two good poses
 /// (constant velocity, scaled by the time stamps), (3) aligns the scan to the map with NDT
-/// from that prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default)
-/// and (5) on failure retries a bounded number of times: an attempt that ran out of
-/// iterations is continued from where it stopped, otherwise the scan is aligned from the
-/// last good pose.
+/// from that prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default,
+/// the share of points that met the map, convergence, and the scene's typical NVTL) and (5)
+/// on failure recovers (LocalizerSettings::recovery): an attempt that ran out of iterations
+/// is continued from where it stopped, then batches of hypotheses are searched in stages
+/// of growing size (rotations about the prediction and the last good pose; positions near
+/// the prediction; positions within a radius that grows with the time since the last good
+/// pose), each winner taken only when it passes the same check and no distinct pose scores
+/// about as well.
 /// If nothing passes, the frame is *lost*: the result says so, carries the prediction (not
-/// the failed alignment) as its pose, and the motion model keeps the last good poses. A localization stack feeds scans and reads `valid` before using a pose.
+/// the failed alignment) as its pose, and the motion model keeps the last good poses. A
+/// localization stack feeds scans and reads `valid` before using a pose.
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/point_cloud.hpp>
@@ -21,11 +26,25 @@
 #include <Eigen/Core>
 
 #include <cstddef>
+#include <limits>
 #include <memory>
+#include <string>
 
 struct CUstream_st;  // cudaStream_t, without the CUDA headers
 
 namespace ndtcu {
+
+/// What the localizer does for a frame whose first attempt (from the prediction) fails.
+enum class Recovery {
+  None,        ///< nothing: the frame is lost
+  LastGood,    ///< the retries only: continue an attempt that ran out of iterations, else start from the last good pose
+  Hypotheses,  ///< the continuation, then batches of hypotheses in stages (rotations, nearby positions, wider positions)
+};
+
+/// "none", "last-good", "hypotheses".
+const char* to_string(Recovery recovery);
+/// The Recovery named by to_string(); throws Error naming the value and the choices.
+Recovery recovery_from_string(const std::string& name);
 
 /// Everything a Localizer needs besides the map and the scans.
 struct LocalizerSettings {
@@ -70,53 +89,56 @@ struct LocalizerSettings {
   /// even when its NVTL passes (Autoware's check). On BALM OS0 the frames that ran out of
   /// iterations were the ones 0.2-0.7 m off with NVTL still above 2.3; the retry fixes them.
   bool reject_max_iterations = true;
-  /// Retries after a failed first attempt (0: none). Each retry continues the best attempt
-  /// from its end pose when that attempt ran out of iterations (a long correction still under
-  /// way), and otherwise (only without the rotation search) starts from the last good pose.
-  /// Bounds the time a bad frame takes.
+  /// What the localizer does when the first attempt fails (see Recovery). Hypotheses by
+  /// default: the staged searches below.
+  Recovery recovery = Recovery::Hypotheses;
+  /// Retries after a failed first attempt (0: none; Recovery::None makes none). A retry
+  /// continues the best attempt from its end pose when that attempt ran out of iterations
+  /// (a long correction still under way), and with Recovery::LastGood otherwise starts
+  /// from the last good pose. Bounds the time a bad frame takes.
   int recovery_attempts = 2;
-  /// When the attempts above fail: one batch of hypotheses at the prediction's and the last
-  /// good pose's positions, each turned by the rotations of rotation_offsets(
+  /// Recovery::Hypotheses, stage 1: one batch of hypotheses at the prediction's and the
+  /// last good pose's positions, each turned by the rotations of rotation_offsets(
   /// rotation_search_range_deg, rotation_search_step_deg) about the sensor, searched as
   /// search_hypotheses() does (a coarse pass, the best distinct places refined, the winner
   /// by NVTL); the winner is taken when it passes the check and no distinct pose scores
   /// within the ambiguity margin of it. A sensor that turns fast between scans (a hand-held
   /// or a vehicle at 1 Hz: up to 41 deg between BALM's odd scans, the constant-velocity
   /// prediction up to 59 deg off in roll, pitch and yaw together) leaves the Newton basin
-  /// of the prediction; this brings it back. It replaces the retry from the last good pose,
-  /// which it contains (the rotation offset zero), and which alone accepted confident wrong
-  /// poses there (2.3 m off with NVTL above the threshold).
-  bool rotation_search = true;
+  /// of the prediction; this brings it back. It contains the retry from the last good pose
+  /// (the rotation offset zero), which alone accepted confident wrong poses there (2.3 m
+  /// off with NVTL above the threshold). The largest rotation (deg) it tries about each centre:
+  double rotation_search_range_deg = 45.0;
+  /// Its grid step (deg): 45 at 15 is 123 rotations per centre, every rotation of the ball
+  /// within 13 deg of one.
+  double rotation_search_step_deg = 15.0;
+  /// Stage 2: positions within this radius (m) of the prediction on a 1 m grid, at yaws
+  /// every 15 deg over the yaw range below (a frame whose position the prediction missed:
+  /// a stop, a start, a skid).
+  double search_radius = 2.0;
+  /// Stage 3, when stage 2 fails and the time since the last good pose allows more:
+  /// positions about the last good pose (not the prediction, whose velocity may be what no
+  /// longer holds) within search_radius + max_speed x the time since it (m/s: how fast the
+  /// sensor can move), up to max_search_radius. Its hypotheses are screened first
+  /// (InitialPoseOptions::screen_above). At 1 Hz the default reaches 22 m at the first
+  /// lost frame and 42 m at the second.
+  double max_speed = 20.0;
+  /// The yaw range of stages 2 and 3 is +-(rotation_search_range_deg + max_turn_rate_deg x
+  /// the time since the last good pose), the full circle at most (deg/s).
+  double max_turn_rate_deg = 90.0;
+  /// Largest radius (m) of the position searches (at most 200). Beyond about 35 m the grid
+  /// is made coarser than 1 m, so that no search exceeds InitialPoseOptions::max_hypotheses
+  /// (100,000; screened to 1,024 before they are aligned).
+  double max_search_radius = 50.0;
   /// An alignment (the first attempt, a retry or a search's winner) is taken only when its
   /// NVTL also reaches this share of the NVTL the accepted frames have been scoring (a
-  /// running mean, known from the first accepted frame and forgotten after ten frames
-  /// lost in a row, when the fixed threshold alone judges until one is accepted; 0: no
-  /// such check). An attempt that fails only this goes on to the retries and searches. A scene's right poses score
+  /// running mean, known from the first accepted frame, kept through lost frames and
+  /// forgotten only with a new map; 0: no such check). An attempt that fails only this goes on to the retries and searches. A scene's right poses score
   /// alike (BALM 3.2-3.4, the simulator's 3.3-3.4), while a search over hundreds of
   /// hypotheses, or a retry from a bad start, can end at a wrong place that passes the fixed
   /// threshold: on simulated 1 Hz turns, poses 2-20 m off at NVTL 2.5-2.7 passed Autoware's
   /// 2.3.
   double search_nvtl_ratio = 0.85;
-  /// The largest rotation (deg) the rotation search tries about each of its two centres.
-  double rotation_search_range_deg = 45.0;
-  /// Its grid step (deg): 45 at 15 is 123 rotations per centre, every rotation of the ball
-  /// within 13 deg of one.
-  double rotation_search_step_deg = 15.0;
-  /// When the attempts above fail, search for the scan around the prediction as
-  /// find_initial_pose() does (positions within recovery_search_radius, every 15 deg of
-  /// yaw, two batches) and take the winner when it passes the check and no distinct pose
-  /// scores within the search's ambiguity margin of it. Off by default.
-  bool recovery_search = false;
-  /// Radius (m) of the recovery search's positions around the prediction, for a frame
-  /// right after a good one.
-  double recovery_search_radius = 2.0;
-  /// How much the radius grows per second since the last good pose (m/s): once lost, the
-  /// prediction no longer follows the vehicle, so the search widens with the time it could
-  /// have moved. Capped at recovery_search_max_radius.
-  double recovery_search_speed = 1.5;
-  /// Largest recovery-search radius (m): 30 m at a 1 m grid and 15 deg of yaw is about
-  /// 68,000 hypotheses.
-  double recovery_search_max_radius = 30.0;
   /// Largest prediction step, in multiples of the last inter-frame motion (a long gap after
   /// lost frames would otherwise extrapolate the velocity without limit).
   double max_prediction_scale = 5.0;
@@ -145,7 +167,19 @@ struct LocalizationResult {
   Eigen::Matrix4d prediction = Eigen::Matrix4d::Identity();  ///< the constant-velocity guess
   /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
   AlignResult alignment;
-  int attempts = 0;                 ///< alignments run for this frame (1 + retries + recovery-search hypotheses)
+  int attempts = 0;                 ///< alignments run for this frame (1 + retries + search hypotheses)
+  /// Hypotheses the searches aligned for this frame (coarse and refined; 0 when none ran).
+  int hypotheses = 0;
+  /// Hypotheses a wide search screened (scored without aligning; see
+  /// InitialPoseOptions::screen_above).
+  int screened = 0;
+  /// What gave the pose: "prediction", "continuation", "last-good", "rotation search",
+  /// "position search", "wide search", "initial search"; for a lost frame, the last thing tried.
+  const char* stage = "prediction";
+  /// The NVTL of the best distinct rival of the last search (NaN when no search ran or it
+  /// had none), and whether it was within the ambiguity margin (the search's winner was then refused).
+  double ambiguity_nvtl = std::numeric_limits<double>::quiet_NaN();
+  bool ambiguous = false;
   int iterations_total = 0;         ///< Newton iterations over all attempts
   int evaluations = 0;              ///< derivative evaluations over all attempts
   std::size_t points_in = 0;        ///< scan points given
@@ -191,6 +225,13 @@ class Localizer {
   /// Starts (or restarts) tracking: the next scan is aligned from `pose` (T_map_sensor).
   /// Forgets the velocity. Throws Error for a non-finite or non-rigid matrix.
   void set_initial_pose(const Eigen::Matrix4d& pose);
+  /// Starts (or restarts) tracking without a good guess: until a frame is accepted, each
+  /// frame runs the initial pose search (find_initial_pose(): positions within `radius` m
+  /// of `around` on a 1 m grid, yaws within +-yaw_range_deg/2 of its yaw every 15 deg, its
+  /// roll and pitch) and takes the winner only when its verdict is found (not ambiguous)
+  /// and it passes the frame check. Throws Error for a non-rigid `around` or a region the
+  /// search refuses (see validate(InitialPoseOptions)).
+  void set_initial_region(const Eigen::Matrix4d& around, double radius, double yaw_range_deg);
   /// True once an initial pose was given.
   bool initialized() const noexcept;
 

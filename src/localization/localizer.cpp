@@ -17,12 +17,15 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace ndtcu {
 
 namespace {
+
+constexpr double kPi = 3.14159265358979323846;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -139,15 +142,22 @@ void validate(const LocalizerSettings& s) {
   if (!std::isfinite(s.nvtl_threshold)) {
     throw Error("localizer nvtl_threshold must be finite, got " + std::to_string(s.nvtl_threshold));
   }
-  if (!(s.recovery_search_radius >= 0.0 && s.recovery_search_radius <= 50.0)) {
-    throw Error("localizer recovery_search_radius must be in [0, 50] m, got " + std::to_string(s.recovery_search_radius));
+  if (!(s.search_radius >= 0.0 && s.search_radius <= 200.0)) {
+    throw Error("localizer search_radius must be in [0, 200] m, got " + std::to_string(s.search_radius));
   }
-  if (!(s.recovery_search_speed >= 0.0 && s.recovery_search_speed <= 100.0)) {
-    throw Error("localizer recovery_search_speed must be in [0, 100] m/s, got " + std::to_string(s.recovery_search_speed));
+  if (!(s.max_speed >= 0.0 && s.max_speed <= 100.0)) {
+    throw Error("localizer max_speed must be in [0, 100] m/s, got " + std::to_string(s.max_speed));
   }
-  if (!(s.recovery_search_max_radius >= s.recovery_search_radius && s.recovery_search_max_radius <= 50.0)) {
-    throw Error("localizer recovery_search_max_radius must be in [recovery_search_radius, 50] m, got " +
-                std::to_string(s.recovery_search_max_radius));
+  if (!(s.max_turn_rate_deg >= 0.0 && s.max_turn_rate_deg <= 3600.0)) {
+    throw Error("localizer max_turn_rate_deg must be in [0, 3600] deg/s, got " + std::to_string(s.max_turn_rate_deg));
+  }
+  if (!(s.max_search_radius >= s.search_radius && s.max_search_radius <= 200.0)) {
+    throw Error("localizer max_search_radius must be in [search_radius = " + std::to_string(s.search_radius) +
+                ", 200] m, got " + std::to_string(s.max_search_radius));
+  }
+  if (s.recovery != Recovery::None && s.recovery != Recovery::LastGood && s.recovery != Recovery::Hypotheses) {
+    throw Error("localizer recovery must be none, last-good or hypotheses, got " +
+                std::to_string(static_cast<int>(s.recovery)));
   }
   if (!(s.min_matched_ratio >= 0.0 && s.min_matched_ratio <= 1.0)) {
     throw Error("localizer min_matched_ratio must be in [0, 1], got " + std::to_string(s.min_matched_ratio));
@@ -172,6 +182,22 @@ void validate(const LocalizerSettings& s) {
   }
 }
 
+const char* to_string(Recovery recovery) {
+  switch (recovery) {
+    case Recovery::None: return "none";
+    case Recovery::LastGood: return "last-good";
+    case Recovery::Hypotheses: return "hypotheses";
+  }
+  return "?";
+}
+
+Recovery recovery_from_string(const std::string& name) {
+  for (Recovery r : {Recovery::None, Recovery::LastGood, Recovery::Hypotheses}) {
+    if (name == to_string(r)) return r;
+  }
+  throw Error("recovery '" + name + "' is not one of none, last-good, hypotheses");
+}
+
 const char* to_string(FrameStatus status) {
   switch (status) {
     case FrameStatus::Tracked: return "tracked";
@@ -192,6 +218,11 @@ struct Localizer::Impl {
   Eigen::Matrix4d last = Eigen::Matrix4d::Identity(), before_last = Eigen::Matrix4d::Identity();
   double last_time = 0.0, before_last_time = 0.0;
   int known = 0;
+  // The time of the first frame since set_initial_pose (NaN before it): before the first
+  // good pose, the searches widen with the time since then.
+  double first_time = std::numeric_limits<double>::quiet_NaN();
+  // set_initial_region's search, run on every frame until one is accepted.
+  std::optional<InitialPoseOptions> initial_search;
   int consecutive_lost = 0;
   // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
   // settings.search_nvtl_ratio.
@@ -212,8 +243,30 @@ struct Localizer::Impl {
 
   // The rotation search's offsets (fixed by the settings): made once, not per lost frame.
   std::vector<Eigen::Vector3d> turns =
-      settings.rotation_search ? rotation_offsets(settings.rotation_search_range_deg, settings.rotation_search_step_deg)
-                               : std::vector<Eigen::Vector3d>{};
+      settings.recovery == Recovery::Hypotheses
+          ? rotation_offsets(settings.rotation_search_range_deg, settings.rotation_search_step_deg)
+          : std::vector<Eigen::Vector3d>{};
+
+  // Seconds from the last good pose (or, before the first, from the first frame) to `time`;
+  // 0 for stamps that do not increase.
+  double since_last_good(double time) const {
+    const double from = known > 0 ? last_time : first_time;
+    return std::isfinite(time) && std::isfinite(from) && time > from ? time - from : 0.0;
+  }
+
+  // The position searches' options for a frame `since` seconds after the last good pose
+  // at `radius` (m): yaws every 15 deg over +-(rotation range + turn rate x since), a 1 m
+  // grid (coarser only where a radius the settings allow would exceed the hypothesis limit).
+  InitialPoseOptions position_search(double radius, double since) const {
+    InitialPoseOptions o = search_options;
+    o.radius = radius;
+    o.yaw_range_deg = std::min(360.0, 2.0 * (settings.rotation_search_range_deg + settings.max_turn_rate_deg * since));
+    o.yaw_range_deg = std::max(o.yaw_range_deg, o.yaw_step_deg);
+    const double yaws = std::floor(o.yaw_range_deg / o.yaw_step_deg) + 1.0;
+    const double positions = static_cast<double>(o.max_hypotheses) / yaws;
+    o.position_step = std::max(1.0, 1.05 * radius * std::sqrt(kPi / positions));
+    return o;
+  }
 
   // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
   std::unique_ptr<GpuFilterPool> gpu_filters;
@@ -269,6 +322,18 @@ void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   impl_->known = 0;
   impl_->initialized = true;
   impl_->consecutive_lost = 0;
+  impl_->first_time = std::numeric_limits<double>::quiet_NaN();
+  impl_->initial_search.reset();
+}
+
+void Localizer::set_initial_region(const Eigen::Matrix4d& around, double radius, double yaw_range_deg) {
+  check_rigid(around, "initial region");
+  InitialPoseOptions o;  // find_initial_pose's defaults: 32 places refined, a 1 m and 15 deg grid
+  o.radius = radius;
+  o.yaw_range_deg = yaw_range_deg;
+  (void)initial_pose_hypotheses(matrix_to_pose(around), o);  // throws for a region the search refuses
+  set_initial_pose(around);
+  impl_->initial_search = o;
 }
 
 bool Localizer::initialized() const noexcept { return impl_->initialized; }
@@ -316,11 +381,14 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   out.points_used = filtered.size();
   out.prediction = predict(time);
 
+  if (std::isnan(m.first_time)) m.first_time = time;
+
   const auto t0 = std::chrono::steady_clock::now();
   // Attempt 1 from the prediction. When it ran out of iterations (a long correction still
-  // under way), the best attempt continues from where it stopped (once); then the last good pose
-  // (undoing a velocity that no longer holds). Guesses within 1 mm and 1e-4 rad of one already
-  // tried are skipped: they would give the same result.
+  // under way), the best attempt continues from where it stopped (once); with
+  // Recovery::LastGood the retries then start from the last good pose (undoing a velocity
+  // that no longer holds). Guesses within 1 mm and 1e-4 rad of one already tried are
+  // skipped: they would give the same result.
   std::vector<Eigen::Matrix4d> tried;
   auto already_tried = [&](const Eigen::Matrix4d& guess) {
     for (const auto& g : tried) {
@@ -345,18 +413,59 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     }
     return ok;
   };
-  bool ok = run(out.prediction);
+  // A search of the search_hypotheses() kind; its winner is taken when it passes the check
+  // and no distinct pose scores about as well (never a guess between two).
+  auto take = [&](const InitialPoseResult& found, const char* stage) {
+    out.attempts += static_cast<int>(found.hypotheses_aligned);
+    out.hypotheses += static_cast<int>(found.hypotheses_aligned);
+    out.screened += static_cast<int>(found.screened_hypotheses);
+    out.iterations_total += found.best.iterations;
+    out.evaluations += found.best.timings.evaluations;
+    out.status = FrameStatus::Recovered;
+    out.stage = stage;
+    out.ambiguity_nvtl = found.ambiguity_nvtl;
+    out.ambiguous = found.ambiguous;
+    const bool typical = m.typical(found.best.nvtl);
+    if (m.accept(found.best) && !found.ambiguous && typical) {
+      best = found.best;
+      return true;
+    }
+    if (!typical && m.accept(found.best) && !found.ambiguous) {
+      detail::log().debug("localizer: {} at t={}: NVTL {:.3f} below {} of the accepted frames' {:.3f}", stage, time,
+                          found.best.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
+    }
+    detail::log().debug("localizer: {} at t={}: best NVTL {:.3f} after {} hypotheses{}", stage, time,
+                        found.best.nvtl, found.hypotheses_aligned, found.ambiguous ? ", ambiguous" : "");
+    if (!has_pose(best) || (has_pose(found.best) && found.best.nvtl > best.nvtl)) best = found.best;
+    return false;
+  };
+  auto search = [&](const std::vector<Pose6>& hypotheses, const InitialPoseOptions& o, const char* stage) {
+    return take(search_hypotheses(m.aligner, filtered, hypotheses, o), stage);
+  };
+
+  bool ok = false;
   out.status = FrameStatus::Tracked;
+  if (m.initial_search && m.known == 0) {
+    // No good pose yet and only a region to start from: the initial pose search, whose
+    // verdict must be found (converged, unambiguous, enough overlap) as well.
+    const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(m.initial), *m.initial_search);
+    ok = take(found, "initial search") && verdict(found, m.settings.nvtl_threshold) == InitialPoseVerdict::Found;
+  } else {
+    ok = run(out.prediction);
+  }
+  const Recovery mode = m.settings.recovery;
   int retries = 0;
   bool continued = false;
-  while (!ok && retries < m.settings.recovery_attempts) {
+  while (!ok && mode != Recovery::None && !(m.initial_search && m.known == 0) && retries < m.settings.recovery_attempts) {
     const bool can_continue = !continued && has_pose(best) && best.reason == StopReason::MaxIterations;
     Eigen::Matrix4d guess;
     if (can_continue && !already_tried(best.transform)) {
       guess = best.transform;  // a long correction that ran out of iterations: go on from its end, once
       continued = true;
-    } else if (!m.settings.rotation_search && !already_tried(m.anchor())) {
+      out.stage = "continuation";
+    } else if (mode == Recovery::LastGood && !already_tried(m.anchor())) {
       guess = m.anchor();  // undo a velocity that no longer holds
+      out.stage = "last-good";
     } else {
       break;  // every start left would repeat one already tried
     }
@@ -364,38 +473,17 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     out.status = FrameStatus::Recovered;
     ok = run(guess);
   }
-  // A search of the search_hypotheses() kind; its winner is taken when it passes the check
-  // and no distinct pose scores about as well (never a guess between two).
-  auto search = [&](const std::vector<Pose6>& hypotheses, const char* what) {
-    const InitialPoseResult found = search_hypotheses(m.aligner, filtered, hypotheses, m.search_options);
-    out.attempts += static_cast<int>(found.hypotheses_aligned);
-    out.iterations_total += found.best.iterations;
-    out.evaluations += found.best.timings.evaluations;
-    out.status = FrameStatus::Recovered;
-    const bool typical = m.typical(found.best.nvtl);
-    if (m.accept(found.best) && !found.ambiguous && typical) {
-      best = found.best;
-      return true;
-    }
-    if (!typical && m.accept(found.best) && !found.ambiguous) {
-      detail::log().debug("localizer: {} search at t={}: NVTL {:.3f} below {} of the accepted frames' {:.3f}", what, time,
-                          found.best.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
-    }
-    detail::log().debug("localizer: {} search at t={}: best NVTL {:.3f}{}", what, time, found.best.nvtl,
-                        found.ambiguous ? ", ambiguous" : "");
-    if (!has_pose(best) || (has_pose(found.best) && found.best.nvtl > best.nvtl)) best = found.best;
-    return false;
-  };
-  if (!ok && m.settings.rotation_search) {
+  const bool searching = !ok && mode == Recovery::Hypotheses && !(m.initial_search && m.known == 0);
+  if (searching) {
+    // Stage 1: rotations about the prediction and the last good pose.
     std::vector<Pose6> hypotheses;
-    const std::vector<Eigen::Vector3d>& turns = m.turns;
     std::vector<Eigen::Matrix4d> centres{out.prediction};
     // The last good pose too, unless it is the prediction (no velocity yet).
     if (translation_gap(m.anchor(), out.prediction) >= 1e-3 || rotation_gap(m.anchor(), out.prediction) >= 1e-4) {
       centres.push_back(m.anchor());
     }
     for (const Eigen::Matrix4d& centre : centres) {
-      for (const Eigen::Vector3d& v : turns) {
+      for (const Eigen::Vector3d& v : m.turns) {
         Eigen::Matrix4d h = centre;
         const double angle = v.norm();
         if (angle > 0.0) {
@@ -406,15 +494,23 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
         hypotheses.push_back(matrix_to_pose(h));
       }
     }
-    ok = search(hypotheses, "rotation");
+    ok = search(hypotheses, m.search_options, "rotation search");
   }
-  if (!ok && m.settings.recovery_search) {
-    // Many positions and yaws around the prediction, the radius widening with the time lost.
-    InitialPoseOptions o = m.search_options;
-    const double since = std::isfinite(time) && time > m.last_time ? time - m.last_time : 0.0;
-    o.radius = std::min(m.settings.recovery_search_max_radius,
-                        m.settings.recovery_search_radius + m.settings.recovery_search_speed * since);
-    ok = search(initial_pose_hypotheses(matrix_to_pose(out.prediction), o), "position");
+  const double since = m.since_last_good(time);
+  if (searching && !ok && m.settings.search_radius > 0.0) {
+    // Stage 2: positions near the prediction.
+    const InitialPoseOptions o = m.position_search(m.settings.search_radius, since);
+    ok = search(initial_pose_hypotheses(matrix_to_pose(out.prediction), o), o, "position search");
+  }
+  const double wide = std::min(m.settings.max_search_radius, m.settings.search_radius + m.settings.max_speed * since);
+  if (searching && !ok && wide >= m.settings.search_radius + 1.0) {
+    // Stage 3: wherever the sensor can have gone since the last good pose (screened):
+    // positions about the last good pose, not the prediction, whose velocity may be what
+    // no longer holds; headings about the predicted one.
+    const InitialPoseOptions o = m.position_search(wide, since);
+    Pose6 centre = matrix_to_pose(out.prediction);
+    centre.head<3>() = m.anchor().topRightCorner<3, 1>();
+    ok = search(initial_pose_hypotheses(centre, o), o, "wide search");
   }
   out.align_ms = ms_since(t0);
   out.alignment = std::move(best);
@@ -437,11 +533,9 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     out.valid = false;
     out.pose = out.prediction;
     ++m.consecutive_lost;
-    // Ten frames in a row lost: the scene's scores may have changed (another part of the
-    // map, a sparser one); the fixed threshold alone judges until a frame is accepted again.
-    // Not sooner: after a kidnapping the scans fit the old place at NVTL 2.5-2.7 on the
-    // simulator's streets, which the fixed threshold alone would take, 22 m off.
-    if (m.consecutive_lost >= 10) m.typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+    // The scene's typical NVTL is kept however many frames are lost: forgetting it let the
+    // fixed threshold alone take a wrong pose after a kidnapping (11 m off at NVTL 2.5-2.7
+    // on the simulator's streets, where right poses score 3.3-3.4). A new map forgets it.
     detail::log().debug("localizer: frame at t={} lost after {} attempts (best NVTL {:.3f}, {})", time, out.attempts,
                         out.alignment.nvtl, to_string(out.alignment.reason));
   }

@@ -85,6 +85,9 @@ void validate(const InitialPoseOptions& o) {
     fail("ambiguity_margin", o.ambiguity_margin, "must be finite and >= 0 (NVTL)");
   }
   if (o.max_hypotheses < 1) fail("max_hypotheses", 0.0, "must be >= 1");
+  if (o.screen_above > 0 && (o.screen_keep < 1 || o.screen_points < 1)) {
+    fail(o.screen_keep < 1 ? "screen_keep" : "screen_points", 0.0, "must be >= 1 when screen_above is not 0");
+  }
 }
 
 namespace {
@@ -326,9 +329,35 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
 
   InitialPoseResult result;
   auto t = std::chrono::steady_clock::now();
-  const std::vector<AlignResult> coarse_results = aligner.align_batch(thinned(scan, o.coarse_points), hypotheses, coarse);
+  // A wide search is screened first (InitialPoseOptions::screen_above): every hypothesis
+  // scored where it stands on a few points, the best screen_keep aligned.
+  const std::vector<Pose6>* coarse_starts = &hypotheses;
+  std::vector<Pose6> screened;
+  if (o.screen_above > 0 && hypotheses.size() > o.screen_above && hypotheses.size() > o.screen_keep) {
+    const std::vector<AlignResult> scores = aligner.evaluate_batch(thinned(scan, o.screen_points), hypotheses);
+    const auto coverage_nvtl = [](const AlignResult& r) {
+      if (std::isnan(r.nvtl) || r.matched_points == 0 || r.source_points == 0) return -1.0;
+      return r.nvtl * static_cast<double>(r.matched_points) / static_cast<double>(r.source_points);
+    };
+    std::vector<std::size_t> rank(scores.size());
+    std::iota(rank.begin(), rank.end(), std::size_t{0});
+    std::partial_sort(rank.begin(), rank.begin() + static_cast<std::ptrdiff_t>(o.screen_keep), rank.end(),
+                      [&](std::size_t a, std::size_t b) {
+                        const double sa = coverage_nvtl(scores[a]), sb = coverage_nvtl(scores[b]);
+                        return sa > sb || (sa == sb && a < b);  // ties by index: the same list, the same pick
+                      });
+    rank.resize(o.screen_keep);
+    std::sort(rank.begin(), rank.end());  // the sweep's own order again
+    screened.reserve(rank.size());
+    for (std::size_t k : rank) screened.push_back(hypotheses[k]);
+    coarse_starts = &screened;
+    result.screened_hypotheses = hypotheses.size();
+    result.screen_ms = detail::ms_since(t);
+    t = std::chrono::steady_clock::now();
+  }
+  const std::vector<AlignResult> coarse_results = aligner.align_batch(thinned(scan, o.coarse_points), *coarse_starts, coarse);
   result.coarse_ms = detail::ms_since(t);
-  result.coarse_hypotheses = hypotheses.size();
+  result.coarse_hypotheses = coarse_starts->size();
 
   // The best refine_count by NVTL, each distinct from those kept before it, so the
   // refinement looks at different places rather than one basin several times.
@@ -401,8 +430,10 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
   }
   detail::settle_ambiguity(result, o.ambiguity_margin);
   result.time_ms = detail::ms_since(t0);
-  detail::log().debug("hypothesis search: {} coarse ({:.1f} ms) + {} refined ({:.1f} ms) hypotheses, NVTL {:.4f}{}",
-              result.coarse_hypotheses, result.coarse_ms, result.refined_hypotheses, result.refine_ms,
+  detail::log().debug("hypothesis search: {} screened ({:.1f} ms), {} coarse ({:.1f} ms) + {} refined ({:.1f} ms) "
+                      "hypotheses, NVTL {:.4f}{}",
+              result.screened_hypotheses, result.screen_ms, result.coarse_hypotheses, result.coarse_ms,
+              result.refined_hypotheses, result.refine_ms,
               result.best.nvtl, result.ambiguous ? ", ambiguous" : "");
   return result;
 }

@@ -120,6 +120,7 @@ void apply_scenario(SimulationSettings& settings, Scenario scenario) {
       t.accel = 3.5;  // 0-100 km/h in 8 s
       break;
     case Scenario::Kidnap:
+      t.rate_hz = 1.0;
       t.kidnap_frame = t.frames / 2;
       t.kidnap_distance = 20.0;
       break;

@@ -122,9 +122,15 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
       CHECK_FALSE(r.valid);
       CHECK(r.pose == predicted);  // the prediction, never the failed alignment
       CHECK(r.attempts >= 2);      // the recovery ran, and stopped
-      // The attempts, then the rotation search's 123 rotations about each of its two
-      // centres, its 16 refinements and their continuations.
-      CHECK(r.attempts <= 1 + s.recovery_attempts + 2 * 123 + 2 * 16);
+      // The attempts, then the three searches, bounded: the rotation search's 123
+      // rotations about each of its two centres, the positions within 2 m of the
+      // prediction and those within 4 m of the last good pose (2 m + 20 m/s x 0.1 s), at
+      // 7 yaws (+-(45 + 90 x 0.1) deg), each with at most 8 refinements and their
+      // continuations: 246 + 91 + 343 + 3 x 16.
+      CHECK(std::string(r.stage) == "wide search");
+      CHECK(r.hypotheses <= 246 + 91 + 343 + 3 * 16);
+      CHECK(r.screened == 0);  // too few to screen
+      CHECK(r.attempts <= 1 + s.recovery_attempts + r.hypotheses);
       CHECK(localizer.consecutive_lost() == 1);
     } else {
       CHECK(r.valid);
@@ -454,7 +460,7 @@ TEST_CASE("the rotation search brings back a frame whose prediction is turned 40
     LocalizerSettings s;
     s.align.threads = 2;
     s.align.backend = Backend::Cpu;
-    s.rotation_search = rotation;
+    s.recovery = rotation ? Recovery::Hypotheses : Recovery::LastGood;
     s.nvtl_threshold = 3.0;
     Localizer localizer(s);
     localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
@@ -530,58 +536,86 @@ TEST_CASE("KITTI 00: frames 1, 3, 5 localize in a map of frames 0, 2, 4 within 5
   CHECK(ate.rmse_m < 0.05);
 }
 
-TEST_CASE("the recovery search finds a frame whose prediction is far off, and only then", "[unit][localization]") {
+TEST_CASE("the position search finds a frame far from its prediction, and only then", "[unit][localization]") {
   std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
   const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
   match_to_reference(scans, truth);
-  // The first frame from a start 1.2 m and 150 deg off its truth: beyond what the attempts
-  // (the prediction, then the same pose as the last good one) pull in. From there they end
+  // Frame 0 from its truth, then the same scan again 2 s later as if the sensor had moved
+  // 1.2 m and turned 150 deg about its vertical: the prediction (the last good pose, one
+  // pose known) is beyond the attempts and the rotation search. From there the retries end
   // 1.8 m off with NVTL 2.45, which Autoware's threshold of 2.3 would pass: the sample's
-  // correct poses score about 3.3, so the threshold here is 3.0.
-  Eigen::Isometry3d start = truth[0].pose;
-  start.translation() += Eigen::Vector3d(0.9, -0.8, 0.0);
-  start.rotate(Eigen::AngleAxisd(150.0 * M_PI / 180.0, Eigen::Vector3d::UnitZ()));
+  // correct poses score about 3.3, so the threshold here is 3.0. The position search's yaw
+  // range after 2 s is the full circle (+-(45 + 90 x 2) deg).
   const PointCloud scan = read_point_cloud(scans[0].path);
-  for (const bool search : {false, true}) {
+  const Eigen::Isometry3f move = Eigen::Translation3f(0.9f, -0.8f, 0.0f) *
+                                 Eigen::AngleAxisf(static_cast<float>(150.0 * M_PI / 180.0), Eigen::Vector3f::UnitZ());
+  // The scan of a sensor at truth * move^-1 (sensor frame): the same points seen from there.
+  PointCloud moved = scan;
+  for (auto& p : moved.points) p = move * p;
+  const Eigen::Matrix4d moved_truth = (truth[0].pose * move.cast<double>().inverse()).matrix();
+  for (const Recovery recovery : {Recovery::LastGood, Recovery::Hypotheses}) {
     LocalizerSettings s;
     s.align.threads = 2;
     s.align.backend = Backend::Cpu;
-    s.recovery_search = search;
-    s.rotation_search = false;  // the position search alone (150 deg is beyond the rotation search)
+    s.recovery = recovery;
     s.nvtl_threshold = 3.0;
     Localizer localizer(s);
     localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
-    localizer.set_initial_pose(start.matrix());
-    const LocalizationResult r = localizer.localize(scan, scans[0].time);
-    const double err = (r.pose.topRightCorner<3, 1>() - truth[0].pose.translation()).norm();
-    CAPTURE(search, err, r.attempts, r.alignment.nvtl);
-    if (!search) {
+    localizer.set_initial_pose(truth[0].pose.matrix());
+    REQUIRE(localizer.localize(scan, scans[0].time).status == FrameStatus::Tracked);
+    const LocalizationResult r = localizer.localize(moved, scans[0].time + 2.0);
+    const double err = (r.pose.topRightCorner<3, 1>() - moved_truth.topRightCorner<3, 1>()).norm();
+    CAPTURE(to_string(recovery), err, r.attempts, r.alignment.nvtl, r.stage);
+    if (recovery == Recovery::LastGood) {
       CHECK(r.status == FrameStatus::Lost);
       CHECK(r.attempts <= 1 + s.recovery_attempts);
+      CHECK(r.hypotheses == 0);
     } else {
       CHECK(r.status == FrameStatus::Recovered);
       CHECK(r.valid);
       CHECK(err < 0.04);
-      CHECK(r.attempts > 100);  // the search's hypotheses count as attempts
+      CHECK(std::string(r.stage) == "position search");
+      CHECK(r.hypotheses > 100);  // the rotation search's and the position search's
+      CHECK(r.attempts > r.hypotheses);
+      CHECK_FALSE(r.ambiguous);
     }
   }
-  // A scan taken elsewhere is not forced into the map by the search either.
+  // With no recovery the frame is lost after its one attempt.
+  {
+    LocalizerSettings s;
+    s.align.threads = 2;
+    s.align.backend = Backend::Cpu;
+    s.recovery = Recovery::None;
+    s.nvtl_threshold = 3.0;
+    Localizer localizer(s);
+    localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+    localizer.set_initial_pose(truth[0].pose.matrix());
+    REQUIRE(localizer.localize(scan, scans[0].time).valid);
+    const LocalizationResult r = localizer.localize(moved, scans[0].time + 2.0);
+    CHECK(r.status == FrameStatus::Lost);
+    CHECK(r.attempts == 1);
+  }
+  // A scan taken elsewhere is not forced into the map by the searches, however wide
+  // (5 s after the last good pose: the wide search reaches its largest radius, 50 m).
   LocalizerSettings s;
   s.align.threads = 2;
   s.align.backend = Backend::Cpu;
-  s.recovery_search = true;
   s.nvtl_threshold = 3.0;
   Localizer localizer(s);
   localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
   localizer.set_initial_pose(truth[0].pose.matrix());
-  const LocalizationResult r = localizer.localize(shifted(scan, Eigen::Vector3f(30.f, 25.f, 4.f)), scans[0].time);
-  CAPTURE(r.alignment.nvtl);
+  REQUIRE(localizer.localize(scan, scans[0].time).valid);
+  const LocalizationResult r = localizer.localize(shifted(scan, Eigen::Vector3f(30.f, 25.f, 4.f)), scans[0].time + 5.0);
+  CAPTURE(r.alignment.nvtl, r.stage, r.hypotheses, r.screened);
   CHECK(r.status == FrameStatus::Lost);
   CHECK_FALSE(r.valid);
+  CHECK(std::string(r.stage) == "wide search");
+  CHECK(r.screened > 10000);
   CHECK_THROWS_WITH(Localizer([] {
                       LocalizerSettings bad;
-                      bad.recovery_search_speed = -1.0;
+                      bad.max_speed = -1.0;
                       return bad;
                     }()),
-                    Catch::Matchers::Contains("recovery_search_speed"));
+                    Catch::Matchers::Contains("max_speed"));
+  CHECK_THROWS_WITH(recovery_from_string("retry"), Catch::Matchers::Contains("none, last-good, hypotheses"));
 }

@@ -33,6 +33,7 @@ struct Sequence {
   Trajectory truth;
   PointCloud map;
   double simulate_seconds = 0.0;
+  fs::path dir;  // where the simulator wrote it
 };
 
 /// A small world of the scenario: 150 m (one block and its streets, or two), an HDL-32 of
@@ -52,6 +53,7 @@ Sequence make_sequence(const std::string& name, sim::Scenario scenario, int fram
   const auto t0 = std::chrono::steady_clock::now();
   sim::simulate(s, dir.string());
   Sequence out;
+  out.dir = dir;
   out.simulate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.scans = list_scans((dir / "scans").string());
   out.truth = read_trajectory((dir / "poses_tum.txt").string());
@@ -175,48 +177,67 @@ TEST_CASE("stop-and-go at 1 Hz: the prediction overshoots into a stop and lags b
   check_outcome(seq, run, events);
 }
 
-TEST_CASE("kidnap at 10 Hz: a 20 m jump is found again by the recovery search", "[unit][localization]") {
-  const int frames = 16, kidnap = frames / 2;
+TEST_CASE("kidnap at 1 Hz: a 20 m jump is found again by the wide search within two frames", "[unit][localization]") {
+  const int frames = 12, kidnap = frames / 2;
   const Sequence seq = make_sequence("kidnap", sim::Scenario::Kidnap, frames, 3);
   const double jump = (seq.truth[kidnap].pose.translation() - seq.truth[kidnap - 1].pose.translation()).head<2>().norm();
   std::printf("kidnap: %.2f m and %.0f deg at frame %d, simulated in %.1f s\n", jump,
               turn_deg(seq.truth[kidnap - 1].pose, seq.truth[kidnap].pose), kidnap, seq.simulate_seconds);
   CHECK(jump == Approx(20.0).margin(0.2));  // the ground point jumps 20 m; the sensor sits 1.8 m above it, tilted
-  for (std::size_t k = 1; k < seq.truth.size(); ++k) {
-    if (static_cast<int>(k) != kidnap) {
-      CHECK((seq.truth[k].pose.translation() - seq.truth[k - 1].pose.translation()).norm() < 2.0);
-    }
-  }
+  CHECK(seq.truth[1].time == Approx(1.0).margin(1e-9));
   const std::set<std::size_t> events{static_cast<std::size_t>(kidnap)};
 
-  // The default settings search near the prediction and the last good pose only: the
-  // frames after the jump are lost, and none of them takes a wrong pose.
-  const Outcome plain = localize(seq, cpu_settings(), "kidnap, default settings");
+  // The default settings: at the kidnapped frame the wide search reaches 22 m from the
+  // last good pose (2 m + 20 m/s x 1 s) with headings within 135 deg of the predicted one,
+  // at the next one 42 m and every heading.
+  const Outcome run = localize(seq, cpu_settings(), "kidnap");
+  for (int k = kidnap; k < kidnap + 2; ++k) {
+    const LocalizationResult& r = run.results[static_cast<std::size_t>(k)];
+    std::printf("kidnap: frame %d %s by the %s after %d hypotheses (%d screened) in %.2f s, %.2f m off\n", k,
+                to_string(r.status), r.stage, r.hypotheses, r.screened, r.align_ms / 1000.0,
+                (r.pose.topRightCorner<3, 1>() - seq.truth[static_cast<std::size_t>(k)].pose.translation()).norm());
+  }
+  check_outcome(seq, run, events);
+  CHECK(run.results[static_cast<std::size_t>(kidnap + 1)].valid);
+
+  // Without the searches the frames after the jump are lost, and none of them takes a
+  // wrong pose.
+  LocalizerSettings last_good = cpu_settings();
+  last_good.recovery = Recovery::LastGood;
+  const Outcome plain = localize(seq, last_good, "kidnap, --recovery last-good");
   CHECK(plain.lost > 2);
   for (std::size_t k = 0; k < plain.results.size(); ++k) {
     if (plain.results[k].valid) {
       CHECK((plain.results[k].pose.topRightCorner<3, 1>() - seq.truth[k].pose.translation()).norm() < 0.10);
     }
   }
+}
 
-  // The position search, widening at 100 m/s (the most the settings allow) from 5 m: 15 m
-  // at the kidnapped frame (0.1 s after the last good pose), 25 m at the next one, which
-  // covers the 20 m jump plus two frames of motion.
-  LocalizerSettings s = cpu_settings();
-  s.recovery_search = true;
-  s.recovery_search_radius = 5.0;
-  s.recovery_search_speed = 100.0;
-  const Outcome searched = localize(seq, s, "kidnap, recovery search");
-  for (int k = kidnap; k < kidnap + 2; ++k) {
-    std::printf("kidnap: frame %d %s after %d attempts in %.1f s, %.2f m off\n", k,
-                to_string(searched.results[static_cast<std::size_t>(k)].status),
-                searched.results[static_cast<std::size_t>(k)].attempts,
-                searched.results[static_cast<std::size_t>(k)].align_ms / 1000.0,
-                (searched.results[static_cast<std::size_t>(k)].pose.topRightCorner<3, 1>() -
-                 seq.truth[static_cast<std::size_t>(k)].pose.translation())
-                    .norm());
+TEST_CASE("rough start: the first pose 3 m and 30 deg off is found by the initial search", "[unit][localization]") {
+  const Sequence seq = make_sequence("rough_start", sim::Scenario::RoughStart, 8, 3);
+  const Trajectory rough = read_trajectory((seq.dir / "initial_pose_rough.txt").string());
+  REQUIRE(rough.size() == 1);
+  Localizer localizer(cpu_settings());
+  localizer.set_map(seq.map);
+  localizer.set_initial_region(rough[0].pose.matrix(), 5.0, 360.0);
+  Outcome run;
+  for (const ScanEntry& scan : seq.scans) {
+    LocalizationResult r = localizer.localize(read_point_cloud(scan.path), scan.time);
+    run.lost += r.status == FrameStatus::Lost;
+    if (r.valid) run.estimate.push_back({scan.time, Eigen::Isometry3d(r.pose)});
+    run.results.push_back(std::move(r));
   }
-  check_outcome(seq, searched, events);
+  run.ate = absolute_trajectory_error(run.estimate, seq.truth);
+  const LocalizationResult& first = run.results.front();
+  std::printf("rough start: frame 0 %s by the %s after %d hypotheses in %.2f s; %zu lost, ATE %.4f m\n",
+              to_string(first.status), first.stage, first.hypotheses, first.align_ms / 1000.0, run.lost,
+              run.ate.rmse_m);
+  CHECK(first.valid);
+  CHECK(std::string(first.stage) == "initial search");
+  CHECK(run.lost == 0);
+  check_outcome(seq, run, {});
+  CHECK_THROWS_WITH(localizer.set_initial_region(rough[0].pose.matrix(), -1.0, 360.0),
+                    Catch::Matchers::Contains("radius"));
 }
 
 TEST_CASE("every scenario gives the same bytes for the same seed; rough-start's pose is 3 m and 30 deg off",

@@ -31,6 +31,7 @@ std::unique_ptr<CliApp> make_cli_app() {
       {"simulate", add_simulate(app, cli->global)},
       {"localize", add_localize(app, cli->global)},
       {"initpose", add_initpose(app, cli->global)},
+      {"map", add_map(app, cli->global)},
   };
   require_finite_numbers(app);
   return cli;

@@ -20,5 +20,6 @@ Command add_align(CLI::App& app, const GlobalOptions& global);
 Command add_simulate(CLI::App& app, const GlobalOptions& global);
 Command add_localize(CLI::App& app, const GlobalOptions& global);
 Command add_initpose(CLI::App& app, const GlobalOptions& global);
+Command add_map(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace ndtcu::cli

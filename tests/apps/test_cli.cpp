@@ -338,6 +338,39 @@ TEST_CASE("ndtcu localize: --recovery, the success rate, frames.csv's search col
   CHECK(run(args("bad", {"--recovery", "retry"})).rc == 2);
 }
 
+TEST_CASE("ndtcu map tile writes Autoware's layout, and ndtcu localize reads it", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_tiles");
+  const std::string tiles = (dir / "tiles").string();
+  const CliRun tile = run({"map", "tile", sample("map.pcd"), "--tile-size", "10", "--out", tiles});
+  REQUIRE(tile.rc == 0);
+  CHECK_THAT(tile.out, Catch::Contains("155239 points in ") && Catch::Contains(" tiles of 10 m"));
+  CHECK(fs::exists(fs::path(tiles) / "pointcloud_map_metadata.yaml"));
+  // The tiles within 30 m of the first pose, against the whole map: the same poses.
+  auto whole_args = localize_args((dir / "whole").string(), {"--reference", sample("poses_tum.txt")});
+  whole_args.insert(whole_args.begin(), "--json");
+  auto tiled_args = whole_args;
+  tiled_args[std::find(tiled_args.begin(), tiled_args.end(), "--map") - tiled_args.begin() + 1] = tiles;
+  tiled_args[std::find(tiled_args.begin(), tiled_args.end(), "--out") - tiled_args.begin() + 1] = (dir / "tiled").string();
+  tiled_args.insert(tiled_args.end(), {"--map-radius", "30"});
+  const CliRun whole = run(whole_args), tiled = run(tiled_args);
+  REQUIRE(whole.rc == 0);
+  CAPTURE(tiled.err);
+  REQUIRE(tiled.rc == 0);
+  const auto jw = nlohmann::json::parse(whole.out), jt = nlohmann::json::parse(tiled.out);
+  CHECK(jt["map"]["tiles"]["loaded"].get<int>() < jt["map"]["tiles"]["listed"].get<int>());
+  CHECK(jt["map"]["tiles"]["skipped"] == 0);
+  CHECK(jt["success"]["succeeded"] == 10);
+  CHECK(std::abs(jt["ate"]["rmse_m"].get<double>() - jw["ate"]["rmse_m"].get<double>()) < 1e-3);
+  // No tile near the start: a clear error naming the radius.
+  auto far_args = tiled_args;
+  far_args.insert(far_args.end(), {"--init", "5000,5000,0,0,0,0"});
+  far_args.erase(std::find(far_args.begin(), far_args.end(), "--init-from"),
+                 std::find(far_args.begin(), far_args.end(), "--init-from") + 2);
+  const CliRun far = run(far_args);
+  CHECK(far.rc == 1);
+  CHECK_THAT(far.err, Catch::Contains("tiles lies within --map-radius 30 m of the first pose (5000.000, 5000.000)"));
+}
+
 TEST_CASE("ndtcu info names points dropped for a coordinate out of float32's range", "[unit][cli]") {
   const fs::path dir = ndtcu::test::temp_dir("cli_out_of_range");
   ndtcu::test::PcdSpec s;

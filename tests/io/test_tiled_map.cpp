@@ -1,0 +1,189 @@
+// Tiled maps in Autoware's layout: tiling then loading gives the whole map's points and
+// voxels, a UTM map keeps its precision, tiles are chosen by distance, a malformed tile is
+// skipped and named, and the metadata's errors name the file and the line.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/tiled_map.hpp>
+#include <ndtcu/trajectory.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <tuple>
+#include <vector>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+
+std::vector<std::tuple<float, float, float>> sorted_points(const PointCloud& c) {
+  std::vector<std::tuple<float, float, float>> v;
+  for (const auto& p : c.points) v.emplace_back(p.x(), p.y(), p.z());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a map split into tiles and read back holds the same points and the same voxels", "[unit][io]") {
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  const fs::path dir = test::temp_dir("tiles_sample");
+  const TiledMapMetadata meta = write_tiled_map(map, 20.0, dir.string());
+  REQUIRE(is_tiled_map(dir.string()));
+  CHECK(meta.x_resolution == 20.0);
+  CHECK(meta.tiles.size() > 4);
+  // Each tile's points lie in its square, and the files are named by the lower corner.
+  for (const MapTile& t : meta.tiles) {
+    CAPTURE(t.file);
+    CHECK(t.file == fmt::format("{}_{}.pcd", t.x_min, t.y_min));
+    const PointCloud tile = read_point_cloud((dir / t.file).string());
+    REQUIRE(!tile.empty());
+    for (std::size_t i = 0; i < tile.size(); ++i) {
+      const Eigen::Vector3d w = tile.world(i);
+      CHECK((w.x() >= t.x_min && w.x() < t.x_min + 20.0 && w.y() >= t.y_min && w.y() < t.y_min + 20.0));
+    }
+  }
+  const TiledMapMetadata back = read_tiled_map_metadata(dir.string());
+  REQUIRE(back.tiles.size() == meta.tiles.size());
+  for (std::size_t k = 0; k < back.tiles.size(); ++k) {
+    CHECK(back.tiles[k].file == meta.tiles[k].file);
+    CHECK(back.tiles[k].x_min == meta.tiles[k].x_min);
+    CHECK(back.tiles[k].y_min == meta.tiles[k].y_min);
+    CHECK(back.tiles[k].line == static_cast<int>(k) + 3);
+  }
+
+  const TiledMapRead all = read_tiled_map(dir.string());
+  CHECK(all.loaded.size() == meta.tiles.size());
+  CHECK(all.skipped.empty());
+  REQUIRE(all.cloud.size() == map.size());
+  CHECK(sorted_points(all.cloud) == sorted_points(map));
+
+  // The voxels: the same cells (a 20 m tile holds whole 2 m voxels), the same counts, and
+  // means and inverse covariances equal up to the order the cell's points were summed in
+  // (tile by tile here, file order there): 1e-9 m and 1e-6 relative.
+  VoxelMapOptions o;
+  o.resolution = 2.0;
+  const VoxelMap whole = VoxelMap::build(map, o), tiled = VoxelMap::build(all.cloud, o);
+  REQUIRE(whole.size() == tiled.size());
+  for (std::size_t v = 0; v < whole.size(); ++v) {
+    const auto& cell = whole.cells()[v];
+    const std::int32_t u = tiled.find(cell[0], cell[1], cell[2]);
+    REQUIRE(u >= 0);
+    const auto w = static_cast<std::size_t>(u);
+    CHECK(whole.point_counts()[v] == tiled.point_counts()[w]);
+    CHECK((whole.mean_world(v) - tiled.mean_world(w)).norm() < 1e-9);
+    const Eigen::Matrix3d a = whole.inverse_covariance_matrix(v), b = tiled.inverse_covariance_matrix(w);
+    CHECK((a - b).norm() <= 1e-6 * a.norm());
+  }
+
+  // Only the tiles whose square comes within the radius of the centre.
+  const Eigen::Vector2d centre(map.world(0).x(), map.world(0).y());
+  const TiledMapRead near = read_tiled_map(dir.string(), centre, 10.0);
+  CHECK(!near.loaded.empty());
+  CHECK(near.loaded.size() < meta.tiles.size());
+  for (const MapTile& t : meta.tiles) {
+    const double dx = std::max({t.x_min - centre.x(), 0.0, centre.x() - t.x_min - 20.0});
+    const double dy = std::max({t.y_min - centre.y(), 0.0, centre.y() - t.y_min - 20.0});
+    const bool in = std::hypot(dx, dy) <= 10.0;
+    CHECK(in == (std::find(near.loaded.begin(), near.loaded.end(), t.file) != near.loaded.end()));
+  }
+}
+
+TEST_CASE("the sample sequence localizes the same in the tiled map as in the whole map", "[unit][io][localization]") {
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  const fs::path dir = test::temp_dir("tiles_localize");
+  write_tiled_map(map, 10.0, dir.string());
+  const PointCloud tiled = read_tiled_map(dir.string()).cloud;
+  std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  LocalizerSettings s;
+  s.align.backend = Backend::Cpu;
+  s.align.threads = 2;
+  Localizer a(s), b(s);
+  a.set_map(map);
+  b.set_map(tiled);
+  a.set_initial_pose(truth[0].pose.matrix());
+  b.set_initial_pose(truth[0].pose.matrix());
+  for (const ScanEntry& scan : scans) {
+    const PointCloud cloud = read_point_cloud(scan.path);
+    const LocalizationResult ra = a.localize(cloud, scan.time), rb = b.localize(cloud, scan.time);
+    REQUIRE(ra.valid);
+    REQUIRE(rb.valid);
+    CHECK((ra.pose.topRightCorner<3, 1>() - rb.pose.topRightCorner<3, 1>()).norm() < 1e-3);
+  }
+}
+
+TEST_CASE("a UTM map keeps millimetres through its tiles", "[unit][io]") {
+  PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  map.origin = Eigen::Vector3d(680000.0, 3900000.0, 40.0);
+  const fs::path dir = test::temp_dir("tiles_utm");
+  const TiledMapMetadata meta = write_tiled_map(map, 25.0, dir.string());
+  CHECK(meta.tiles.front().x_min >= 679900.0);
+  const TiledMapRead all = read_tiled_map(dir.string());
+  REQUIRE(all.cloud.size() == map.size());
+  // One origin for every tile, the first tile's corner: the points share a lattice.
+  CHECK(all.cloud.origin == Eigen::Vector3d(meta.tiles.front().x_min, meta.tiles.front().y_min, 0.0));
+  // The tiles hold the points tile by tile (the metadata's order, by corner), each in the
+  // map's order.
+  std::map<std::pair<double, double>, std::vector<std::size_t>> by_tile;
+  for (std::size_t i = 0; i < map.size(); ++i) {
+    const Eigen::Vector3d p = map.world(i);
+    by_tile[{std::floor(p.x() / 25.0), std::floor(p.y() / 25.0)}].push_back(i);
+  }
+  double worst = 0.0;
+  std::size_t k = 0;
+  for (const auto& [corner, members] : by_tile) {
+    for (std::size_t i : members) worst = std::max(worst, (map.world(i) - all.cloud.world(k++)).cwiseAbs().maxCoeff());
+  }
+  // float32 relative to a corner within ~200 m resolves 15 um.
+  CHECK(worst < 1e-4);
+}
+
+TEST_CASE("tiled map errors: a malformed tile is skipped by name, the metadata's by file and line", "[unit][io]") {
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  const fs::path dir = test::temp_dir("tiles_bad");
+  const TiledMapMetadata meta = write_tiled_map(map, 20.0, dir.string());
+  const std::string broken = meta.tiles[1].file;
+  test::write_bytes(dir / broken, "# .PCD v0.7\nVERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\n"
+                                  "WIDTH 100\nHEIGHT 1\nPOINTS 100\nDATA binary\n\x01\x02");
+  const TiledMapRead r = read_tiled_map(dir.string());
+  CHECK(r.skipped == std::vector<std::string>{broken});
+  CHECK(r.loaded.size() == meta.tiles.size() - 1);
+
+  const fs::path meta_file = dir / kTiledMapMetadataFile;
+  const auto expect = [&](const std::string& yaml, const std::string& message) {
+    test::write_bytes(meta_file, yaml);
+    CAPTURE(yaml);
+    CHECK_THROWS_WITH(read_tiled_map_metadata(dir.string()),
+                      Catch::Contains(meta_file.string()) && Catch::Contains(message));
+  };
+  const std::string head = "x_resolution: 20.0\ny_resolution: 20.0\n";
+  const std::string good = meta.tiles[0].file + ": [" + fmt::format("{}, {}", meta.tiles[0].x_min, meta.tiles[0].y_min) + "]\n";
+  expect(head + good + "missing.pcd: [40, 40]\n", "line 4: tile 'missing.pcd' does not exist");
+  expect(head + good + "bad.pcd: [1, x]\n", "line 4: expected two finite numbers [x_min, y_min] for 'bad.pcd'");
+  expect(head + "just words\n", "line 3: expected 'key: value'");
+  expect(head + good + good, "line 4: tile '" + meta.tiles[0].file + "' is named twice");
+  expect("x_resolution: -1\n", "line 1: x_resolution must be a positive finite number");
+  expect("x_resolution: 20\n" + good, "no y_resolution");
+  CHECK_THROWS_WITH(read_tiled_map_metadata((dir / "nowhere").string()), Catch::Contains("no such file"));
+
+  // Autoware's own files: comments, a document start, quoted names, integer corners.
+  test::write_bytes(meta_file, "---\n# written by a map divider\nx_resolution: 20\ny_resolution: 20.0  # m\n\"" +
+                                   meta.tiles[0].file + "\": [" + fmt::format("{}, {}", meta.tiles[0].x_min, meta.tiles[0].y_min) +
+                                   "] # -> a 20 m square\n");
+  const TiledMapMetadata autoware = read_tiled_map_metadata(meta_file.string());
+  REQUIRE(autoware.tiles.size() == 1);
+  CHECK(autoware.tiles[0].file == meta.tiles[0].file);
+  CHECK(autoware.tiles[0].line == 5);
+  CHECK(autoware.y_resolution == 20.0);
+}

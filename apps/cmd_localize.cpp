@@ -10,6 +10,7 @@
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/log.hpp>
 #include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/tiled_map.hpp>
 #include <ndtcu/trajectory.hpp>
 
 #include <fmt/format.h>
@@ -46,6 +47,7 @@ struct LocalizeOptions {
   std::string recovery = "hypotheses";
   double search_radius = 2.0, max_speed = 20.0, max_turn_rate = 90.0, max_search_radius = 50.0;
   double init_radius = 0.0, init_yaw_range = 360.0;
+  double map_radius = 100.0;
   std::size_t queue = 4;
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
@@ -377,7 +379,15 @@ std::string lost_reason(const LocalizationResult& r, const LocalizerSettings& ls
 Command add_localize(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<LocalizeOptions>();
   auto* cmd = app.add_subcommand("localize", "Localize a sequence of scans in a map (NDT, Autoware's settings)");
-  cmd->add_option("--map", o->map, "map point cloud (.pcd, .ply, .bin), world frame")->required();
+  cmd->add_option("--map", o->map,
+                  "map point cloud (.pcd, .ply, .bin), world frame, or a tiled map folder (with "
+                  "pointcloud_map_metadata.yaml)")
+      ->required();
+  cmd->add_option("--map-radius", o->map_radius,
+                  "with a tiled map: load the tiles within this distance (m) of the first pose (loaded once, at the "
+                  "start)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--scans", o->scans, "folder of scans (ordered by name) or a text file listing scan paths [time]")
       ->required();
   auto* init = cmd->add_option("--init", o->init, "pose of the first scan x,y,z,roll,pitch,yaw (m, rad)")
@@ -522,7 +532,24 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
 
     // Map.
     auto t0 = std::chrono::steady_clock::now();
-    PointCloud map = read_point_cloud(o->map);
+    PointCloud map;
+    nlohmann::json tiles_json = nullptr;
+    if (is_tiled_map(o->map)) {
+      const Eigen::Vector2d centre = initial.topRightCorner<2, 1>();
+      TiledMapRead tiles = read_tiled_map(o->map, centre, o->map_radius);
+      const std::size_t listed = read_tiled_map_metadata(o->map, false).tiles.size();
+      if (tiles.loaded.empty()) {
+        throw Error(fmt::format("{}: none of its {} tiles lies within --map-radius {} m of the first pose ({:.3f}, "
+                                "{:.3f}){}",
+                                o->map, listed, o->map_radius, centre.x(), centre.y(),
+                                tiles.skipped.empty() ? "" : fmt::format(" that could be read ({} skipped)", tiles.skipped.size())));
+      }
+      map = std::move(tiles.cloud);
+      tiles_json = {{"listed", listed}, {"loaded", tiles.loaded.size()}, {"skipped", tiles.skipped.size()},
+                    {"radius_m", o->map_radius}};
+    } else {
+      map = read_point_cloud(o->map);
+    }
     const std::size_t map_points_read = map.size();
     if (o->map_voxel > 0) map = voxel_downsample(map, o->map_voxel);
     const double map_load_ms = ms_since(t0);
@@ -663,6 +690,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                 {"points", map.size()},
                 {"voxels", map_voxels},
                 {"load_ms", map_load_ms},
+                {"tiles", tiles_json},
                 {"build_ms", map_build_ms}};
     j["scans"] = json_text(o->scans);
     const Pose6 ip = matrix_to_pose(initial);

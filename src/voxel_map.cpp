@@ -1,9 +1,13 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/voxel_map.hpp>
 
+#include "cuda/cuda_voxel_build.hpp"
 #include "log.hpp"
 #include "ndt_neighbours.hpp"
 #include "thread_pool.hpp"
+#include "voxel_statistics.hpp"
+
+#include <ndtcu/cuda_device.hpp>
 
 #include <Eigen/Dense>
 
@@ -20,88 +24,18 @@ namespace {
 
 using math::kEmptyKey;
 
-// One voxel's statistics, computed exactly as pcl::VoxelGridCovariance::applyFilter
-// (PCL 1.13) or Autoware's MultiVoxelGridCovariance::computeLeafParams do.
-struct CellResult {
-  bool usable = false;
-  Eigen::Vector3d mean = Eigen::Vector3d::Zero();
-  Eigen::Matrix3d cov = Eigen::Matrix3d::Zero();
-  Eigen::Matrix3d icov = Eigen::Matrix3d::Zero();
-  Eigen::Vector3f centroid = Eigen::Vector3f::Zero();
-};
-
-CellResult cell_statistics(const PointCloud& cloud, const std::pair<std::uint64_t, std::uint32_t>* members,
-                           std::size_t n, const VoxelMapOptions& o) {
-  CellResult r;
-  Eigen::Vector3d sum = Eigen::Vector3d::Zero();
-  // Autoware's Leaf starts cov_ at the identity, so its sum of x x' does too.
-  Eigen::Matrix3d sxx = Eigen::Matrix3d::Zero();
-  if (o.covariance == CovarianceMode::Autoware) sxx.setIdentity();
-  Eigen::Vector3f fsum = Eigen::Vector3f::Zero();
-  for (std::size_t m = 0; m < n; ++m) {
-    const Eigen::Vector3f& pf = cloud.points[members[m].second];
-    const Eigen::Vector3d p = pf.cast<double>();
-    sum += p;
-    sxx += p * p.transpose();
-    fsum += pf;  // PCL's float centroid accumulator (downsample_all_data_ path)
-  }
-  r.centroid = fsum / static_cast<float>(n);
-  r.mean = sum / static_cast<double>(n);
-  // Single pass covariance, PCL: (sum x x' - sum x mu') / (n - 1).
-  r.cov = (sxx - sum * r.mean.transpose()) / (static_cast<double>(n) - 1.0);
-
-  Eigen::SelfAdjointEigenSolver<Eigen::Matrix3d> solver;
-  solver.compute(r.cov);
-  Eigen::Matrix3d eigen_val = solver.eigenvalues().asDiagonal();
-  const Eigen::Matrix3d evecs = solver.eigenvectors();
-  // PCL tolerates eigenvalues down to -dummy_precision (1e-12); Autoware none below zero.
-  const double floor_ok =
-      o.covariance == CovarianceMode::Pcl ? -Eigen::NumTraits<double>::dummy_precision() : 0.0;
-  if (eigen_val(0, 0) < floor_ok || eigen_val(1, 1) < floor_ok || !(eigen_val(2, 2) > 0.0)) return r;
-
-  // Eq. 6.11: raise small eigenvalues to eigenvalue_ratio * lambda_max, rebuilding the
-  // covariance as V D V^-1 (as PCL: with the inverse, not the transpose).
-  const double min_eig = o.eigenvalue_ratio * eigen_val(2, 2);
-  if (eigen_val(0, 0) < min_eig) {
-    eigen_val(0, 0) = min_eig;
-    if (eigen_val(1, 1) < min_eig) eigen_val(1, 1) = min_eig;
-    r.cov = evecs * eigen_val * evecs.inverse();
-  }
-  r.icov = r.cov.inverse();
-  // PCL drops a voxel whose inverse holds +-inf; NaN is dropped too.
-  if (!r.icov.allFinite()) return r;
-  r.usable = true;
-  return r;
+// The GPU build when the options ask for it (Auto: when this build has CUDA and a device).
+bool build_on_gpu(const VoxelMapOptions& o) {
+  if (o.backend == Backend::Cuda) return true;
+  if (o.backend == Backend::Auto) return cuda_compiled() && !cuda_devices().empty();
+  return false;
 }
 
-}  // namespace
-
-VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
-    throw Error("voxel map resolution must be positive and finite, got " + std::to_string(options.resolution));
-  }
-  if (options.min_points < 3) {
-    throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
-                std::to_string(options.min_points));
-  }
-  if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
-    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
-  }
-  if (options.threads < 0 || options.threads > kMaxThreads) {
-    throw Error("voxel map threads must be in [0, " + std::to_string(kMaxThreads) + "] (0: one per hardware thread), got " +
-                std::to_string(options.threads));
-  }
-  VoxelMap map;
-  map.options_ = options;
-  // PCL and Autoware keep the resolution in float; so does the lattice.
-  const float res_f = static_cast<float>(options.resolution);
-  map.resolution_ = static_cast<double>(res_f);
-  map.inverse_resolution_ = 1.0f / res_f;
-  map.radius_squared_ = static_cast<float>(map.resolution_ * map.resolution_);
-  map.origin_ = cloud.origin;
-  map.stats_.points = cloud.size();
-
+// The CPU build of the cells: keys, a sort by (key, point index), the runs of equal keys,
+// each run's points summed in input order and its statistics (kernels/
+// voxel_statistics.hpp, the GPU build's), the usable ones in cell order.
+detail::VoxelCells cpu_voxel_cells(const PointCloud& cloud, float inverse_resolution, double resolution,
+                                   const VoxelMapOptions& options) {
   detail::ThreadPool pool(options.threads);
   const std::size_t n = cloud.size();
   // 1. Lattice key of every point (PCL: floor(p * inverse_leaf_size) in float).
@@ -113,12 +47,12 @@ VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options
     const std::size_t end = std::min(n, (c + 1) * kChunk);
     for (std::size_t i = c * kChunk; i < end; ++i) {
       const Eigen::Vector3f& p = cloud.points[i];
-      const std::int64_t a = math::lattice_index(p.x(), map.inverse_resolution_);
-      const std::int64_t b = math::lattice_index(p.y(), map.inverse_resolution_);
-      const std::int64_t k = math::lattice_index(p.z(), map.inverse_resolution_);
+      const std::int64_t a = math::lattice_index(p.x(), inverse_resolution);
+      const std::int64_t b = math::lattice_index(p.y(), inverse_resolution);
+      const std::int64_t k = math::lattice_index(p.z(), inverse_resolution);
       if (!math::key_in_range(a, b, k)) {
         throw Error("voxel map: point " + std::to_string(i) + " lies more than 2^20 voxels of " +
-                    std::to_string(map.resolution_) + " m from the cloud origin; set an origin near the data");
+                    std::to_string(resolution) + " m from the cloud origin; set an origin near the data");
       }
       keyed[i] = {math::pack_key(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b),
                                  static_cast<std::int32_t>(k)),
@@ -152,63 +86,116 @@ VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options
     runs.emplace_back(b, e);
     b = e;
   }
-  map.stats_.occupied_cells = runs.size();
   // 4. Statistics per cell, in parallel (each cell's result to its own slot).
-  std::vector<CellResult> results(runs.size());
+  const bool autoware = options.covariance == CovarianceMode::Autoware;
+  std::vector<math::VoxelStatistics> results(runs.size());
   constexpr std::size_t kCellChunk = 1024;
   pool.parallel_for((runs.size() + kCellChunk - 1) / kCellChunk, [&](std::size_t c) {
     const std::size_t end = std::min(runs.size(), (c + 1) * kCellChunk);
     for (std::size_t r = c * kCellChunk; r < end; ++r) {
-      const std::size_t count = runs[r].second - runs[r].first;
-      if (count < static_cast<std::size_t>(options.min_points)) continue;
-      results[r] = cell_statistics(cloud, keyed.data() + runs[r].first, count, options);
+      results[r].usable = false;
+      if (runs[r].second - runs[r].first < static_cast<std::size_t>(options.min_points)) continue;
+      math::VoxelSums sums;
+      math::start_sums(sums, autoware);
+      for (std::size_t m = runs[r].first; m < runs[r].second; ++m) {
+        const Eigen::Vector3f& p = cloud.points[keyed[m].second];
+        math::add_point(sums, p.x(), p.y(), p.z());
+      }
+      math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, results[r]);
     }
   });
-  // 5. Keep usable cells in cell order.
+  // 5. The usable cells in cell order.
+  detail::VoxelCells out;
+  out.occupied_cells = runs.size();
+  static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const std::size_t count = runs[r].second - runs[r].first;
     if (count < static_cast<std::size_t>(options.min_points)) {
-      ++map.stats_.sparse_cells;
+      ++out.sparse_cells;
       continue;
     }
-    const CellResult& c = results[r];
+    const math::VoxelStatistics& c = results[r];
     if (!c.usable) {
-      ++map.stats_.singular_cells;
+      ++out.singular_cells;
       continue;
     }
-    const std::uint64_t key = keyed[runs[r].first].first;
-    const std::int32_t mask = (1 << 21) - 1;
+    out.keys.push_back(keyed[runs[r].first].first);
+    out.counts.push_back(static_cast<std::uint32_t>(count));
+    for (int a = 0; a < 3; ++a) {
+      out.mean[a].push_back(c.mean[a]);
+      out.centroid[a].push_back(c.centroid[a]);
+    }
+    for (int e = 0; e < 6; ++e) {
+      out.icov[e].push_back(c.icov[kRow[e]][kCol[e]]);
+      out.cov[e].push_back(c.cov[kRow[e]][kCol[e]]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
+    throw Error("voxel map resolution must be positive and finite, got " + std::to_string(options.resolution));
+  }
+  if (options.min_points < 3) {
+    throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
+                std::to_string(options.min_points));
+  }
+  if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
+    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
+  }
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    throw Error("voxel map threads must be in [0, " + std::to_string(kMaxThreads) + "] (0: one per hardware thread), got " +
+                std::to_string(options.threads));
+  }
+  VoxelMap map;
+  map.options_ = options;
+  // PCL and Autoware keep the resolution in float; so does the lattice.
+  const float res_f = static_cast<float>(options.resolution);
+  map.resolution_ = static_cast<double>(res_f);
+  map.inverse_resolution_ = 1.0f / res_f;
+  map.radius_squared_ = static_cast<float>(map.resolution_ * map.resolution_);
+  map.origin_ = cloud.origin;
+  map.stats_.points = cloud.size();
+  map.built_on_gpu_ = build_on_gpu(options);
+  detail::VoxelCells cells = map.built_on_gpu_
+                                 ? detail::cuda_voxel_cells(cloud, map.inverse_resolution_, options)
+                                 : cpu_voxel_cells(cloud, map.inverse_resolution_, map.resolution_, options);
+  map.stats_.occupied_cells = cells.occupied_cells;
+  map.stats_.sparse_cells = cells.sparse_cells;
+  map.stats_.singular_cells = cells.singular_cells;
+  const std::int32_t mask = (1 << 21) - 1;
+  map.cells_.reserve(cells.keys.size());
+  for (const std::uint64_t key : cells.keys) {
     map.cells_.push_back({static_cast<std::int32_t>(key & mask) - math::kKeyOffset,
                           static_cast<std::int32_t>((key >> 21) & mask) - math::kKeyOffset,
                           static_cast<std::int32_t>((key >> 42) & mask) - math::kKeyOffset});
-    map.counts_.push_back(static_cast<std::uint32_t>(count));
-    for (int a = 0; a < 3; ++a) {
-      map.mean_[a].push_back(c.mean[a]);
-      map.centroid_[a].push_back(c.centroid[a]);
-    }
-    static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
-    for (int e = 0; e < 6; ++e) {
-      map.icov_[e].push_back(c.icov(kRow[e], kCol[e]));
-      map.cov_[e].push_back(c.cov(kRow[e], kCol[e]));
-    }
   }
+  map.counts_ = std::move(cells.counts);
+  map.mean_ = std::move(cells.mean);
+  map.centroid_ = std::move(cells.centroid);
+  map.icov_ = std::move(cells.icov);
+  map.cov_ = std::move(cells.cov);
   // 6. Hash table: capacity a power of two at least twice the voxel count (load <= 0.5).
   std::size_t capacity = 16;
   while (capacity < 2 * map.size()) capacity *= 2;
   map.table_keys_.assign(capacity, kEmptyKey);
   map.table_values_.assign(capacity, -1);
   for (std::size_t v = 0; v < map.size(); ++v) {
-    const auto& cell = map.cells_[v];
-    const std::uint64_t key = math::pack_key(cell[0], cell[1], cell[2]);
+    const std::uint64_t key = cells.keys[v];
     std::uint64_t slot = math::hash_key(key) & (capacity - 1);
     while (map.table_keys_[slot] != kEmptyKey) slot = (slot + 1) & (capacity - 1);
     map.table_keys_[slot] = key;
     map.table_values_[slot] = static_cast<std::int32_t>(v);
   }
   map.stats_.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  detail::log().debug("voxel map: {} points, {} cells, {} voxels ({} under {} points, {} singular), res {} m, {:.1f} ms",
+  detail::log().debug("voxel map: {} points, {} cells, {} voxels ({} under {} points, {} singular), res {} m, {:.1f} ms ({})",
                       map.stats_.points, map.stats_.occupied_cells, map.size(), map.stats_.sparse_cells,
-                      options.min_points, map.stats_.singular_cells, map.resolution_, map.stats_.build_ms);
+                      options.min_points, map.stats_.singular_cells, map.resolution_, map.stats_.build_ms,
+                      map.built_on_gpu_ ? "GPU" : "CPU");
   return map;
 }
 

@@ -71,7 +71,9 @@ class Aligner {
   const char* backend() const noexcept;
   /// The same as a Backend: Cpu or Cuda, never Auto.
   Backend resolved_backend() const noexcept;
-  /// Builds the target voxel map from `target` with voxel_map_options(settings()).
+  /// Builds the target voxel map from `target` with voxel_map_options(settings()), on the
+  /// backend the aligner runs on (VoxelMapOptions::backend: a CUDA aligner builds it on the
+  /// GPU; the voxels are the CPU build's, bit for bit).
   void set_target(const PointCloud& target);
   /// Uses a map built elsewhere; throws Error when its resolution or covariance mode
   /// differs from the settings.

@@ -28,6 +28,12 @@ struct VoxelMapOptions {
   int min_points = 6;        ///< fewer points: voxel not used (PCL and Autoware: 6; at least 3)
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below ratio * largest are raised to it (eq. 6.11)
   int threads = 0;           ///< build threads, at most kMaxThreads; 0 = hardware concurrency
+  /// Where the cells are built: Cpu (the reference), Cuda (keys, a radix sort, per-voxel
+  /// sums and statistics on the GPU; CudaError without a CUDA build or device) or Auto
+  /// (CUDA when present). Both give the same voxels, in the same order, with the same bits:
+  /// a cell's points are summed in input order on both, by the same unfused arithmetic
+  /// (kernels/voxel_statistics.hpp).
+  Backend backend = Backend::Cpu;
 };
 
 /// Counts from a build, for logs and tests.
@@ -72,6 +78,8 @@ class VoxelMap {
   const VoxelMapStats& stats() const noexcept { return stats_; }
 
   /// Voxel means along `axis` (0 x, 1 y, 2 z), map-relative metres.
+  /// True when the cells were built on the GPU (VoxelMapOptions::backend).
+  bool built_on_gpu() const noexcept { return built_on_gpu_; }
   const std::vector<double>& mean(int axis) const { return mean_[static_cast<std::size_t>(axis)]; }
   /// Inverse covariance entry `e` of every voxel: 0 xx, 1 xy, 2 xz, 3 yy, 4 yz, 5 zz.
   const std::vector<double>& inverse_covariance(int e) const { return icov_[static_cast<std::size_t>(e)]; }
@@ -108,6 +116,7 @@ class VoxelMap {
   VoxelMapStats stats_;
   std::array<std::vector<double>, 3> mean_;
   std::array<std::vector<double>, 6> icov_;
+  bool built_on_gpu_ = false;
   std::array<std::vector<double>, 6> cov_;
   std::array<std::vector<float>, 3> centroid_;
   std::vector<std::array<std::int32_t, 3>> cells_;

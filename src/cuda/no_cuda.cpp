@@ -1,5 +1,6 @@
 // Built instead of the CUDA sources when ndtcu is configured without CUDA: every CUDA
 // entry point answers "not compiled in" instead of failing to link.
+#include "cuda_voxel_build.hpp"
 #include "transform_points.hpp"
 
 #include <ndtcu/cuda_device.hpp>
@@ -14,6 +15,9 @@ std::string cuda_unavailable_reason() { return "this build of ndtcu has no CUDA 
 namespace detail {
 std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vector3f>&, const Eigen::Matrix4f&) {
   throw CudaError("CUDA requested, but " + cuda_unavailable_reason());
+}
+VoxelCells cuda_voxel_cells(const PointCloud&, float, const VoxelMapOptions&) {
+  throw CudaError("a GPU voxel map build was requested, but " + cuda_unavailable_reason());
 }
 }  // namespace detail
 

@@ -112,7 +112,11 @@ Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
 
 void Aligner::set_target(const PointCloud& target) {
-  impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, voxel_map_options(impl_->settings)));
+  // On the backend the aligner runs on: a CUDA aligner builds its map on the GPU (the same
+  // voxels, bit for bit, as the CPU build).
+  VoxelMapOptions o = voxel_map_options(impl_->settings);
+  o.backend = impl_->backend->kind();
+  impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, o));
 }
 
 void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {

@@ -155,6 +155,12 @@ TEST_CASE("voxel_downsample equals pcl::VoxelGrid point for point", "[data][pari
   }
 }
 
+// The same leaves, means and centroids bit for bit; inverse covariances within 1e-10 of
+// PCL's (relative, Frobenius): ndtcu's eigensolver is cyclic Jacobi and its 3x3 inverse a
+// plain cofactor one (kernels/voxel_statistics.hpp, shared with the GPU build, where
+// Eigen's solver does not run), PCL's Eigen's tridiagonal QR and Eigen's inverse. Each
+// rounds differently in the last bits, and the inflated covariance's condition number is
+// at most 1 / eigenvalue_ratio = 100: on the hdl32 map they differ by at most 3.5e-12.
 TEST_CASE("VoxelMap (pcl covariance) equals pcl::VoxelGridCovariance leaf for leaf", "[data][parity]") {
   NDTCU_REQUIRE_DATA_DIR(dir);
   const PointCloud target = from_pcl(*pcl_voxel(to_pcl(load(dir / "pairs/hdl32/target_251370668.pcd")), 0.1f));
@@ -168,6 +174,7 @@ TEST_CASE("VoxelMap (pcl covariance) equals pcl::VoxelGridCovariance leaf for le
     o.covariance = CovarianceMode::Pcl;
     const VoxelMap map = VoxelMap::build(target, o);
     std::size_t usable = 0, invalid = 0, v = 0, mean_diff = 0, icov_diff = 0, centroid_diff = 0;
+    double icov_rel = 0.0;
     const auto& centroids = *grid.getCentroids();
     for (const auto& [index, leaf] : grid.getLeaves()) {
       if (leaf.nr_points == -1) ++invalid;  // dropped by PCL after it was put in its kd-tree
@@ -178,6 +185,7 @@ TEST_CASE("VoxelMap (pcl covariance) equals pcl::VoxelGridCovariance leaf for le
       const Eigen::Matrix3d ic = map.inverse_covariance_matrix(v);
       for (int i = 0; i < 3; ++i)
         for (int j = i; j < 3; ++j) icov_diff += ic(i, j) != leaf.icov_(i, j);
+      icov_rel = std::max(icov_rel, (ic - leaf.icov_).norm() / leaf.icov_.norm());
       ++v;
     }
     // The centroid cloud (kd-tree points) includes PCL's invalid leaves; ours does not.
@@ -191,11 +199,11 @@ TEST_CASE("VoxelMap (pcl covariance) equals pcl::VoxelGridCovariance leaf for le
       }
     }
     std::printf("voxel parity res %.1f: %zu voxels (pcl usable %zu, invalid-but-searchable %zu), "
-                "mean/icov/centroid mismatches %zu/%zu/%zu\n",
-                res, map.size(), usable, invalid, mean_diff, icov_diff, centroid_diff - invalid);
+                "mean/icov/centroid entries not bit-equal %zu/%zu/%zu, icov within %.1e (relative)\n",
+                res, map.size(), usable, invalid, mean_diff, icov_diff, centroid_diff - invalid, icov_rel);
     CHECK(map.size() == usable);
     CHECK(mean_diff == 0);
-    CHECK(icov_diff == 0);
+    CHECK(icov_rel < 1e-10);
     CHECK(ci == map.size());
     CHECK(centroid_diff == invalid);
   }

@@ -52,6 +52,11 @@ struct BatchOptions {
 /// Aligns source scans to one target. Holds the voxel map and the worker threads, so
 /// repeated align() calls (a localization loop) reuse both. Not thread-safe: one align at
 /// a time per Aligner.
+///
+/// Out of memory: any call may throw std::bad_alloc, whichever thread's allocation failed
+/// (or Error, when a worker thread cannot be started). The aligner then keeps its settings,
+/// its target and its workers, its next call gives the bits it would have given had
+/// nothing failed, and nothing the failed call allocated is left behind.
 class Aligner {
  public:
   /// Validates `settings` (throws Error for an out-of-range value) and starts the workers.

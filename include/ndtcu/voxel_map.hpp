@@ -57,7 +57,9 @@ class VoxelMap {
   /// gets mean mu = sum x / n (double), covariance by `options.covariance`, eigenvalues
   /// below eigenvalue_ratio * lambda_max raised to it, and is dropped when its covariance
   /// has a negative or zero eigenvalue or its inverse is not finite. Throws Error for bad
-  /// options or a cloud wider than 2^20 cells from its origin along an axis.
+  /// options or a cloud wider than 2^20 cells from its origin along an axis or a build
+  /// thread that cannot be started, std::bad_alloc when memory runs out (in any of its
+  /// threads); a build that throws leaves nothing allocated.
   static VoxelMap build(const PointCloud& cloud, const VoxelMapOptions& options);
 
   /// Number of usable voxels.

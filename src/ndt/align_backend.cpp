@@ -13,6 +13,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace ndtcu::detail {
 
@@ -36,10 +37,15 @@ class CpuAlignBackend final : public AlignBackend {
 
   void set_map(const std::shared_ptr<const VoxelMap>& map) override {
     if (map == map_) return;
-    map_ = map;
     // The dense voxel index of the map (empty: the map's hash is used) when its box fits.
-    const LatticeBox box = occupied_box(*map_);
-    index_ = box.bytes() <= double(kCpuDenseIndexBudget) ? DenseVoxelIndex::build(*map_, box) : DenseVoxelIndex{};
+    // Built before anything is replaced: when its allocation fails, the backend keeps the
+    // previous map with its own index (taking the new map first left it paired with the
+    // previous map's index, and the next call on the new map looked voxels up in that).
+    const LatticeBox box = occupied_box(*map);
+    DenseVoxelIndex index =
+        box.bytes() <= double(kCpuDenseIndexBudget) ? DenseVoxelIndex::build(*map, box) : DenseVoxelIndex{};
+    index_ = std::move(index);
+    map_ = map;
   }
 
   void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) override { sources_ = sources; }

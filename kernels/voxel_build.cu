@@ -40,14 +40,18 @@ __global__ void key_kernel(const float3* points, std::size_t n, float inv_res, s
   index[i] = static_cast<std::uint32_t>(i);
 }
 
-// Status of a run: 0 sparse, 1 singular, 2 usable.
+// A usable run's statistics. `pad` fills the struct to a multiple of 8 bytes and is
+// written, so copying a result whole reads no uninitialized byte.
 struct RunResult {
   double mean[3];
   double icov[6];
   double cov[6];
   float centroid[3];
+  float pad;
 };
+static_assert(sizeof(RunResult) == 15 * sizeof(double) + 4 * sizeof(float), "no implicit padding");
 
+// Status of a run (one byte each, read back): 0 sparse, 1 singular, 2 usable.
 // Run r: its points (sorted by key, then index) summed in input order, and its statistics.
 __global__ void stats_kernel(const float3* points, const std::uint32_t* index, const std::uint32_t* offsets,
                              const std::uint32_t* counts, const int* runs, int min_points, bool autoware, bool pcl,
@@ -73,6 +77,7 @@ __global__ void stats_kernel(const float3* points, const std::uint32_t* index, c
   usable[r] = st.usable ? 1 : 0;
   if (!st.usable) return;
   RunResult& out = results[r];
+  out.pad = 0.0f;
   static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
   for (int a = 0; a < 3; ++a) {
     out.mean[a] = st.mean[a];

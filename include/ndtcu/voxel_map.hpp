@@ -78,10 +78,10 @@ class VoxelMap {
   const Eigen::Vector3d& origin() const noexcept { return origin_; }
   /// Counts from the build.
   const VoxelMapStats& stats() const noexcept { return stats_; }
-
-  /// Voxel means along `axis` (0 x, 1 y, 2 z), map-relative metres.
   /// True when the cells were built on the GPU (VoxelMapOptions::backend).
   bool built_on_gpu() const noexcept { return built_on_gpu_; }
+
+  /// Voxel means along `axis` (0 x, 1 y, 2 z), map-relative metres.
   const std::vector<double>& mean(int axis) const { return mean_[static_cast<std::size_t>(axis)]; }
   /// Inverse covariance entry `e` of every voxel: 0 xx, 1 xy, 2 xz, 3 yy, 4 yz, 5 zz.
   const std::vector<double>& inverse_covariance(int e) const { return icov_[static_cast<std::size_t>(e)]; }
@@ -116,9 +116,9 @@ class VoxelMap {
   float radius_squared_ = 0.f;
   Eigen::Vector3d origin_ = Eigen::Vector3d::Zero();
   VoxelMapStats stats_;
+  bool built_on_gpu_ = false;
   std::array<std::vector<double>, 3> mean_;
   std::array<std::vector<double>, 6> icov_;
-  bool built_on_gpu_ = false;
   std::array<std::vector<double>, 6> cov_;
   std::array<std::vector<float>, 3> centroid_;
   std::vector<std::array<std::int32_t, 3>> cells_;

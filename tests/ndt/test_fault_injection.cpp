@@ -76,14 +76,19 @@ bool same_results(const std::vector<AlignResult>& a, const std::vector<AlignResu
 
 // Every array and number of a map but the build time.
 bool same_map(const VoxelMap& a, const VoxelMap& b) {
-  bool same = a.size() == b.size() && same_matrix(a.origin(), b.origin()) && same_bytes(a.resolution(), b.resolution()) &&
-              a.stats().points == b.stats().points && a.stats().occupied_cells == b.stats().occupied_cells &&
-              a.stats().sparse_cells == b.stats().sparse_cells && a.stats().singular_cells == b.stats().singular_cells &&
-              same_values(a.cells(), b.cells()) && same_values(a.point_counts(), b.point_counts()) &&
-              same_values(a.table_keys(), b.table_keys()) && same_values(a.table_values(), b.table_values());
-  for (int i = 0; same && i < 3; ++i) same = same_values(a.mean(i), b.mean(i)) && same_values(a.centroid(i), b.centroid(i));
+  const VoxelMapStats &sa = a.stats(), &sb = b.stats();
+  bool same = a.size() == b.size() && same_matrix(a.origin(), b.origin()) &&
+              same_bytes(a.resolution(), b.resolution()) && sa.points == sb.points &&
+              sa.occupied_cells == sb.occupied_cells && sa.sparse_cells == sb.sparse_cells &&
+              sa.singular_cells == sb.singular_cells && same_values(a.cells(), b.cells()) &&
+              same_values(a.point_counts(), b.point_counts()) && same_values(a.table_keys(), b.table_keys()) &&
+              same_values(a.table_values(), b.table_values());
+  for (int i = 0; same && i < 3; ++i) {
+    same = same_values(a.mean(i), b.mean(i)) && same_values(a.centroid(i), b.centroid(i));
+  }
   for (int e = 0; same && e < 6; ++e) {
-    same = same_values(a.inverse_covariance(e), b.inverse_covariance(e)) && same_values(a.covariance(e), b.covariance(e));
+    same = same_values(a.inverse_covariance(e), b.inverse_covariance(e)) &&
+           same_values(a.covariance(e), b.covariance(e));
   }
   return same;
 }
@@ -91,23 +96,30 @@ bool same_map(const VoxelMap& a, const VoxelMap& b) {
 // Ends the program with a message when a sweep has not finished in time: a pool that
 // waits forever for a task that died would otherwise hang the test run without a word of
 // where. 120 s: the slowest sweep takes about a second, under AddressSanitizer a few.
+// The constructor returns once the watchdog's thread runs: a thread's start mallocs and
+// frees blocks, which must not fall between a sweep's two counts.
 class Watchdog {
  public:
   Watchdog(const char* what, const std::atomic<std::uint64_t>& n)
       : thread_([this, what, &n] {
           std::unique_lock<std::mutex> lock(mutex_);
-          if (!done_cv_.wait_for(lock, std::chrono::seconds(120), [this] { return done_; })) {
+          running_ = true;
+          cv_.notify_all();
+          if (!cv_.wait_for(lock, std::chrono::seconds(120), [this] { return done_; })) {
             std::fprintf(stderr, "fault injection: %s hung with allocation %llu failed\n", what,
                          static_cast<unsigned long long>(n.load()));
             std::_Exit(1);
           }
-        }) {}
+        }) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return running_; });
+  }
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       done_ = true;
     }
-    done_cv_.notify_all();
+    cv_.notify_all();
     thread_.join();
   }
   Watchdog(const Watchdog&) = delete;
@@ -115,7 +127,8 @@ class Watchdog {
 
  private:
   std::mutex mutex_;
-  std::condition_variable done_cv_;
+  std::condition_variable cv_;
+  bool running_ = false;
   bool done_ = false;
   std::thread thread_;  // last: starts once the members it uses exist
 };
@@ -277,6 +290,15 @@ TEST_CASE("VoxelMap::build: an allocation failure anywhere is an exception, and 
 
 namespace {
 
+// What `run` gives on a fresh aligner with `target`. The aligner is gone on return: its
+// workers do not run on into a sweep, where their thread's start or end would be counted.
+template <class Target, class Run>
+auto fresh_result(const AlignSettings& settings, const Target& target, Run run) {
+  Aligner fresh(settings);
+  fresh.set_target(target);
+  return run(fresh);
+}
+
 // The aligner sweeps over one entry point, for each of `variants`, both thread counts and
 // both failure modes: `run(aligner)` is the call, `same(result, expected)` compares its
 // bits with those of a fresh aligner's. Each call starts from an aligner that last used
@@ -290,9 +312,7 @@ void sweep_aligner(const char* what, const std::vector<AlignSettings>& variants,
     for (int threads : {1, 2}) {
       AlignSettings settings = base;
       settings.threads = threads;
-      Aligner fresh(settings);
-      fresh.set_target(target);
-      const auto expected = run(fresh);
+      const auto expected = fresh_result(settings, target, run);
       auto make = [&] {
         Aligner a(settings);
         a.set_target(target);
@@ -305,8 +325,8 @@ void sweep_aligner(const char* what, const std::vector<AlignSettings>& variants,
       };
       for (bool and_after : {false, true}) {
         CAPTURE(what, and_after, to_string(settings.line_search));
-        check_sweep(fault_sweep(what, and_after, make, from_other_map, [&](Aligner& a) { return same(run(a), expected); }),
-                    threads);
+        auto call = [&](Aligner& a) { return same(run(a), expected); };
+        check_sweep(fault_sweep(what, and_after, make, from_other_map, call), threads);
       }
     }
   }
@@ -340,9 +360,8 @@ TEST_CASE("Aligner::set_target from a cloud, then align: an allocation failure a
   for (int threads : {1, 2}) {
     const AlignSettings settings = cpu_settings(threads);
     const auto other = std::make_shared<const VoxelMap>(VoxelMap::build(scene().other, voxel_map_options(settings)));
-    Aligner fresh(settings);
-    fresh.set_target(scene().target);
-    const AlignResult expected = fresh.align(scene().source);
+    const AlignResult expected =
+        fresh_result(settings, scene().target, [](Aligner& a) { return a.align(scene().source); });
     for (bool and_after : {false, true}) {
       CAPTURE(and_after);
       check_sweep(fault_sweep(

@@ -238,7 +238,9 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return try_a
 void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return try_alloc(n); }
 void* operator new(std::size_t n, std::align_val_t a) { return alloc_aligned(n, a); }
 void* operator new[](std::size_t n, std::align_val_t a) { return alloc_aligned(n, a); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return try_alloc_aligned(n, a); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return try_alloc_aligned(n, a);
+}
 void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
   return try_alloc_aligned(n, a);
 }

@@ -49,7 +49,9 @@ void disarm_allocation_failure();
 class ScopedAllocationFailure {
  public:
   /// arm_allocation_failure(nth, and_after).
-  explicit ScopedAllocationFailure(std::uint64_t nth, bool and_after = false) { arm_allocation_failure(nth, and_after); }
+  explicit ScopedAllocationFailure(std::uint64_t nth, bool and_after = false) {
+    arm_allocation_failure(nth, and_after);
+  }
   ~ScopedAllocationFailure() { disarm_allocation_failure(); }
   ScopedAllocationFailure(const ScopedAllocationFailure&) = delete;
   ScopedAllocationFailure& operator=(const ScopedAllocationFailure&) = delete;

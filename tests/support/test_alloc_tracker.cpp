@@ -144,14 +144,17 @@ TEST_CASE("the allocation tracker counts and fails the allocations of other thre
   constexpr int kThreads = 4, kEach = 1000;
   // Every thread's allocation counts, and a failure armed for the 2000th from now reaches
   // whichever thread makes it; with `and_after`, every later one fails too. The threads
-  // are started before arming and wait for it, so that only their allocations are counted
-  // (a thread's start also mallocs blocks that outlive it, which the sanitizers' hooks see).
+  // are started, and running, before arming, so that only their own allocations are
+  // counted: the start of a thread also mallocs and frees blocks, which the sanitizers'
+  // hooks see (under load, a thread not yet running when armed freed one inside).
   std::vector<std::thread> threads;
   threads.reserve(kThreads);
   std::vector<int> failed(kThreads, 0);
+  std::atomic<int> running{0};
   std::atomic<bool> go{false};
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&failed, &go, t] {
+    threads.emplace_back([&failed, &running, &go, t] {
+      ++running;
       while (!go.load()) std::this_thread::yield();
       for (int i = 0; i < kEach; ++i) {
         try {
@@ -162,6 +165,7 @@ TEST_CASE("the allocation tracker counts and fails the allocations of other thre
       }
     });
   }
+  while (running.load() < kThreads) std::this_thread::yield();
   AllocationCounts counts;
   {
     ScopedAllocationFailure fail(2000, true);

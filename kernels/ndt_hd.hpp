@@ -42,7 +42,8 @@ NDTCU_HD inline float add_rn(float a, float b) {
 #endif
 }
 
-/// The same for doubles, and float subtraction and division (the voxel filter's cell index).
+/// The same for doubles (subtraction, division and the square root too: the voxel
+/// statistics), and float subtraction and division (the voxel filter's cell index).
 NDTCU_HD inline double mul_rn(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dmul_rn(a, b);
@@ -55,6 +56,27 @@ NDTCU_HD inline double add_rn(double a, double b) {
   return __dadd_rn(a, b);
 #else
   return a + b;
+#endif
+}
+NDTCU_HD inline double sub_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+NDTCU_HD inline double div_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+NDTCU_HD inline double sqrt_rn(double a) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(a);
+#else
+  return sqrt(a);
 #endif
 }
 NDTCU_HD inline float sub_rn(float a, float b) {

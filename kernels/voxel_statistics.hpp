@@ -24,28 +24,6 @@
 
 namespace ndtcu::math {
 
-NDTCU_HD inline double sub_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-NDTCU_HD inline double div_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-NDTCU_HD inline double sqrt_rn(double a) {
-#if defined(__CUDA_ARCH__)
-  return __dsqrt_rn(a);
-#else
-  return sqrt(a);
-#endif
-}
-
 /// A cell's running sums: its points are added one at a time, in the order that fixes
 /// the bits (the CPU and the GPU both add a cell's points in input order).
 struct VoxelSums {

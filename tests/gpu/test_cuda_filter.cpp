@@ -33,12 +33,6 @@ namespace {
 
 const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
 
-#define NDTCU_REQUIRE_GPU()                                                                     \
-  do {                                                                                          \
-    if (!cuda_compiled()) NDTCU_SKIP("built without CUDA");                                     \
-    if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());     \
-  } while (0)
-
 std::vector<PointCloud> sample_scans() {
   std::vector<PointCloud> out;
   for (const auto& e : list_scans((kSample / "scans").string())) out.push_back(read_point_cloud(e.path));

@@ -27,12 +27,6 @@ namespace {
 
 const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
 
-#define NDTCU_REQUIRE_GPU()                                                                 \
-  do {                                                                                      \
-    if (!cuda_compiled()) NDTCU_SKIP("built without CUDA");                                 \
-    if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason()); \
-  } while (0)
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -3,6 +3,8 @@
 // location of ../shared/data, and temporary folders.
 #include <catch2/catch.hpp>
 
+#include <ndtcu/cuda_device.hpp>
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -40,3 +42,12 @@ void write_bytes(const std::filesystem::path& path, const std::string& bytes);
   auto var##_opt = ::ndtcu::test::data_dir();                                        \
   if (!var##_opt) NDTCU_SKIP("real data folder not found (set NDTCU_DATA_DIR)");     \
   const std::filesystem::path var = *var##_opt
+
+/// Skips the current test case without a CUDA build or device (the `gpu` tests).
+#define NDTCU_REQUIRE_GPU()                                                                 \
+  do {                                                                                      \
+    if (!::ndtcu::cuda_compiled()) NDTCU_SKIP("built without CUDA");                        \
+    if (::ndtcu::cuda_devices().empty()) {                                                  \
+      NDTCU_SKIP("no CUDA device: " + ::ndtcu::cuda_unavailable_reason());                 \
+    }                                                                                       \
+  } while (0)

@@ -445,9 +445,10 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
 
   bool ok = false;
   out.status = FrameStatus::Tracked;
-  if (m.initial_search && m.known == 0) {
-    // No good pose yet and only a region to start from: the initial pose search, whose
-    // verdict must be found (converged, unambiguous, enough overlap) as well.
+  // No good pose yet and only a region to start from (set_initial_region).
+  const bool from_region = m.initial_search && m.known == 0;
+  if (from_region) {
+    // The initial pose search, whose verdict must be found (converged, unambiguous, enough overlap) as well.
     const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(m.initial), *m.initial_search);
     ok = take(found, "initial search") && verdict(found, m.settings.nvtl_threshold) == InitialPoseVerdict::Found;
   } else {
@@ -456,7 +457,7 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
   const Recovery mode = m.settings.recovery;
   int retries = 0;
   bool continued = false;
-  while (!ok && mode != Recovery::None && !(m.initial_search && m.known == 0) && retries < m.settings.recovery_attempts) {
+  while (!ok && mode != Recovery::None && !from_region && retries < m.settings.recovery_attempts) {
     const bool can_continue = !continued && has_pose(best) && best.reason == StopReason::MaxIterations;
     Eigen::Matrix4d guess;
     if (can_continue && !already_tried(best.transform)) {
@@ -473,7 +474,7 @@ LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, 
     out.status = FrameStatus::Recovered;
     ok = run(guess);
   }
-  const bool searching = !ok && mode == Recovery::Hypotheses && !(m.initial_search && m.known == 0);
+  const bool searching = !ok && mode == Recovery::Hypotheses && !from_region;
   if (searching) {
     // Stage 1: rotations about the prediction and the last good pose.
     std::vector<Pose6> hypotheses;

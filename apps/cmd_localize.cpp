@@ -47,7 +47,8 @@ struct LocalizeOptions {
   std::string recovery = "hypotheses";
   double search_radius = 2.0, max_speed = 20.0, max_turn_rate = 90.0, max_search_radius = 50.0;
   double init_radius = 0.0, init_yaw_range = 360.0;
-  double map_radius = 100.0;
+  double map_radius = 100.0, map_update_distance = 20.0, map_memory_mb = 0.0;
+  bool map_update_wait = false;
   std::size_t queue = 4;
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
@@ -384,10 +385,24 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   "pointcloud_map_metadata.yaml)")
       ->required();
   cmd->add_option("--map-radius", o->map_radius,
-                  "with a tiled map: load the tiles within this distance (m) of the first pose (loaded once, at the "
-                  "start)")
+                  "with a tiled map: keep the tiles within this distance (m) of the pose loaded")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--map-update-distance", o->map_update_distance,
+                  "with a tiled map: load and drop tiles (on a background thread) each time the pose has moved this "
+                  "far (m)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--map-memory", o->map_memory_mb,
+                  "with a tiled map: host memory (MB) for the tiles and their joined map; tiles beyond --map-radius "
+                  "stay until the budget needs their room, least recently used first (0 = no budget: they are "
+                  "dropped at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--map-update-wait", o->map_update_wait,
+                "with a tiled map: swap each map update in before the frame after the one that asked for it, "
+                "waiting for it if need be (reproducible runs; by default the update is taken whenever it is "
+                "ready, never holding up a frame)");
   cmd->add_option("--scans", o->scans, "folder of scans (ordered by name) or a text file listing scan paths [time]")
       ->required();
   auto* init = cmd->add_option("--init", o->init, "pose of the first scan x,y,z,roll,pitch,yaw (m, rad)")
@@ -532,33 +547,49 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
 
     // Map.
     auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<TiledMapStreamer> streamer;
+    std::shared_ptr<const VoxelMap> voxels;
     PointCloud map;
-    nlohmann::json tiles_json = nullptr;
+    std::size_t map_points_read = 0, map_points = 0;
+    double map_load_ms = 0.0, map_build_ms = 0.0;
     if (is_tiled_map(o->map)) {
-      const Eigen::Vector2d centre = initial.topRightCorner<2, 1>();
-      TiledMapRead tiles = read_tiled_map(o->map, centre, o->map_radius);
-      const std::size_t listed = read_tiled_map_metadata(o->map, false).tiles.size();
-      if (tiles.loaded.empty()) {
-        throw Error(fmt::format("{}: none of its {} tiles lies within --map-radius {} m of the first pose ({:.3f}, "
-                                "{:.3f}){}",
-                                o->map, listed, o->map_radius, centre.x(), centre.y(),
-                                tiles.skipped.empty() ? "" : fmt::format(" that could be read ({} skipped)", tiles.skipped.size())));
+      TiledMapStreamOptions so;
+      so.radius = o->map_radius;
+      so.update_distance = o->map_update_distance;
+      so.map_voxel = o->map_voxel;
+      so.memory_budget = static_cast<std::size_t>(o->map_memory_mb * 1e6);
+      so.threads = s.threads;
+      streamer = std::make_unique<TiledMapStreamer>(o->map, voxel_map_options(s), so);
+      try {
+        voxels = streamer->load(initial.topRightCorner<2, 1>());
+      } catch (const Error& e) {
+        throw Error(fmt::format("{} (--map-radius around the first pose)", e.what()));
       }
-      map = std::move(tiles.cloud);
-      tiles_json = {{"listed", listed}, {"loaded", tiles.loaded.size()}, {"skipped", tiles.skipped.size()},
-                    {"radius_m", o->map_radius}};
+      const TiledMapStreamStats ts = streamer->stats();
+      map_load_ms = ts.read_ms;
+      map_build_ms = ts.join_ms;
+      map_points_read = map_points = voxels->stats().points;
     } else {
       map = read_point_cloud(o->map);
+      map_points_read = map.size();
+      if (o->map_voxel > 0) map = voxel_downsample(map, o->map_voxel);
+      map_points = map.size();
+      map_load_ms = ms_since(t0);
     }
-    const std::size_t map_points_read = map.size();
-    if (o->map_voxel > 0) map = voxel_downsample(map, o->map_voxel);
-    const double map_load_ms = ms_since(t0);
     Localizer localizer(ls);
-    t0 = std::chrono::steady_clock::now();
-    localizer.set_map(map);
-    const double map_build_ms = ms_since(t0);
-    const std::size_t map_voxels = localizer.aligner().target()->size();
+    if (voxels) {
+      localizer.set_map(voxels);
+    } else {
+      t0 = std::chrono::steady_clock::now();
+      localizer.set_map(map);
+      map_build_ms = ms_since(t0);
+      voxels = localizer.aligner().target();
+      map = PointCloud{};  // the voxels are what the run needs
+    }
+    const std::size_t map_voxels = voxels->size();
     if (map_voxels == 0) throw Error(o->map + ": the map has no usable voxel at resolution " + fmt::format("{}", s.resolution));
+    std::size_t map_swaps = 0;
+    Samples map_wait_ms;  // per swap: how long the frame waited for it (0 unless --map-update-wait)
     if (o->init_radius > 0.0) {
       localizer.set_initial_region(initial, o->init_radius, o->init_yaw_range);
     } else {
@@ -605,6 +636,16 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
           progress.message(fmt::format("ndtcu: warning: frame {} skipped: {}", scan->index, scan->error));
           files.frame(frames_csv_row(*scan, nullptr, matched, std::nullopt));
         } else {
+          if (streamer) {
+            // A finished map update goes in between two frames (with --map-update-wait, the
+            // one asked for after the last frame, waited for).
+            const auto wait0 = std::chrono::steady_clock::now();
+            if (auto next = streamer->take(o->map_update_wait)) {
+              map_wait_ms.push_back(static_cast<float>(ms_since(wait0)));
+              localizer.update_map(std::move(next));
+              ++map_swaps;
+            }
+          }
           LocalizationResult r = filter_in_line ? localizer.localize(scan->cloud, scan->entry.time)
                                                 : localizer.localize_preprocessed(scan->cloud, scan->entry.time);
           if (filter_in_line) scan->preprocess_ms = r.preprocess_ms;
@@ -636,6 +677,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
             p.pose = Eigen::Isometry3d(r.pose);
             files.pose(p);
             ++localized;
+            if (streamer) streamer->request(r.pose.topRightCorner<2, 1>());
             if (!reference.empty()) {
               // The frame's ATE: the pairing absolute_trajectory_error() makes below, made
               // one pose at a time.
@@ -685,9 +727,32 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       device = fmt::format("CPU, {} threads", threads);
     }
     j["device"] = device;
+    nlohmann::json tiles_json = nullptr;
+    if (streamer) {
+      // The counts of finished updates (one still running at the end is not counted).
+      const TiledMapStreamStats ts = streamer->stats();
+      nlohmann::json skipped_json = nlohmann::json::array();
+      for (const std::string& f : ts.skipped) skipped_json.push_back(json_text(f));
+      tiles_json = {{"listed", ts.listed},
+                    {"loaded", ts.loaded},
+                    {"radius_m", o->map_radius},
+                    {"update_distance_m", o->map_update_distance},
+                    {"memory_budget_mb", o->map_memory_mb},
+                    {"updates", ts.updates},
+                    {"swaps", map_swaps},
+                    {"tiles_read", ts.tiles_read},
+                    {"tiles_dropped", ts.tiles_dropped},
+                    {"tiles_skipped", ts.skipped.size()},
+                    {"skipped", skipped_json},
+                    {"peak_loaded", ts.peak_loaded},
+                    {"peak_mb", static_cast<double>(ts.peak_bytes) / 1e6},
+                    {"read_ms", ts.read_ms},
+                    {"join_ms", ts.join_ms},
+                    {"wait_ms", stats_json(map_wait_ms)}};
+    }
     j["map"] = {{"path", json_text(o->map)},
                 {"points_read", map_points_read},
-                {"points", map.size()},
+                {"points", map_points},
                 {"voxels", map_voxels},
                 {"load_ms", map_load_ms},
                 {"tiles", tiles_json},
@@ -819,9 +884,16 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       std::cout << dump_json(j) << "\n";
     } else {
       std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o->scans, o->out, o->map,
-                                     map.size(), map_voxels, s.resolution);
+                                     map_points, map_voxels, s.resolution);
       text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} skipped of {}\n", localized,
                           recovered, lost, skipped, done);
+      if (streamer) {
+        const TiledMapStreamStats ts = streamer->stats();
+        text += fmt::format("  tiles       {} of {} loaded at the end (at most {}, {:.1f} MB); {} updates, {} swapped in, "
+                            "{} tiles read, {} dropped, {} skipped; frames waited {:.1f} ms at most\n",
+                            ts.loaded, ts.listed, ts.peak_loaded, static_cast<double>(ts.peak_bytes) / 1e6, ts.updates,
+                            map_swaps, ts.tiles_read, ts.tiles_dropped, ts.skipped.size(), largest(map_wait_ms));
+      }
       text += fmt::format("  speed       {:.1f} fps ({} backend, {}); latency median {:.1f} ms, p95 {:.1f} ms, max "
                           "{:.1f} ms\n",
                           j["fps"].get<double>(), localizer.backend(), device, percentile(latency, 0.5),

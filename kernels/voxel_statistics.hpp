@@ -55,6 +55,21 @@ NDTCU_HD inline void add_point(VoxelSums& s, float x, float y, float z) {
   ++s.n;
 }
 
+/// Adds to `a` the sums `b` of another part of the same cell (both begun by start_sums
+/// with the same convention; Autoware's identity is counted once): the sums of the points
+/// of both parts, up to the order of summation. A tiled map joins a cell that two tiles
+/// share this way, the parts in tile order.
+NDTCU_HD inline void merge_sums(VoxelSums& a, const VoxelSums& b, bool autoware) {
+  for (int i = 0; i < 3; ++i) {
+    a.sum[i] = add_rn(a.sum[i], b.sum[i]);
+    for (int j = 0; j < 3; ++j) {
+      a.sxx[i][j] = add_rn(a.sxx[i][j], autoware && i == j ? sub_rn(b.sxx[i][j], 1.0) : b.sxx[i][j]);
+    }
+    a.fsum[i] = add_rn(a.fsum[i], b.fsum[i]);
+  }
+  a.n += b.n;
+}
+
 /// 3x3 determinant-and-cofactor inverse of row-major `m` into `out`; false when the
 /// determinant is zero or a result is not finite.
 NDTCU_HD inline bool inverse3(const double m[3][3], double out[3][3]) {

@@ -3,6 +3,7 @@
 
 #include "cuda/cuda_voxel_build.hpp"
 #include "log.hpp"
+#include "voxel_cells.hpp"
 #include "ndt_neighbours.hpp"
 #include "thread_pool.hpp"
 #include "voxel_statistics.hpp"
@@ -31,16 +32,75 @@ bool build_on_gpu(const VoxelMapOptions& o) {
   return false;
 }
 
-// The CPU build of the cells: keys, a sort by (key, point index), the runs of equal keys,
-// each run's points summed in input order and its statistics (kernels/
-// voxel_statistics.hpp, the GPU build's), the usable ones in cell order.
+// The CPU build of the cells: the points sorted into cells, each cell's points summed in
+// input order and its statistics (kernels/voxel_statistics.hpp, the GPU build's), the
+// usable ones in cell order.
 detail::VoxelCells cpu_voxel_cells(const PointCloud& cloud, float inverse_resolution, double resolution,
                                    const VoxelMapOptions& options) {
   detail::ThreadPool pool(options.threads);
+  const detail::SortedCells sorted = detail::sort_into_cells(cloud, inverse_resolution, resolution, pool);
+  const auto& runs = sorted.runs;
+  // Statistics per cell, in parallel (each cell's result to its own slot).
+  const bool autoware = options.covariance == CovarianceMode::Autoware;
+  std::vector<math::VoxelStatistics> results(runs.size());
+  constexpr std::size_t kCellChunk = 1024;
+  pool.parallel_for((runs.size() + kCellChunk - 1) / kCellChunk, [&](std::size_t c) {
+    const std::size_t end = std::min(runs.size(), (c + 1) * kCellChunk);
+    for (std::size_t r = c * kCellChunk; r < end; ++r) {
+      results[r].usable = false;
+      if (runs[r].second - runs[r].first < static_cast<std::size_t>(options.min_points)) continue;
+      math::voxel_statistics(detail::cell_sums(cloud, sorted, r, autoware), !autoware, options.eigenvalue_ratio,
+                             results[r]);
+    }
+  });
+  // The usable cells in cell order.
+  detail::VoxelCells out;
+  out.occupied_cells = runs.size();
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const std::size_t count = runs[r].second - runs[r].first;
+    if (count < static_cast<std::size_t>(options.min_points)) {
+      ++out.sparse_cells;
+    } else if (!results[r].usable) {
+      ++out.singular_cells;
+    } else {
+      detail::append_voxel(out, sorted.keyed[runs[r].first].first, static_cast<std::uint32_t>(count), results[r]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void detail::check_voxel_map_options(const VoxelMapOptions& options) {
+  if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
+    throw Error("voxel map resolution must be positive and finite, got " + std::to_string(options.resolution));
+  }
+  if (options.min_points < 3) {
+    throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
+                std::to_string(options.min_points));
+  }
+  if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
+    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
+  }
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    throw Error("voxel map threads must be in [0, " + std::to_string(kMaxThreads) + "] (0: one per hardware thread), got " +
+                std::to_string(options.threads));
+  }
+}
+
+float detail::inverse_resolution(double resolution) {
+  // PCL and Autoware keep the resolution in float; so does the lattice.
+  return 1.0f / static_cast<float>(resolution);
+}
+
+detail::SortedCells detail::sort_into_cells(const PointCloud& cloud, float inverse_resolution, double resolution,
+                                            ThreadPool& pool) {
+  SortedCells out;
   const std::size_t n = cloud.size();
   // 1. Lattice key of every point (PCL: floor(p * inverse_leaf_size) in float).
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed(n);
   if (n > std::numeric_limits<std::uint32_t>::max()) throw Error("voxel map: more than 2^32 points");
+  auto& keyed = out.keyed;
+  keyed.resize(n);
   constexpr std::size_t kChunk = 1 << 16;
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   pool.parallel_for(chunks, [&](std::size_t c) {
@@ -60,7 +120,7 @@ detail::VoxelCells cpu_voxel_cells(const PointCloud& cloud, float inverse_resolu
     }
   });
   // 2. Sort by (key, point index): the packed key orders cells by (z, y, x), PCL's order,
-  // and within a cell the points keep their input order (PCL sums them in that order).
+  // and within a cell the points keep their input order.
   {
     const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(pool.size()), std::max<std::size_t>(1, n / kChunk));
     std::vector<std::size_t> bounds(parts + 1);
@@ -79,118 +139,107 @@ detail::VoxelCells cpu_voxel_cells(const PointCloud& cloud, float inverse_resolu
     }
   }
   // 3. Cells: runs of equal keys.
-  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [begin, end) into keyed
   for (std::size_t b = 0; b < n;) {
     std::size_t e = b + 1;
     while (e < n && keyed[e].first == keyed[b].first) ++e;
-    runs.emplace_back(b, e);
+    out.runs.emplace_back(b, e);
     b = e;
-  }
-  // 4. Statistics per cell, in parallel (each cell's result to its own slot).
-  const bool autoware = options.covariance == CovarianceMode::Autoware;
-  std::vector<math::VoxelStatistics> results(runs.size());
-  constexpr std::size_t kCellChunk = 1024;
-  pool.parallel_for((runs.size() + kCellChunk - 1) / kCellChunk, [&](std::size_t c) {
-    const std::size_t end = std::min(runs.size(), (c + 1) * kCellChunk);
-    for (std::size_t r = c * kCellChunk; r < end; ++r) {
-      results[r].usable = false;
-      if (runs[r].second - runs[r].first < static_cast<std::size_t>(options.min_points)) continue;
-      math::VoxelSums sums;
-      math::start_sums(sums, autoware);
-      for (std::size_t m = runs[r].first; m < runs[r].second; ++m) {
-        const Eigen::Vector3f& p = cloud.points[keyed[m].second];
-        math::add_point(sums, p.x(), p.y(), p.z());
-      }
-      math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, results[r]);
-    }
-  });
-  // 5. The usable cells in cell order.
-  detail::VoxelCells out;
-  out.occupied_cells = runs.size();
-  static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
-  for (std::size_t r = 0; r < runs.size(); ++r) {
-    const std::size_t count = runs[r].second - runs[r].first;
-    if (count < static_cast<std::size_t>(options.min_points)) {
-      ++out.sparse_cells;
-      continue;
-    }
-    const math::VoxelStatistics& c = results[r];
-    if (!c.usable) {
-      ++out.singular_cells;
-      continue;
-    }
-    out.keys.push_back(keyed[runs[r].first].first);
-    out.counts.push_back(static_cast<std::uint32_t>(count));
-    for (int a = 0; a < 3; ++a) {
-      out.mean[a].push_back(c.mean[a]);
-      out.centroid[a].push_back(c.centroid[a]);
-    }
-    for (int e = 0; e < 6; ++e) {
-      out.icov[e].push_back(c.icov[kRow[e]][kCol[e]]);
-      out.cov[e].push_back(c.cov[kRow[e]][kCol[e]]);
-    }
   }
   return out;
 }
 
-}  // namespace
+math::VoxelSums detail::cell_sums(const PointCloud& cloud, const SortedCells& cells, std::size_t run, bool autoware) {
+  math::VoxelSums sums;
+  math::start_sums(sums, autoware);
+  for (std::size_t m = cells.runs[run].first; m < cells.runs[run].second; ++m) {
+    const Eigen::Vector3f& p = cloud.points[cells.keyed[m].second];
+    math::add_point(sums, p.x(), p.y(), p.z());
+  }
+  return sums;
+}
+
+void detail::append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s) {
+  static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
+  out.keys.push_back(key);
+  out.counts.push_back(count);
+  for (int a = 0; a < 3; ++a) {
+    out.mean[a].push_back(s.mean[a]);
+    out.centroid[a].push_back(s.centroid[a]);
+  }
+  for (int e = 0; e < 6; ++e) {
+    out.icov[e].push_back(s.icov[kRow[e]][kCol[e]]);
+    out.cov[e].push_back(s.cov[kRow[e]][kCol[e]]);
+  }
+}
+
+// Fills a VoxelMap's private members (detail::assemble_voxel_map's access).
+struct detail::VoxelMapAccess {
+  static VoxelMap assemble(VoxelCells&& cells, const VoxelMapOptions& options, const Eigen::Vector3d& origin,
+                           std::size_t points, bool built_on_gpu) {
+    VoxelMap map;
+    map.options_ = options;
+    const float res_f = static_cast<float>(options.resolution);
+    map.resolution_ = static_cast<double>(res_f);
+    map.inverse_resolution_ = inverse_resolution(options.resolution);
+    map.radius_squared_ = static_cast<float>(map.resolution_ * map.resolution_);
+    map.origin_ = origin;
+    map.stats_.points = points;
+    map.built_on_gpu_ = built_on_gpu;
+    map.stats_.occupied_cells = cells.occupied_cells;
+    map.stats_.sparse_cells = cells.sparse_cells;
+    map.stats_.singular_cells = cells.singular_cells;
+    const std::int32_t mask = (1 << 21) - 1;
+    map.cells_.reserve(cells.keys.size());
+    for (const std::uint64_t key : cells.keys) {
+      map.cells_.push_back({static_cast<std::int32_t>(key & mask) - math::kKeyOffset,
+                            static_cast<std::int32_t>((key >> 21) & mask) - math::kKeyOffset,
+                            static_cast<std::int32_t>((key >> 42) & mask) - math::kKeyOffset});
+    }
+    // Arrays grown voxel by voxel hold up to twice their size: the map keeps what it uses.
+    const auto fit = [](auto& v) { v.shrink_to_fit(); };
+    fit(cells.counts);
+    for (auto& v : cells.mean) fit(v);
+    for (auto& v : cells.centroid) fit(v);
+    for (auto& v : cells.icov) fit(v);
+    for (auto& v : cells.cov) fit(v);
+    map.counts_ = std::move(cells.counts);
+    map.mean_ = std::move(cells.mean);
+    map.centroid_ = std::move(cells.centroid);
+    map.icov_ = std::move(cells.icov);
+    map.cov_ = std::move(cells.cov);
+    // Hash table: capacity a power of two at least twice the voxel count (load <= 0.5).
+    std::size_t capacity = 16;
+    while (capacity < 2 * map.size()) capacity *= 2;
+    map.table_keys_.assign(capacity, kEmptyKey);
+    map.table_values_.assign(capacity, -1);
+    for (std::size_t v = 0; v < map.size(); ++v) {
+      const std::uint64_t key = cells.keys[v];
+      std::uint64_t slot = math::hash_key(key) & (capacity - 1);
+      while (map.table_keys_[slot] != kEmptyKey) slot = (slot + 1) & (capacity - 1);
+      map.table_keys_[slot] = key;
+      map.table_values_[slot] = static_cast<std::int32_t>(v);
+    }
+    return map;
+  }
+  static void set_build_ms(VoxelMap& map, double ms) { map.stats_.build_ms = ms; }
+};
+
+VoxelMap detail::assemble_voxel_map(VoxelCells&& cells, const VoxelMapOptions& options, const Eigen::Vector3d& origin,
+                                    std::size_t points, bool built_on_gpu) {
+  return VoxelMapAccess::assemble(std::move(cells), options, origin, points, built_on_gpu);
+}
+
+void detail::set_build_ms(VoxelMap& map, double ms) { VoxelMapAccess::set_build_ms(map, ms); }
 
 VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
-    throw Error("voxel map resolution must be positive and finite, got " + std::to_string(options.resolution));
-  }
-  if (options.min_points < 3) {
-    throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
-                std::to_string(options.min_points));
-  }
-  if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
-    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
-  }
-  if (options.threads < 0 || options.threads > kMaxThreads) {
-    throw Error("voxel map threads must be in [0, " + std::to_string(kMaxThreads) + "] (0: one per hardware thread), got " +
-                std::to_string(options.threads));
-  }
-  VoxelMap map;
-  map.options_ = options;
-  // PCL and Autoware keep the resolution in float; so does the lattice.
-  const float res_f = static_cast<float>(options.resolution);
-  map.resolution_ = static_cast<double>(res_f);
-  map.inverse_resolution_ = 1.0f / res_f;
-  map.radius_squared_ = static_cast<float>(map.resolution_ * map.resolution_);
-  map.origin_ = cloud.origin;
-  map.stats_.points = cloud.size();
-  map.built_on_gpu_ = build_on_gpu(options);
-  detail::VoxelCells cells = map.built_on_gpu_
-                                 ? detail::cuda_voxel_cells(cloud, map.inverse_resolution_, options)
-                                 : cpu_voxel_cells(cloud, map.inverse_resolution_, map.resolution_, options);
-  map.stats_.occupied_cells = cells.occupied_cells;
-  map.stats_.sparse_cells = cells.sparse_cells;
-  map.stats_.singular_cells = cells.singular_cells;
-  const std::int32_t mask = (1 << 21) - 1;
-  map.cells_.reserve(cells.keys.size());
-  for (const std::uint64_t key : cells.keys) {
-    map.cells_.push_back({static_cast<std::int32_t>(key & mask) - math::kKeyOffset,
-                          static_cast<std::int32_t>((key >> 21) & mask) - math::kKeyOffset,
-                          static_cast<std::int32_t>((key >> 42) & mask) - math::kKeyOffset});
-  }
-  map.counts_ = std::move(cells.counts);
-  map.mean_ = std::move(cells.mean);
-  map.centroid_ = std::move(cells.centroid);
-  map.icov_ = std::move(cells.icov);
-  map.cov_ = std::move(cells.cov);
-  // 6. Hash table: capacity a power of two at least twice the voxel count (load <= 0.5).
-  std::size_t capacity = 16;
-  while (capacity < 2 * map.size()) capacity *= 2;
-  map.table_keys_.assign(capacity, kEmptyKey);
-  map.table_values_.assign(capacity, -1);
-  for (std::size_t v = 0; v < map.size(); ++v) {
-    const std::uint64_t key = cells.keys[v];
-    std::uint64_t slot = math::hash_key(key) & (capacity - 1);
-    while (map.table_keys_[slot] != kEmptyKey) slot = (slot + 1) & (capacity - 1);
-    map.table_keys_[slot] = key;
-    map.table_values_[slot] = static_cast<std::int32_t>(v);
-  }
+  detail::check_voxel_map_options(options);
+  const float inverse = detail::inverse_resolution(options.resolution);
+  const double resolution = static_cast<double>(static_cast<float>(options.resolution));
+  const bool on_gpu = build_on_gpu(options);
+  detail::VoxelCells cells = on_gpu ? detail::cuda_voxel_cells(cloud, inverse, options)
+                                    : cpu_voxel_cells(cloud, inverse, resolution, options);
+  VoxelMap map = detail::assemble_voxel_map(std::move(cells), options, cloud.origin, cloud.size(), on_gpu);
   map.stats_.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   detail::log().debug("voxel map: {} points, {} cells, {} voxels ({} under {} points, {} singular), res {} m, {:.1f} ms ({})",
                       map.stats_.points, map.stats_.occupied_cells, map.size(), map.stats_.sparse_cells,
@@ -222,5 +271,15 @@ Eigen::Matrix3d symmetric(const std::array<std::vector<double>, 6>& s, std::size
 
 Eigen::Matrix3d VoxelMap::inverse_covariance_matrix(std::size_t v) const { return symmetric(icov_, v); }
 Eigen::Matrix3d VoxelMap::covariance_matrix(std::size_t v) const { return symmetric(cov_, v); }
+
+std::size_t VoxelMap::memory_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (const auto& v : mean_) bytes += v.capacity() * sizeof(double);
+  for (const auto& v : icov_) bytes += v.capacity() * sizeof(double);
+  for (const auto& v : cov_) bytes += v.capacity() * sizeof(double);
+  for (const auto& v : centroid_) bytes += v.capacity() * sizeof(float);
+  return bytes + cells_.capacity() * sizeof(cells_[0]) + counts_.capacity() * sizeof(std::uint32_t) +
+         table_keys_.capacity() * sizeof(std::uint64_t) + table_values_.capacity() * sizeof(std::int32_t);
+}
 
 }  // namespace ndtcu

@@ -221,6 +221,10 @@ class Localizer {
   void set_map(const PointCloud& map);
   /// Uses a voxel map built elsewhere (see Aligner::set_target).
   void set_map(std::shared_ptr<const VoxelMap> map);
+  /// Swaps in the next version of the same map (the tiles around the pose, see
+  /// TiledMapStreamer), between two frames: like set_map, but the scene's typical NVTL is
+  /// kept, since the places already seen score as before.
+  void update_map(std::shared_ptr<const VoxelMap> map);
 
   /// Starts (or restarts) tracking: the next scan is aligned from `pose` (T_map_sensor).
   /// Forgets the velocity. Throws Error for a non-finite or non-rigid matrix.

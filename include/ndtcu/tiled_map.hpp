@@ -14,10 +14,13 @@
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/point_cloud.hpp>
+#include <ndtcu/voxel_map.hpp>
 
 #include <Eigen/Core>
 
+#include <cstddef>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,5 +79,94 @@ struct TiledMapRead {
 /// with a warning naming it; metadata errors throw (see read_tiled_map_metadata()).
 TiledMapRead read_tiled_map(const std::string& dir, const Eigen::Vector2d& centre = Eigen::Vector2d::Zero(),
                             double radius = std::numeric_limits<double>::infinity(), const ReadOptions& options = {});
+
+/// Distance (m) from `centre` (world x-y) to the square of tile `t` (0 inside it).
+double tile_distance(const TiledMapMetadata& meta, const MapTile& t, const Eigen::Vector2d& centre);
+
+/// The ReadOptions with which every tile of `meta` is read onto one origin (see
+/// read_tiled_map()): `options` as given unless its policy is Auto, which becomes Fixed at
+/// zero, or at the first tile's lower corner when a corner lies beyond
+/// auto_origin_threshold.
+ReadOptions tiled_map_read_options(const TiledMapMetadata& meta, const ReadOptions& options = {});
+
+/// How a TiledMapStreamer follows the pose.
+struct TiledMapStreamOptions {
+  /// Tiles whose square comes within this distance (m) of the pose are loaded (Autoware's
+  /// dynamic map loading: 150 m by default; ndtcu 100 m: a 64-ring scan reaches ~100 m).
+  double radius = 100.0;
+  /// An update starts when the pose is this far (m) from the centre of the last one.
+  double update_distance = 20.0;
+  /// Voxel-filter each tile (leaf, m; 0 keeps every point). Each tile is filtered on its
+  /// own, so cells along tile borders differ from a filter of the whole map.
+  double map_voxel = 0.0;
+  /// Host bytes the tiles may hold (their cells' sums and statistics) plus the joined map;
+  /// 0: no budget, tiles beyond the radius are dropped at each update. With a budget, tiles
+  /// beyond the radius stay (a vehicle that comes back finds them) until the budget needs
+  /// their room, least recently within the radius first; when the tiles within the radius
+  /// alone do not fit, the update throws Error naming the sizes. The device holds a copy of
+  /// the joined map's means, inverse covariances, centroids and lookup, less than its host
+  /// arrays, so the budget bounds the device map too.
+  std::size_t memory_budget = 0;
+  /// Reading and voxelizing tile files: threads of the tiled map's builds.
+  int threads = 0;
+};
+
+/// Counts of a TiledMapStreamer since it was made.
+struct TiledMapStreamStats {
+  std::size_t listed = 0;         ///< tiles in the metadata
+  std::size_t loaded = 0;         ///< tiles loaded now
+  std::size_t updates = 0;        ///< updates run (the first load included)
+  std::size_t tiles_read = 0;     ///< tile files read
+  std::size_t tiles_dropped = 0;  ///< tiles removed (beyond the radius, or evicted for the budget)
+  std::vector<std::string> skipped;  ///< tile files that could not be read (warned once each)
+  std::size_t peak_loaded = 0;    ///< most tiles loaded at once
+  std::size_t peak_bytes = 0;     ///< most host bytes held at once (tiles and joined map)
+  std::size_t bytes = 0;          ///< host bytes held now
+  double read_ms = 0.0;           ///< time reading and voxelizing tiles (on the worker)
+  double join_ms = 0.0;           ///< time joining tiles into maps (on the worker)
+};
+
+/// A tiled map folder that follows a moving pose: loads the tiles around it into a
+/// TiledVoxelMap on a worker thread and hands out each new VoxelMap when it is ready, so
+/// the caller keeps aligning on the current map meanwhile. One caller thread.
+class TiledMapStreamer {
+ public:
+  /// Reads the metadata of the map folder `dir` (throws its errors) and prepares tiles by
+  /// `voxel_options` (its threads are overridden by the stream's). Tile files are read by
+  /// `read` (see tiled_map_read_options()). Throws Error for a radius, update distance or
+  /// map_voxel that is negative or not finite.
+  TiledMapStreamer(const std::string& dir, const VoxelMapOptions& voxel_options,
+                   const TiledMapStreamOptions& options = {}, const ReadOptions& read = {});
+  /// Waits for a running update.
+  ~TiledMapStreamer();
+  TiledMapStreamer(const TiledMapStreamer&) = delete;
+  TiledMapStreamer& operator=(const TiledMapStreamer&) = delete;
+
+  /// Loads the tiles around `centre` (world x-y) now, on the calling thread, and returns
+  /// their map. Throws Error when no readable tile lies within the radius (naming the
+  /// folder, the centre and the radius) or for the budget (see TiledMapStreamOptions).
+  std::shared_ptr<const VoxelMap> load(const Eigen::Vector2d& centre);
+  /// Tells the streamer where the pose is: when it has moved update_distance from the last
+  /// update's centre and no update is running, one starts on the worker. Cheap otherwise.
+  void request(const Eigen::Vector2d& centre);
+  /// The map of the last finished update, once (null when none finished since the last
+  /// call). With `wait`, waits for a running update first (reproducible runs: the map
+  /// changes at the frame after the request whatever the timing). Rethrows an update's
+  /// error.
+  std::shared_ptr<const VoxelMap> take(bool wait = false);
+  /// True while an update runs on the worker.
+  bool busy() const noexcept;
+
+  /// The folder's metadata.
+  const TiledMapMetadata& metadata() const noexcept;
+  /// The world origin every tile is read onto.
+  const Eigen::Vector3d& origin() const noexcept;
+  /// Counts so far (of finished updates).
+  TiledMapStreamStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace ndtcu

@@ -21,6 +21,10 @@
 
 namespace ndtcu {
 
+namespace detail {
+struct VoxelMapAccess;
+}  // namespace detail
+
 /// How a VoxelMap is built.
 struct VoxelMapOptions {
   double resolution = 2.0;  ///< voxel edge (m); used as float, as PCL's leaf size
@@ -109,7 +113,11 @@ class VoxelMap {
   /// Covariance of voxel `v` as a matrix.
   Eigen::Matrix3d covariance_matrix(std::size_t v) const;
 
+  /// Bytes of host memory the map's arrays hold.
+  std::size_t memory_bytes() const noexcept;
+
  private:
+  friend struct detail::VoxelMapAccess;
   VoxelMapOptions options_;
   double resolution_ = 0.0;
   float inverse_resolution_ = 0.f;

@@ -190,11 +190,13 @@ TiledMapMetadata write_tiled_map(const PointCloud& map, double tile_size, const 
   return meta;
 }
 
-TiledMapRead read_tiled_map(const std::string& dir, const Eigen::Vector2d& centre, double radius,
-                            const ReadOptions& options) {
-  if (!(radius >= 0.0) || std::isnan(radius)) throw Error(fmt::format("tiled map: radius must be >= 0, got {}", radius));
-  if (!centre.allFinite()) throw Error("tiled map: the centre must be finite");
-  const TiledMapMetadata meta = read_tiled_map_metadata(dir, false);
+double tile_distance(const TiledMapMetadata& meta, const MapTile& t, const Eigen::Vector2d& centre) {
+  const double dx = std::max({t.x_min - centre.x(), 0.0, centre.x() - (t.x_min + meta.x_resolution)});
+  const double dy = std::max({t.y_min - centre.y(), 0.0, centre.y() - (t.y_min + meta.y_resolution)});
+  return std::hypot(dx, dy);
+}
+
+ReadOptions tiled_map_read_options(const TiledMapMetadata& meta, const ReadOptions& options) {
   ReadOptions ro = options;
   if (ro.origin_policy == OriginPolicy::Auto) {
     // One origin for every tile: zero, or the first tile's corner for a map far out (UTM).
@@ -207,14 +209,20 @@ TiledMapRead read_tiled_map(const std::string& dir, const Eigen::Vector2d& centr
       }
     }
   }
+  return ro;
+}
+
+TiledMapRead read_tiled_map(const std::string& dir, const Eigen::Vector2d& centre, double radius,
+                            const ReadOptions& options) {
+  if (!(radius >= 0.0) || std::isnan(radius)) throw Error(fmt::format("tiled map: radius must be >= 0, got {}", radius));
+  if (!centre.allFinite()) throw Error("tiled map: the centre must be finite");
+  const TiledMapMetadata meta = read_tiled_map_metadata(dir, false);
+  const ReadOptions ro = tiled_map_read_options(meta, options);
   TiledMapRead out;
   out.cloud.origin = ro.origin_policy == OriginPolicy::Fixed ? ro.origin : Eigen::Vector3d::Zero();
   const fs::path base = metadata_path(dir).parent_path();
   for (const MapTile& t : meta.tiles) {
-    // The distance from the centre to the tile's square.
-    const double dx = std::max({t.x_min - centre.x(), 0.0, centre.x() - (t.x_min + meta.x_resolution)});
-    const double dy = std::max({t.y_min - centre.y(), 0.0, centre.y() - (t.y_min + meta.y_resolution)});
-    if (std::hypot(dx, dy) > radius) continue;
+    if (tile_distance(meta, t, centre) > radius) continue;
     const std::string path = (base / t.file).string();
     PointCloud tile;
     try {

@@ -351,14 +351,18 @@ TEST_CASE("ndtcu map tile writes Autoware's layout, and ndtcu localize reads it"
   auto tiled_args = whole_args;
   tiled_args[std::find(tiled_args.begin(), tiled_args.end(), "--map") - tiled_args.begin() + 1] = tiles;
   tiled_args[std::find(tiled_args.begin(), tiled_args.end(), "--out") - tiled_args.begin() + 1] = (dir / "tiled").string();
-  tiled_args.insert(tiled_args.end(), {"--map-radius", "30"});
+  tiled_args.insert(tiled_args.end(), {"--map-radius", "30", "--map-update-distance", "2", "--map-update-wait"});
   const CliRun whole = run(whole_args), tiled = run(tiled_args);
   REQUIRE(whole.rc == 0);
   CAPTURE(tiled.err);
   REQUIRE(tiled.rc == 0);
   const auto jw = nlohmann::json::parse(whole.out), jt = nlohmann::json::parse(tiled.out);
   CHECK(jt["map"]["tiles"]["loaded"].get<int>() < jt["map"]["tiles"]["listed"].get<int>());
-  CHECK(jt["map"]["tiles"]["skipped"] == 0);
+  CHECK(jt["map"]["tiles"]["tiles_skipped"] == 0);
+  CHECK(jt["map"]["tiles"]["skipped"] == nlohmann::json::array());
+  // The sample drives about 9 m: updates every 2 m, each swapped in at the next frame.
+  CHECK(jt["map"]["tiles"]["updates"].get<int>() >= 3);
+  CHECK(jt["map"]["tiles"]["swaps"].get<int>() >= 2);
   CHECK(jt["success"]["succeeded"] == 10);
   CHECK(std::abs(jt["ate"]["rmse_m"].get<double>() - jw["ate"]["rmse_m"].get<double>()) < 1e-3);
   // No tile near the start: a clear error naming the radius.
@@ -368,7 +372,7 @@ TEST_CASE("ndtcu map tile writes Autoware's layout, and ndtcu localize reads it"
                  std::find(far_args.begin(), far_args.end(), "--init-from") + 2);
   const CliRun far = run(far_args);
   CHECK(far.rc == 1);
-  CHECK_THAT(far.err, Catch::Contains("tiles lies within --map-radius 30 m of the first pose (5000.000, 5000.000)"));
+  CHECK_THAT(far.err, Catch::Contains("tiles lies within 30 m of (5000.000, 5000.000) (--map-radius around the first pose)"));
 }
 
 TEST_CASE("ndtcu info names points dropped for a coordinate out of float32's range", "[unit][cli]") {

@@ -1,0 +1,102 @@
+#pragma once
+/// \file
+/// A voxel map made of tiles that come and go: a localization stack hands it tiles as
+/// clouds (from files, or from its own map server) under ids of its choosing, removes them
+/// by id, and aligns on map(), the VoxelMap of the tiles loaded now.
+///
+/// Each tile is voxelized once, on its own, when it is added: its cells keep their sums
+/// (the points in input order) and their statistics. map() joins the tiles: a cell that
+/// lies in one tile only takes that tile's statistics as they are; a cell that two or more
+/// tiles share (their squares meet inside it) takes the statistics of the joined sums,
+/// the tiles in id order (math::merge_sums), so its voxel counts the points of all of them
+/// (and a cell too sparse in each tile can be usable in the union).
+///
+/// What this gives:
+///  - The map depends on the set of tiles only, never on the order of the adds and
+///    removes: any sequence that ends with the same tiles gives the same map, bit for bit.
+///  - Against VoxelMap::build of all the tiles' points: the same cells, in the same order
+///    (lattice cell order). A cell within one tile has the same bits (its points are summed
+///    in the same order); a shared cell differs in the last bits only (the tiles' partial
+///    sums are added instead of the points one by one).
+///  - When the tile size is a multiple of the resolution and the origin lies on the
+///    lattice of both (Autoware's 20 m tiles at 2 m with a zero origin or an origin at a
+///    tile corner), no cell spans two tiles, except where a point within float rounding of
+///    a tile border is binned across it. When it is not a multiple, the cells along the
+///    borders are shared, and joined as above: the voxels are still those of the whole
+///    map, at the cost of recomputing the shared cells' statistics in map().
+///
+/// Coordinates: every tile's points are binned relative to the map's origin (a UTM map
+/// keeps millimetres); a tile cloud with another origin is moved onto it (in double).
+/// Not thread-safe: one caller at a time. The VoxelMap that map() returns is immutable and
+/// may be used on any thread while the tiled map changes.
+
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ndtcu {
+
+/// Counts of a tiled map, for logs and budgets.
+struct TiledVoxelMapStats {
+  std::size_t tiles = 0;         ///< tiles loaded
+  std::size_t points = 0;        ///< their points
+  std::size_t cells = 0;         ///< their occupied cells, each tile counted on its own
+  std::size_t memory_bytes = 0;  ///< host bytes the tiles hold (sums and statistics of every cell)
+};
+
+/// The voxel map of a changing set of tiles (see the file comment).
+class TiledVoxelMap {
+ public:
+  /// An empty map whose cells are built by `options` (resolution, covariance, thresholds,
+  /// threads; the backend is ignored: tiles are voxelized on the CPU) relative to `origin`
+  /// (world). Throws Error for options VoxelMap::build refuses.
+  explicit TiledVoxelMap(const VoxelMapOptions& options, const Eigen::Vector3d& origin = Eigen::Vector3d::Zero());
+  ~TiledVoxelMap();
+  TiledVoxelMap(TiledVoxelMap&&) noexcept;
+  TiledVoxelMap& operator=(TiledVoxelMap&&) noexcept;
+
+  /// Voxelizes `cloud` as tile `id`. Throws Error for an empty id, an id already loaded
+  /// (remove it first), a non-finite point or a point more than 2^20 cells from the
+  /// origin (naming the tile and the point); the map is unchanged then.
+  void add_tile(const std::string& id, const PointCloud& cloud);
+  /// add_tile for each (id, cloud); all or none: the first failure throws and leaves
+  /// the map as it was.
+  void add_tiles(const std::vector<std::pair<std::string, const PointCloud*>>& tiles);
+  /// Removes the tiles `ids`. Throws Error naming an id that is not loaded (or named
+  /// twice); the map is unchanged then.
+  void remove_tiles(const std::vector<std::string>& ids);
+  /// Removes every tile.
+  void clear() noexcept;
+
+  /// True when tile `id` is loaded.
+  bool contains(const std::string& id) const;
+  /// The ids of the loaded tiles, sorted.
+  std::vector<std::string> tile_ids() const;
+  /// Host bytes tile `id` holds (0 when not loaded).
+  std::size_t tile_memory_bytes(const std::string& id) const;
+  /// Counts over the loaded tiles.
+  TiledVoxelMapStats stats() const;
+
+  /// The voxel map of the loaded tiles (see the file comment), built on the first call
+  /// after a change and shared until the next one. Its stats().build_ms is the join's time.
+  std::shared_ptr<const VoxelMap> map();
+
+  /// The options the tiles are built with.
+  const VoxelMapOptions& options() const noexcept;
+  /// World position of map-relative zero.
+  const Eigen::Vector3d& origin() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ndtcu

@@ -1,0 +1,251 @@
+#include <ndtcu/error.hpp>
+#include <ndtcu/tiled_voxel_map.hpp>
+
+#include "log.hpp"
+#include "voxel_cells.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+namespace ndtcu {
+
+namespace {
+
+// One tile's cells: every occupied cell (sparse ones too: two tiles' sparse parts of a
+// shared cell can make a usable voxel), in cell order, with its sums and, where it has
+// min_points points, its statistics.
+struct TileCells {
+  std::vector<std::uint64_t> keys;
+  std::vector<math::VoxelSums> sums;
+  std::vector<math::VoxelStatistics> stats;
+  std::size_t points = 0;
+
+  std::size_t bytes() const noexcept {
+    return keys.capacity() * sizeof(std::uint64_t) + sums.capacity() * sizeof(math::VoxelSums) +
+           stats.capacity() * sizeof(math::VoxelStatistics);
+  }
+};
+
+// A cell of one tile, for the join.
+struct CellRef {
+  std::uint64_t key;
+  std::uint32_t tile;  // the tile's rank in id order
+  std::uint32_t cell;
+};
+
+}  // namespace
+
+struct TiledVoxelMap::Impl {
+  VoxelMapOptions options;
+  Eigen::Vector3d origin;
+  float inverse = 0.f;
+  double resolution = 0.0;
+  detail::ThreadPool pool;
+  std::map<std::string, TileCells> tiles;  // ordered by id: the join's tile order
+  std::shared_ptr<const VoxelMap> joined;  // null after a change
+
+  Impl(const VoxelMapOptions& o, const Eigen::Vector3d& org)
+      : options(o),
+        origin(org),
+        inverse(detail::inverse_resolution(o.resolution)),
+        resolution(static_cast<double>(static_cast<float>(o.resolution))),
+        pool(o.threads) {}
+
+  TileCells build(const std::string& id, const PointCloud& cloud) {
+    if (id.empty()) throw Error("tiled map: a tile id must not be empty");
+    // The tile's points relative to the map's origin.
+    PointCloud moved;
+    const PointCloud* points = &cloud;
+    if (cloud.origin != origin) {
+      moved.origin = origin;
+      moved.points.reserve(cloud.size());
+      const Eigen::Vector3d shift = cloud.origin - origin;
+      for (const Eigen::Vector3f& p : cloud.points) moved.points.push_back((shift + p.cast<double>()).cast<float>());
+      points = &moved;
+    }
+    for (std::size_t i = 0; i < points->size(); ++i) {
+      if (!points->points[i].allFinite()) {
+        throw Error(fmt::format("tiled map: tile '{}': point {} is not finite (relative to the map origin)", id, i));
+      }
+    }
+    detail::SortedCells sorted;
+    try {
+      sorted = detail::sort_into_cells(*points, inverse, resolution, pool);
+    } catch (const Error& e) {
+      throw Error(fmt::format("tiled map: tile '{}': {}", id, e.what()));
+    }
+    const bool autoware = options.covariance == CovarianceMode::Autoware;
+    TileCells t;
+    t.points = points->size();
+    const std::size_t cells = sorted.runs.size();
+    t.keys.resize(cells);
+    t.sums.resize(cells);
+    t.stats.resize(cells);
+    constexpr std::size_t kChunk = 1024;
+    pool.parallel_for((cells + kChunk - 1) / kChunk, [&](std::size_t c) {
+      const std::size_t end = std::min(cells, (c + 1) * kChunk);
+      for (std::size_t r = c * kChunk; r < end; ++r) {
+        t.keys[r] = sorted.keyed[sorted.runs[r].first].first;
+        t.sums[r] = detail::cell_sums(*points, sorted, r, autoware);
+        t.stats[r].usable = false;
+        if (t.sums[r].n >= static_cast<std::uint32_t>(options.min_points)) {
+          math::voxel_statistics(t.sums[r], !autoware, options.eigenvalue_ratio, t.stats[r]);
+        }
+      }
+    });
+    return t;
+  }
+
+  std::shared_ptr<const VoxelMap> join() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<const TileCells*> order;
+    std::vector<std::size_t> bounds{0};  // each tile's refs: [bounds[t], bounds[t + 1])
+    std::size_t points = 0;
+    for (const auto& entry : tiles) {
+      order.push_back(&entry.second);
+      bounds.push_back(bounds.back() + entry.second.keys.size());
+      points += entry.second.points;
+    }
+    // Every tile's cells, tile after tile (each run sorted by key), merged pairwise: the
+    // merge is stable, so equal keys stay in tile (id) order.
+    std::vector<CellRef> refs(bounds.back());
+    pool.parallel_for(order.size(), [&](std::size_t t) {
+      for (std::size_t c = 0; c < order[t]->keys.size(); ++c) {
+        refs[bounds[t] + c] = {order[t]->keys[c], static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(c)};
+      }
+    });
+    const auto by_key = [](const CellRef& a, const CellRef& b) { return a.key < b.key; };
+    for (std::size_t width = 1; width < order.size(); width *= 2) {
+      const std::size_t pairs = (order.size() + 2 * width - 1) / (2 * width);
+      pool.parallel_for(pairs, [&](std::size_t p) {
+        const std::size_t lo = 2 * width * p, mid = lo + width, hi = std::min(order.size(), lo + 2 * width);
+        if (mid >= hi) return;
+        std::inplace_merge(refs.begin() + static_cast<std::ptrdiff_t>(bounds[lo]),
+                           refs.begin() + static_cast<std::ptrdiff_t>(bounds[mid]),
+                           refs.begin() + static_cast<std::ptrdiff_t>(bounds[hi]), by_key);
+      });
+    }
+    // One voxel per key: a tile's own statistics, or those of the joined sums.
+    const bool autoware = options.covariance == CovarianceMode::Autoware;
+    const auto min_points = static_cast<std::uint32_t>(options.min_points);
+    detail::VoxelCells cells;
+    for (std::size_t b = 0; b < refs.size();) {
+      std::size_t e = b + 1;
+      while (e < refs.size() && refs[e].key == refs[b].key) ++e;
+      ++cells.occupied_cells;
+      const CellRef& first = refs[b];
+      const TileCells& tile = *order[first.tile];
+      if (e == b + 1) {
+        const std::uint32_t n = tile.sums[first.cell].n;
+        if (n < min_points) {
+          ++cells.sparse_cells;
+        } else if (!tile.stats[first.cell].usable) {
+          ++cells.singular_cells;
+        } else {
+          detail::append_voxel(cells, first.key, n, tile.stats[first.cell]);
+        }
+      } else {
+        math::VoxelSums sums = tile.sums[first.cell];
+        for (std::size_t m = b + 1; m < e; ++m) math::merge_sums(sums, order[refs[m].tile]->sums[refs[m].cell], autoware);
+        if (sums.n < min_points) {
+          ++cells.sparse_cells;
+        } else {
+          math::VoxelStatistics s;
+          math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, s);
+          if (s.usable) {
+            detail::append_voxel(cells, first.key, sums.n, s);
+          } else {
+            ++cells.singular_cells;
+          }
+        }
+      }
+      b = e;
+    }
+    VoxelMap map = detail::assemble_voxel_map(std::move(cells), options, origin, points, false);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    detail::set_build_ms(map, ms);
+    detail::log().debug("tiled map: {} tiles joined into {} voxels in {:.1f} ms", tiles.size(), map.size(), ms);
+    return std::make_shared<const VoxelMap>(std::move(map));
+  }
+};
+
+TiledVoxelMap::TiledVoxelMap(const VoxelMapOptions& options, const Eigen::Vector3d& origin) {
+  detail::check_voxel_map_options(options);
+  if (!origin.allFinite()) throw Error("tiled map: the origin must be finite");
+  impl_ = std::make_unique<Impl>(options, origin);
+}
+
+TiledVoxelMap::~TiledVoxelMap() = default;
+TiledVoxelMap::TiledVoxelMap(TiledVoxelMap&&) noexcept = default;
+TiledVoxelMap& TiledVoxelMap::operator=(TiledVoxelMap&&) noexcept = default;
+
+void TiledVoxelMap::add_tile(const std::string& id, const PointCloud& cloud) { add_tiles({{id, &cloud}}); }
+
+void TiledVoxelMap::add_tiles(const std::vector<std::pair<std::string, const PointCloud*>>& tiles) {
+  Impl& m = *impl_;
+  std::set<std::string> batch;
+  for (const auto& [id, cloud] : tiles) {
+    if (!cloud) throw Error(fmt::format("tiled map: tile '{}' has no cloud (null)", id));
+    if (m.tiles.count(id) != 0) throw Error(fmt::format("tiled map: tile '{}' is loaded already (remove it first)", id));
+    if (!batch.insert(id).second) throw Error(fmt::format("tiled map: tile '{}' is named twice", id));
+  }
+  std::vector<TileCells> built;
+  built.reserve(tiles.size());
+  for (const auto& [id, cloud] : tiles) built.push_back(m.build(id, *cloud));
+  for (std::size_t i = 0; i < tiles.size(); ++i) m.tiles.emplace(tiles[i].first, std::move(built[i]));
+  if (!tiles.empty()) m.joined.reset();
+}
+
+void TiledVoxelMap::remove_tiles(const std::vector<std::string>& ids) {
+  Impl& m = *impl_;
+  std::set<std::string> batch;
+  for (const std::string& id : ids) {
+    if (m.tiles.count(id) == 0) throw Error(fmt::format("tiled map: tile '{}' is not loaded", id));
+    if (!batch.insert(id).second) throw Error(fmt::format("tiled map: tile '{}' is named twice", id));
+  }
+  for (const std::string& id : ids) m.tiles.erase(id);
+  if (!ids.empty()) m.joined.reset();
+}
+
+void TiledVoxelMap::clear() noexcept {
+  impl_->tiles.clear();
+  impl_->joined.reset();
+}
+
+bool TiledVoxelMap::contains(const std::string& id) const { return impl_->tiles.count(id) != 0; }
+
+std::vector<std::string> TiledVoxelMap::tile_ids() const {
+  std::vector<std::string> ids;
+  ids.reserve(impl_->tiles.size());
+  for (const auto& entry : impl_->tiles) ids.push_back(entry.first);
+  return ids;
+}
+
+std::size_t TiledVoxelMap::tile_memory_bytes(const std::string& id) const {
+  const auto it = impl_->tiles.find(id);
+  return it == impl_->tiles.end() ? 0 : it->second.bytes();
+}
+
+TiledVoxelMapStats TiledVoxelMap::stats() const {
+  TiledVoxelMapStats s;
+  for (const auto& entry : impl_->tiles) {
+    ++s.tiles;
+    s.points += entry.second.points;
+    s.cells += entry.second.keys.size();
+    s.memory_bytes += entry.second.bytes();
+  }
+  return s;
+}
+
+std::shared_ptr<const VoxelMap> TiledVoxelMap::map() {
+  if (!impl_->joined) impl_->joined = impl_->join();
+  return impl_->joined;
+}
+
+const VoxelMapOptions& TiledVoxelMap::options() const noexcept { return impl_->options; }
+const Eigen::Vector3d& TiledVoxelMap::origin() const noexcept { return impl_->origin; }
+
+}  // namespace ndtcu

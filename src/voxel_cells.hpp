@@ -1,0 +1,52 @@
+#pragma once
+// The CPU voxel build's steps, shared by VoxelMap::build and the tiled map (host only):
+// points sorted into lattice cells, a cell's statistics appended to a build's output, and
+// the assembly of a VoxelMap from its cells.
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include "cuda/cuda_voxel_build.hpp"
+#include "thread_pool.hpp"
+#include "voxel_statistics.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace ndtcu::detail {
+
+/// Throws Error for options VoxelMap::build refuses (resolution, min_points,
+/// eigenvalue_ratio, threads), naming the value.
+void check_voxel_map_options(const VoxelMapOptions& options);
+
+/// The lattice's inverse resolution: 1 / float(resolution) in float, as PCL's leaf size.
+float inverse_resolution(double resolution);
+
+/// The points of a cloud sorted into lattice cells.
+struct SortedCells {
+  /// (packed lattice key, point index), sorted: cells by (z, y, x), PCL's order, and within
+  /// a cell the points in input order (PCL sums them in that order).
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed;
+  /// Each occupied cell as [begin, end) into keyed, in cell order.
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+};
+
+/// The cells of `cloud` at `inverse_resolution` (PCL's floor(p * inverse) in float). Throws
+/// Error naming the first point more than 2^20 cells from the cloud's origin.
+SortedCells sort_into_cells(const PointCloud& cloud, float inverse_resolution, double resolution, ThreadPool& pool);
+
+/// The sums of cell `run` of `cells`, its points added in input order.
+math::VoxelSums cell_sums(const PointCloud& cloud, const SortedCells& cells, std::size_t run, bool autoware);
+
+/// Appends a usable voxel (cell `key`, `count` points, statistics `s`) to `out`.
+void append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s);
+
+/// The map of `cells` (usable voxels in cell order): its lattice cells and hash table.
+/// `points` is the number of points binned, `origin` the world position of its zero.
+VoxelMap assemble_voxel_map(VoxelCells&& cells, const VoxelMapOptions& options, const Eigen::Vector3d& origin,
+                            std::size_t points, bool built_on_gpu);
+/// Records a build's wall time in the map's stats.
+void set_build_ms(VoxelMap& map, double ms);
+
+}  // namespace ndtcu::detail

@@ -1,0 +1,207 @@
+// Localizing with a tiled map that follows the pose (TiledMapStreamer: 10 m tiles, 30 m
+// radius, updates as the pose moves) gives the whole map's poses when the scans reach no
+// farther than the loaded tiles, on BALM and on a simulated drive; a memory budget evicts
+// the least recently used tiles and stays under its bytes, and one too small for the
+// radius is an error naming the sizes.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/error.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/tiled_map.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Drive {
+  std::vector<Eigen::Matrix4d> poses;  // one per frame, the prediction's for lost frames
+  std::vector<bool> valid;
+  std::size_t swaps = 0;
+  TiledMapStreamStats stats;
+};
+
+// Scans within 20 m of the sensor: with 30 m of tiles around a pose at most
+// update_distance old, every point's voxels (and their neighbours) are loaded, so the
+// tiled map answers as the whole map does.
+LocalizerSettings settings() {
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  s.max_range = 20.0;
+  return s;
+}
+
+// The scans localized in `map` (a file) or, when `tiles` is a folder, in its tiles
+// streamed around the pose, updates swapped in at the next frame.
+Drive drive(const std::vector<ScanEntry>& scans, const Eigen::Matrix4d& start, const std::string& map,
+            const std::string& tiles, const TiledMapStreamOptions& stream = {}) {
+  Localizer localizer(settings());
+  std::unique_ptr<TiledMapStreamer> streamer;
+  if (tiles.empty()) {
+    localizer.set_map(read_point_cloud(map));
+  } else {
+    streamer = std::make_unique<TiledMapStreamer>(tiles, voxel_map_options(localizer.settings().align), stream);
+    localizer.set_map(streamer->load(start.topRightCorner<2, 1>()));
+  }
+  localizer.set_initial_pose(start);
+  Drive out;
+  for (const ScanEntry& scan : scans) {
+    if (streamer) {
+      if (auto next = streamer->take(true)) {
+        localizer.update_map(std::move(next));
+        ++out.swaps;
+      }
+    }
+    const LocalizationResult r = localizer.localize(read_point_cloud(scan.path), scan.time);
+    out.poses.push_back(r.pose);
+    out.valid.push_back(r.valid);
+    if (streamer && r.valid) streamer->request(r.pose.topRightCorner<2, 1>());
+  }
+  if (streamer) {
+    (void)streamer->take(true);
+    out.stats = streamer->stats();
+  }
+  return out;
+}
+
+// Largest distance between the positions of two drives' frames (both must be valid).
+double largest_difference(const Drive& a, const Drive& b) {
+  REQUIRE(a.poses.size() == b.poses.size());
+  double worst = 0.0;
+  for (std::size_t k = 0; k < a.poses.size(); ++k) {
+    CAPTURE(k);
+    CHECK(a.valid[k]);
+    CHECK(b.valid[k]);
+    worst = std::max(worst, (a.poses[k].topRightCorner<3, 1>() - b.poses[k].topRightCorner<3, 1>()).norm());
+  }
+  return worst;
+}
+
+struct SimDrive {
+  fs::path dir;
+  std::vector<ScanEntry> scans;
+  Trajectory truth;
+};
+
+// A drive of about 60 m through a simulated 300 m world, scans at 5 Hz (at 2 Hz the
+// first frame, predicted without a velocity 6 m behind, slides along a street that
+// 20 m of range cannot tell apart: see settings()).
+SimDrive simulated_drive() {
+  SimDrive d;
+  d.dir = test::temp_dir("tiled_drive");
+  sim::SimulationSettings s;
+  s.world.seed = 5;
+  s.world.size = 300.0;
+  s.lidar.columns = 360;
+  s.map.voxel = 0.5;
+  s.trajectory.frames = 40;
+  s.trajectory.rate_hz = 5.0;
+  s.threads = 2;
+  s.map.threads = 2;
+  sim::simulate(s, d.dir.string());
+  d.scans = list_scans((d.dir / "scans").string());
+  d.truth = read_trajectory((d.dir / "poses_tum.txt").string());
+  match_to_reference(d.scans, d.truth);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("BALM at 1 Hz in 10 m tiles streamed within 30 m: the whole map's poses", "[data][localization][tiles]") {
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const fs::path balm = dir / "balm_os0";
+  std::vector<ScanEntry> scans = list_scans((balm / "odd_scans_1hz.txt").string());
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  match_to_reference(scans, reference);
+  const std::string map = (balm / "map_even_frames_0-58_voxel0.1.pcd").string();
+  const fs::path tiles = test::temp_dir("balm_tiles");
+  write_tiled_map(read_point_cloud(map), 10.0, tiles.string());
+  TiledMapStreamOptions o;
+  o.radius = 30.0;
+  o.update_distance = 2.0;  // the sequence spans about 10 m: update often
+  const Drive whole = drive(scans, reference[1].pose.matrix(), map, "");
+  const Drive tiled = drive(scans, reference[1].pose.matrix(), "", tiles.string(), o);
+  const double worst = largest_difference(whole, tiled);
+  std::printf("balm_os0 odd scans, 10 m tiles within 30 m: %zu updates, %zu swaps, %zu tiles read, %zu dropped, "
+              "largest difference from the whole map %.3g m\n",
+              tiled.stats.updates, tiled.swaps, tiled.stats.tiles_read, tiled.stats.tiles_dropped, worst);
+  CHECK(tiled.stats.updates >= 3);
+  CHECK(tiled.swaps >= 2);
+  CHECK(worst <= 1e-3);
+}
+
+TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's poses",
+          "[unit][localization][tiles]") {
+  const SimDrive d = simulated_drive();
+  const std::string map = (d.dir / "map.pcd").string();
+  const fs::path tiles = test::temp_dir("sim_tiles");
+  const TiledMapMetadata meta = write_tiled_map(read_point_cloud(map), 10.0, tiles.string());
+  TiledMapStreamOptions o;
+  o.radius = 30.0;
+  o.update_distance = 5.0;
+  const Eigen::Matrix4d start = d.truth.front().pose.matrix();
+  const Drive whole = drive(d.scans, start, map, "");
+  const Drive tiled = drive(d.scans, start, "", tiles.string(), o);
+  const double worst = largest_difference(whole, tiled);
+  const double length = (d.truth.back().pose.translation() - d.truth.front().pose.translation()).norm();
+  std::printf("simulated drive (%.0f m end to end, %zu frames): %zu of %zu tiles read, %zu dropped, %zu updates, "
+              "at most %zu loaded, largest difference from the whole map %.3g m\n",
+              length, d.scans.size(), tiled.stats.tiles_read, meta.tiles.size(), tiled.stats.tiles_dropped,
+              tiled.stats.updates, tiled.stats.peak_loaded, worst);
+  CHECK(tiled.stats.tiles_dropped > 10);  // the map did move with the vehicle
+  CHECK(tiled.stats.peak_loaded < meta.tiles.size() / 2);
+  CHECK(worst <= 1e-3);
+
+  SECTION("a memory budget evicts the least recently used tiles and keeps the bytes under it") {
+    // A budget a quarter above what the radius needs: tiles beyond it stay until the
+    // budget needs their room.
+    TiledMapStreamOptions b = o;
+    b.memory_budget = tiled.stats.peak_bytes * 5 / 4;
+    const Drive budgeted = drive(d.scans, start, "", tiles.string(), b);
+    std::printf("budget %.2f MB: peak %.2f MB, %zu tiles dropped, at most %zu loaded\n", b.memory_budget / 1e6,
+                budgeted.stats.peak_bytes / 1e6, budgeted.stats.tiles_dropped, budgeted.stats.peak_loaded);
+    CHECK(budgeted.stats.peak_bytes <= b.memory_budget);
+    CHECK(budgeted.stats.tiles_dropped > 0);
+    CHECK(budgeted.stats.tiles_dropped < tiled.stats.tiles_dropped);  // some were kept for later
+    CHECK(budgeted.stats.peak_loaded > tiled.stats.peak_loaded);
+  }
+  SECTION("a budget smaller than the radius needs is an error naming the sizes") {
+    TiledMapStreamOptions b = o;
+    b.memory_budget = 100000;
+    TiledMapStreamer streamer(tiles.string(), voxel_map_options(settings().align), b);
+    CHECK_THROWS_WITH(streamer.load(start.topRightCorner<2, 1>()),
+                      Catch::Matchers::Contains("more than the map memory budget of 0.1 MB") &&
+                          Catch::Matchers::Contains("tiles within 30 m"));
+  }
+}
+
+TEST_CASE("a streamed tile that cannot be read is skipped and named; no tile within the radius is an error",
+          "[unit][tiles]") {
+  const fs::path sample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  const fs::path tiles = test::temp_dir("stream_bad_tile");
+  const TiledMapMetadata meta = write_tiled_map(read_point_cloud((sample / "map.pcd").string()), 20.0, tiles.string());
+  REQUIRE(meta.tiles.size() > 2);
+  {
+    std::ofstream bad(tiles / meta.tiles[1].file, std::ios::binary | std::ios::trunc);
+    bad << "VERSION .7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 10\nHEIGHT 1\nPOINTS 10\nDATA binary\n";
+  }
+  TiledMapStreamer streamer(tiles.string(), VoxelMapOptions{}, TiledMapStreamOptions{});
+  const auto map = streamer.load(Eigen::Vector2d(0.0, 0.0));
+  CHECK(streamer.stats().skipped == std::vector<std::string>{meta.tiles[1].file});
+  CHECK(streamer.stats().loaded == meta.tiles.size() - 1);
+  CHECK(!map->empty());
+  CHECK_THROWS_WITH(streamer.load(Eigen::Vector2d(5000.0, 0.0)),
+                    Catch::Matchers::Contains("none of its") && Catch::Matchers::Contains("within 100 m"));
+  CHECK_THROWS_AS(TiledMapStreamer(tiles.string(), VoxelMapOptions{}, TiledMapStreamOptions{-1.0}), Error);
+}

@@ -547,6 +547,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
 
     // Map.
     auto t0 = std::chrono::steady_clock::now();
+    // The localizer, once made: updates stage their maps on it (set before the first update).
+    Localizer* localizer_slot = nullptr;
     std::unique_ptr<TiledMapStreamer> streamer;
     std::shared_ptr<const VoxelMap> voxels;
     PointCloud map;
@@ -559,6 +561,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       so.map_voxel = o->map_voxel;
       so.memory_budget = static_cast<std::size_t>(o->map_memory_mb * 1e6);
       so.threads = s.threads;
+      // Each update is uploaded to the GPU on the worker (a no-op on the CPU backend), so
+      // the swap between two frames costs no upload.
+      so.on_map = [&localizer_slot](const std::shared_ptr<const VoxelMap>& next) {
+        if (localizer_slot) localizer_slot->stage_map(next);
+      };
       streamer = std::make_unique<TiledMapStreamer>(o->map, voxel_map_options(s), so);
       try {
         voxels = streamer->load(initial.topRightCorner<2, 1>());
@@ -577,7 +584,18 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       map_load_ms = ms_since(t0);
     }
     Localizer localizer(ls);
+    localizer_slot = &localizer;
+    // Whatever ends the run, no update may still be staging on the localizer when it goes.
+    struct WaitForUpdates {
+      const TiledMapStreamer* streamer;
+      ~WaitForUpdates() {
+        if (streamer) streamer->wait_idle();
+      }
+    } wait_for_updates{streamer.get()};
     if (voxels) {
+      // Staged first: the staging buffers (pinned host memory above all, whose allocation
+      // holds the driver's locks) are allocated now, not during a frame's alignment.
+      if (streamer) localizer.stage_map(voxels);
       localizer.set_map(voxels);
     } else {
       t0 = std::chrono::steady_clock::now();

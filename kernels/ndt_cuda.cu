@@ -58,7 +58,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <mutex>
 
 namespace ndtcu::detail {
 namespace {
@@ -343,10 +345,10 @@ void destroy(LoopGraph& g) noexcept {
 
 std::uint64_t device_allocations() noexcept { return device_allocation_count(); }
 
-struct CudaBackend::Impl {
-  cudaStream_t stream = nullptr;
-  std::uint64_t allocations_at_start = 0;
-  // Map.
+namespace {
+
+// One uploaded map: its buffers and the view of them the kernels read.
+struct DeviceMap {
   DeviceBuffer<double> mean[3], icov[6];
   DeviceBuffer<float> centroid[3];
   DeviceBuffer<std::uint64_t> table_keys;
@@ -355,6 +357,119 @@ struct CudaBackend::Impl {
   VoxelLookup lookup = VoxelLookup::Hash;
   double resolution = 0.0;
   bool has_map = false;
+};
+
+// Uploads `map` into `d` on `stream` (see CudaBackend::set_map for the lookup) and returns
+// the bytes sent. With `pinned` (staging): buffers that must grow take half as much again,
+// so the next maps of a moving vehicle (a little larger or smaller) reuse them (a
+// reallocation frees the old buffer, which synchronizes the device), and the arrays are
+// packed into the pinned buffer first and copied from there: a pageable copy goes through
+// the driver's own staging and held up the other stream's alignments by up to 8 ms for a
+// 400k-voxel map on an H100; from pinned memory the copy engine runs beside them. The
+// caller synchronizes `stream` before reusing `pinned`.
+std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, std::size_t dense_budget_bytes,
+                         cudaStream_t stream, PinnedBuffer<unsigned char>* pinned) {
+  d.has_map = false;  // a failed upload leaves no half-set map behind
+  const std::size_t nv = map.size();
+  // Dense index over the occupied lattice box, when asked for or when it fits the budget.
+  const LatticeBox box = occupied_box(map);
+  const double cells = box.cells();
+  const double dense_bytes = box.bytes();
+  bool use_dense = lookup == VoxelLookup::Dense || (lookup == VoxelLookup::Auto && dense_bytes <= dense_budget_bytes);
+  if (nv == 0) use_dense = false;
+  DenseVoxelIndex index;
+  if (use_dense) {
+    // Check the device before building the host copy: a forced dense index over a sparse,
+    // wide map can ask for more than any device has.
+    std::size_t free_b = 0, total_b = 0;
+    NDTCU_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (dense_bytes > double(free_b)) {
+      throw CudaError("dense voxel index of " + std::to_string(static_cast<unsigned long long>(cells)) +
+                      " cells needs " + std::to_string(static_cast<unsigned long long>(dense_bytes)) +
+                      " bytes, the device has " + std::to_string(free_b) + " of " + std::to_string(total_b) +
+                      " bytes free (use the hash lookup)");
+    }
+    index = DenseVoxelIndex::build(map, box);
+  }
+  constexpr std::size_t kAlign = 256;
+  const auto padded = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
+  if (pinned) {
+    const std::size_t total = 9 * padded(nv * sizeof(double)) + 3 * padded(nv * sizeof(float)) +
+                              padded(map.table_keys().size() * sizeof(std::uint64_t)) +
+                              padded(map.table_values().size() * sizeof(std::int32_t)) +
+                              padded(index.cells.size() * sizeof(std::int32_t));
+    pinned->reserve_with_headroom(total);
+  }
+  std::size_t offset = 0;
+  std::uint64_t bytes = 0;
+  const auto put = [&](auto& buffer, const auto* host, std::size_t n) {
+    const std::size_t size = n * sizeof(*host);
+    bytes += size;
+    if (!pinned) {
+      buffer.upload(host, n, stream);
+      return;
+    }
+    buffer.resize_with_headroom(n);
+    if (n == 0) return;
+    unsigned char* slot = pinned->data() + offset;
+    std::memcpy(slot, host, size);
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), slot, size, cudaMemcpyHostToDevice, stream));
+    offset += padded(size);
+  };
+  for (int a = 0; a < 3; ++a) {
+    put(d.mean[a], map.mean(a).data(), nv);
+    put(d.centroid[a], map.centroid(a).data(), nv);
+  }
+  for (int e = 0; e < 6; ++e) put(d.icov[e], map.inverse_covariance(e).data(), nv);
+  put(d.table_keys, map.table_keys().data(), map.table_keys().size());
+  put(d.table_values, map.table_values().data(), map.table_values().size());
+
+  math::VoxelGridView g{};
+  g.size = static_cast<std::int32_t>(nv);
+  for (int a = 0; a < 3; ++a) {
+    g.mean[a] = d.mean[a].data();
+    g.centroid[a] = d.centroid[a].data();
+  }
+  for (int e = 0; e < 6; ++e) g.icov[e] = d.icov[e].data();
+  g.table_keys = d.table_keys.data();
+  g.table_values = d.table_values.data();
+  g.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
+  g.inv_resolution = map.inverse_resolution();
+  g.radius_sq = map.radius_squared();
+  if (use_dense) {
+    put(d.dense, index.cells.data(), index.cells.size());
+    DenseVoxelIndex::attach(g, d.dense.data(), box);
+    d.lookup = VoxelLookup::Dense;
+  } else {
+    d.lookup = VoxelLookup::Hash;
+  }
+  d.grid = g;
+  d.resolution = map.resolution();
+  d.has_map = true;
+  log().debug("cuda: map of {} voxels uploaded, {} lookup ({} cells in the occupied box)", nv,
+              d.lookup == VoxelLookup::Dense ? "dense" : "hash", cells);
+  return bytes;
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  cudaStream_t stream = nullptr;
+  std::uint64_t allocations_at_start = 0;
+  // The map in use, and the next one staged on the upload stream (stage_map).
+  DeviceMap map;
+  DeviceMap staged;
+  std::mutex staging_mutex;                    // guards the staged map and the upload stream
+  cudaStream_t upload_stream = nullptr;        // created by the first stage_map
+  PinnedBuffer<unsigned char> staging_host;    // the staged map's arrays, packed for the copy
+  cudaEvent_t staged_done = nullptr;           // the staged map's upload finished
+  cudaEvent_t map_released = nullptr;          // the last map swapped out is no longer read
+  const VoxelMap* staged_source = nullptr;     // what `staged` holds, when staged_ok
+  std::shared_ptr<const VoxelMap> staged_hold;
+  VoxelLookup staged_lookup = VoxelLookup::Auto;
+  std::size_t staged_budget = 0;
+  std::uint64_t staged_bytes = 0;
+  bool staged_ok = false;
   // Sources, concatenated.
   DeviceBuffer<float> x, y, z;
   DeviceBuffer<DeviceSource> source_table;
@@ -394,6 +509,12 @@ struct CudaBackend::Impl {
   cudaStream_t capture_stream = nullptr;  // a private stream: the caller's may be the legacy default
 
   ~Impl() {
+    if (upload_stream) {
+      cudaStreamSynchronize(upload_stream);
+      cudaStreamDestroy(upload_stream);
+    }
+    if (staged_done) cudaEventDestroy(staged_done);
+    if (map_released) cudaEventDestroy(map_released);
     for (LoopGraph& g : graphs) destroy(g);
     if (capture_stream) cudaStreamDestroy(capture_stream);
     if (start) cudaEventDestroy(start);
@@ -401,10 +522,10 @@ struct CudaBackend::Impl {
   }
 
   void upload_config() {
-    if (!has_map) throw Error("CudaBackend: no map set");
-    const math::GaussConstants g = math::gauss_constants(resolution, outlier_ratio);
+    if (!map.has_map) throw Error("CudaBackend: no map set");
+    const math::GaussConstants g = math::gauss_constants(map.resolution, outlier_ratio);
     DeviceConfig c{};
-    c.grid = grid;
+    c.grid = map.grid;
     c.x = x.data();
     c.y = y.data();
     c.z = z.data();
@@ -583,62 +704,54 @@ CudaBackend::~CudaBackend() = default;
 
 void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t dense_budget_bytes) {
   Impl& m = *impl_;
-  m.has_map = false;  // a failed upload leaves no half-set map behind
-  const std::size_t nv = map.size();
-  for (int a = 0; a < 3; ++a) {
-    m.mean[a].upload(map.mean(a).data(), nv, m.stream);
-    m.centroid[a].upload(map.centroid(a).data(), nv, m.stream);
-  }
-  for (int e = 0; e < 6; ++e) m.icov[e].upload(map.inverse_covariance(e).data(), nv, m.stream);
-  m.table_keys.upload(map.table_keys().data(), map.table_keys().size(), m.stream);
-  m.table_values.upload(map.table_values().data(), map.table_values().size(), m.stream);
-  m.telemetry.setup_bytes_up += nv * (9 * sizeof(double) + 3 * sizeof(float)) +
-                                map.table_keys().size() * (sizeof(std::uint64_t) + sizeof(std::int32_t));
-
-  math::VoxelGridView g{};
-  g.size = static_cast<std::int32_t>(nv);
-  for (int a = 0; a < 3; ++a) {
-    g.mean[a] = m.mean[a].data();
-    g.centroid[a] = m.centroid[a].data();
-  }
-  for (int e = 0; e < 6; ++e) g.icov[e] = m.icov[e].data();
-  g.table_keys = m.table_keys.data();
-  g.table_values = m.table_values.data();
-  g.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
-  g.inv_resolution = map.inverse_resolution();
-  g.radius_sq = map.radius_squared();
-
-  // Dense index over the occupied lattice box, when asked for or when it fits the budget.
-  const LatticeBox box = occupied_box(map);
-  const double cells = box.cells();
-  const double dense_bytes = box.bytes();
-  bool use_dense = lookup == VoxelLookup::Dense || (lookup == VoxelLookup::Auto && dense_bytes <= dense_budget_bytes);
-  if (nv == 0) use_dense = false;
-  if (use_dense) {
-    // Check the device before building the host copy: a forced dense index over a sparse,
-    // wide map can ask for more than any device has.
-    std::size_t free_b = 0, total_b = 0;
-    NDTCU_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (dense_bytes > double(free_b)) {
-      throw CudaError("dense voxel index of " + std::to_string(static_cast<unsigned long long>(cells)) +
-                      " cells needs " + std::to_string(static_cast<unsigned long long>(dense_bytes)) +
-                      " bytes, the device has " + std::to_string(free_b) + " of " + std::to_string(total_b) +
-                      " bytes free (use the hash lookup)");
+  {
+    std::lock_guard<std::mutex> lock(m.staging_mutex);
+    if (m.staged_ok && m.staged_source == &map && m.staged_lookup == lookup && m.staged_budget == dense_budget_bytes) {
+      // Staged already: the stream waits (on the device, not here) for its upload, the
+      // buffers swap, and the old map's are free for the next staging once what is queued
+      // now has run.
+      NDTCU_CUDA_CHECK(cudaStreamWaitEvent(m.stream, m.staged_done, 0));
+      std::swap(m.map, m.staged);
+      NDTCU_CUDA_CHECK(cudaEventRecord(m.map_released, m.stream));
+      m.telemetry.setup_bytes_up += m.staged_bytes;
+      ++m.telemetry.map_swaps;
+      m.staged_ok = false;
+      m.staged_source = nullptr;
+      m.staged_hold.reset();
+      m.config_dirty = true;
+      return;
     }
-    const DenseVoxelIndex index = DenseVoxelIndex::build(map, box);
-    m.dense.upload(index.cells.data(), index.cells.size(), m.stream);
-    m.telemetry.setup_bytes_up += index.cells.size() * sizeof(std::int32_t);
-    DenseVoxelIndex::attach(g, m.dense.data(), box);
-    m.lookup = VoxelLookup::Dense;
-  } else {
-    m.lookup = VoxelLookup::Hash;
   }
-  m.grid = g;
-  m.resolution = map.resolution();
-  m.has_map = true;
+  m.telemetry.setup_bytes_up += upload_map(m.map, map, lookup, dense_budget_bytes, m.stream, nullptr);
   m.config_dirty = true;
-  log().debug("cuda: map of {} voxels uploaded, {} lookup ({} cells in the occupied box)", nv,
-              m.lookup == VoxelLookup::Dense ? "dense" : "hash", cells);
+}
+
+void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup, std::size_t dense_budget_bytes) {
+  if (!map) throw Error("CudaBackend::stage_map: null map");
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.staging_mutex);
+  m.staged_ok = false;
+  m.staged_source = nullptr;
+  m.staged_hold.reset();
+  if (!m.upload_stream) {
+    NDTCU_CUDA_CHECK(cudaStreamCreateWithFlags(&m.upload_stream, cudaStreamNonBlocking));
+    NDTCU_CUDA_CHECK(cudaEventCreateWithFlags(&m.staged_done, cudaEventDisableTiming));
+    NDTCU_CUDA_CHECK(cudaEventCreateWithFlags(&m.map_released, cudaEventDisableTiming));
+    NDTCU_CUDA_CHECK(cudaEventRecord(m.map_released, m.upload_stream));
+  }
+  // The staged buffers held the map swapped out last: overwrite them only once the
+  // alignments queued before that swap have read it.
+  NDTCU_CUDA_CHECK(cudaStreamWaitEvent(m.upload_stream, m.map_released, 0));
+  m.staged_bytes = upload_map(m.staged, *map, lookup, dense_budget_bytes, m.upload_stream, &m.staging_host);
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.staged_done, m.upload_stream));
+  // Here, not at the swap: the pinned buffer is free for the next staging, and the swap
+  // finds the copy done.
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.upload_stream));
+  m.staged_lookup = lookup;
+  m.staged_budget = dense_budget_bytes;
+  m.staged_source = map.get();
+  m.staged_hold = std::move(map);
+  m.staged_ok = true;
 }
 
 void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) {
@@ -874,7 +987,7 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
   return out;
 }
 
-VoxelLookup CudaBackend::lookup() const noexcept { return impl_->lookup; }
+VoxelLookup CudaBackend::lookup() const noexcept { return impl_->map.lookup; }
 const CudaTelemetry& CudaBackend::telemetry() const noexcept { return impl_->telemetry; }
 void CudaBackend::reset_telemetry() noexcept { impl_->telemetry = CudaTelemetry{}; impl_->allocations_at_start = device_allocation_count(); }
 

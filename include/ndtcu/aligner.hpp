@@ -83,6 +83,13 @@ class Aligner {
   /// Uses a map built elsewhere; throws Error when its resolution or covariance mode
   /// differs from the settings.
   void set_target(std::shared_ptr<const VoxelMap> map);
+  /// Prepares `map` for a later set_target(map) while align() goes on with the current
+  /// target: the CUDA backend uploads it into a second set of device buffers on a stream of
+  /// its own, so that set_target of the same map swaps them in without an upload (the CPU
+  /// backend has nothing to prepare). The one member that may run on another thread while
+  /// this aligner aligns (not while it is moved or destroyed). Throws as set_target does,
+  /// and CudaError when the device memory is too small (the current target stays usable).
+  void stage_target(std::shared_ptr<const VoxelMap> map);
   /// The target map (null before set_target).
   const std::shared_ptr<const VoxelMap>& target() const noexcept;
 

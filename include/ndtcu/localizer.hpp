@@ -225,6 +225,10 @@ class Localizer {
   /// TiledMapStreamer), between two frames: like set_map, but the scene's typical NVTL is
   /// kept, since the places already seen score as before.
   void update_map(std::shared_ptr<const VoxelMap> map);
+  /// Prepares `map` for a later update_map(map) or set_map(map) (Aligner::stage_target: on
+  /// CUDA, uploaded while frames go on); may run on another thread while a frame is
+  /// localized.
+  void stage_map(std::shared_ptr<const VoxelMap> map);
 
   /// Starts (or restarts) tracking: the next scan is aligned from `pose` (T_map_sensor).
   /// Forgets the velocity. Throws Error for a non-finite or non-rigid matrix.

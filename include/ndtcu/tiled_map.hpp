@@ -19,6 +19,7 @@
 #include <Eigen/Core>
 
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -109,6 +110,10 @@ struct TiledMapStreamOptions {
   std::size_t memory_budget = 0;
   /// Reading and voxelizing tile files: threads of the tiled map's builds.
   int threads = 0;
+  /// Called with each new map on the thread that made it (the worker, for updates), before
+  /// take() hands it out: Localizer::stage_map uploads it to the GPU there, so the swap
+  /// between two frames costs no upload. An exception it throws is the update's error.
+  std::function<void(const std::shared_ptr<const VoxelMap>&)> on_map;
 };
 
 /// Counts of a TiledMapStreamer since it was made.
@@ -156,6 +161,8 @@ class TiledMapStreamer {
   std::shared_ptr<const VoxelMap> take(bool wait = false);
   /// True while an update runs on the worker.
   bool busy() const noexcept;
+  /// Waits until no update runs (its map or error stays for take()).
+  void wait_idle() const noexcept;
 
   /// The folder's metadata.
   const TiledMapMetadata& metadata() const noexcept;

@@ -61,6 +61,7 @@ struct CudaTelemetry {
   std::uint64_t setup_bytes_up = 0;    ///< map and scan uploads
   double gpu_ms = 0.0;                 ///< device time of the evaluation kernels (and the device loop's step kernels)
   std::uint64_t device_allocations = 0;  ///< DeviceBuffer allocations made by this backend
+  std::uint64_t map_swaps = 0;         ///< staged maps swapped in by set_map
 };
 
 /// Device-resident NDT state for one device and one stream.
@@ -80,6 +81,17 @@ class CudaBackend {
   /// and free) when the device memory is too small; the backend stays usable.
   void set_map(const VoxelMap& map, VoxelLookup lookup = VoxelLookup::Auto,
                std::size_t dense_budget_bytes = std::size_t(256) << 20);
+  /// Uploads `map` into a second set of map buffers on a stream of the backend's own,
+  /// leaving the map in use alone: the one member that may run on another thread while
+  /// this backend evaluates (a worker preparing the next map of a moving vehicle). A later
+  /// set_map() of the same VoxelMap object (and lookup arguments) then swaps it in without
+  /// an upload: the caller's stream waits on the device for the staging to finish, the
+  /// host does not. The buffers grow with headroom and are reused from map to map, the
+  /// two alternating; a growth frees a buffer, which synchronizes the device. Staging
+  /// another map replaces the staged one. Throws CudaError as set_map does (the map in
+  /// use is untouched).
+  void stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup = VoxelLookup::Auto,
+                 std::size_t dense_budget_bytes = std::size_t(256) << 20);
   /// Uploads the points of B sources (each relative to its own origin), one after the
   /// other into grow-only buffers; hypotheses name them by index.
   void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources);

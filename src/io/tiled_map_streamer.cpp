@@ -121,6 +121,7 @@ struct TiledMapStreamer::Impl {
     t0 = std::chrono::steady_clock::now();
     std::shared_ptr<const VoxelMap> map = tiles.map();
     const double join_ms = ms_since(t0);
+    if (options.on_map) options.on_map(map);
     const TiledVoxelMapStats ts = tiles.stats();
     std::lock_guard<std::mutex> lock(stats_mutex);
     stats.loaded = ts.tiles;
@@ -214,6 +215,10 @@ std::shared_ptr<const VoxelMap> TiledMapStreamer::take(bool wait) {
 
 bool TiledMapStreamer::busy() const noexcept {
   return impl_->job.valid() && impl_->job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+void TiledMapStreamer::wait_idle() const noexcept {
+  if (impl_->job.valid()) impl_->job.wait();
 }
 
 const TiledMapMetadata& TiledMapStreamer::metadata() const noexcept { return impl_->meta; }

@@ -316,6 +316,7 @@ void Localizer::set_map(std::shared_ptr<const VoxelMap> map) {
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
 }
 void Localizer::update_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.set_target(std::move(map)); }
+void Localizer::stage_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.stage_target(std::move(map)); }
 
 void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   check_rigid(pose, "initial pose");

@@ -121,6 +121,8 @@ class CudaAlignBackend final : public AlignBackend {
     upload_ms_ += ms_since(t0);
   }
 
+  void stage_map(const std::shared_ptr<const VoxelMap>& map) override { cuda_.stage_map(map); }
+
   void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) override {
     NDTCU_NVTX_RANGE("upload");
     const auto t0 = std::chrono::steady_clock::now();

@@ -45,6 +45,10 @@ class AlignBackend {
   /// Uses `map` for the following calls (the pointer must stay valid until the next
   /// set_map). Cheap when it is the map already set.
   virtual void set_map(const std::shared_ptr<const VoxelMap>& map) = 0;
+  /// Prepares `map` for a later set_map while the current one stays in use; may run on
+  /// another thread than the other members (see CudaBackend::stage_map). The CPU backend
+  /// has nothing to prepare.
+  virtual void stage_map(const std::shared_ptr<const VoxelMap>& map) { (void)map; }
   /// The source points of the following calls (each relative to its cloud's origin). The
   /// vectors must stay valid until the next set_sources.
   virtual void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) = 0;

@@ -119,17 +119,31 @@ void Aligner::set_target(const PointCloud& target) {
   impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, o));
 }
 
+namespace {
+
+// Throws Error unless `map` was built for `settings` (resolution and covariance mode).
+void check_target(const VoxelMap* map, const AlignSettings& settings, const char* what) {
+  if (!map) throw Error(std::string(what) + ": null voxel map");
+  if (map->resolution() != static_cast<double>(static_cast<float>(settings.resolution))) {
+    throw Error(std::string(what) + ": voxel map resolution " + std::to_string(map->resolution()) +
+                " differs from the settings' " + std::to_string(settings.resolution));
+  }
+  if (map->options().covariance != settings.covariance) {
+    throw Error(std::string(what) + ": voxel map covariance mode '" + to_string(map->options().covariance) +
+                "' differs from the settings' '" + to_string(settings.covariance) + "'");
+  }
+}
+
+}  // namespace
+
 void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
-  if (!map) throw Error("set_target: null voxel map");
-  if (map->resolution() != static_cast<double>(static_cast<float>(impl_->settings.resolution))) {
-    throw Error("set_target: voxel map resolution " + std::to_string(map->resolution()) +
-                " differs from the settings' " + std::to_string(impl_->settings.resolution));
-  }
-  if (map->options().covariance != impl_->settings.covariance) {
-    throw Error(std::string("set_target: voxel map covariance mode '") + to_string(map->options().covariance) +
-                "' differs from the settings' '" + to_string(impl_->settings.covariance) + "'");
-  }
+  check_target(map.get(), impl_->settings, "set_target");
   impl_->map = std::move(map);
+}
+
+void Aligner::stage_target(std::shared_ptr<const VoxelMap> map) {
+  check_target(map.get(), impl_->settings, "stage_target");
+  impl_->backend->stage_map(map);
 }
 
 namespace {

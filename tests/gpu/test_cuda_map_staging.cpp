@@ -1,0 +1,189 @@
+// The next map of a moving vehicle staged on the GPU while alignments go on: the
+// alignments on the current map keep their bits while another thread stages, the swap
+// (set_target of the staged map) gives the bits of an aligner made for the new map, the
+// two buffers alternate over many swaps, and how long alignments take while a large map
+// is staged and at the swap is printed (figures for the notes, not timed checks).
+#include "../support/test_support.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/tiled_voxel_map.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+
+AlignSettings cuda_settings() {
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  return s;
+}
+
+void require_same(const AlignResult& a, const AlignResult& b) {
+  REQUIRE(a.transform == b.transform);
+  CHECK(a.nvtl == b.nvtl);
+  CHECK(a.iterations == b.iterations);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+// A map of about `cells` voxels: random points, 8 to a 2 m cell, over a flat box.
+std::shared_ptr<const VoxelMap> large_map(std::size_t cells, unsigned seed) {
+  PointCloud c;
+  std::mt19937 rng(seed);
+  const double side = std::sqrt(static_cast<double>(cells) / 4.0) * 2.0;  // 4 layers of 2 m
+  std::uniform_real_distribution<float> xy(0.f, static_cast<float>(side)), z(0.f, 8.f);
+  c.points.resize(cells * 8);
+  for (auto& p : c.points) p = Eigen::Vector3f(xy(rng), xy(rng), z(rng));
+  VoxelMapOptions o = voxel_map_options(cuda_settings());
+  o.backend = Backend::Cuda;
+  return std::make_shared<const VoxelMap>(VoxelMap::build(c, o));
+}
+
+}  // namespace
+
+TEST_CASE("a staged map swaps in with the bits of a fresh aligner, alignments on the current map untouched",
+          "[gpu][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  const PointCloud cloud = read_point_cloud((kSample / "map.pcd").string());
+  const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
+  const VoxelMapOptions o = voxel_map_options(cuda_settings());
+  // Two versions of the map around the sample: all of it, and its 20 m tiles west of x = 10.
+  const auto a = std::make_shared<const VoxelMap>(VoxelMap::build(cloud, o));
+  TiledVoxelMap tiles(o, cloud.origin);
+  {
+    std::map<std::string, PointCloud> parts;
+    for (std::size_t i = 0; i < cloud.size(); ++i) {
+      const Eigen::Vector3d w = cloud.world(i);
+      if (w.x() >= 10.0) continue;
+      PointCloud& t = parts[std::to_string(std::floor(w.x() / 20.0)) + "_" + std::to_string(std::floor(w.y() / 20.0))];
+      t.origin = cloud.origin;
+      t.points.push_back(cloud.points[i]);
+    }
+    for (const auto& [id, part] : parts) tiles.add_tile(id, part);
+  }
+  const std::shared_ptr<const VoxelMap> b = tiles.map();
+  REQUIRE(b->size() < a->size());
+  const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
+
+  Aligner fresh_a(cuda_settings()), fresh_b(cuda_settings());
+  fresh_a.set_target(a);
+  fresh_b.set_target(b);
+  const AlignResult ra = fresh_a.align(scan, guess), rb = fresh_b.align(scan, guess);
+  REQUIRE(ra.transform != rb.transform);  // the maps differ where the scan is
+
+  Aligner aligner(cuda_settings());
+  aligner.set_target(a);
+  require_same(aligner.align(scan, guess), ra);
+  for (int round = 0; round < 6; ++round) {
+    CAPTURE(round);
+    const auto next = round % 2 == 0 ? b : a;
+    const AlignResult& expect_now = round % 2 == 0 ? ra : rb;
+    const AlignResult& expect_next = round % 2 == 0 ? rb : ra;
+    // Staging on another thread while this one aligns on the current map.
+    std::atomic<bool> staged{false};
+    std::thread stager([&] {
+      aligner.stage_target(next);
+      staged = true;
+    });
+    int during = 0;
+    while (!staged || during < 3) {
+      require_same(aligner.align(scan, guess), expect_now);
+      ++during;
+    }
+    stager.join();
+    aligner.set_target(next);
+    require_same(aligner.align(scan, guess), expect_next);
+  }
+  // A staged map that is not the one set is not used.
+  aligner.stage_target(a);
+  aligner.set_target(b);  // already the target: nothing changes
+  require_same(aligner.align(scan, guess), rb);
+  const auto b_copy = std::make_shared<const VoxelMap>(*b);
+  aligner.set_target(b_copy);  // another object: uploaded, not the staged a
+  require_same(aligner.align(scan, guess), rb);
+  aligner.set_target(a);  // still staged: swapped in
+  require_same(aligner.align(scan, guess), ra);
+}
+
+TEST_CASE("alignments while a large map is staged, and the swap: latencies", "[gpu][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  const PointCloud cloud = read_point_cloud((kSample / "map.pcd").string());
+  const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
+  const VoxelMapOptions o = voxel_map_options(cuda_settings());
+  const auto current = std::make_shared<const VoxelMap>(VoxelMap::build(cloud, o));
+  Aligner aligner(cuda_settings());
+  aligner.set_target(current);
+  const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
+  for (int i = 0; i < 20; ++i) (void)aligner.align(scan, guess);  // warm: graphs built
+
+  std::vector<double> quiet;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)aligner.align(scan, guess);
+    quiet.push_back(ms_since(t0));
+  }
+  // A map of a 100 m radius in a dense city: 500k voxels, about 60 MB on the device.
+  const auto big = large_map(500000, 1), big2 = large_map(500000, 2);
+  std::printf("staging: large map of %zu voxels\n", big->size());
+  // The first staging allocates the second set of device buffers and the pinned buffer
+  // (allocations take the driver's locks); the later ones reuse them.
+  std::vector<double> first, busy, stage_ms;
+  for (int rep = 0; rep < 9; ++rep) {
+    std::atomic<bool> done{false};
+    std::thread stager([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      aligner.stage_target(rep % 2 == 0 ? big : big2);
+      stage_ms.push_back(ms_since(t0));
+      done = true;
+    });
+    while (!done) {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)aligner.align(scan, guess);
+      (rep == 0 ? first : busy).push_back(ms_since(t0));
+    }
+    stager.join();
+  }
+  // The swap against an upload at the next alignment.
+  aligner.stage_target(big);
+  auto t0 = std::chrono::steady_clock::now();
+  aligner.set_target(big);
+  (void)aligner.align(scan, guess);
+  const double swapped = ms_since(t0);
+  aligner.set_target(current);
+  (void)aligner.align(scan, guess);
+  t0 = std::chrono::steady_clock::now();
+  aligner.set_target(big2);  // not staged: uploaded by this alignment
+  (void)aligner.align(scan, guess);
+  const double uploaded = ms_since(t0);
+  std::printf("staging: alignment median %.3f ms, max %.3f ms quiet (%zu); while the first staging (allocating) ran: "
+              "max %.3f ms (%zu); while the next 8 ran: median %.3f ms, p99 %.3f ms, max %.3f ms (%zu); staging took "
+              "%.2f ms (median of %zu); first alignment after the swap %.3f ms, after set_target of an unstaged map "
+              "%.3f ms\n",
+              percentile(quiet, 0.5), percentile(quiet, 1.0), quiet.size(), percentile(first, 1.0), first.size(),
+              percentile(busy, 0.5), percentile(busy, 0.99), percentile(busy, 1.0), busy.size(),
+              percentile(stage_ms, 0.5), stage_ms.size(), swapped, uploaded);
+  CHECK(!busy.empty());
+}

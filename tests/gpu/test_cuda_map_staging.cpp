@@ -2,11 +2,18 @@
 // alignments on the current map keep their bits while another thread stages, the swap
 // (set_target of the staged map) gives the bits of an aligner made for the new map, the
 // two buffers alternate over many swaps, and how long alignments take while a large map
-// is staged and at the swap is printed (figures for the notes, not timed checks).
+// is staged and at the swap is printed (figures for the notes, not timed checks); a long
+// drive in streamed tiles under a memory budget keeps device memory flat.
 #include "../support/test_support.hpp"
+#include "reduce_probe.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/tiled_map.hpp>
+#include <ndtcu/trajectory.hpp>
 #include <ndtcu/tiled_voxel_map.hpp>
 #include <ndtcu/voxel_map.hpp>
 
@@ -232,4 +239,67 @@ TEST_CASE("adding a 2x10^5-point tile to a live tiled map: voxelize, join, stage
               tiles.stats().tiles, tiles.map()->size(), percentile(add_ms, 0.5), percentile(join_ms, 0.5),
               percentile(stage_ms, 0.5), percentile(swap_ms, 0.5),
               static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+TEST_CASE("a long drive in streamed tiles under a memory budget keeps device memory flat", "[gpu][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  // 150 scans at 5 Hz through a simulated 400 m world, 10 m tiles within 30 m, updates
+  // every 5 m, a budget of 4 MB: tiles beyond the radius are kept until it is full, then
+  // evicted, least recently used first.
+  const fs::path dir = test::temp_dir("gpu_long_drive");
+  sim::SimulationSettings sim_settings;
+  sim_settings.world.seed = 11;
+  sim_settings.world.size = 400.0;
+  sim_settings.lidar.columns = 360;
+  sim_settings.map.voxel = 0.5;
+  sim_settings.trajectory.frames = 150;
+  sim_settings.trajectory.rate_hz = 5.0;
+  sim::simulate(sim_settings, dir.string());
+  std::vector<ScanEntry> scans = list_scans((dir / "scans").string());
+  const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
+  match_to_reference(scans, truth);
+  const fs::path tiles = dir / "tiles";
+  write_tiled_map(read_point_cloud((dir / "map.pcd").string()), 10.0, tiles.string());
+
+  LocalizerSettings s;
+  s.align.backend = Backend::Cuda;
+  s.max_range = 20.0;
+  Localizer localizer(s);
+  TiledMapStreamOptions o;
+  o.radius = 30.0;
+  o.update_distance = 5.0;
+  o.memory_budget = 4000000;
+  o.on_map = [&localizer](const std::shared_ptr<const VoxelMap>& m) { localizer.stage_map(m); };
+  const std::size_t free_at_start = test::device_free_bytes();
+  TiledMapStreamer streamer(tiles.string(), voxel_map_options(s.align), o);
+  localizer.set_map(streamer.load(truth.front().pose.translation().head<2>()));
+  localizer.set_initial_pose(truth.front().pose.matrix());
+  std::vector<double> used_mb;
+  std::size_t lost = 0, swaps = 0;
+  for (const ScanEntry& e : scans) {
+    if (auto next = streamer.take(false)) {
+      localizer.update_map(std::move(next));
+      ++swaps;
+    }
+    const LocalizationResult r = localizer.localize(read_point_cloud(e.path), e.time);
+    lost += !r.valid;
+    if (r.valid) streamer.request(r.pose.topRightCorner<2, 1>());
+    used_mb.push_back(static_cast<double>(free_at_start - std::min(free_at_start, test::device_free_bytes())) / 1e6);
+  }
+  streamer.wait_idle();
+  const TiledMapStreamStats st = streamer.stats();
+  const std::size_t half = used_mb.size() / 2;
+  const double first_half = *std::max_element(used_mb.begin(), used_mb.begin() + half);
+  const double second_half = *std::max_element(used_mb.begin() + half, used_mb.end());
+  const double length = (truth.back().pose.translation() - truth.front().pose.translation()).norm();
+  std::printf("long drive: %zu frames (%.0f m end to end), %zu lost, %zu updates, %zu swaps, %zu tiles read, %zu "
+              "evicted, at most %zu loaded, host peak %.2f MB of a %.1f MB budget; device memory used by the run "
+              "(cudaMemGetInfo): first half at most %.1f MB, second half at most %.1f MB\n",
+              scans.size(), length, lost, st.updates, swaps, st.tiles_read, st.tiles_dropped, st.peak_loaded,
+              st.peak_bytes / 1e6, o.memory_budget / 1e6, first_half, second_half);
+  CHECK(st.peak_bytes <= o.memory_budget);
+  CHECK(st.tiles_dropped > 0);
+  // The device holds the map in use and the staged one, each at most the joined map's
+  // share of the budget (with the buffers' headroom): flat, whatever the drive's length.
+  CHECK(second_half <= first_half + 2.0 * o.memory_budget / 1e6);
 }

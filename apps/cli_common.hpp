@@ -1,5 +1,7 @@
 #pragma once
 // Pieces every `ndtcu` subcommand shares.
+#include "autoware_params.hpp"
+
 #include <ndtcu/io.hpp>
 #include <ndtcu/settings.hpp>
 
@@ -72,8 +74,9 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 /// JSON of the NDT settings in use (with the preset they started from).
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s);
 
-/// The preset with every given option applied, names parsed and the result checked by
-/// ndtcu::validate (throws Error naming the setting, before any file is read).
-AlignSettings ndt_settings(const NdtOptions& o);
+/// The preset, then the NDT values of `config` (Autoware's parameter file, when given),
+/// then every option given on the command line, names parsed and the result checked by
+/// ndtcu::validate (throws Error naming the setting, before any point cloud is read).
+AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config = nullptr);
 
 }  // namespace ndtcu::cli

@@ -188,8 +188,19 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       ->check(CLI::IsMember({"device", "host"}));
 }
 
-nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s) {
+CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& keys) {
+  return cmd->add_option("--config", o.config,
+                         "Autoware's ndt_scan_matcher.param.yaml (/**: ros__parameters:): its ndt section "
+                         "(resolution, step_size, trans_epsilon, max_iterations, num_threads), "
+                         "covariance_estimation_type" +
+                             keys +
+                             "; applied on top of --preset, and every option given here overrides the file. "
+                             "Unknown keys and values of the wrong type are warnings, values out of range errors");
+}
+
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config) {
   return {{"preset", preset},
+          {"config", config.empty() ? nlohmann::json(nullptr) : json_text(config)},
           {"resolution", s.resolution},
           {"step_size", s.step_size},
           {"epsilon", s.epsilon},

@@ -45,10 +45,11 @@ const char* const kUsedKeys[] = {
     "score_estimation.converged_param_nearest_voxel_transformation_likelihood",
     "covariance.covariance_estimation.covariance_estimation_type",
     "dynamic_map_loading.map_radius",
+    "dynamic_map_loading.update_distance",
 };
 
 // The file's other keys: ndtcu has no equivalent (ROS frames and topics' timeouts,
-// diagnostics-only limits, map reloading while moving, the published covariance). Those
+// diagnostics-only limits, the published covariance, debug output). Those
 // marked in inspect_unused() are still looked at, for a value that asks for something
 // ndtcu does not do.
 const char* const kNotUsedKeys[] = {
@@ -70,7 +71,6 @@ const char* const kNotUsedKeys[] = {
     "covariance.covariance_estimation.initial_pose_offset_model_y",
     "covariance.covariance_estimation.temperature",
     "covariance.covariance_estimation.scale_factor",
-    "dynamic_map_loading.update_distance",
     "dynamic_map_loading.lidar_radius",
     "dynamic_map_loading.save_loaded_map",
 };
@@ -368,6 +368,14 @@ class Reader {
         // The rule of --map-radius, which it sets.
         if (!(std::isfinite(*v) && *v > 0.0)) out_of_range(node, key, "the map radius must be finite and > 0 (m)");
         out_.map_radius = v;
+      }
+    } else if (key == "dynamic_map_loading.update_distance") {
+      if (const auto v = number(node, key)) {
+        // The rule of --map-update-distance, which it sets.
+        if (!(std::isfinite(*v) && *v > 0.0)) {
+          out_of_range(node, key, "the map update distance must be finite and > 0 (m)");
+        }
+        out_.map_update_distance = v;
       }
     } else {
       inspect_unused(key, node);

@@ -48,9 +48,12 @@ struct AutowareParams {
   /// scan may be -> the time gap localize allows when --init-from picks the first scan's
   /// pose by time (--max-time-difference).
   std::optional<double> initial_pose_timeout_sec;
-  /// dynamic_map_loading.map_radius -> the radius of the tiles localize loads about the
-  /// first pose from a tiled map (--map-radius).
+  /// dynamic_map_loading.map_radius -> the radius about the pose within which localize
+  /// keeps a tiled map's tiles loaded (--map-radius).
   std::optional<double> map_radius;
+  /// dynamic_map_loading.update_distance -> how far the pose moves between two updates of
+  /// the loaded tiles (--map-update-distance).
+  std::optional<double> map_update_distance;
 
   /// Warnings, each "FILE: line N: KEY: what" (unknown keys, values of the wrong type,
   /// settings ndtcu cannot honour), in file order.

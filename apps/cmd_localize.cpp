@@ -389,11 +389,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                       "with a tiled map: keep the tiles within this distance (m) of the pose loaded")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
-  cmd->add_option("--map-update-distance", o->map_update_distance,
-                  "with a tiled map: load and drop tiles (on a background thread) each time the pose has moved this "
-                  "far (m)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  auto* map_update_distance_option =
+      cmd->add_option("--map-update-distance", o->map_update_distance,
+                      "with a tiled map: load and drop tiles (on a background thread) each time the pose has moved "
+                      "this far (m)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
   cmd->add_option("--map-memory", o->map_memory_mb,
                   "with a tiled map: host memory (MB) for the tiles and their joined map; tiles beyond --map-radius "
                   "stay until the budget needs their room, least recently used first (0 = no budget: they are "
@@ -427,7 +428,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   add_ndt_options(cmd, o->ndt);
   add_config_option(cmd, o->ndt,
                     ", the NVTL threshold (score_estimation.converged_param_nearest_voxel_transformation_likelihood), "
-                    "validation.initial_pose_timeout_sec (--init-from's time gap) and dynamic_map_loading.map_radius");
+                    "validation.initial_pose_timeout_sec (--init-from's time gap), dynamic_map_loading.map_radius "
+                    "and update_distance");
   cmd->add_option("--min-range", o->min_range, "drop scan points closer than this (m)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-range", o->max_range, "drop scan points farther than this (m)")->capture_default_str()
@@ -499,7 +501,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
           ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-plot", o->no_plot, "do not run scripts/plot_localization.py (the command is printed instead)");
 
-  return [o, &global, map_radius_option, nvtl_threshold_option, max_time_difference_option]() {
+  return [o, &global, map_radius_option, map_update_distance_option, nvtl_threshold_option,
+          max_time_difference_option]() {
     const auto run_start = std::chrono::steady_clock::now();
     const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
     // Autoware's initial_pose_timeout_sec is the gap allowed between the initial pose and the
@@ -510,6 +513,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     if (config) {
       if (config->nvtl_threshold && nvtl_threshold_option->count() == 0) o->nvtl_threshold = *config->nvtl_threshold;
       if (config->map_radius && map_radius_option->count() == 0) o->map_radius = *config->map_radius;
+      if (config->map_update_distance && map_update_distance_option->count() == 0) {
+        o->map_update_distance = *config->map_update_distance;
+      }
       if (config->initial_pose_timeout_sec && max_time_difference_option->count() == 0) {
         init_time_difference = *config->initial_pose_timeout_sec;
       }
@@ -824,6 +830,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"max_turn_rate_deg", ls.max_turn_rate_deg},
                      {"max_search_radius", ls.max_search_radius},
                      {"map_radius", o->map_radius},
+                     {"map_update_distance", o->map_update_distance},
                      {"max_time_difference", o->max_time_difference},
                      {"init_max_time_difference", init_time_difference},
                      {"readers", o->readers},

@@ -74,12 +74,14 @@ TEST_CASE("Autoware's shipped ndt_scan_matcher.param.yaml gives its values, with
   CHECK(*p.initial_pose_timeout_sec == 1.0);
   REQUIRE(p.map_radius);
   CHECK(*p.map_radius == 150.0);
+  REQUIRE(p.map_update_distance);
+  CHECK(*p.map_update_distance == 20.0);
   // Every other key of the file is an Autoware key without an ndtcu equivalent.
-  CHECK(p.not_used.size() == 21);
+  CHECK(p.not_used.size() == 20);
   for (const char* key : {"frame.base_frame", "sensor_points.required_distance", "ndt.regularization.enable",
                           "validation.initial_to_result_distance_tolerance_m", "validation.skipping_publish_num",
                           "validation.critical_upper_bound_exe_time_ms", "covariance.output_pose_covariance",
-                          "dynamic_map_loading.update_distance"}) {
+                          "dynamic_map_loading.lidar_radius"}) {
     CHECK(has(p.not_used, key));
   }
 
@@ -120,6 +122,7 @@ TEST_CASE("every key ndtcu maps is read from the file, and options given overrid
         covariance_estimation_type: 3
     dynamic_map_loading:
       map_radius: 80.0
+      update_distance: 5.0
 )");
   const cli::AutowareParams p = cli::read_autoware_params(path.string());
   CHECK(p.warnings.empty());
@@ -137,6 +140,7 @@ TEST_CASE("every key ndtcu maps is read from the file, and options given overrid
   CHECK(p.nvtl_threshold == 2.7);
   CHECK(p.pose_covariance == PoseCovariance::MultiNdtScore);
   CHECK(p.map_radius == 80.0);
+  CHECK(p.map_update_distance == 5.0);
 
   SECTION("the file alone") {
     const AlignSettings s = cli::ndt_settings(cli::NdtOptions{}, &p);
@@ -280,6 +284,9 @@ TEST_CASE("a value out of range is an error naming the file, line, key and value
        "(s)"},
       {"map_radius", "    dynamic_map_loading:\n      map_radius: 0\n",
        "line 4: dynamic_map_loading.map_radius: value 0 is out of range: the map radius must be finite and > 0 (m)"},
+      {"update_distance", "    dynamic_map_loading:\n      update_distance: -.inf\n",
+       "line 4: dynamic_map_loading.update_distance: value -.inf is out of range: the map update distance must be "
+       "finite and > 0 (m)"},
   };
   for (const Case& c : cases) {
     INFO(c.name);

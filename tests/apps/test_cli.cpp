@@ -594,6 +594,7 @@ TEST_CASE("ndtcu localize --config takes Autoware's thresholds and tolerances; o
   CHECK(sa.at("nvtl_threshold") == 2.3);
   CHECK(sa.at("pose_covariance") == "none");
   CHECK(sa.at("map_radius") == 150.0);
+  CHECK(sa.at("map_update_distance") == 20.0);
   CHECK(sa.at("init_max_time_difference") == 1.0);
   CHECK(sa.at("max_time_difference") == 0.01);  // the reference is still matched within the option's gap
   CHECK(sa.at("max_iterations") == 30);
@@ -607,24 +608,26 @@ TEST_CASE("ndtcu localize --config takes Autoware's thresholds and tolerances; o
                            "    score_estimation:\n      converged_param_nearest_voxel_transformation_likelihood: 2.0\n"
                            "    validation:\n      initial_pose_timeout_sec: 0.5\n"
                            "    covariance:\n      covariance_estimation:\n        covariance_estimation_type: 2\n"
-                           "    dynamic_map_loading:\n      map_radius: 60.0\n");
+                           "    dynamic_map_loading:\n      map_radius: 60.0\n      update_distance: 4.0\n");
   const CliRun b = run(localize_args((dir / "b").string(), {"--json", "--config", params.string()}));
   REQUIRE(b.rc == 0);
   const nlohmann::json sb = settings(b);
   CHECK(sb.at("nvtl_threshold") == 2.0);
   CHECK(sb.at("pose_covariance") == "multi-ndt");
   CHECK(sb.at("map_radius") == 60.0);
+  CHECK(sb.at("map_update_distance") == 4.0);
   CHECK(sb.at("init_max_time_difference") == 0.5);
   CHECK(sb.at("max_iterations") == 25);
   const CliRun c = run(localize_args((dir / "c").string(),
                                      {"--json", "--config", params.string(), "--nvtl-threshold", "2.2", "--map-radius",
-                                      "70", "--max-time-difference", "0.02", "--pose-covariance", "laplace",
-                                      "--max-iterations", "20"}));
+                                      "70", "--map-update-distance", "3", "--max-time-difference", "0.02",
+                                      "--pose-covariance", "laplace", "--max-iterations", "20"}));
   REQUIRE(c.rc == 0);
   const nlohmann::json sc = settings(c);
   CHECK(sc.at("nvtl_threshold") == 2.2);
   CHECK(sc.at("pose_covariance") == "laplace");
   CHECK(sc.at("map_radius") == 70.0);
+  CHECK(sc.at("map_update_distance") == 3.0);
   CHECK(sc.at("init_max_time_difference") == 0.02);
   CHECK(sc.at("max_time_difference") == 0.02);
   CHECK(sc.at("max_iterations") == 20);

@@ -1,5 +1,7 @@
 #include "cli_common.hpp"
 
+#include <ndtcu/error.hpp>
+
 #include <fmt/format.h>
 #include <sys/wait.h>
 
@@ -186,8 +188,19 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       ->check(CLI::IsMember({"device", "host"}));
 }
 
-nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s) {
+CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& keys) {
+  return cmd->add_option("--config", o.config,
+                         "Autoware's ndt_scan_matcher.param.yaml (/**: ros__parameters:): its ndt section "
+                         "(resolution, step_size, trans_epsilon, max_iterations, num_threads), "
+                         "covariance_estimation_type" +
+                             keys +
+                             "; applied on top of --preset, and every option given here overrides the file. "
+                             "Unknown keys and values of the wrong type are warnings, values out of range errors");
+}
+
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config) {
   return {{"preset", preset},
+          {"config", config.empty() ? nlohmann::json(nullptr) : json_text(config)},
           {"resolution", s.resolution},
           {"step_size", s.step_size},
           {"epsilon", s.epsilon},
@@ -203,8 +216,18 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"gpu_loop", to_string(s.gpu_loop)}};
 }
 
-AlignSettings ndt_settings(const NdtOptions& o) {
+AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config) {
   AlignSettings s = preset(o.preset);
+  if (config) {
+    if (config->resolution) s.resolution = *config->resolution;
+    if (config->step_size) s.step_size = *config->step_size;
+    if (config->epsilon) s.epsilon = *config->epsilon;
+    if (config->max_iterations) s.max_iterations = *config->max_iterations;
+    if (config->threads) s.threads = *config->threads;
+    if (config->pose_covariance) s.pose_covariance = *config->pose_covariance;
+  }
+  // The command line's options are set only when given (std::optional), so they override
+  // the file exactly when they were on the command line.
   if (o.resolution) s.resolution = *o.resolution;
   if (o.step_size) s.step_size = *o.step_size;
   if (o.epsilon) s.epsilon = *o.epsilon;
@@ -218,7 +241,16 @@ AlignSettings ndt_settings(const NdtOptions& o) {
   if (o.pose_covariance) s.pose_covariance = pose_covariance_from_string(*o.pose_covariance);
   if (o.backend) s.backend = backend_from_string(*o.backend);
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
-  validate(s);  // before any file is read: a contradiction fails at once
+  // Before any point cloud is read: a contradiction fails at once. Each value of the file
+  // passed its own range already; what is left is a rule between two settings that the
+  // file and the command line (or the preset) set apart.
+  try {
+    validate(s);
+  } catch (const Error& e) {
+    if (!config) throw;
+    throw Error(fmt::format("{} (settings from --preset {}, --config {} and the command line)", e.what(), o.preset,
+                            config->path));
+  }
   return s;
 }
 

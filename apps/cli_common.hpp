@@ -1,5 +1,7 @@
 #pragma once
 // Pieces every `ndtcu` subcommand shares.
+#include "autoware_params.hpp"
+
 #include <ndtcu/io.hpp>
 #include <ndtcu/settings.hpp>
 
@@ -55,9 +57,11 @@ std::optional<std::string> find_python_with_matplotlib(const std::vector<std::st
                                                        std::vector<std::string>* passed_over = nullptr);
 
 /// The NDT options `align` and `localize` share: a preset and every setting that
-/// overrides it (unset: the preset's value).
+/// overrides it (unset: the preset's value), and the Autoware parameter file (--config)
+/// whose values come between the two.
 struct NdtOptions {
   std::string preset = "autoware";
+  std::string config;  ///< --config FILE (empty: none)
   std::optional<double> resolution, step_size, epsilon;
   std::optional<int> max_iterations, threads;
   std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_loop, newton_direction,
@@ -69,11 +73,18 @@ struct NdtOptions {
 /// --threads, --backend, --gpu-loop.
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
-/// JSON of the NDT settings in use (with the preset they started from).
-nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s);
+/// Registers --config FILE (Autoware's ndt_scan_matcher.param.yaml) on a command that also
+/// has add_ndt_options; `keys` names the keys this command takes from the file besides the
+/// ndt section and covariance_estimation_type, for its --help.
+CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& keys);
 
-/// The preset with every given option applied, names parsed and the result checked by
-/// ndtcu::validate (throws Error naming the setting, before any file is read).
-AlignSettings ndt_settings(const NdtOptions& o);
+/// JSON of the NDT settings in use (with the preset they started from, and the --config
+/// file, null without one).
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config = {});
+
+/// The preset, then the NDT values of `config` (Autoware's parameter file, when given),
+/// then every option given on the command line, names parsed and the result checked by
+/// ndtcu::validate (throws Error naming the setting, before any point cloud is read).
+AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config = nullptr);
 
 }  // namespace ndtcu::cli

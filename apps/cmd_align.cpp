@@ -34,7 +34,7 @@ struct AlignOptions {
 // What a printed result says besides the AlignResult itself: the inputs, the settings and
 // the time spent before the alignment.
 struct AlignContext {
-  std::string target, source, preset;
+  std::string target, source, preset, config;
   AlignSettings settings;
   std::size_t source_points_read = 0, target_points = 0, target_points_read = 0;
   double map_ms = 0.0, load_ms = 0.0;
@@ -106,7 +106,7 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
   }
   j["map_build_ms"] = c.map_ms;
   j["load_ms"] = c.load_ms;
-  j["settings"] = ndt_settings_json(c.preset, c.settings);
+  j["settings"] = ndt_settings_json(c.preset, c.settings, c.config);
   auto& trace = j["trace"] = nlohmann::json::array();
   for (const auto& it : r.trace) {
     trace.push_back({{"xyzrpy", {it.pose(0), it.pose(1), it.pose(2), it.pose(3), it.pose(4), it.pose(5)}},
@@ -136,9 +136,9 @@ std::string inputs_text(const AlignContext& c, std::size_t source_points, std::s
   std::string out = fmt::format("{} -> {}\n", c.source, c.target);
   out += fmt::format("  points      source {} (of {} read), target {} (of {} read), {} voxels\n", source_points,
                      c.source_points_read, c.target_points, c.target_points_read, target_voxels);
-  out += fmt::format("  settings    preset {}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
-                     c.preset, s.resolution, to_string(s.search), to_string(s.line_search), s.step_size, s.epsilon,
-                     to_string(s.covariance));
+  out += fmt::format("  settings    preset {}{}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
+                     c.preset, c.config.empty() ? "" : ", --config " + c.config, s.resolution, to_string(s.search),
+                     to_string(s.line_search), s.step_size, s.epsilon, to_string(s.covariance));
   return out;
 }
 
@@ -223,6 +223,7 @@ AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s) {
   in.context.target = o.target;
   in.context.source = o.source;
   in.context.preset = o.ndt.preset;
+  in.context.config = o.ndt.config;
   in.context.settings = s;
   in.context.source_points_read = source_points_read;
   in.context.target_points = in.target.size();
@@ -327,6 +328,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--source-voxel", o->source_voxel, "voxel-filter the source first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
   add_ndt_options(cmd, o->ndt);
+  add_config_option(cmd, o->ndt, "");
   cmd->add_option("--output", o->output,
                   "write the source, aligned into the target's frame (.pcd or .bin); with --guesses by the best");
   auto* guesses =
@@ -339,7 +341,8 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       ->needs(guesses);
 
   return [o, &global]() {
-    AlignSettings s = ndt_settings(o->ndt);
+    const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
+    AlignSettings s = ndt_settings(o->ndt, config ? &*config : nullptr);
     if (!o->guesses.empty()) return align_guesses(*o, s, global.json);
 
     Pose6 guess = Pose6::Zero();

@@ -73,9 +73,10 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--yaw-step", o->search.yaw_step_deg, "spacing of the yaws (deg)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--nvtl-threshold", o->nvtl_threshold,
-                  "the pose is found when it converged, is not ambiguous and its NVTL reaches this")
-      ->capture_default_str();
+  auto* nvtl_threshold_option =
+      cmd->add_option("--nvtl-threshold", o->nvtl_threshold,
+                      "the pose is found when it converged, is not ambiguous and its NVTL reaches this")
+          ->capture_default_str();
   cmd->add_option("--refine-count", o->search.refine_count, "distinct places of the coarse pass refined")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));
@@ -90,12 +91,13 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                   "estimator (particles around --around, yaw uniform, its startup particles as one batch)")
       ->capture_default_str()
       ->check(CLI::IsMember({"sweep", "tpe"}));
-  cmd->add_option("--particles", o->tpe.particles, "tpe: particles aligned in all")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--startup-trials", o->tpe.startup_trials, "tpe: of which drawn from the prior, in one batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+  auto* particles_option = cmd->add_option("--particles", o->tpe.particles, "tpe: particles aligned in all")
+                               ->capture_default_str()
+                               ->check(CLI::Range(1, 100000));
+  auto* startup_trials_option =
+      cmd->add_option("--startup-trials", o->tpe.startup_trials, "tpe: of which drawn from the prior, in one batch")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 100000));
   cmd->add_option("--proposal-batch", o->tpe.proposal_batch,
                   "tpe: proposals aligned per batch after the startup (1 = Autoware's sequential search)")
       ->capture_default_str()
@@ -108,9 +110,21 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   add_ndt_options(cmd, o->ndt);
+  add_config_option(cmd, o->ndt,
+                    ", the NVTL threshold (score_estimation.converged_param_nearest_voxel_transformation_likelihood) "
+                    "and, for --method tpe, initial_pose_estimation.particles_num and n_startup_trials");
 
-  return [o, &global]() {
-    const AlignSettings s = ndt_settings(o->ndt);
+  return [o, &global, nvtl_threshold_option, particles_option, startup_trials_option]() {
+    const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
+    // The file's values, where the command line did not give the option.
+    if (config) {
+      if (config->nvtl_threshold && nvtl_threshold_option->count() == 0) o->nvtl_threshold = *config->nvtl_threshold;
+      if (config->particles && particles_option->count() == 0) o->tpe.particles = *config->particles;
+      if (config->startup_trials && startup_trials_option->count() == 0) {
+        o->tpe.startup_trials = *config->startup_trials;
+      }
+    }
+    const AlignSettings s = ndt_settings(o->ndt, config ? &*config : nullptr);
     Pose6 around = Pose6::Zero();
     if (o->around.size() == 4) {
       around << o->around[0], o->around[1], o->around[2], 0.0, 0.0, o->around[3];
@@ -196,7 +210,7 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       j["backend"] = b.backend;
       j["load_ms"] = load_ms;
       j["map_build_ms"] = map_ms;
-      j["settings"] = ndt_settings_json(o->ndt.preset, s);
+      j["settings"] = ndt_settings_json(o->ndt.preset, s, o->ndt.config);
       std::cout << dump_json(j) << "\n";
       return 0;
     }

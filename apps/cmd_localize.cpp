@@ -384,15 +384,17 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   "map point cloud (.pcd, .ply, .bin), world frame, or a tiled map folder (with "
                   "pointcloud_map_metadata.yaml)")
       ->required();
-  cmd->add_option("--map-radius", o->map_radius,
-                  "with a tiled map: keep the tiles within this distance (m) of the pose loaded")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--map-update-distance", o->map_update_distance,
-                  "with a tiled map: load and drop tiles (on a background thread) each time the pose has moved this "
-                  "far (m)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  auto* map_radius_option =
+      cmd->add_option("--map-radius", o->map_radius,
+                      "with a tiled map: keep the tiles within this distance (m) of the pose loaded")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+  auto* map_update_distance_option =
+      cmd->add_option("--map-update-distance", o->map_update_distance,
+                      "with a tiled map: load and drop tiles (on a background thread) each time the pose has moved "
+                      "this far (m)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
   cmd->add_option("--map-memory", o->map_memory_mb,
                   "with a tiled map: host memory (MB) for the tiles and their joined map; tiles beyond --map-radius "
                   "stay until the budget needs their room, least recently used first (0 = no budget: they are "
@@ -424,6 +426,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({"tum", "kitti", "auto"}));
   cmd->add_option("--out", o->out, "output folder (created)")->capture_default_str();
   add_ndt_options(cmd, o->ndt);
+  add_config_option(cmd, o->ndt,
+                    ", the NVTL threshold (score_estimation.converged_param_nearest_voxel_transformation_likelihood), "
+                    "validation.initial_pose_timeout_sec (--init-from's time gap), dynamic_map_loading.map_radius "
+                    "and update_distance");
   cmd->add_option("--min-range", o->min_range, "drop scan points closer than this (m)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-range", o->max_range, "drop scan points farther than this (m)")->capture_default_str()
@@ -435,7 +441,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                 "crop and voxel-filter scans on the CPU even when aligning on CUDA (by default the GPU does it)");
   cmd->add_option("--map-voxel", o->map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--nvtl-threshold", o->nvtl_threshold, "a pose is valid when its NVTL reaches this")->capture_default_str();
+  auto* nvtl_threshold_option =
+      cmd->add_option("--nvtl-threshold", o->nvtl_threshold, "a pose is valid when its NVTL reaches this")
+          ->capture_default_str();
   cmd->add_option("--min-matched-ratio", o->min_matched_ratio,
                   "... and at least this share of the scan's points found a map voxel")
       ->capture_default_str()
@@ -485,18 +493,38 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--queue", o->queue, "scans read ahead at most")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--period", o->period, "scan period (s) for scans without time stamps")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-time-difference", o->max_time_difference,
-                  "largest time gap (s) when matching scans to reference poses by time")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  auto* max_time_difference_option =
+      cmd->add_option("--max-time-difference", o->max_time_difference,
+                      "largest time gap (s) when matching scans to reference poses by time, and --init-from's pose "
+                      "to the first scan")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-plot", o->no_plot, "do not run scripts/plot_localization.py (the command is printed instead)");
 
-  return [o, &global]() {
+  return [o, &global, map_radius_option, map_update_distance_option, nvtl_threshold_option,
+          max_time_difference_option]() {
     const auto run_start = std::chrono::steady_clock::now();
+    const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
+    // Autoware's initial_pose_timeout_sec is the gap allowed between the initial pose and the
+    // scan: here, between --init-from's pose and the first scan. The reference poses are
+    // still matched within --max-time-difference.
+    double init_time_difference = o->max_time_difference;
+    // The file's values, where the command line did not give the option.
+    if (config) {
+      if (config->nvtl_threshold && nvtl_threshold_option->count() == 0) o->nvtl_threshold = *config->nvtl_threshold;
+      if (config->map_radius && map_radius_option->count() == 0) o->map_radius = *config->map_radius;
+      if (config->map_update_distance && map_update_distance_option->count() == 0) {
+        o->map_update_distance = *config->map_update_distance;
+      }
+      if (config->initial_pose_timeout_sec && max_time_difference_option->count() == 0) {
+        init_time_difference = *config->initial_pose_timeout_sec;
+      }
+    }
     LocalizerSettings ls;
     AlignSettings& s = ls.align;
-    s = ndt_settings(o->ndt);
+    s = ndt_settings(o->ndt, config ? &*config : nullptr);
     // The localizer reports a covariance with every pose unless told otherwise.
-    if (!o->ndt.pose_covariance) s.pose_covariance = PoseCovariance::Laplace;
+    if (!o->ndt.pose_covariance && !(config && config->pose_covariance)) s.pose_covariance = PoseCovariance::Laplace;
     ls.min_range = o->min_range;
     ls.max_range = o->max_range;
     ls.voxel_leaf = o->voxel;
@@ -538,7 +566,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     } else if (!o->init_from.empty()) {
       const Trajectory t = o->init_from == o->reference && !reference.empty() ? reference : read_trajectory(o->init_from, TrajectoryFormat::Auto, o->period);
       if (t.empty()) throw IoError(o->init_from, "holds no pose");
-      initial = first_scan_pose(o->init_from, t, scans, o->max_time_difference);
+      initial = first_scan_pose(o->init_from, t, scans, init_time_difference);
       initial_source = "--init-from";
     }
 
@@ -782,7 +810,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["initial_pose"]["search"] = o->init_radius > 0.0 ? nlohmann::json{{"radius_m", o->init_radius},
                                                                       {"yaw_range_deg", o->init_yaw_range}}
                                                      : nlohmann::json(nullptr);
-    j["settings"] = ndt_settings_json(o->ndt.preset, s);
+    j["settings"] = ndt_settings_json(o->ndt.preset, s, o->ndt.config);
     j["settings"].update({{"min_range", ls.min_range},
                      {"max_range", ls.max_range},
                      {"voxel", ls.voxel_leaf},
@@ -801,6 +829,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"max_speed", ls.max_speed},
                      {"max_turn_rate_deg", ls.max_turn_rate_deg},
                      {"max_search_radius", ls.max_search_radius},
+                     {"map_radius", o->map_radius},
+                     {"map_update_distance", o->map_update_distance},
+                     {"max_time_difference", o->max_time_difference},
+                     {"init_max_time_difference", init_time_difference},
                      {"readers", o->readers},
                      {"gpu_filter_in_line", o->gpu_filter_in_line},
                      {"queue", o->queue}});

@@ -10,6 +10,15 @@ if(NOT TARGET CLI11::CLI11)
   set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${CLI11_INCLUDE_DIR})
 endif()
 find_package(nlohmann_json 3 REQUIRED)
+# yaml-cpp (libyaml-cpp-dev) reads Autoware's parameter file for the command-line tool's
+# --config; the library ndtcu::ndtcu never links it. Debian 12 ships 0.7, whose target is
+# `yaml-cpp`; 0.8 names it yaml-cpp::yaml-cpp.
+find_package(yaml-cpp REQUIRED)
+if(TARGET yaml-cpp::yaml-cpp)
+  set(NDTCU_YAML_CPP_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(NDTCU_YAML_CPP_TARGET yaml-cpp)
+endif()
 # Boost's header-only spreadsort gives voxel_downsample pcl::VoxelGrid's exact point order
 # (libboost-dev); without it cells are the same, last-bit centroid differences possible.
 find_package(Boost 1.66 QUIET CONFIG)

@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblzf-dev
-  libnanoflann-dev libboost-dev python3 python3-matplotlib
+  libyaml-cpp-dev libnanoflann-dev libboost-dev python3 python3-matplotlib
 )
 [[ ${NDTCU_SETUP_NO_PCL:-0} == 1 ]] || packages+=(libpcl-dev)
 

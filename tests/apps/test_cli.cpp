@@ -576,3 +576,102 @@ TEST_CASE("ndtcu localize plots with /usr/bin/python3 when python3 on PATH has n
   CHECK(summary["files"]["plots"].size() == 2);
   CHECK(summary["files"]["plot_command"].get<std::string>().rfind("'/usr/bin/python3' ", 0) == 0);
 }
+
+TEST_CASE("ndtcu localize --config takes Autoware's thresholds and tolerances; options given override them",
+          "[unit][cli][config]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_localize_config");
+  const std::string shipped =
+      (fs::path(NDTCU_SOURCE_DIR) / "tests" / "cli" / "autoware" / "ndt_scan_matcher.param.yaml").string();
+  const auto settings = [](const CliRun& r) { return nlohmann::json::parse(r.out).at("settings"); };
+
+  // The file as Autoware ships it: covariance type 0 (FIXED_VALUE) is none here too, where
+  // localize would estimate the Laplace covariance by default.
+  const CliRun a = run(localize_args((dir / "a").string(), {"--json", "--config", shipped}));
+  REQUIRE(a.rc == 0);
+  CHECK(a.err.find("warning") == std::string::npos);
+  const nlohmann::json sa = settings(a);
+  CHECK(sa.at("config") == shipped);
+  CHECK(sa.at("nvtl_threshold") == 2.3);
+  CHECK(sa.at("pose_covariance") == "none");
+  CHECK(sa.at("map_radius") == 150.0);
+  CHECK(sa.at("map_update_distance") == 20.0);
+  CHECK(sa.at("init_max_time_difference") == 1.0);
+  CHECK(sa.at("max_time_difference") == 0.01);  // the reference is still matched within the option's gap
+  CHECK(sa.at("max_iterations") == 30);
+  CHECK(sa.at("threads") == 2);  // --threads 2 of localize_args over the file's 4
+
+  // Values unlike the defaults, then the same options on the command line.
+  const fs::path params = dir / "params.yaml";
+  ndtcu::test::write_bytes(params,
+                           "/**:\n  ros__parameters:\n"
+                           "    ndt:\n      max_iterations: 25\n"
+                           "    score_estimation:\n      converged_param_nearest_voxel_transformation_likelihood: 2.0\n"
+                           "    validation:\n      initial_pose_timeout_sec: 0.5\n"
+                           "    covariance:\n      covariance_estimation:\n        covariance_estimation_type: 2\n"
+                           "    dynamic_map_loading:\n      map_radius: 60.0\n      update_distance: 4.0\n");
+  const CliRun b = run(localize_args((dir / "b").string(), {"--json", "--config", params.string()}));
+  REQUIRE(b.rc == 0);
+  const nlohmann::json sb = settings(b);
+  CHECK(sb.at("nvtl_threshold") == 2.0);
+  CHECK(sb.at("pose_covariance") == "multi-ndt");
+  CHECK(sb.at("map_radius") == 60.0);
+  CHECK(sb.at("map_update_distance") == 4.0);
+  CHECK(sb.at("init_max_time_difference") == 0.5);
+  CHECK(sb.at("max_iterations") == 25);
+  const CliRun c = run(localize_args((dir / "c").string(),
+                                     {"--json", "--config", params.string(), "--nvtl-threshold", "2.2", "--map-radius",
+                                      "70", "--map-update-distance", "3", "--max-time-difference", "0.02",
+                                      "--pose-covariance", "laplace", "--max-iterations", "20"}));
+  REQUIRE(c.rc == 0);
+  const nlohmann::json sc = settings(c);
+  CHECK(sc.at("nvtl_threshold") == 2.2);
+  CHECK(sc.at("pose_covariance") == "laplace");
+  CHECK(sc.at("map_radius") == 70.0);
+  CHECK(sc.at("map_update_distance") == 3.0);
+  CHECK(sc.at("init_max_time_difference") == 0.02);
+  CHECK(sc.at("max_time_difference") == 0.02);
+  CHECK(sc.at("max_iterations") == 20);
+
+  // initial_pose_timeout_sec is --init-from's time gap: a single pose 0.3 s from the first
+  // scan is taken with the file's 0.5 s, refused with the option's 0.01 s.
+  const fs::path one_pose = dir / "one_pose.txt";
+  ndtcu::test::write_bytes(one_pose, "0.3 -24.088323 18.481429 1.293618 -0.023607869 0.006590989 -0.754671228 "
+                                     "0.655645152\n");
+  auto args = localize_args((dir / "d").string(), {"--json", "--config", params.string()});
+  std::replace(args.begin(), args.end(), sample("poses_tum.txt"), one_pose.string());
+  const CliRun d = run(args);
+  CHECK(d.rc == 0);
+  args.insert(args.end(), {"--max-time-difference", "0.01"});
+  const CliRun e = run(args);
+  CHECK(e.rc == 1);
+  CHECK_THAT(e.err, Catch::Contains("no pose within 0.01 s of the first scan's time"));
+}
+
+TEST_CASE("ndtcu initpose --config takes the NVTL threshold and the TPE's particles", "[unit][cli][config]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_initpose_config");
+  const fs::path params = dir / "params.yaml";
+  ndtcu::test::write_bytes(params, "/**:\n  ros__parameters:\n    initial_pose_estimation:\n      particles_num: 16\n"
+                                   "      n_startup_trials: 8\n    score_estimation:\n"
+                                   "      converged_param_nearest_voxel_transformation_likelihood: 2.1\n");
+  const std::vector<std::string> args{"--json",    "initpose", "--map",     sample("map.pcd"),
+                                      "--scan",    sample("scans/000003.pcd"), "--around", "-24.3,16.5,1.3,-1.7",
+                                      "--method",  "tpe",      "--backend", "cpu",
+                                      "--threads", "2",        "--config",  params.string()};
+  const CliRun a = run(args);
+  REQUIRE(a.rc == 0);
+  const nlohmann::json ja = nlohmann::json::parse(a.out);
+  CHECK(ja.at("nvtl_threshold") == 2.1);
+  CHECK(ja.at("search").at("particles") == 16);
+  CHECK(ja.at("search").at("startup_trials") == 8);
+  CHECK(ja.at("hypotheses_aligned") == 16);
+  CHECK(ja.at("settings").at("config") == params.string());
+
+  auto override_args = args;
+  override_args.insert(override_args.end(), {"--particles", "12", "--nvtl-threshold", "2.4"});
+  const CliRun b = run(override_args);
+  REQUIRE(b.rc == 0);
+  const nlohmann::json jb = nlohmann::json::parse(b.out);
+  CHECK(jb.at("nvtl_threshold") == 2.4);
+  CHECK(jb.at("search").at("particles") == 12);
+  CHECK(jb.at("search").at("startup_trials") == 8);  // not given: the file's
+}

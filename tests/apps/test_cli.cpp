@@ -510,8 +510,11 @@ TEST_CASE("ndtcu localize keeps a few bytes per frame, not the frames' results",
     return;
   }
   // The list's ~100 bytes a scan (a 40-byte entry and its path) and 4 floats a frame; one
-  // kept AlignResult alone is over 1 KB.
-  CHECK(per_frame < 200.0);
+  // kept AlignResult alone is over 1 KB. Peak resident memory also moves with how many
+  // scans the readers hold in the queue at the peak, which depends on the timing: on a
+  // loaded 2-core machine the same build measured 160-220 bytes a frame. 400 leaves room
+  // for that and still fails for any per-frame record.
+  CHECK(per_frame < 400.0);
 }
 
 namespace {

@@ -464,12 +464,10 @@ struct CudaBackend::Impl {
   PinnedBuffer<unsigned char> staging_host;    // the staged map's arrays, packed for the copy
   cudaEvent_t staged_done = nullptr;           // the staged map's upload finished
   cudaEvent_t map_released = nullptr;          // the last map swapped out is no longer read
-  const VoxelMap* staged_source = nullptr;     // what `staged` holds, when staged_ok
-  std::shared_ptr<const VoxelMap> staged_hold;
+  std::shared_ptr<const VoxelMap> staged_map;  // what `staged` holds, once its upload is queued (else null)
   VoxelLookup staged_lookup = VoxelLookup::Auto;
   std::size_t staged_budget = 0;
   std::uint64_t staged_bytes = 0;
-  bool staged_ok = false;
   // Sources, concatenated.
   DeviceBuffer<float> x, y, z;
   DeviceBuffer<DeviceSource> source_table;
@@ -706,7 +704,7 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
   Impl& m = *impl_;
   {
     std::lock_guard<std::mutex> lock(m.staging_mutex);
-    if (m.staged_ok && m.staged_source == &map && m.staged_lookup == lookup && m.staged_budget == dense_budget_bytes) {
+    if (m.staged_map.get() == &map && m.staged_lookup == lookup && m.staged_budget == dense_budget_bytes) {
       // Staged already: the stream waits (on the device, not here) for its upload, the
       // buffers swap, and the old map's are free for the next staging once what is queued
       // now has run.
@@ -715,9 +713,7 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
       NDTCU_CUDA_CHECK(cudaEventRecord(m.map_released, m.stream));
       m.telemetry.setup_bytes_up += m.staged_bytes;
       ++m.telemetry.map_swaps;
-      m.staged_ok = false;
-      m.staged_source = nullptr;
-      m.staged_hold.reset();
+      m.staged_map.reset();
       m.config_dirty = true;
       return;
     }
@@ -730,9 +726,7 @@ void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup loo
   if (!map) throw Error("CudaBackend::stage_map: null map");
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.staging_mutex);
-  m.staged_ok = false;
-  m.staged_source = nullptr;
-  m.staged_hold.reset();
+  m.staged_map.reset();
   if (!m.upload_stream) {
     NDTCU_CUDA_CHECK(cudaStreamCreateWithFlags(&m.upload_stream, cudaStreamNonBlocking));
     NDTCU_CUDA_CHECK(cudaEventCreateWithFlags(&m.staged_done, cudaEventDisableTiming));
@@ -749,9 +743,7 @@ void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup loo
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.upload_stream));
   m.staged_lookup = lookup;
   m.staged_budget = dense_budget_bytes;
-  m.staged_source = map.get();
-  m.staged_hold = std::move(map);
-  m.staged_ok = true;
+  m.staged_map = std::move(map);
 }
 
 void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 using namespace ndtcu;
 
@@ -33,22 +34,30 @@ struct ResetSpawnHook {
 };
 
 // Constructs a pool of `threads` on a thread of its own and returns what happened, or
-// "hung" when it has not returned within the deadline.
+// "hung" when it has not returned within the deadline. The pool is gone, and the thread
+// joined, before this returns: a worker or a thread still ending would free memory while
+// the next test counts it.
 std::string construct_pool(int threads) {
   auto outcome = std::make_shared<std::promise<std::string>>();
   std::future<std::string> result = outcome->get_future();
-  std::thread([outcome, threads] {
+  std::thread constructor([outcome, threads] {
+    std::string what;
     try {
       detail::ThreadPool pool(threads);
-      outcome->set_value("constructed, size " + std::to_string(pool.size()));
+      what = "constructed, size " + std::to_string(pool.size());
     } catch (const Error& e) {
-      outcome->set_value(std::string("Error: ") + e.what());
+      what = std::string("Error: ") + e.what();
     } catch (const std::exception& e) {
-      outcome->set_value(std::string("other exception: ") + e.what());
+      what = std::string("other exception: ") + e.what();
     }
-  }).detach();
+    outcome->set_value(std::move(what));
+  });
   // 30 s: joining a handful of idle workers takes microseconds.
-  if (result.wait_for(std::chrono::seconds(30)) != std::future_status::ready) return "hung";
+  if (result.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    constructor.detach();
+    return "hung";
+  }
+  constructor.join();
   return result.get();
 }
 

@@ -58,6 +58,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -267,8 +268,10 @@ __device__ bool hypothesis_step(const BatchArgs& a, int h, const double* sums) {
 /// The step kernel: block b takes running slot b: the fixed-order sum of its
 /// hypothesis's partials, then (thread 0) the shared fixed step and, when it goes on, the
 /// pose frame of its next evaluation. The last block to finish compacts the running
-/// slots, in slot order, and ends the loop when none is left.
-__global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop) {
+/// slots, in slot order, and ends the loop when none is left (`in_graph`: by the graph's
+/// conditional; launched on a stream, the host's fixed count of launches ends it and the
+/// launches after the last hypothesis stopped find nothing running).
+__global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop, bool in_graph) {
   const int count = *a.active_count;
   const int slot = blockIdx.x;
   if (slot < count) {
@@ -311,7 +314,7 @@ __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphCond
   if (threadIdx.x == 0) {
     *a.active_count = base;
     *a.ticket = 0u;
-    cudaGraphSetConditional(loop, base > 0 ? 1u : 0u);
+    if (in_graph) cudaGraphSetConditional(loop, base > 0 ? 1u : 0u);
   }
 }
 
@@ -453,6 +456,18 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
 
 }  // namespace
 
+namespace {
+
+// NDTCU_CUDA_LOOP: how a new backend launches the device loop (LoopLaunch).
+LoopLaunch loop_launch_from_environment() {
+  const char* env = std::getenv("NDTCU_CUDA_LOOP");
+  if (!env || !*env || std::strcmp(env, "graph") == 0) return LoopLaunch::Graph;
+  if (std::strcmp(env, "stream") == 0) return LoopLaunch::Stream;
+  throw Error(std::string("NDTCU_CUDA_LOOP is '") + env + "'; it must be 'graph' or 'stream'");
+}
+
+}  // namespace
+
 struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   std::uint64_t allocations_at_start = 0;
@@ -475,6 +490,7 @@ struct CudaBackend::Impl {
   std::vector<float> staging;
   int multiprocessors = 1;  // of the current device
   int driver_version = 0;   // cudaDriverGetVersion: conditional graph nodes need 12040
+  LoopLaunch loop_launch = LoopLaunch::Graph;
   // Configuration.
   DeviceBuffer<DeviceConfig> config;
   SearchMethod search = SearchMethod::Radius;
@@ -602,13 +618,10 @@ struct CudaBackend::Impl {
         cudaMemcpyAsync(active_count.data(), pinned_active.data() + k, sizeof(int), cudaMemcpyHostToDevice, stream));
   }
 
-  /// The loop graph for `k` hypotheses of the current sources: a grid of `slots` (k
-  /// rounded up to a power of two, so batch sizes nearby share a graph; slots past the
-  /// running count exit at once) by `blocks` (the largest source's blocks with headroom,
-  /// so scans a little larger or smaller share it too; blocks past a source's exit at once).
+  /// The loop graph for `k` hypotheses of the current sources, over loop_slots(k) x
+  /// loop_blocks().
   LoopGraph& loop_graph(int k, bool with_trace) {
-    int slots = 1;
-    while (slots < k) slots *= 2;
+    const int slots = loop_slots(k);
     const int needed = max_source_blocks();
     ++graph_clock;
     for (LoopGraph& g : graphs) {
@@ -627,9 +640,40 @@ struct CudaBackend::Impl {
                                   [](const LoopGraph& l, const LoopGraph& r) { return l.last_used < r.last_used; });
       destroy(*target);
     }
-    build_graph(*target, slots, std::min(needed + needed / 4 + 1, partial_blocks), with_trace);
+    build_graph(*target, slots, loop_blocks(), with_trace);
     target->last_used = graph_clock;
     return *target;
+  }
+
+  /// The loop's grid for `k` hypotheses: `slots` is k rounded up to a power of two (so
+  /// batch sizes nearby share a graph; slots past the running count exit at once), and
+  /// the blocks are the largest source's with headroom (so scans a little larger or
+  /// smaller share it too; blocks past a source's exit at once).
+  static int loop_slots(int k) {
+    int slots = 1;
+    while (slots < k) slots *= 2;
+    return slots;
+  }
+  int loop_blocks() const {
+    const int needed = max_source_blocks();
+    return std::min(needed + needed / 4 + 1, partial_blocks);
+  }
+
+  /// One pass of the loop's body on `s`: the derivative kernel, then the step kernel.
+  /// Returns the launch's error (captured launches report theirs at the capture's end).
+  static cudaError_t launch_loop_body(cudaStream_t s, const BatchArgs& a, int blocks, int slots,
+                                      cudaGraphConditionalHandle handle, bool in_graph) {
+    if (slots > 1) {
+      derivative_kernel<kBatchBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, s>>>(a, nullptr);
+    } else {
+      derivative_kernel<kSingleBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, s>>>(a, nullptr);
+    }
+    cudaError_t launched = cudaGetLastError();
+    if (launched == cudaSuccess) {
+      step_kernel<<<slots, kBlock, 0, s>>>(a, handle, in_graph);
+      launched = cudaGetLastError();
+    }
+    return launched;
   }
 
   void build_graph(LoopGraph& g, int slots, int blocks, bool with_trace) {
@@ -648,17 +692,7 @@ struct CudaBackend::Impl {
       cudaGraph_t body = params.conditional.phGraph_out[0];
       NDTCU_CUDA_CHECK(
           cudaStreamBeginCaptureToGraph(capture_stream, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
-      const BatchArgs a = args(with_trace);
-      if (slots > 1) {
-        derivative_kernel<kBatchBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
-      } else {
-        derivative_kernel<kSingleBlocksPerSm><<<dim3(blocks, slots), kBlock, 0, capture_stream>>>(a, nullptr);
-      }
-      cudaError_t launched = cudaGetLastError();
-      if (launched == cudaSuccess) {
-        step_kernel<<<slots, kBlock, 0, capture_stream>>>(a, handle);
-        launched = cudaGetLastError();
-      }
+      const cudaError_t launched = launch_loop_body(capture_stream, args(with_trace), blocks, slots, handle, true);
       cudaGraph_t captured = nullptr;
       const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
       NDTCU_CUDA_CHECK(launched);
@@ -679,6 +713,7 @@ struct CudaBackend::Impl {
 CudaBackend::CudaBackend(CUstream_st* stream) : impl_(std::make_unique<Impl>()) {
   std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw CudaError("CUDA backend unavailable: " + why);
+  impl_->loop_launch = loop_launch_from_environment();
   impl_->stream = stream;
   impl_->allocations_at_start = device_allocation_count();
   int device = 0;
@@ -699,6 +734,9 @@ CudaBackend::CudaBackend(CUstream_st* stream) : impl_(std::make_unique<Impl>()) 
 }
 
 CudaBackend::~CudaBackend() = default;
+
+void CudaBackend::set_loop_launch(LoopLaunch launch) noexcept { impl_->loop_launch = launch; }
+LoopLaunch CudaBackend::loop_launch() const noexcept { return impl_->loop_launch; }
 
 void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t dense_budget_bytes) {
   Impl& m = *impl_;
@@ -904,7 +942,9 @@ std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<
   return out;
 }
 
-bool CudaBackend::device_loop_supported() const noexcept { return impl_->driver_version >= 12040; }
+bool CudaBackend::device_loop_supported() const noexcept {
+  return impl_->loop_launch == LoopLaunch::Stream || impl_->driver_version >= 12040;
+}
 
 std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>& hypotheses,
                                                           const math::StepRules& rules, bool keep_trace) {
@@ -927,7 +967,8 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
   m.pinned_sums.reserve_with_headroom(k);
   m.pinned_active.reserve_with_headroom(k + 1);
   if (keep_trace) m.pinned_trace.reserve_with_headroom(k * iterations);
-  LoopGraph& graph = m.loop_graph(static_cast<int>(k), keep_trace);
+  const bool in_graph = m.loop_launch == LoopLaunch::Graph;
+  LoopGraph* graph = in_graph ? &m.loop_graph(static_cast<int>(k), keep_trace) : nullptr;
   *m.pinned_rules.data() = rules;
   m.eval_source = -1;  // hyps[0] and the running list are the batch's now
 
@@ -945,7 +986,17 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
                                    cudaMemcpyHostToDevice, m.stream));
   m.upload_hypotheses(k);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  NDTCU_CUDA_CHECK(cudaGraphLaunch(graph.exec, m.stream));
+  if (in_graph) {
+    NDTCU_CUDA_CHECK(cudaGraphLaunch(graph->exec, m.stream));
+  } else {
+    // A hypothesis evaluates at most max_iterations + 1 times (fixed_step), so that many
+    // passes of the body run every loop to its end.
+    const BatchArgs a = m.args(keep_trace);
+    const int slots = Impl::loop_slots(static_cast<int>(k)), blocks = m.loop_blocks();
+    for (int pass = 0; pass <= rules.max_iterations; ++pass) {
+      NDTCU_CUDA_CHECK(Impl::launch_loop_body(m.stream, a, blocks, slots, 0, false));
+    }
+  }
   NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_hyps.data(), m.hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyDeviceToHost,
                                    m.stream));
@@ -955,9 +1006,16 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
     NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_trace.data(), m.trace.data(), k * iterations * sizeof(math::StepTrace),
                                      cudaMemcpyDeviceToHost, m.stream));
   }
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_active.data() + k, m.active_count.data(), sizeof(int),
+                                   cudaMemcpyDeviceToHost, m.stream));
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   float ms = 0.f;
   NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
+  if (const int running = m.pinned_active.data()[k]; running != 0) {
+    throw CudaError("device loop: " + std::to_string(running) + " of " + std::to_string(k) +
+                    " hypotheses still running after the loop ended (max_iterations " +
+                    std::to_string(rules.max_iterations) + ")");
+  }
 
   std::uint64_t evaluations = 0;
   for (std::size_t i = 0; i < k; ++i) {

@@ -52,6 +52,17 @@ struct DeviceLoopOutput {
   std::vector<IterationTrace> trace;        ///< one entry per iteration, when asked for
 };
 
+/// How the device-resident loop is launched. `Graph` (the default): one launch of a graph
+/// whose conditional while node repeats the body (the derivative kernel, then the step
+/// kernel) until no hypothesis runs. `Stream`: the same body launched on the stream
+/// max_iterations + 1 times, a hypothesis's most evaluations (passes with nothing
+/// running return at once). The same kernels on the same data, so the same bits; the
+/// stream form costs a launch per pass and exists for tools that do not follow
+/// conditional graph nodes (compute-sanitizer's racecheck). A new backend takes the
+/// environment's NDTCU_CUDA_LOOP (`graph`, the default, or `stream`; any other value is
+/// an Error naming it).
+enum class LoopLaunch { Graph, Stream };
+
 /// What the device did, summed since the last reset.
 struct CudaTelemetry {
   std::uint64_t evaluations = 0;       ///< evaluations (Newton iterations and line-search trials)
@@ -108,9 +119,12 @@ class CudaBackend {
   std::vector<math::DerivativeSums> evaluate_batch(const std::vector<Pose6>& poses, bool with_hessian,
                                                    int source = 0);
 
-  /// True when the driver runs conditional graph nodes (CUDA 12.4 and later), which the
-  /// device-resident loop needs.
+  /// True when the device-resident loop can run: launched as a graph, it needs a driver
+  /// that runs conditional graph nodes (CUDA 12.4 and later).
   bool device_loop_supported() const noexcept;
+  /// How run_fixed_step launches the loop (LoopLaunch).
+  void set_loop_launch(LoopLaunch launch) noexcept;
+  LoopLaunch loop_launch() const noexcept;
   /// Runs the fixed-step Newton loop (kernels/ndt_step.hpp) of every hypothesis on the
   /// device: one graph launch whose conditional loop alternates the derivative kernel
   /// (all running hypotheses, several blocks each) and the step kernel (one block per

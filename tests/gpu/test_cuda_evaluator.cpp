@@ -14,6 +14,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -215,6 +216,76 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
   CHECK(lost.reason == StopReason::NoCorrespondence);
   CHECK(lost.iterations == 0);
   CHECK(lost.evaluations == 1);
+}
+
+TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(5, 60000);
+  const PointCloud source = test::synthetic_scene(6, 4000);
+  VoxelMapOptions vo;
+  vo.resolution = 2.0;
+  const VoxelMap map = VoxelMap::build(target, vo);
+  CudaBackend backend;
+  backend.set_map(map);
+  backend.set_source(source.points);
+  backend.configure(SearchMethod::Radius, 0.55);
+  // Hypotheses that stop at different passes: converged, capped, and lost at once.
+  std::mt19937 rng(17);
+  std::vector<detail::DeviceHypothesis> hyps;
+  for (int i = 0; i < 37; ++i) hyps.push_back({random_pose(rng, 1.0, 0.1), 0});
+  Pose6 far_away = hyps[5].start;
+  far_away(0) += 1e4;
+  hyps[5].start = far_away;
+  math::StepRules d{};
+  d.step_min = 0.005;
+  d.step_max = 0.1;
+  d.epsilon = 0.01;
+  for (int max_iterations : {30, 4}) {
+    d.max_iterations = max_iterations;
+    for (bool trace : {false, true}) {
+      CAPTURE(max_iterations, trace);
+      backend.set_loop_launch(detail::LoopLaunch::Graph);
+      const std::vector<detail::DeviceLoopOutput> graph = backend.run_fixed_step(hyps, d, trace);
+      backend.set_loop_launch(detail::LoopLaunch::Stream);
+      const std::vector<detail::DeviceLoopOutput> stream = backend.run_fixed_step(hyps, d, trace);
+      REQUIRE(graph.size() == stream.size());
+      int capped = 0, converged = 0, lost = 0;
+      for (std::size_t h = 0; h < graph.size(); ++h) {
+        CAPTURE(h);
+        CHECK(stream[h].pose == graph[h].pose);
+        CHECK(stream[h].iterations == graph[h].iterations);
+        CHECK(stream[h].evaluations == graph[h].evaluations);
+        CHECK(stream[h].reason == graph[h].reason);
+        CHECK(std::memcmp(stream[h].final_sums.v, graph[h].final_sums.v, sizeof(graph[h].final_sums.v)) == 0);
+        REQUIRE(stream[h].trace.size() == graph[h].trace.size());
+        for (std::size_t k = 0; k < graph[h].trace.size(); ++k) {
+          CHECK(stream[h].trace[k].pose == graph[h].trace[k].pose);
+          CHECK(stream[h].trace[k].score == graph[h].trace[k].score);
+        }
+        capped += graph[h].reason == StopReason::MaxIterations;
+        converged += graph[h].reason == StopReason::Converged;
+        lost += graph[h].reason == StopReason::NoCorrespondence;
+      }
+      // The batch stops at different passes, so the passes after a stop are exercised.
+      CHECK(lost == 1);
+      CHECK(capped + converged == 36);
+      if (max_iterations == 4) CHECK(capped > 0);
+      if (max_iterations == 30) CHECK(converged > 0);
+    }
+  }
+  CHECK(backend.loop_launch() == detail::LoopLaunch::Stream);
+
+  // The environment chooses for a new backend; a value it does not know is an Error naming
+  // it. (The run's own setting is put back after.)
+  const char* before = std::getenv("NDTCU_CUDA_LOOP");
+  const std::string run_setting = before ? before : "";
+  ::setenv("NDTCU_CUDA_LOOP", "stream", 1);
+  CHECK(CudaBackend().loop_launch() == detail::LoopLaunch::Stream);
+  ::setenv("NDTCU_CUDA_LOOP", "graphs", 1);
+  CHECK_THROWS_WITH(CudaBackend(), Catch::Contains("NDTCU_CUDA_LOOP is 'graphs'") && Catch::Contains("'stream'"));
+  ::unsetenv("NDTCU_CUDA_LOOP");
+  CHECK(CudaBackend().loop_launch() == detail::LoopLaunch::Graph);
+  if (before) ::setenv("NDTCU_CUDA_LOOP", run_setting.c_str(), 1);
 }
 
 TEST_CASE("CUDA evaluator on the real hdl32 pair matches the CPU", "[gpu][data]") {

@@ -185,11 +185,11 @@ def read_scans(scans, times):
     return files, stamps
 
 
-def write_bag(bag, fmt, compression, layout, clouds, times_ns):
+def write_bag(bag, fmt, compression, layout, clouds, times_ns, copy_topic=None):
     """One bag of `clouds` ((x, y, z), intensity) at `times_ns`, with a second topic
     /notes (std_msgs/String). fmt: ros1, ros2_sqlite3, ros2_mcap; compression: none, bz2
     or lz4 (ROS 1), zstd (MCAP chunks, rosbags), lz4 (MCAP chunks, the mcap package),
-    "zstd (per message)" (sqlite3)."""
+    "zstd (per message)" (sqlite3). With `copy_topic`, each cloud goes on that topic too."""
     store = ROS1 if fmt == "ros1" else ROS2
     if os.path.exists(bag):
         sys.exit(f"write_bags.py: {bag} exists")
@@ -201,6 +201,8 @@ def write_bag(bag, fmt, compression, layout, clouds, times_ns):
         else:  # the big-endian layout in big-endian CDR as well
             raw = store.serialize_cdr(msg, PC2, little_endian=layout != "bigendian")
         messages.append(("/points", PC2, t, bytes(raw)))
+        if copy_topic:
+            messages.append((copy_topic, PC2, t, bytes(raw)))
         # A second topic of another type, interleaved.
         note = string_msg(store, f"scan {k}")
         nraw = store.serialize_ros1(note, "std_msgs/msg/String") if store is ROS1 else store.serialize_cdr(
@@ -292,6 +294,10 @@ def main():
                                  "layout": layout, "topic": "/points", "scans": files, "times_ns": times_ns,
                                  "intensity": layout != "float64_padded"})
         print(f"wrote {bag} ({fmt}, {compression}, {layout}, {len(files)} scans)")
+    if not args.only:
+        # Two PointCloud2 topics (not in the manifest: a reader must be told which).
+        write_bag(os.path.join(args.out, f"{args.prefix}_two_clouds.bag"), "ros1", "none", "float32", clouds[:2],
+                  times_ns[:2], copy_topic="/points_copy")
     with open(manifest_path, "w") as f:
         json.dump(manifest, f, indent=1)
 

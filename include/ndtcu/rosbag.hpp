@@ -70,8 +70,11 @@ struct BagInfo {
 struct MessageRef {
   std::size_t index = 0;      ///< position in the topic's time order
   std::int64_t time_ns = 0;   ///< the bag's record time (see the file comment)
-  /// Time in seconds.
-  double time() const { return static_cast<double>(time_ns) * 1e-9; }
+  /// Time in seconds: the double nearest time_ns / 1e9 (divided in long double, whose
+  /// 64-bit mantissa holds any time_ns exactly), so a bag's time equals the number a text
+  /// file would give for the same decimal time (ns * 1e-9 in double is off by up to
+  /// 2 ulp at today's epoch times, which changes a localizer's velocity prediction).
+  double time() const { return static_cast<double>(static_cast<long double>(time_ns) / 1e9L); }
   // Where the bytes are (internal to the reader).
   std::uint32_t file = 0;     ///< storage file
   std::int64_t chunk = -1;    ///< chunk holding it, -1 when not in a chunk

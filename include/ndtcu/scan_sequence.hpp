@@ -73,9 +73,10 @@ class ScanPrefetcher {
   /// scans ready or in progress ahead of the consumer. Throws Error for 0 threads or capacity.
   ScanPrefetcher(std::vector<ScanEntry> scans, Preprocess preprocess, int threads = 2, std::size_t capacity = 4);
   /// As above, with scans read by `reader` instead of read_point_cloud(entry.path) (null:
-  /// read_point_cloud).
-  ScanPrefetcher(std::vector<ScanEntry> scans, Reader reader, Preprocess preprocess, int threads = 2,
-                 std::size_t capacity = 4);
+  /// read_point_cloud). No defaults: a call of the constructor above with a null
+  /// preprocessing stays unambiguous.
+  ScanPrefetcher(std::vector<ScanEntry> scans, Reader reader, Preprocess preprocess, int threads,
+                 std::size_t capacity);
   /// Stops the readers (work in progress finishes) and joins them.
   ~ScanPrefetcher();
   /// Not copyable: it owns running threads.

@@ -3,7 +3,10 @@
 #include "../support/test_support.hpp"
 
 #include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
 #include <ndtcu/rosbag.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/trajectory.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -130,6 +133,64 @@ TEST_CASE("rosbag: BALM scans as bags hold the PCD's points, bit for bit", "[ros
   auto m = manifest("NDTCU_ROSBAG_BALM_DIR");
   if (!m) NDTCU_SKIP("no BALM bags written (no data folder, or write_bags.py skipped)");
   check_bags_against_pcd(*m);
+}
+
+// Localizes `scans` as `ndtcu localize` does (readers ahead of the localizer), each scan read
+// by `reader` (null: its file); the poses of the valid frames with their times.
+std::vector<std::pair<double, Eigen::Matrix4d>> localize(const std::vector<ScanEntry>& scans,
+                                                         ScanPrefetcher::Reader reader, const fs::path& map,
+                                                         const Eigen::Matrix4d& initial) {
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud(map.string()));
+  localizer.set_initial_pose(initial);
+  std::vector<std::pair<double, Eigen::Matrix4d>> poses;
+  ScanPrefetcher prefetcher(scans, std::move(reader), [&](const PointCloud& c) { return localizer.preprocess(c); }, 2, 4);
+  while (auto scan = prefetcher.next()) {
+    REQUIRE(scan->error.empty());
+    const LocalizationResult r = localizer.localize_preprocessed(scan->cloud, scan->entry.time);
+    if (r.valid) poses.emplace_back(scan->entry.time, r.pose);
+  }
+  return poses;
+}
+
+TEST_CASE("rosbag: BALM's odd scans localize from an MCAP bag exactly as from their PCD files", "[rosbag][data]") {
+  auto m = manifest("NDTCU_ROSBAG_BALM_DIR");
+  if (!m) NDTCU_SKIP("no BALM bags written (no data folder, or write_bags.py skipped)");
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const fs::path balm = dir / "balm_os0";
+  std::string path;
+  for (const auto& b : (*m)["bags"]) {
+    if (b["name"] == "balm_mcap_zstd") path = b["path"];
+  }
+  REQUIRE(!path.empty());
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  std::vector<ScanEntry> files = list_scans((balm / "odd_scans_1hz.txt").string());
+  const auto bag = std::make_shared<const BagReader>(path);
+  std::vector<ScanEntry> messages;
+  for (const auto& ref : bag->messages("/points")) messages.push_back({path + "#" + std::to_string(ref.index), ref.time()});
+  REQUIRE(messages.size() == files.size());
+  match_to_reference(files, reference);
+  match_to_reference(messages, reference);
+  const fs::path map = balm / "map_even_frames_0-58_voxel0.1.pcd";
+  const auto from_files = localize(files, nullptr, map, reference[1].pose.matrix());
+  const auto from_bag = localize(
+      messages,
+      [bag](std::size_t k, const ScanEntry&) {
+        ReadOptions o;
+        o.read_intensity = false;
+        return bag->read_point_cloud("/points", k, o);
+      },
+      map, reference[1].pose.matrix());
+  REQUIRE(from_files.size() == 30);
+  REQUIRE(from_bag.size() == from_files.size());
+  for (std::size_t k = 0; k < from_files.size(); ++k) {
+    INFO("frame " << k);
+    CHECK(from_bag[k].first == from_files[k].first);
+    CHECK(from_bag[k].second == from_files[k].second);  // the same bits
+  }
 }
 
 TEST_CASE("rosbag: a topic is chosen by name or alone, and a wrong one is an error naming the topics", "[rosbag]") {

@@ -5,7 +5,8 @@ is also serialized as big-endian CDR.
 
     write_bags.py OUT --scans DIR_OR_LIST --times POSES_TUM [--prefix NAME] [--only FORMAT]
 
-Scan k is message k, recorded at time k of POSES_TUM (its first column, in seconds). Each
+Scan k is message k, recorded and stamped at time k of POSES_TUM (its first column, in
+seconds; with a list of `path time` lines, at the line's time), to the nanosecond. Each
 bag stores the points in another PointCloud2 layout (float32 or float64 x y z, padding,
 big-endian data, an organized cloud with NaN points and row padding), and OUT/manifest.json
 (merged with an existing one) describes each bag for the tests: its path, topic, layout,
@@ -14,6 +15,7 @@ and the PCD files in message order.
 Exits 77 (skipped) when rosbags, numpy or mcap cannot be imported.
 """
 import argparse
+import decimal
 import json
 import os
 import struct
@@ -181,7 +183,7 @@ def read_scans(scans, times):
     with open(times) as f:
         for line in f:
             if line.strip() and not line.startswith("#"):
-                stamps.append(float(line.split()[0]))
+                stamps.append(line.split()[0])
     return files, stamps
 
 
@@ -262,8 +264,10 @@ def main():
         with open(args.scans) as f:
             for line in f:
                 if line.strip() and not line.startswith("#"):
-                    stamps.append(float(line.split()[1]))
-    times_ns = [int(round(s * 1e9)) for s in stamps]
+                    stamps.append(line.split()[1])
+    # Exact decimal seconds to nanoseconds (through a double, 1.6e18 ns would be rounded to
+    # 256 ns).
+    times_ns = [int(decimal.Decimal(s).scaleb(9).to_integral_value()) for s in stamps]
     clouds = [read_pcd(f) for f in files]
     os.makedirs(args.out, exist_ok=True)
     manifest_path = os.path.join(args.out, "manifest.json")

@@ -2,21 +2,70 @@
 #include "commands.hpp"
 
 #include <ndtcu/cuda_device.hpp>
+#include <ndtcu/rosbag.hpp>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
 namespace ndtcu::cli {
 
+namespace {
+
+double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
+
+nlohmann::json describe_bag_json(const rosbag::BagInfo& b) {
+  nlohmann::json topics = nlohmann::json::array();
+  for (const auto& t : b.topics) {
+    topics.push_back({{"name", json_text(t.name)}, {"type", json_text(t.type)}, {"encoding", json_text(t.encoding)},
+                      {"messages", t.messages}, {"point_cloud2", rosbag::is_point_cloud2_type(t.type)}});
+  }
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : b.files) files.push_back(json_text(f));
+  return {{"path", json_text(b.path)}, {"format", rosbag::to_string(b.format)}, {"storage_files", files},
+          {"compression", b.compression}, {"chunks", b.chunks}, {"bytes", b.bytes}, {"messages", b.messages},
+          {"start_time", seconds(b.start_ns)}, {"end_time", seconds(b.end_ns)}, {"topics", topics}};
+}
+
+std::string describe_bag_text(const rosbag::BagInfo& b) {
+  std::string out = fmt::format("{}\n  bag         {}, {} storage file{}, {}\n", b.path, rosbag::to_string(b.format),
+                                b.files.size(), b.files.size() == 1 ? "" : "s", human_bytes(b.bytes));
+  out += fmt::format("  compression {}{}\n", b.compression,
+                     b.chunks > 0 ? fmt::format(" ({} chunk{})", b.chunks, b.chunks == 1 ? "" : "s") : "");
+  out += fmt::format("  messages    {} from {:.6f} to {:.6f} s ({:.3f} s)\n", b.messages, seconds(b.start_ns),
+                     seconds(b.end_ns), seconds(b.end_ns - b.start_ns));
+  std::size_t name_width = 5, type_width = 4;
+  for (const auto& t : b.topics) {
+    name_width = std::max(name_width, t.name.size());
+    type_width = std::max(type_width, t.type.size());
+  }
+  out += fmt::format("  {:<{}}  {:<{}}  {:>8}  {}\n", "topic", name_width, "type", type_width, "messages", "encoding");
+  for (const auto& t : b.topics) {
+    out += fmt::format("  {:<{}}  {:<{}}  {:>8}  {}\n", t.name, name_width, t.type, type_width, t.messages, t.encoding);
+  }
+  return out;
+}
+
+}  // namespace
+
 Command add_info(CLI::App& app, const GlobalOptions& global) {
   auto files = std::make_shared<std::vector<std::string>>();
-  auto* cmd = app.add_subcommand("info", "Describe point-cloud files: points, fields, encoding, bounds");
-  cmd->add_option("FILE", *files, "PCD, PLY or KITTI .bin files")->required();
+  auto* cmd = app.add_subcommand(
+      "info", "Describe point-cloud files (points, fields, encoding, bounds) and rosbags (topics, types, messages)");
+  cmd->add_option("FILE", *files,
+                  "PCD, PLY or KITTI .bin files; rosbags: .bag, .mcap, .db3 or a ROS 2 bag folder")
+      ->required();
   return [files, &global]() {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& path : *files) {
+      if (rosbag::is_bag_path(path)) {
+        const rosbag::BagReader bag(path);
+        if (global.json) all.push_back(describe_bag_json(bag.info()));
+        else std::cout << describe_bag_text(bag.info());
+        continue;
+      }
       CloudInfo info;
       PointCloud cloud = read_point_cloud(path, {}, &info);
       if (global.json) all.push_back(describe_json(info, cloud));

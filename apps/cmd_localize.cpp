@@ -1,4 +1,4 @@
-// `ndtcu localize --map MAP --scans DIR_OR_LIST`: scan-to-map localization over a sequence,
+// `ndtcu localize --map MAP --scans DIR_OR_LIST_OR_BAG`: scan-to-map localization over a sequence,
 // with per-frame records, a summary, evaluation against reference poses, and plots.
 #include "cli_common.hpp"
 #include "commands.hpp"
@@ -9,6 +9,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/log.hpp>
+#include <ndtcu/rosbag.hpp>
 #include <ndtcu/scan_sequence.hpp>
 #include <ndtcu/tiled_map.hpp>
 #include <ndtcu/trajectory.hpp>
@@ -38,7 +39,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct LocalizeOptions {
-  std::string map, scans, init_from, reference, reference_format = "auto", out = "localization";
+  std::string map, scans, topic, init_from, reference, reference_format = "auto", out = "localization";
   std::vector<double> init;
   NdtOptions ndt;
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
@@ -405,8 +406,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                 "with a tiled map: swap each map update in before the frame after the one that asked for it, "
                 "waiting for it if need be (reproducible runs; by default the update is taken whenever it is "
                 "ready, never holding up a frame)");
-  cmd->add_option("--scans", o->scans, "folder of scans (ordered by name) or a text file listing scan paths [time]")
+  cmd->add_option("--scans", o->scans,
+                  "folder of scans (ordered by name), a text file listing scan paths [time], or a rosbag (.bag, "
+                  ".mcap, .db3, or a ROS 2 bag folder) whose PointCloud2 messages are the scans")
       ->required();
+  cmd->add_option("--topic", o->topic,
+                  "with --scans BAG: the sensor_msgs/PointCloud2 topic to read (default: the bag's only one)");
   auto* init = cmd->add_option("--init", o->init, "pose of the first scan x,y,z,roll,pitch,yaw (m, rad)")
                    ->delimiter(',')
                    ->expected(6);
@@ -543,7 +548,22 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.max_search_radius = o->max_search_radius;
     validate(ls);
 
-    std::vector<ScanEntry> scans = list_scans(o->scans, o->period);
+    // A rosbag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml): scan k is
+    // message k of the PointCloud2 topic, at the bag's record time, read by the readers.
+    std::shared_ptr<const rosbag::BagReader> bag;
+    std::string bag_topic;
+    std::vector<ScanEntry> scans;
+    if (rosbag::is_bag_path(o->scans)) {
+      bag = std::make_shared<const rosbag::BagReader>(o->scans);
+      bag_topic = bag->point_cloud_topic(o->topic).name;
+      const auto& messages = bag->messages(bag_topic);
+      if (messages.empty()) throw Error(o->scans + ": topic " + bag_topic + " holds no message");
+      scans.reserve(messages.size());
+      for (const auto& m : messages) scans.push_back({fmt::format("{}#{}", o->scans, m.index), m.time()});
+    } else {
+      if (!o->topic.empty()) throw Error("--topic " + o->topic + ": " + o->scans + " is not a rosbag (--topic reads a bag)");
+      scans = list_scans(o->scans, o->period);
+    }
     const TrajectoryFormat ref_format = trajectory_format_from_string(o->reference_format);
 
     Trajectory reference;
@@ -672,7 +692,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     {
       ScanPrefetcher::Preprocess on_reader;
       if (!filter_in_line) on_reader = [&localizer](const PointCloud& c) { return localizer.preprocess(c); };
-      ScanPrefetcher prefetcher(std::move(scans), on_reader, o->readers, o->queue);
+      ScanPrefetcher::Reader read_scan;
+      if (bag) {
+        read_scan = [bag, bag_topic](std::size_t k, const ScanEntry&) {
+          ReadOptions ro;
+          ro.read_intensity = false;  // NDT uses geometry only, as for files
+          return bag->read_point_cloud(bag_topic, k, ro);
+        };
+      }
+      ScanPrefetcher prefetcher(std::move(scans), read_scan, on_reader, o->readers, o->queue);
       while (auto scan = prefetcher.next()) {
         const std::optional<std::size_t> match = matches.empty() ? std::nullopt : matches[scan->index];
         const StampedPose* matched = match ? &reference[*match] : nullptr;
@@ -804,6 +832,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                 {"tiles", tiles_json},
                 {"build_ms", map_build_ms}};
     j["scans"] = json_text(o->scans);
+    if (bag) j["topic"] = json_text(bag_topic);
     const Pose6 ip = matrix_to_pose(initial);
     j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
     // With --init-radius the pose is only the centre of the first frames' search.

@@ -3,12 +3,18 @@
 #include "cli_common.hpp"
 #include "commands.hpp"
 
+#include <ndtcu/io.hpp>
+#include <ndtcu/rosbag.hpp>
+#include <ndtcu/scan_sequence.hpp>
 #include <ndtcu/simulator.hpp>
+#include <ndtcu/trajectory.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -19,6 +25,7 @@ namespace {
 
 struct SimulateOptions {
   std::string out;
+  std::string rosbag;  // also write the scans as a ROS 2 bag here
   std::uint64_t seed = 1;
   std::string sensor = "hdl32";
   int frames = 50;
@@ -48,6 +55,22 @@ constexpr std::size_t kScaleScanPoints = 100000;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Writes the scans of a simulation in `out` (scans/*.pcd, scan k at the time of line k of
+/// poses_tum.txt) as a ROS 2 bag (MCAP) at `bag`, on topic /points in frame "lidar".
+std::size_t write_scans_as_bag(const std::string& out, const std::string& bag) {
+  const std::vector<ScanEntry> scans = list_scans((std::filesystem::path(out) / "scans").string());
+  const Trajectory truth = read_trajectory((std::filesystem::path(out) / "poses_tum.txt").string(), TrajectoryFormat::Tum);
+  if (truth.size() != scans.size()) {
+    throw Error(fmt::format("{}: {} scans but {} poses in poses_tum.txt", out, scans.size(), truth.size()));
+  }
+  rosbag::McapBagWriter writer(bag, "/points", "lidar");
+  for (std::size_t k = 0; k < scans.size(); ++k) {
+    writer.write(std::llround(truth[k].time * 1e9), read_point_cloud(scans[k].path));
+  }
+  writer.close();
+  return scans.size();
 }
 
 /// Times cast_scan on poses of a drive (one warm-up scan, then `scans` timed ones) and,
@@ -118,6 +141,9 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
   auto* cmd = app.add_subcommand(
       "simulate", "Generate a synthetic world: map.pcd, scans/*.pcd, poses_tum.txt, poses_kitti.txt and world.json");
   cmd->add_option("--out", o->out, "output folder (created; its scans/NNNNNN.pcd files are replaced)");
+  cmd->add_option("--rosbag", o->rosbag,
+                  "also write the scans as a ROS 2 bag (a new folder: metadata.yaml and an MCAP file; topic /points, "
+                  "sensor_msgs/msg/PointCloud2, each scan at its time in poses_tum.txt)");
   cmd->add_option("--seed", o->seed, "seed: the same seed and options give the same bytes")->capture_default_str();
   auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64 or os0-64")->capture_default_str();
   cmd->add_option("--frames", o->frames, "scans to make, at --rate")->capture_default_str();
@@ -193,6 +219,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     }
     if (o->out.empty()) throw Error("simulate: --out DIR is required (or use --bench)");
     const sim::SimulationSummary r = sim::simulate(s, o->out);
+    const std::size_t bag_messages = o->rosbag.empty() ? 0 : write_scans_as_bag(o->out, o->rosbag);
     if (global.json) {
       nlohmann::json j{{"out", json_text(o->out)},
                        {"primitives", r.primitives},
@@ -214,6 +241,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                        {"seconds_map", r.seconds_map},
                        {"seconds_scans", r.seconds_scans},
                        {"seconds_total", r.seconds_total}};
+      if (!o->rosbag.empty()) j["rosbag"] = {{"path", json_text(o->rosbag)}, {"topic", "/points"}, {"messages", bag_messages}};
       std::cout << dump_json(j) << "\n";
       return 0;
     }
@@ -229,6 +257,10 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     if (s.rough_start) {
       std::cout << fmt::format("  start   initial_pose_rough.txt, the first pose {:g} m and {:g} deg off\n",
                                s.rough_start_offset, s.rough_start_yaw_deg);
+    }
+    if (!o->rosbag.empty()) {
+      std::cout << fmt::format("  rosbag  {}: {} sensor_msgs/msg/PointCloud2 messages on /points (ROS 2, MCAP)\n",
+                               o->rosbag, bag_messages);
     }
     std::cout << fmt::format("  total   {:.2f} s\n", r.seconds_total);
     return 0;

@@ -19,6 +19,20 @@ if(TARGET yaml-cpp::yaml-cpp)
 else()
   set(NDTCU_YAML_CPP_TARGET yaml-cpp)
 endif()
+# The rosbag reader (ndtcu::rosbag, include/ndtcu/rosbag.hpp) and nothing else links these:
+# sqlite3 for rosbag2's .db3 storage, zstd and lz4 for compressed MCAP chunks, bz2 and lz4
+# for compressed ROS 1 chunks (libsqlite3-dev, libzstd-dev, liblz4-dev, libbz2-dev).
+find_package(SQLite3)
+find_package(BZip2)
+find_path(NDTCU_ZSTD_INCLUDE_DIR zstd.h)
+find_library(NDTCU_ZSTD_LIBRARY zstd)
+find_path(NDTCU_LZ4_INCLUDE_DIR lz4frame.h)
+find_library(NDTCU_LZ4_LIBRARY lz4)
+if(NOT (SQLite3_FOUND AND BZIP2_FOUND AND NDTCU_ZSTD_INCLUDE_DIR AND NDTCU_ZSTD_LIBRARY AND NDTCU_LZ4_INCLUDE_DIR
+        AND NDTCU_LZ4_LIBRARY))
+  message(FATAL_ERROR "ndtcu: the rosbag reader needs libsqlite3-dev, libzstd-dev, liblz4-dev and libbz2-dev "
+                      "(scripts/setup.sh installs them)")
+endif()
 # Boost's header-only spreadsort gives voxel_downsample pcl::VoxelGrid's exact point order
 # (libboost-dev); without it cells are the same, last-bit centroid differences possible.
 find_package(Boost 1.66 QUIET CONFIG)

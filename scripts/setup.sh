@@ -4,21 +4,39 @@
 #
 #   scripts/setup.sh            build + test dependencies (PCL included, for the baselines)
 #   NDTCU_SETUP_NO_PCL=1 ...    skip PCL (the library and CLI never need it)
+#
+# Then the rosbag tests' Python: a venv made with Debian's /usr/bin/python3 at
+# ${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv (NDTCU_VENV overrides it) with rosbags, mcap and
+# numpy from PyPI (Debian packages none of them); tests/CMakeLists.txt looks for it there
+# (NDTCU_ROSBAG_PYTHON) and skips those tests without it.
 set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblzf-dev
   libyaml-cpp-dev libnanoflann-dev libboost-dev python3 python3-matplotlib
+  libsqlite3-dev libzstd-dev liblz4-dev libbz2-dev python3-venv
 )
 [[ ${NDTCU_SETUP_NO_PCL:-0} == 1 ]] || packages+=(libpcl-dev)
+
+venv=${NDTCU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv}
+install_venv() {
+  "$venv/bin/python" -c 'import rosbags, mcap, numpy' 2>/dev/null && return 0
+  echo "setup.sh: installing rosbags, mcap and numpy into $venv"
+  mkdir -p "$(dirname "$venv")"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check rosbags mcap numpy
+}
 
 missing=()
 for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ $status == "install ok installed" ]] || missing+=("$p")
 done
-((${#missing[@]} == 0)) && exit 0
+if ((${#missing[@]} == 0)); then
+  install_venv
+  exit 0
+fi
 
 if ! command -v apt-get >/dev/null; then
   echo "setup.sh: apt-get not found; install these packages by hand: ${missing[*]}" >&2
@@ -33,3 +51,4 @@ echo "setup.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq >/dev/null
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_venv

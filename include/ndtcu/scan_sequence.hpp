@@ -66,9 +66,17 @@ class ScanPrefetcher {
  public:
   /// The preprocessing applied to each scan after reading (e.g. Localizer::preprocess).
   using Preprocess = std::function<PointCloud(const PointCloud&)>;
+  /// Reads scan `index` of the sequence (e.g. a message of a rosbag); called on the reader
+  /// threads, so it must be thread-safe. An exception skips the scan with its message.
+  using Reader = std::function<PointCloud(std::size_t index, const ScanEntry& entry)>;
   /// Starts `threads` (at least 1) reader threads that keep at most `capacity` (at least 1)
   /// scans ready or in progress ahead of the consumer. Throws Error for 0 threads or capacity.
   ScanPrefetcher(std::vector<ScanEntry> scans, Preprocess preprocess, int threads = 2, std::size_t capacity = 4);
+  /// As above, with scans read by `reader` instead of read_point_cloud(entry.path) (null:
+  /// read_point_cloud). No defaults: a call of the constructor above with a null
+  /// preprocessing stays unambiguous.
+  ScanPrefetcher(std::vector<ScanEntry> scans, Reader reader, Preprocess preprocess, int threads,
+                 std::size_t capacity);
   /// Stops the readers (work in progress finishes) and joins them.
   ~ScanPrefetcher();
   /// Not copyable: it owns running threads.

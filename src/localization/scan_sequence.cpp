@@ -167,6 +167,7 @@ std::vector<std::optional<std::size_t>> match_to_reference(std::vector<ScanEntry
 
 struct ScanPrefetcher::Impl {
   std::vector<ScanEntry> scans;
+  Reader reader;
   Preprocess preprocess;
   std::size_t capacity;
   std::mutex mutex;
@@ -187,7 +188,7 @@ struct ScanPrefetcher::Impl {
       auto t0 = std::chrono::steady_clock::now();
       ReadOptions o;
       o.read_intensity = false;  // NDT uses geometry only
-      PointCloud raw = read_point_cloud(p.entry.path, o);
+      PointCloud raw = reader ? reader(k, p.entry) : read_point_cloud(p.entry.path, o);
       auto t1 = std::chrono::steady_clock::now();
       p.read_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
       p.points_read = raw.size();
@@ -220,11 +221,16 @@ struct ScanPrefetcher::Impl {
   }
 };
 
-ScanPrefetcher::ScanPrefetcher(std::vector<ScanEntry> scans, Preprocess preprocess, int threads, std::size_t capacity) {
+ScanPrefetcher::ScanPrefetcher(std::vector<ScanEntry> scans, Preprocess preprocess, int threads, std::size_t capacity)
+    : ScanPrefetcher(std::move(scans), Reader{}, std::move(preprocess), threads, capacity) {}
+
+ScanPrefetcher::ScanPrefetcher(std::vector<ScanEntry> scans, Reader reader, Preprocess preprocess, int threads,
+                               std::size_t capacity) {
   if (threads < 1) throw Error("scan prefetcher: reader threads must be at least 1, got " + std::to_string(threads));
   if (capacity < 1) throw Error("scan prefetcher: queue capacity must be at least 1");
   impl_ = std::make_unique<Impl>();
   impl_->scans = std::move(scans);
+  impl_->reader = std::move(reader);
   impl_->preprocess = std::move(preprocess);
   impl_->capacity = capacity;
   const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(threads), std::max<std::size_t>(impl_->scans.size(), 1));

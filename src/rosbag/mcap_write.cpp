@@ -1,0 +1,259 @@
+// A small ROS 2 bag writer: one MCAP file, unchunked and without a summary section (the
+// spec allows both; readers then scan the file), and the rosbag2 metadata.yaml beside it.
+#include "bag_internal.hpp"
+
+#include "log.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+namespace ndtcu::rosbag {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'\x89', 'M', 'C', 'A', 'P', '0', '\r', '\n'};
+
+// sensor_msgs/msg/PointCloud2 with its dependencies, in the ros2msg layout rosbag2 stores.
+constexpr const char* kPointCloud2Definition =
+    "std_msgs/Header header\n"
+    "uint32 height\n"
+    "uint32 width\n"
+    "sensor_msgs/PointField[] fields\n"
+    "bool is_bigendian\n"
+    "uint32 point_step\n"
+    "uint32 row_step\n"
+    "uint8[] data\n"
+    "bool is_dense\n"
+    "================================================================================\n"
+    "MSG: std_msgs/Header\n"
+    "builtin_interfaces/Time stamp\n"
+    "string frame_id\n"
+    "================================================================================\n"
+    "MSG: builtin_interfaces/Time\n"
+    "int32 sec\n"
+    "uint32 nanosec\n"
+    "================================================================================\n"
+    "MSG: sensor_msgs/PointField\n"
+    "uint8 INT8    = 1\n"
+    "uint8 UINT8   = 2\n"
+    "uint8 INT16   = 3\n"
+    "uint8 UINT16  = 4\n"
+    "uint8 INT32   = 5\n"
+    "uint8 UINT32  = 6\n"
+    "uint8 FLOAT32 = 7\n"
+    "uint8 FLOAT64 = 8\n"
+    "string name\n"
+    "uint32 offset\n"
+    "uint8 datatype\n"
+    "uint32 count\n";
+
+class Buffer {
+ public:
+  template <typename T>
+  void put(T v) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    bytes.append(b, sizeof(T));
+  }
+  void str32(std::string_view s) {
+    put(static_cast<std::uint32_t>(s.size()));
+    bytes.append(s);
+  }
+  std::string bytes;
+};
+
+// CDR, little endian: primitives aligned to their size from the end of the 4-byte
+// encapsulation header; strings carry their NUL.
+class CdrBuffer {
+ public:
+  CdrBuffer() { bytes.assign("\x00\x01\x00\x00", 4); }
+  template <typename T>
+  void put(T v) {
+    while ((bytes.size() - 4) % sizeof(T) != 0) bytes.push_back('\0');
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    bytes.append(b, sizeof(T));
+  }
+  void str(std::string_view s) {
+    put(static_cast<std::uint32_t>(s.size() + 1));
+    bytes.append(s);
+    bytes.push_back('\0');
+  }
+  std::string bytes;
+};
+
+std::string serialize(std::int64_t time_ns, const std::string& frame_id, const PointCloud& cloud) {
+  const bool with_intensity = cloud.has_intensity();
+  const std::uint32_t step = with_intensity ? 16 : 12;
+  CdrBuffer b;
+  b.put(static_cast<std::int32_t>(time_ns / 1000000000));
+  b.put(static_cast<std::uint32_t>(time_ns % 1000000000));
+  b.str(frame_id);
+  b.put(std::uint32_t{1});                                 // height
+  b.put(static_cast<std::uint32_t>(cloud.size()));         // width
+  const char* names[] = {"x", "y", "z", "intensity"};
+  const std::uint32_t count = with_intensity ? 4 : 3;
+  b.put(count);
+  for (std::uint32_t f = 0; f < count; ++f) {
+    b.str(names[f]);
+    b.put(4 * f);                // offset
+    b.put(std::uint8_t{7});      // FLOAT32
+    b.put(std::uint32_t{1});     // count
+  }
+  b.put(std::uint8_t{0});  // is_bigendian
+  b.put(step);
+  b.put(static_cast<std::uint32_t>(step * cloud.size()));  // row_step
+  b.put(static_cast<std::uint32_t>(step * cloud.size()));  // data length
+  b.bytes.reserve(b.bytes.size() + step * cloud.size() + 1);
+  for (std::size_t i = 0; i < cloud.size(); ++i) {
+    const Eigen::Vector3d w = cloud.world(i);
+    float v[4] = {static_cast<float>(w.x()), static_cast<float>(w.y()), static_cast<float>(w.z()),
+                  with_intensity ? cloud.intensity[i] : 0.0f};
+    b.bytes.append(reinterpret_cast<const char*>(v), step);
+  }
+  b.put(std::uint8_t{1});  // is_dense: only finite points are stored in a PointCloud
+  return b.bytes;
+}
+
+}  // namespace
+
+struct McapBagWriter::Impl {
+  std::string folder, topic, frame_id;
+  std::ofstream out;
+  std::uint64_t messages = 0;
+  std::int64_t first_ns = 0, last_ns = 0;
+  bool closed = false;
+
+  void record(std::uint8_t op, const std::string& content) {
+    out.put(static_cast<char>(op));
+    const std::uint64_t n = content.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  }
+};
+
+McapBagWriter::McapBagWriter(const std::string& path, std::string topic, std::string frame_id)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.folder = path;
+  m.topic = std::move(topic);
+  m.frame_id = std::move(frame_id);
+  std::error_code ec;
+  const fs::path folder(path);
+  if (fs::exists(folder, ec) && !(fs::is_directory(folder, ec) && fs::is_empty(folder, ec))) {
+    throw IoError(path, "exists and is not an empty folder; a ROS 2 bag is written as a new folder");
+  }
+  fs::create_directories(folder, ec);
+  if (ec) throw IoError(path, "cannot create the bag folder: " + ec.message());
+  std::string stem = folder.filename().string();
+  if (stem.empty()) stem = folder.parent_path().filename().string();
+  mcap_path_ = (folder / (stem + "_0.mcap")).string();
+  m.out.open(mcap_path_, std::ios::binary | std::ios::trunc);
+  if (!m.out) throw IoError(mcap_path_, "cannot create");
+  m.out.write(kMagic, 8);
+  Buffer header;
+  header.str32("ros2");
+  header.str32("ndtcu");
+  m.record(0x01, header.bytes);
+  Buffer schema;
+  schema.put(std::uint16_t{1});
+  schema.str32("sensor_msgs/msg/PointCloud2");
+  schema.str32("ros2msg");
+  schema.str32(kPointCloud2Definition);
+  m.record(0x03, schema.bytes);
+  Buffer channel;
+  channel.put(std::uint16_t{1});  // id
+  channel.put(std::uint16_t{1});  // schema
+  channel.str32(m.topic);
+  channel.str32("cdr");
+  Buffer metadata;
+  metadata.str32("offered_qos_profiles");
+  metadata.str32("");
+  channel.str32(metadata.bytes);
+  m.record(0x04, channel.bytes);
+  if (!m.out) throw IoError(mcap_path_, "write error");
+}
+
+McapBagWriter::~McapBagWriter() {
+  if (impl_ && !impl_->closed) {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      ndtcu::detail::log().error("{}", e.what());
+    }
+  }
+}
+
+void McapBagWriter::write(std::int64_t time_ns, const PointCloud& cloud) {
+  Impl& m = *impl_;
+  if (m.closed) throw Error(mcap_path_ + ": write after close");
+  if (time_ns < 0) throw Error(mcap_path_ + ": message time " + std::to_string(time_ns) + " ns is negative");
+  if (m.messages > 0 && time_ns < m.last_ns) {
+    throw Error(mcap_path_ + ": message times must not decrease (" + std::to_string(time_ns) + " ns after " +
+                std::to_string(m.last_ns) + " ns)");
+  }
+  if (cloud.size() * 16 > std::numeric_limits<std::uint32_t>::max() - 1024) {
+    throw Error(mcap_path_ + ": a cloud of " + std::to_string(cloud.size()) + " points does not fit one PointCloud2");
+  }
+  Buffer rec;
+  rec.put(std::uint16_t{1});                               // channel
+  rec.put(static_cast<std::uint32_t>(m.messages));         // sequence
+  rec.put(static_cast<std::uint64_t>(time_ns));            // log_time
+  rec.put(static_cast<std::uint64_t>(time_ns));            // publish_time
+  rec.bytes += serialize(time_ns, m.frame_id, cloud);
+  m.record(0x05, rec.bytes);
+  if (!m.out) throw IoError(mcap_path_, "write error");
+  if (m.messages == 0) m.first_ns = time_ns;
+  m.last_ns = time_ns;
+  ++m.messages;
+}
+
+void McapBagWriter::close() {
+  Impl& m = *impl_;
+  if (m.closed) return;
+  m.closed = true;
+  Buffer data_end;
+  data_end.put(std::uint32_t{0});  // data section CRC: 0, not computed
+  m.record(0x0F, data_end.bytes);
+  Buffer footer;
+  footer.put(std::uint64_t{0});  // summary_start: no summary
+  footer.put(std::uint64_t{0});  // summary_offset_start
+  footer.put(std::uint32_t{0});  // summary CRC
+  m.record(0x02, footer.bytes);
+  m.out.write(kMagic, 8);
+  m.out.close();
+  if (!m.out) throw IoError(mcap_path_, "write error");
+  const std::string yaml_path = (fs::path(m.folder) / "metadata.yaml").string();
+  std::ofstream y(yaml_path, std::ios::trunc);
+  const std::int64_t duration = m.messages ? m.last_ns - m.first_ns : 0;
+  const std::string file = fs::path(mcap_path_).filename().string();
+  y << "rosbag2_bagfile_information:\n"
+    << "  version: 8\n"
+    << "  storage_identifier: mcap\n"
+    << "  relative_file_paths:\n    - " << file << "\n"
+    << "  duration:\n    nanoseconds: " << duration << "\n"
+    << "  starting_time:\n    nanoseconds_since_epoch: " << m.first_ns << "\n"
+    << "  message_count: " << m.messages << "\n"
+    << "  topics_with_message_count:\n"
+    << "    - topic_metadata:\n"
+    << "        name: " << m.topic << "\n"
+    << "        type: sensor_msgs/msg/PointCloud2\n"
+    << "        serialization_format: cdr\n"
+    << "        offered_qos_profiles: \"\"\n"
+    << "      message_count: " << m.messages << "\n"
+    << "  compression_format: \"\"\n"
+    << "  compression_mode: \"\"\n"
+    << "  files:\n"
+    << "    - path: " << file << "\n"
+    << "      starting_time:\n        nanoseconds_since_epoch: " << m.first_ns << "\n"
+    << "      duration:\n        nanoseconds: " << duration << "\n"
+    << "      message_count: " << m.messages << "\n";
+  y.close();
+  if (!y) throw IoError(yaml_path, "write error");
+}
+
+}  // namespace ndtcu::rosbag

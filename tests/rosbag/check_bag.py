@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Reads a ROS 2 bag with the rosbags package (a reader independent of ndtcu) and checks it
+against the scans it was written from: one sensor_msgs/msg/PointCloud2 message per scan on
+/points, recorded and stamped at the scan's time (poses_tum.txt), with the PCD's x y z
+(and intensity) bit for bit.
+
+    check_bag.py BAG SCANS_DIR POSES_TUM
+
+Exits 77 (skipped) when rosbags or numpy cannot be imported.
+"""
+import os
+import sys
+
+try:
+    import numpy as np
+    from rosbags.rosbag2 import Reader
+    from rosbags.typesys import Stores, get_typestore
+except ImportError as e:
+    print(f"check_bag.py: {e}; run scripts/setup.sh", file=sys.stderr)
+    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from write_bags import read_pcd  # noqa: E402
+
+bag, scans_dir, poses = sys.argv[1:4]
+store = get_typestore(Stores.ROS2_HUMBLE)
+scans = sorted(os.path.join(scans_dir, f) for f in os.listdir(scans_dir) if f.endswith(".pcd"))
+times = [int(round(float(line.split()[0]) * 1e9)) for line in open(poses) if line.strip() and not line.startswith("#")]
+DTYPES = {7: "f4", 8: "f8"}
+with Reader(bag) as reader:
+    conns = [c for c in reader.connections if c.topic == "/points"]
+    assert len(conns) == 1 and conns[0].msgtype == "sensor_msgs/msg/PointCloud2", [(c.topic, c.msgtype) for c in reader.connections]
+    msgs = list(reader.messages(connections=conns))
+    assert len(msgs) == len(scans) == len(times), (len(msgs), len(scans), len(times))
+    for k, ((conn, t, raw), scan) in enumerate(zip(msgs, scans)):
+        m = store.deserialize_cdr(raw, conn.msgtype)
+        assert t == times[k], f"message {k}: recorded at {t} ns, expected {times[k]}"
+        stamp = m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
+        assert stamp == times[k], f"message {k}: stamp {stamp} ns, expected {times[k]}"
+        n = m.width * m.height
+        data = np.asarray(m.data, dtype=np.uint8).reshape(n, m.point_step)
+        (x, y, z), intensity = read_pcd(scan)
+        expect = {"x": x, "y": y, "z": z, "intensity": intensity}
+        assert {f.name for f in m.fields} >= {"x", "y", "z"}
+        for f in m.fields:
+            dt = np.dtype(DTYPES[f.datatype]).newbyteorder(">" if m.is_bigendian else "<")
+            got = data[:, f.offset:f.offset + dt.itemsize].copy().view(dt).reshape(-1)
+            ref = expect[f.name]
+            assert got.shape == ref.shape and got.tobytes() == ref.astype(dt).tobytes(), f"message {k}: field {f.name} differs"
+        print(f"message {k}: {n} points at {t} ns match {os.path.basename(scan)}")
+print(f"{bag}: {len(msgs)} messages read by rosbags match the scans")

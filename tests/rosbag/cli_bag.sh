@@ -1,0 +1,41 @@
+#!/bin/sh
+# The command line on bags written by tests/rosbag/write_bags.py:
+#   ndtcu info BAG (text and JSON); ndtcu localize --scans BAG gives the trajectory that
+#   --scans FOLDER gives (same bytes), for a ROS 2 MCAP (zstd chunks, organized cloud with
+#   NaN points), a ROS 1 (bz2, float64 x y z) and a ROS 2 sqlite3 bag; --topic errors.
+#   cli_bag.sh NDTCU BAG_DIR SAMPLE_DIR WORK
+# Exits 77 (skipped) when the bags were not written (no rosbags venv).
+exe=$1 bags=$2 sample=$3 work=$4
+[ -f "$bags/manifest.json" ] || { echo "no bags in $bags (run scripts/setup.sh)" >&2; exit 77; }
+rm -rf "$work" && mkdir -p "$work" || exit 1
+fail() { echo "FAILED: $*" >&2; exit 1; }
+expect() {  # expect RC REGEX -- ARGS...: exit code and an extended regex over stdout+stderr
+  rc=$1 re=$2
+  shift 3
+  out=$("$exe" "$@" 2>&1)
+  got=$?
+  [ "$got" = "$rc" ] || fail "ndtcu $*: exit code $got, expected $rc; output:
+$out"
+  printf '%s\n' "$out" | tr '\n' ' ' | grep -Eq -- "$re" || fail "ndtcu $*: output does not match '$re':
+$out"
+  echo "ok: ndtcu $*"
+}
+expect 0 "compression lz4 \([0-9]+ chunks?\).*/notes +std_msgs/String +10 +ros1 +/points +sensor_msgs/PointCloud2 +10 +ros1" -- \
+  info "$bags/sample_ros1_lz4.bag"
+expect 0 '"compression": "zstd \(per message\)",.*"format": "ros2_sqlite3",.*"messages": 10, +"name": "/points", +"point_cloud2": true' -- \
+  --json info "$bags/sample_sqlite3_zstd"
+common="--map $sample/map.pcd --reference $sample/poses_tum.txt --init-from $sample/poses_tum.txt --threads 2 --backend cpu --no-plot"
+expect 0 "10 localized, 0 recovered, 0 lost, 0 skipped of 10" -- localize --scans "$sample/scans" $common --out "$work/folder"
+for bag in sample_mcap_zstd sample_ros1_bz2.bag sample_sqlite3; do
+  expect 0 "10 localized, 0 recovered, 0 lost, 0 skipped of 10" -- localize --scans "$bags/$bag" $common --out "$work/$bag"
+  cmp "$work/folder/trajectory_tum.txt" "$work/$bag/trajectory_tum.txt" ||
+    fail "$bag: trajectory differs from the folder's"
+  echo "ok: $bag gives the folder's trajectory ($(wc -l < "$work/$bag/trajectory_tum.txt") poses)"
+done
+expect 0 '"topic": "/points"' -- --json localize --scans "$bags/sample_mcap" --topic /points $common --out "$work/topic"
+expect 1 "^ndtcu: error: [^ ]*sample_two_clouds.bag: 2 PointCloud2 topics, choose one with --topic: /points \(2 messages\), /points_copy \(2 messages\) $" -- \
+  localize --scans "$bags/sample_two_clouds.bag" $common --out "$work/two"
+expect 1 "^ndtcu: error: [^ ]*sample_mcap: topic /notes holds std_msgs/msg/String, not sensor_msgs/PointCloud2 $" -- \
+  localize --scans "$bags/sample_mcap" --topic /notes $common --out "$work/notes"
+expect 1 "^ndtcu: error: --topic /points: [^ ]*scans is not a rosbag" -- \
+  localize --scans "$sample/scans" --topic /points $common --out "$work/folder_topic"

@@ -1,0 +1,424 @@
+// The rosbag reader against bags written by independent writers (tests/rosbag/write_bags.py:
+// the rosbags package and Foxglove's mcap package), its own MCAP writer, and malformed bags.
+#include "../support/test_support.hpp"
+
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/rosbag.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace ndtcu;
+using namespace ndtcu::rosbag;
+
+namespace {
+
+// The bags write_bags.py wrote (CTest runs it first, with NDTCU_ROSBAG_DIR pointing there).
+std::optional<nlohmann::json> manifest(const char* env = "NDTCU_ROSBAG_DIR") {
+  const char* dir = std::getenv(env);
+  if (!dir || !*dir) return std::nullopt;
+  const fs::path m = fs::path(dir) / "manifest.json";
+  if (!fs::exists(m)) return std::nullopt;
+  return nlohmann::json::parse(test::read_bytes(m));
+}
+
+bool same_bits(const PointCloud& a, const PointCloud& b) {
+  return a.points.size() == b.points.size() &&
+         std::memcmp(a.points.data(), b.points.data(), a.points.size() * sizeof(Eigen::Vector3f)) == 0;
+}
+
+// Every message of every bag in the manifest against the PCD it was written from.
+void check_bags_against_pcd(const nlohmann::json& m) {
+  REQUIRE(!m["bags"].empty());
+  for (const auto& bag : m["bags"]) {
+    const std::string path = bag["path"];
+    INFO(path);
+    const BagReader reader(path);
+    const BagInfo& info = reader.info();
+    CHECK(to_string(info.format) == bag["format"].get<std::string>());
+    CHECK(info.compression == bag["compression"].get<std::string>());
+    const auto& scans = bag["scans"];
+    const TopicInfo& t = reader.point_cloud_topic();  // the only PointCloud2 topic
+    CHECK(t.name == "/points");
+    CHECK(t.messages == scans.size());
+    CHECK(reader.topic("/notes").messages == scans.size());
+    CHECK_FALSE(is_point_cloud2_type(reader.topic("/notes").type));
+    CHECK(info.messages == 2 * scans.size());
+    const auto& refs = reader.messages("/points");
+    for (std::size_t k = 0; k < scans.size(); ++k) {
+      INFO("message " << k << ", " << scans[k].get<std::string>());
+      CHECK(refs[k].time_ns == bag["times_ns"][k].get<std::int64_t>());
+      PointCloud2Info pi;
+      const PointCloud from_bag = reader.read_point_cloud("/points", k, {}, &pi);
+      const PointCloud from_pcd = read_point_cloud(scans[k].get<std::string>());
+      CHECK(pi.stamp_ns == refs[k].time_ns);
+      CHECK(pi.frame_id == "lidar");
+      REQUIRE(from_bag.size() == from_pcd.size());
+      CHECK(same_bits(from_bag, from_pcd));
+      if (bag["intensity"].get<bool>()) {
+        REQUIRE(from_bag.intensity.size() == from_pcd.intensity.size());
+        CHECK(std::memcmp(from_bag.intensity.data(), from_pcd.intensity.data(), from_bag.intensity.size() * 4) == 0);
+      } else {
+        CHECK(from_bag.intensity.empty());
+      }
+      const std::string layout = bag["layout"];
+      if (layout == "organized_nan") {
+        CHECK(pi.height == 2);
+        CHECK_FALSE(pi.is_dense);
+        CHECK(pi.non_finite == from_pcd.size());  // one NaN point per real one
+        CHECK(pi.row_step == pi.width * pi.point_step + 8);
+      } else {
+        CHECK(pi.non_finite == 0);
+      }
+      CHECK(pi.is_bigendian == (layout == "bigendian"));
+      if (info.format != BagFormat::Ros1) CHECK(pi.big_endian_cdr == (layout == "bigendian"));
+      if (layout == "float64_padded") CHECK(pi.fields.at(0).size == 8);
+    }
+  }
+}
+
+std::string slurp(const std::string& path) { return test::read_bytes(path); }
+
+// Replaces the first `from` in `bytes` by `to` (same length); fails the test when absent.
+std::string patch(std::string bytes, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  const auto at = bytes.find(from);
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, from.size(), to);
+  return bytes;
+}
+
+// A small cloud with intensity, in world coordinates.
+PointCloud small_cloud(int n, float shift) {
+  PointCloud c;
+  for (int i = 0; i < n; ++i) {
+    c.points.emplace_back(0.25f * i + shift, -1.5f * i - 0.5f, 0.125f * i * i + 1.0f);  // no -0: a reader gives +0
+    c.intensity.push_back(static_cast<float>(i) + 0.5f);
+  }
+  return c;
+}
+
+// A ROS 1 serialized message built by hand.
+struct Msg {
+  std::string b;
+  template <typename T>
+  void put(T v) {
+    char c[sizeof(T)];
+    std::memcpy(c, &v, sizeof(T));
+    b.append(c, sizeof(T));
+  }
+  void str(const std::string& s) {
+    put(static_cast<std::uint32_t>(s.size()));
+    b += s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rosbag: bags of the sample scans from rosbags and mcap hold the PCD's points, bit for bit", "[rosbag]") {
+  auto m = manifest();
+  if (!m) NDTCU_SKIP("no bags written (NDTCU_ROSBAG_DIR unset or write_bags.py skipped: run scripts/setup.sh)");
+  check_bags_against_pcd(*m);
+}
+
+TEST_CASE("rosbag: BALM scans as bags hold the PCD's points, bit for bit", "[rosbag][data]") {
+  auto m = manifest("NDTCU_ROSBAG_BALM_DIR");
+  if (!m) NDTCU_SKIP("no BALM bags written (no data folder, or write_bags.py skipped)");
+  check_bags_against_pcd(*m);
+}
+
+// Localizes `scans` as `ndtcu localize` does (readers ahead of the localizer), each scan read
+// by `reader` (null: its file); the poses of the valid frames with their times.
+std::vector<std::pair<double, Eigen::Matrix4d>> localize(const std::vector<ScanEntry>& scans,
+                                                         ScanPrefetcher::Reader reader, const fs::path& map,
+                                                         const Eigen::Matrix4d& initial) {
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud(map.string()));
+  localizer.set_initial_pose(initial);
+  std::vector<std::pair<double, Eigen::Matrix4d>> poses;
+  ScanPrefetcher prefetcher(scans, std::move(reader), [&](const PointCloud& c) { return localizer.preprocess(c); }, 2, 4);
+  while (auto scan = prefetcher.next()) {
+    REQUIRE(scan->error.empty());
+    const LocalizationResult r = localizer.localize_preprocessed(scan->cloud, scan->entry.time);
+    if (r.valid) poses.emplace_back(scan->entry.time, r.pose);
+  }
+  return poses;
+}
+
+TEST_CASE("rosbag: BALM's odd scans localize from an MCAP bag exactly as from their PCD files", "[rosbag][data]") {
+  auto m = manifest("NDTCU_ROSBAG_BALM_DIR");
+  if (!m) NDTCU_SKIP("no BALM bags written (no data folder, or write_bags.py skipped)");
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const fs::path balm = dir / "balm_os0";
+  std::string path;
+  for (const auto& b : (*m)["bags"]) {
+    if (b["name"] == "balm_mcap_zstd") path = b["path"];
+  }
+  REQUIRE(!path.empty());
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  std::vector<ScanEntry> files = list_scans((balm / "odd_scans_1hz.txt").string());
+  const auto bag = std::make_shared<const BagReader>(path);
+  std::vector<ScanEntry> messages;
+  for (const auto& ref : bag->messages("/points")) messages.push_back({path + "#" + std::to_string(ref.index), ref.time()});
+  REQUIRE(messages.size() == files.size());
+  match_to_reference(files, reference);
+  match_to_reference(messages, reference);
+  const fs::path map = balm / "map_even_frames_0-58_voxel0.1.pcd";
+  const auto from_files = localize(files, nullptr, map, reference[1].pose.matrix());
+  const auto from_bag = localize(
+      messages,
+      [bag](std::size_t k, const ScanEntry&) {
+        ReadOptions o;
+        o.read_intensity = false;
+        return bag->read_point_cloud("/points", k, o);
+      },
+      map, reference[1].pose.matrix());
+  REQUIRE(from_files.size() == 30);
+  REQUIRE(from_bag.size() == from_files.size());
+  for (std::size_t k = 0; k < from_files.size(); ++k) {
+    INFO("frame " << k);
+    CHECK(from_bag[k].first == from_files[k].first);
+    CHECK(from_bag[k].second == from_files[k].second);  // the same bits
+  }
+}
+
+TEST_CASE("rosbag: a topic is chosen by name or alone, and a wrong one is an error naming the topics", "[rosbag]") {
+  auto m = manifest();
+  if (!m) NDTCU_SKIP("no bags written");
+  for (const auto& bag : (*m)["bags"]) {
+    const std::string path = bag["path"];
+    INFO(path);
+    const BagReader reader(path);
+    CHECK(reader.point_cloud_topic("/points").name == "/points");
+    CHECK_THROWS_WITH(reader.point_cloud_topic("/notes"),
+                      Catch::Contains(path) && Catch::Contains("topic /notes holds std_msgs/") &&
+                          Catch::Contains("String, not sensor_msgs/PointCloud2"));
+    CHECK_THROWS_WITH(reader.point_cloud_topic("/lidar"),
+                      Catch::Contains("no topic '/lidar'") && Catch::Contains("/notes (std_msgs/") &&
+                          Catch::Contains("/points (sensor_msgs/"));
+    CHECK_THROWS_WITH(reader.read_point_cloud("/points", 10),
+                      Catch::Contains("topic /points: message 10 does not exist (10 messages)"));
+  }
+}
+
+TEST_CASE("rosbag: the MCAP writer's bag reads back bit for bit, with its times", "[rosbag][unit]") {
+  const fs::path dir = test::temp_dir("rosbag_writer") / "bag";
+  {
+    McapBagWriter w(dir.string(), "/sim/points", "lidar");
+    w.write(1'000'000'000, small_cloud(5, 0.0f));
+    w.write(1'100'000'000, small_cloud(7, 1.0f));
+    PointCloud empty;
+    w.write(1'200'000'000, empty);
+    w.close();
+  }
+  CHECK(is_bag_path(dir.string()));
+  const BagReader reader(dir.string());
+  CHECK(reader.info().format == BagFormat::Ros2Mcap);
+  CHECK(reader.info().compression == "none");
+  const auto& refs = reader.messages("/sim/points");
+  REQUIRE(refs.size() == 3);
+  CHECK(refs[1].time_ns == 1'100'000'000);
+  PointCloud2Info pi;
+  const PointCloud c = reader.read_point_cloud("/sim/points", 1, {}, &pi);
+  CHECK(same_bits(c, small_cloud(7, 1.0f)));
+  CHECK(c.intensity == small_cloud(7, 1.0f).intensity);
+  CHECK(pi.stamp_ns == 1'100'000'000);
+  CHECK(pi.frame_id == "lidar");
+  CHECK(reader.read_point_cloud("/sim/points", 2).empty());
+  // The MCAP file alone is a bag too.
+  const BagReader file_only((dir / "bag_0.mcap").string());
+  CHECK(file_only.messages("/sim/points").size() == 3);
+  // Writing into a folder that holds files is refused.
+  CHECK_THROWS_WITH(McapBagWriter(dir.string(), "/p", "f"), Catch::Contains("not an empty folder"));
+}
+
+TEST_CASE("rosbag: malformed MCAP bags are errors naming the file, topic and message", "[rosbag][unit]") {
+  const fs::path dir = test::temp_dir("rosbag_malformed") / "bag";
+  {
+    McapBagWriter w(dir.string(), "/points", "lidar");
+    for (int k = 0; k < 3; ++k) w.write(1'000'000'000 + k, small_cloud(4 + k, 0.5f * k));
+    w.close();
+  }
+  const std::string good = slurp((dir / "bag_0.mcap").string());
+  REQUIRE_NOTHROW(BagReader::from_memory(good, "good.mcap", BagFormat::Ros2Mcap));
+
+  SECTION("truncated anywhere: an error, never a crash") {
+    for (std::size_t cut : {std::size_t{0}, std::size_t{5}, std::size_t{12}, good.size() / 3, good.size() / 2,
+                            good.size() - 30, good.size() - 1}) {
+      INFO("cut at " << cut);
+      CHECK_THROWS_AS(BagReader::from_memory(std::string_view(good).substr(0, cut), "cut.mcap", BagFormat::Ros2Mcap),
+                      IoError);
+    }
+    CHECK_THROWS_WITH(BagReader::from_memory(std::string_view(good).substr(0, good.size() / 2), "cut.mcap",
+                                             BagFormat::Ros2Mcap),
+                      Catch::StartsWith("cut.mcap: ") && Catch::Contains("remain in the file"));
+  }
+  SECTION("a record length beyond the file") {
+    std::string bad = good;
+    // The first record after the magic is the header: its u64 length at offset 9.
+    const std::uint64_t lie = std::uint64_t{1} << 40;
+    std::memcpy(bad.data() + 9, &lie, 8);
+    CHECK_THROWS_WITH(BagReader::from_memory(bad, "lie.mcap", BagFormat::Ros2Mcap),
+                      Catch::Contains("lie.mcap: record 0 (opcode 0x01) at offset 8 claims 1099511627776 bytes"));
+  }
+  SECTION("a CDR data array longer than its message") {
+    // The message of 4 points (16 bytes each): the data length 64 follows row_step 64.
+    const BagReader reader = BagReader::from_memory(good, "good.mcap", BagFormat::Ros2Mcap);
+    const std::string raw = reader.read_raw("/points", 0);
+    const std::string needle = std::string("\x40\x00\x00\x00\x40\x00\x00\x00", 8);
+    std::string bad = good;
+    const auto at = bad.find(raw);
+    REQUIRE(at != std::string::npos);
+    const auto field = bad.find(needle, at);
+    REQUIRE(field != std::string::npos);
+    bad[field + 4] = '\x50';  // data length 80: 16 bytes more than the message holds
+    const BagReader r2 = BagReader::from_memory(bad, "short.mcap", BagFormat::Ros2Mcap);
+    CHECK_THROWS_WITH(r2.read_point_cloud("/points", 0),
+                      Catch::StartsWith("short.mcap: topic /points: message 0: PointCloud2 message truncated in "
+                                        "data: needs 80 bytes, 65 remain"));
+    CHECK(r2.read_point_cloud("/points", 1).size() == 5);  // the others still read
+  }
+  SECTION("a message on a channel the file never defines") {
+    std::string bad = good;
+    const BagReader reader = BagReader::from_memory(good, "good.mcap", BagFormat::Ros2Mcap);
+    const std::string raw = reader.read_raw("/points", 0);
+    const auto msg = bad.find(raw);
+    REQUIRE(msg != std::string::npos);
+    // The message record's channel id lies 22 bytes before its data.
+    bad[msg - 22] = '\x07';
+    CHECK_THROWS_WITH(BagReader::from_memory(bad, "orphan.mcap", BagFormat::Ros2Mcap),
+                      Catch::Contains("orphan.mcap: a message refers to channel 7, which the file never defines"));
+  }
+}
+
+TEST_CASE("rosbag: malformed bags from the independent writers are errors naming what is wrong", "[rosbag]") {
+  auto m = manifest();
+  if (!m) NDTCU_SKIP("no bags written");
+  auto find_bag = [&](const std::string& name) {
+    for (const auto& b : (*m)["bags"]) {
+      if (b["name"] == name) return b["path"].get<std::string>();
+    }
+    FAIL("no bag " << name << " in the manifest");
+    return std::string();
+  };
+  const fs::path tmp = test::temp_dir("rosbag_bad");
+  SECTION("an unknown MCAP chunk compression") {
+    const std::string bytes = slurp(find_bag("sample_mcap_lz4"));
+    const std::string bad = patch(bytes, std::string("\x03\x00\x00\x00lz4", 7), std::string("\x03\x00\x00\x00xz4", 7));
+    CHECK_THROWS_WITH(BagReader::from_memory(bad, "x.mcap", BagFormat::Ros2Mcap),
+                      Catch::Contains("x.mcap: record") && Catch::Contains("unknown compression 'xz4'"));
+  }
+  SECTION("an MCAP chunk declaring more than it expands to, and more than the cap") {
+    const std::string bytes = slurp(find_bag("sample_mcap_lz4"));
+    // The first chunk record: opcode 0x06 after magic and header; its uncompressed_size
+    // is the third u64 of its content.
+    const auto at = bytes.find('\x06', 8);
+    REQUIRE(at != std::string::npos);
+    std::string bad = bytes;
+    std::uint64_t declared;
+    std::memcpy(&declared, bad.data() + at + 9 + 16, 8);
+    const std::uint64_t more = declared + 1;
+    std::memcpy(bad.data() + at + 9 + 16, &more, 8);
+    CHECK_THROWS_WITH(BagReader::from_memory(bad, "more.mcap", BagFormat::Ros2Mcap),
+                      Catch::Contains("more.mcap: ") && Catch::Contains("lz4 data: "));
+    BagReadLimits small;
+    small.max_chunk_bytes = 1000;
+    CHECK_THROWS_WITH(BagReader::from_memory(bytes, "cap.mcap", BagFormat::Ros2Mcap, small),
+                      Catch::Contains("bytes uncompressed, over the limit of 1000"));
+  }
+  SECTION("ROS 1: an unknown chunk compression, a truncated bag, a lying data length") {
+    const std::string bytes = slurp(find_bag("sample_ros1_lz4"));
+    CHECK_THROWS_WITH(BagReader::from_memory(patch(bytes, "compression=lz4", "compression=lzx"), "x.bag", BagFormat::Ros1),
+                      Catch::Contains("x.bag: record") && Catch::Contains("unknown compression 'lzx'"));
+    for (std::size_t cut : {std::size_t{3}, std::size_t{20}, std::size_t{4200}, bytes.size() / 2, bytes.size() - 3}) {
+      INFO("cut at " << cut);
+      CHECK_THROWS_AS(BagReader::from_memory(std::string_view(bytes).substr(0, cut), "cut.bag", BagFormat::Ros1), IoError);
+    }
+    // The bag header record (after the 13-byte version line): its data length follows
+    // its header; made to claim 2 GiB.
+    std::uint32_t header_length;
+    std::memcpy(&header_length, bytes.data() + 13, 4);
+    std::string bad = bytes;
+    const std::uint32_t lie = 0x80000000u;
+    std::memcpy(bad.data() + 13 + 4 + header_length, &lie, 4);
+    CHECK_THROWS_WITH(BagReader::from_memory(bad, "lie.bag", BagFormat::Ros1),
+                      Catch::Contains("lie.bag: record 0 at offset 13: data claims 2147483648 bytes"));
+  }
+  SECTION("a file that is not a bag, a folder without metadata.yaml, a missing bag") {
+    test::write_bytes(tmp / "text.mcap", "hello, world");
+    CHECK_THROWS_WITH(BagReader((tmp / "text.mcap").string()), Catch::Contains("text.mcap: not an MCAP file"));
+    test::write_bytes(tmp / "text.bag", "hello, world, not a bag");
+    CHECK_THROWS_WITH(BagReader((tmp / "text.bag").string()), Catch::Contains("text.bag: not a ROS 1 bag"));
+    test::write_bytes(tmp / "text.db3", "hello, world, not a database");
+    CHECK_THROWS_WITH(BagReader((tmp / "text.db3").string()), Catch::Contains("text.db3: "));
+    fs::create_directories(tmp / "empty_folder");
+    CHECK_FALSE(is_bag_path((tmp / "empty_folder").string()));
+    CHECK_THROWS_WITH(BagReader((tmp / "empty_folder").string()), Catch::Contains("holds no metadata.yaml"));
+    CHECK_THROWS_WITH(BagReader((tmp / "missing.bag").string()), Catch::Contains("missing.bag: no such file"));
+  }
+}
+
+TEST_CASE("rosbag: PointCloud2 decoding of layouts and bad fields", "[rosbag][unit]") {
+  // ROS 1 serialization built by hand: seq, stamp, frame_id, height, width, fields,
+  // is_bigendian, point_step, row_step, data, is_dense.
+  auto make = [](std::uint8_t x_type, std::uint32_t x_offset, std::uint32_t step, std::uint32_t data_bytes,
+                 bool drop_z = false) {
+    Msg m;
+    m.put<std::uint32_t>(0);
+    m.put<std::uint32_t>(12);
+    m.put<std::uint32_t>(5);
+    m.str("f");
+    m.put<std::uint32_t>(1);  // height
+    m.put<std::uint32_t>(2);  // width
+    m.put<std::uint32_t>(drop_z ? 2 : 3);
+    const char* names[] = {"x", "y", "z"};
+    for (int f = 0; f < (drop_z ? 2 : 3); ++f) {
+      m.str(names[f]);
+      m.put<std::uint32_t>(f == 0 ? x_offset : 4 * f + 8);
+      m.put<std::uint8_t>(f == 0 ? x_type : 7);
+      m.put<std::uint32_t>(1);
+    }
+    m.put<std::uint8_t>(0);
+    m.put<std::uint32_t>(step);
+    m.put<std::uint32_t>(2 * step);
+    m.put<std::uint32_t>(data_bytes);
+    for (std::uint32_t i = 0; i < data_bytes; ++i) m.b.push_back('\0');
+    m.put<std::uint8_t>(1);
+    return m.b;
+  };
+  // int16 x at offset 0, y and z float32 at 12 and 16: integers are read as numbers.
+  std::string ok = make(3, 0, 20, 40);
+  const std::int16_t x1 = -7;
+  std::memcpy(ok.data() + ok.size() - 1 - 40 + 20, &x1, 2);
+  PointCloud2Info info;
+  const PointCloud c = decode_point_cloud2(ok, MessageEncoding::Ros1, "m", {}, &info);
+  REQUIRE(c.size() == 2);
+  CHECK(c.points[1].x() == -7.0f);
+  CHECK(info.stamp_ns == 12'000'000'005);
+  CHECK(info.fields.at(0).type == 'I');
+  CHECK_THROWS_WITH(decode_point_cloud2(make(7, 0, 20, 40, true), MessageEncoding::Ros1, "bag: topic /p: message 2"),
+                    Catch::Equals("bag: topic /p: message 2: PointCloud2 has no field 'z' (fields: x y)"));
+  CHECK_THROWS_WITH(decode_point_cloud2(make(8, 16, 20, 40), MessageEncoding::Ros1, "m"),
+                    Catch::Contains("field 'x' at offset 16 (8 bytes) lies outside point_step 20"));
+  CHECK_THROWS_WITH(decode_point_cloud2(make(9, 0, 20, 40), MessageEncoding::Ros1, "m"),
+                    Catch::Contains("field 'x' has datatype 9"));
+  CHECK_THROWS_WITH(decode_point_cloud2(make(7, 0, 20, 30), MessageEncoding::Ros1, "m"),
+                    Catch::Contains("data holds 30 bytes, height 1 x row_step 40 needs 40"));
+  CHECK_THROWS_WITH(decode_point_cloud2(ok.substr(0, ok.size() - 10), MessageEncoding::Ros1, "m"),
+                    Catch::Contains("m: PointCloud2 message truncated in data: needs 40 bytes"));
+  CHECK_THROWS_WITH(decode_point_cloud2(std::string_view("\x00\x07\x00\x00", 4), MessageEncoding::Cdr, "m"),
+                    Catch::Contains("is not plain CDR"));
+  CHECK_THROWS_WITH(decode_point_cloud2(std::string_view("\x00", 1), MessageEncoding::Cdr, "m"),
+                    Catch::Contains("shorter than its 4-byte encapsulation header"));
+}

@@ -14,7 +14,7 @@
 /// Semantics are PCL's (`pcl_preset()`: radius search, More-Thuente line search, PCL's
 /// voxel covariance and stopping rule, the same defaults), and so are the numbers: on PCL's
 /// NDT tutorial the pose equals PCL's to 1e-4 m / 1e-4 rad, with the same iteration count.
-/// Where this class differs from PCL's (all documented on the members):
+/// Where this class differs from PCL's:
 ///  - hasConverged() is PCL's: true when the loop ended by the epsilon rule *or* at the
 ///    iteration limit. It is false where PCL reports a zero step as converged although no
 ///    source point had a voxel (no correspondence, an empty source); getAlignResult() has

@@ -1,5 +1,6 @@
 # Installs the build tree into a scratch prefix, then configures, builds and runs a tiny
-# consumer project that uses find_package(ndtcu), ndtcu::ndtcu and ndtcu::sim.
+# consumer project that uses find_package(ndtcu), ndtcu::ndtcu and ndtcu::sim, and with
+# WITH_PCL find_package(ndtcu COMPONENTS pcl) and ndtcu::pcl (the PCL drop-in).
 file(REMOVE_RECURSE ${WORK})
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -13,7 +14,11 @@ set(cuda_args)
 if(CUDA_COMPILER)
   set(cuda_args -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
 endif()
-run(${CMAKE_COMMAND} -S ${CONSUMER} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix ${cuda_args})
+set(pcl_args)
+if(WITH_PCL)
+  set(pcl_args -DCONSUMER_PCL=ON)
+endif()
+run(${CMAKE_COMMAND} -S ${CONSUMER} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix ${cuda_args} ${pcl_args})
 run(${CMAKE_COMMAND} --build ${WORK}/build)
 run(${WORK}/build/consumer ${WORK}/cloud.pcd)
 message(STATUS "${last_output}")
@@ -25,3 +30,19 @@ message(STATUS "${last_output}")
 if(NOT last_output MATCHES "ndtcu::sim: [1-9][0-9]* ground points")
   message(FATAL_ERROR "consumer_sim output unexpected: ${last_output}")
 endif()
+if(WITH_PCL)
+  run(${WORK}/build/consumer_pcl)
+  message(STATUS "${last_output}")
+  if(NOT last_output MATCHES "ndtcu::pcl: converged 1 after [0-9]+ iterations")
+    message(FATAL_ERROR "consumer_pcl output unexpected: ${last_output}")
+  endif()
+endif()
+# Asking for the component where PCL cannot be found: configuring fails, and says why.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER} -B ${WORK}/build_no_pcl -DCMAKE_PREFIX_PATH=${WORK}/prefix
+                        ${cuda_args} -DCONSUMER_PCL=ON -DCMAKE_DISABLE_FIND_PACKAGE_PCL=ON
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REGEX REPLACE "[ \n]+" " " err_flat "${err}")  # CMake wraps the package's message
+if(rc EQUAL 0 OR NOT err_flat MATCHES "the component 'pcl' \\(target ndtcu::pcl, header ndtcu/pcl/ndt.hpp\\) needs PCL.*libpcl-dev")
+  message(FATAL_ERROR "find_package(ndtcu COMPONENTS pcl) without PCL: rc ${rc}, unexpected message:\n${out}\n${err}")
+endif()
+message(STATUS "without PCL: ${err}")

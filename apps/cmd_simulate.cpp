@@ -42,6 +42,7 @@ struct SimulateOptions {
   std::size_t map_points = 0;
   std::size_t scan_points = 0;
   bool scale = false;
+  double map_tile_size = 0.0;  // 0: map.pcd; else the tiled folder map/
   std::string encoding = "binary_compressed";
   unsigned threads = 0;
   bool bench = false;
@@ -176,6 +177,10 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
   auto* map_points = cmd->add_option("--map-points", o->map_points, "exact number of map points (no voxel filter)");
   map_points->excludes(voxel);
   auto* scan_points = cmd->add_option("--scan-points", o->scan_points, "choose the columns for about this many points per scan");
+  cmd->add_option("--map-tile-size", o->map_tile_size,
+                  "write the map as a tiled folder map/ of squares this many metres wide (Autoware's layout, "
+                  "written tile by tile, never whole in memory) instead of map.pcd; 0: map.pcd")
+      ->capture_default_str();
   cmd->add_flag("--scale", o->scale,
                 "large data: --world-size 1000 --sensor hdl64 --map-points 10000000 --scan-points 100000 "
                 "(options given explicitly win)");
@@ -213,6 +218,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     s.encoding = pcd_encoding_from_string(o->encoding);
     s.threads = o->threads;
     s.map.threads = o->threads;
+    s.map_tile_size = o->map_tile_size;
     if (o->bench) {
       sim::validate(s);
       return run_bench(s, o->bench_scans, o->map_points > 0, global.json);
@@ -227,6 +233,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                        {"trees", r.contents.trees},
                        {"vehicles", r.contents.vehicles},
                        {"map_points", r.map_points},
+                       {"map_tiles", r.map_tiles},
                        {"frames", r.frames},
                        {"columns", r.columns},
                        {"scan_points_min", r.scan_points_min},
@@ -248,7 +255,12 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     std::cout << fmt::format("{}: {:.0f} m world, seed {}\n", o->out, s.world.size, s.world.seed);
     std::cout << fmt::format("  world   {} buildings, {} trees, {} vehicles, {} primitives ({:.2f} s)\n",
                              r.contents.buildings, r.contents.trees, r.contents.vehicles, r.primitives, r.seconds_world);
-    std::cout << fmt::format("  map     map.pcd, {} points ({:.2f} s)\n", r.map_points, r.seconds_map);
+    if (r.map_tiles > 0) {
+      std::cout << fmt::format("  map     map/, {} points in {} tiles of {:g} m ({:.2f} s)\n", r.map_points, r.map_tiles,
+                               s.map_tile_size, r.seconds_map);
+    } else {
+      std::cout << fmt::format("  map     map.pcd, {} points ({:.2f} s)\n", r.map_points, r.seconds_map);
+    }
     std::cout << fmt::format("  scans   {} frames of {} x {} columns, {} to {} points, {:.1f} m driven ({:.2f} s)\n",
                              r.frames, s.lidar.name, r.columns, r.scan_points_min, r.scan_points_max, r.path_length,
                              r.seconds_scans);

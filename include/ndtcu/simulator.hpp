@@ -23,6 +23,11 @@
 #include <utility>
 #include <vector>
 
+namespace ndtcu {
+struct TiledMapWriterOptions;  // ndtcu/tiled_map.hpp
+struct TiledMapWriteStats;
+}  // namespace ndtcu
+
 namespace ndtcu::sim {
 
 // ---------------------------------------------------------------------------------------
@@ -348,6 +353,17 @@ void validate(const MapSettings& settings);
 /// `origin` is the scene's origin and its points are Rz(yaw) * p_scene, in float.
 PointCloud sample_map(const World& world, const MapSettings& settings);
 
+/// The map of sample_map() written as a tiled map (ndtcu/tiled_map.hpp) in `dir`, tiles of
+/// `tile_size` metres, without ever holding it whole: the samples are drawn about
+/// options.buffer_points at a time (4M by default) and handed to a TiledMapWriter, so a
+/// map of 10^8 points and more is written in a few hundred MB. Without a voxel filter the
+/// tiles hold exactly the points sample_map() gives at the same density, in the same
+/// order. Differences: `voxel` filters each tile on its own (options.voxel is replaced by
+/// it; cells along tile borders differ), and `target_points` sets the density for about
+/// that many points (the expected count; no exact thinning, which needs the whole map).
+TiledMapWriteStats write_tiled_map(const World& world, const MapSettings& settings, double tile_size,
+                                   const std::string& dir, const TiledMapWriterOptions& options);
+
 // ---------------------------------------------------------------------------------------
 // Poses on disk
 // ---------------------------------------------------------------------------------------
@@ -409,6 +425,10 @@ struct SimulationSettings {
   bool rough_start = false;
   double rough_start_offset = 3.0;    ///< m
   double rough_start_yaw_deg = 30.0;  ///< deg
+  /// When non-zero, the map is written as a tiled map in the folder `map/` (tiles of this
+  /// many metres, Autoware's layout; write_tiled_map(), never whole in memory) instead of
+  /// map.pcd (--map-tile-size).
+  double map_tile_size = 0.0;
 };
 
 /// Sets `scenario` and what it changes in `settings` (set trajectory.frames first: the
@@ -433,7 +453,8 @@ void apply_scenario(SimulationSettings& settings, Scenario scenario);
 struct SimulationSummary {
   std::size_t primitives = 0;         ///< primitives in the scene
   SceneContents contents;             ///< buildings, trees, ...
-  std::size_t map_points = 0;         ///< points in map.pcd
+  std::size_t map_points = 0;         ///< points in map.pcd, or in the tiles of map/
+  std::size_t map_tiles = 0;          ///< tiles in map/ (0: the map is map.pcd)
   std::size_t frames = 0;             ///< scans written
   int columns = 0;                    ///< columns per revolution actually used
   std::size_t scan_points_min = 0;    ///< fewest points in a scan
@@ -452,7 +473,7 @@ struct SimulationSummary {
 void validate(const SimulationSettings& settings);
 
 /// Generates the world, trajectory, map and scans and writes into `out_dir` (created if
-/// needed): map.pcd (world frame), scans/000000.pcd ... (sensor frame, x y z
+/// needed): map.pcd (world frame; or the tiled folder map/, see map_tile_size), scans/000000.pcd ... (sensor frame, x y z
 /// intensity), poses_tum.txt and poses_kitti.txt (T_world_sensor per scan, origin
 /// included, times frame / rate), world.json (every parameter), and with rough_start
 /// initial_pose_rough.txt (one TUM line at the first scan's time; an earlier run's is

@@ -21,8 +21,10 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndtcu {
@@ -61,9 +63,68 @@ TiledMapMetadata read_tiled_map_metadata(const std::string& path, bool check_fil
 /// lower corner), with the metadata file. Points keep their precision: a cloud with a
 /// non-zero origin (UTM) is written in float64 world coordinates (WriteOptions). Creates
 /// `dir`. Throws Error for a tile size that is not positive and finite, or more than
-/// 1,000,000 tiles.
+/// 1,000,000 tiles. (One TiledMapWriter::add of `map`, then finish().)
 TiledMapMetadata write_tiled_map(const PointCloud& map, double tile_size, const std::string& dir,
                                  const WriteOptions& options = {});
+
+/// How a TiledMapWriter buffers and filters.
+struct TiledMapWriterOptions {
+  WriteOptions write;  ///< how each tile's PCD is written
+  /// Points held in memory across all tiles before they are appended to spill files in
+  /// the output folder (16 bytes a point with intensity, 12 without, and the vectors'
+  /// growth); at finish() the largest tile is held besides.
+  std::size_t buffer_points = std::size_t(4) << 20;
+  /// Voxel-grid leaf applied to each tile on its own at finish() (m; 0 keeps every point).
+  /// Cells along tile borders then differ from a filter of the whole map unless the tile
+  /// size is a multiple of the leaf and the lattices line up.
+  double voxel = 0.0;
+};
+
+/// What a TiledMapWriter wrote.
+struct TiledMapWriteStats {
+  std::size_t points_in = 0;       ///< points given to add()
+  std::size_t points_written = 0;  ///< points in the tiles (fewer with a voxel filter)
+  std::size_t tiles = 0;           ///< tile files written
+  std::size_t spills = 0;          ///< times the buffers were appended to spill files
+  std::size_t peak_buffered = 0;   ///< most points held in the buffers at once
+};
+
+/// Writes a tiled map (the layout above) from clouds given one after another, holding at
+/// most TiledMapWriterOptions::buffer_points of them: beyond that the buffered points go
+/// to spill files in `dir` (removed by finish()), so a map of any size is written in
+/// bounded memory. Each tile holds its points in the order they were added, so the tiles
+/// do not depend on how the clouds were split or on the buffer size. Every cloud must
+/// have the first one's origin, and all or none must carry intensity.
+class TiledMapWriter {
+ public:
+  /// Creates `dir`. Throws Error for a tile size that is not positive and finite, IoError
+  /// when the folder cannot be made.
+  TiledMapWriter(std::string dir, double tile_size, TiledMapWriterOptions options = {});
+  ~TiledMapWriter();
+  TiledMapWriter(const TiledMapWriter&) = delete;
+  TiledMapWriter& operator=(const TiledMapWriter&) = delete;
+
+  /// Sorts the points of `cloud` into their tiles. Throws Error for an origin or
+  /// intensity that differs from the first cloud's, a point too far out for the tile
+  /// size, more than 1,000,000 tiles, or after finish(); IoError when a spill fails.
+  void add(const PointCloud& cloud);
+  /// Writes every tile (voxel-filtered when asked) and the metadata file, and removes the
+  /// spill files. Throws IoError naming a file that cannot be written.
+  TiledMapMetadata finish();
+  const TiledMapWriteStats& stats() const noexcept { return stats_; }
+
+ private:
+  struct Buffer;
+  void spill();
+  std::string dir_;
+  double tile_size_;
+  TiledMapWriterOptions options_;
+  std::map<std::pair<std::int64_t, std::int64_t>, Buffer> tiles_;
+  std::size_t buffered_ = 0;
+  bool started_ = false, with_intensity_ = false, finished_ = false;
+  Eigen::Vector3d origin_ = Eigen::Vector3d::Zero();
+  TiledMapWriteStats stats_;
+};
 
 /// What read_tiled_map() read.
 struct TiledMapRead {

@@ -1,5 +1,6 @@
 // Tiled maps in Autoware's layout (see include/ndtcu/tiled_map.hpp).
 #include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
 #include <ndtcu/tiled_map.hpp>
 
 #include "../log.hpp"
@@ -142,51 +143,164 @@ TiledMapMetadata read_tiled_map_metadata(const std::string& path, bool check_fil
 
 TiledMapMetadata write_tiled_map(const PointCloud& map, double tile_size, const std::string& dir,
                                  const WriteOptions& options) {
+  TiledMapWriterOptions o;
+  o.write = options;
+  o.buffer_points = std::max<std::size_t>(map.size(), 1);  // one add, held whole: no spill
+  TiledMapWriter writer(dir, tile_size, o);
+  writer.add(map);
+  return writer.finish();
+}
+
+struct TiledMapWriter::Buffer {
+  std::vector<Eigen::Vector3f> points;
+  std::vector<float> intensity;
+  std::size_t spilled = 0;  // points already in the tile's spill file
+};
+
+namespace {
+
+constexpr const char* kSpillFolder = ".ndtcu_spill";
+constexpr std::size_t kMaxTiles = 1000000;
+
+fs::path spill_path(const std::string& dir, const std::pair<std::int64_t, std::int64_t>& index) {
+  return fs::path(dir) / kSpillFolder / fmt::format("{}_{}.bin", index.first, index.second);
+}
+
+}  // namespace
+
+TiledMapWriter::TiledMapWriter(std::string dir, double tile_size, TiledMapWriterOptions options)
+    : dir_(std::move(dir)), tile_size_(tile_size), options_(std::move(options)) {
   if (!(tile_size > 0.0) || !std::isfinite(tile_size)) {
     throw Error(fmt::format("tile size must be a positive finite number (m), got {}", tile_size));
   }
-  // The tile of every point, by its world x-y (in double: a UTM map keeps its corners).
-  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::uint32_t>> members;
-  for (std::size_t i = 0; i < map.size(); ++i) {
-    const Eigen::Vector3d w = map.world(i);
-    const double fx = std::floor(w.x() / tile_size), fy = std::floor(w.y() / tile_size);
-    if (!(std::abs(fx) < 9e15 && std::abs(fy) < 9e15)) {
-      throw Error(fmt::format("tiling: point {} at ({}, {}) is too far out for tiles of {} m", i, w.x(), w.y(), tile_size));
-    }
-    auto& m = members[{static_cast<std::int64_t>(fx), static_cast<std::int64_t>(fy)}];
-    if (m.empty() && members.size() > 1000000) {
-      throw Error(fmt::format("tiling: more than 1,000,000 tiles of {} m; use a larger tile size", tile_size));
-    }
-    m.push_back(static_cast<std::uint32_t>(i));
+  if (!(options_.voxel >= 0.0) || !std::isfinite(options_.voxel)) {
+    throw Error(fmt::format("tiled map voxel must be 0 or a positive finite leaf (m), got {}", options_.voxel));
   }
+  options_.buffer_points = std::max<std::size_t>(options_.buffer_points, 1);
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw IoError(dir, "cannot create folder" + (ec ? ": " + ec.message() : ""));
+  fs::create_directories(dir_, ec);
+  if (ec || !fs::is_directory(dir_)) throw IoError(dir_, "cannot create folder" + (ec ? ": " + ec.message() : ""));
+}
+
+TiledMapWriter::~TiledMapWriter() {
+  std::error_code ec;
+  if (stats_.spills > 0) fs::remove_all(fs::path(dir_) / kSpillFolder, ec);
+}
+
+void TiledMapWriter::add(const PointCloud& cloud) {
+  if (finished_) throw Error("tiled map writer: add() after finish()");
+  if (cloud.empty()) return;
+  if (!started_) {
+    started_ = true;
+    origin_ = cloud.origin;
+    with_intensity_ = cloud.has_intensity();
+  } else if (cloud.origin != origin_) {
+    throw Error(fmt::format("tiled map writer: a cloud with origin ({}, {}, {}) after clouds with origin ({}, {}, {})",
+                            cloud.origin.x(), cloud.origin.y(), cloud.origin.z(), origin_.x(), origin_.y(), origin_.z()));
+  } else if (cloud.has_intensity() != with_intensity_) {
+    throw Error(std::string("tiled map writer: a cloud ") + (with_intensity_ ? "without" : "with") +
+                " intensity after clouds " + (with_intensity_ ? "with" : "without") + " it");
+  }
+  for (std::size_t i = 0; i < cloud.size(); ++i) {
+    // The tile of every point, by its world x-y (in double: a UTM map keeps its corners).
+    const Eigen::Vector3d w = cloud.world(i);
+    const double fx = std::floor(w.x() / tile_size_), fy = std::floor(w.y() / tile_size_);
+    if (!(std::abs(fx) < 9e15 && std::abs(fy) < 9e15)) {
+      throw Error(fmt::format("tiling: point {} at ({}, {}) is too far out for tiles of {} m", stats_.points_in + i,
+                              w.x(), w.y(), tile_size_));
+    }
+    const std::pair<std::int64_t, std::int64_t> index{static_cast<std::int64_t>(fx), static_cast<std::int64_t>(fy)};
+    auto it = tiles_.find(index);
+    if (it == tiles_.end()) {
+      if (tiles_.size() >= kMaxTiles) {
+        throw Error(fmt::format("tiling: more than 1,000,000 tiles of {} m; use a larger tile size", tile_size_));
+      }
+      it = tiles_.emplace(index, Buffer{}).first;
+    }
+    it->second.points.push_back(cloud.points[i]);
+    if (with_intensity_) it->second.intensity.push_back(cloud.intensity[i]);
+    stats_.peak_buffered = std::max(stats_.peak_buffered, ++buffered_);
+    if (buffered_ >= options_.buffer_points) spill();
+  }
+  stats_.points_in += cloud.size();
+}
+
+void TiledMapWriter::spill() {
+  const fs::path folder = fs::path(dir_) / kSpillFolder;
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) throw IoError(folder.string(), "cannot create folder: " + ec.message());
+  std::vector<float> row;
+  for (auto& [index, b] : tiles_) {
+    if (b.points.empty()) continue;
+    const fs::path file = spill_path(dir_, index);
+    std::ofstream out(file, std::ios::binary | std::ios::app);
+    const std::size_t stride = with_intensity_ ? 4 : 3;
+    row.resize(b.points.size() * stride);
+    for (std::size_t k = 0; k < b.points.size(); ++k) {
+      for (int a = 0; a < 3; ++a) row[k * stride + static_cast<std::size_t>(a)] = b.points[k][a];
+      if (with_intensity_) row[k * stride + 3] = b.intensity[k];
+    }
+    out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * sizeof(float)));
+    out.close();
+    if (!out) throw IoError(file.string(), "write error while spilling tile points");
+    b.spilled += b.points.size();
+    std::vector<Eigen::Vector3f>().swap(b.points);
+    std::vector<float>().swap(b.intensity);
+  }
+  buffered_ = 0;
+  ++stats_.spills;
+}
+
+TiledMapMetadata TiledMapWriter::finish() {
+  if (finished_) throw Error("tiled map writer: finish() called twice");
+  finished_ = true;
   TiledMapMetadata meta;
-  meta.x_resolution = meta.y_resolution = tile_size;
-  std::string yaml = fmt::format("x_resolution: {}\ny_resolution: {}\n", tile_size, tile_size);
-  for (const auto& [index, points] : members) {
+  meta.x_resolution = meta.y_resolution = tile_size_;
+  std::string yaml = fmt::format("x_resolution: {}\ny_resolution: {}\n", tile_size_, tile_size_);
+  const std::size_t stride = with_intensity_ ? 4 : 3;
+  std::vector<float> row;
+  for (auto& [index, b] : tiles_) {
     MapTile t;
-    t.x_min = static_cast<double>(index.first) * tile_size;
-    t.y_min = static_cast<double>(index.second) * tile_size;
+    t.x_min = static_cast<double>(index.first) * tile_size_;
+    t.y_min = static_cast<double>(index.second) * tile_size_;
     t.file = corner_text(t.x_min) + "_" + corner_text(t.y_min) + ".pcd";
     PointCloud tile;
-    tile.origin = map.origin;
-    tile.points.reserve(points.size());
-    for (std::uint32_t i : points) tile.points.push_back(map.points[i]);
-    if (map.has_intensity()) {
-      tile.intensity.reserve(points.size());
-      for (std::uint32_t i : points) tile.intensity.push_back(map.intensity[i]);
+    tile.origin = origin_;
+    tile.points.reserve(b.spilled + b.points.size());
+    if (with_intensity_) tile.intensity.reserve(b.spilled + b.points.size());
+    if (b.spilled > 0) {
+      // The tile's points spilled so far, in order, then the ones still buffered.
+      const fs::path file = spill_path(dir_, index);
+      std::ifstream in(file, std::ios::binary);
+      row.resize(b.spilled * stride);
+      in.read(reinterpret_cast<char*>(row.data()), static_cast<std::streamsize>(row.size() * sizeof(float)));
+      if (!in) throw IoError(file.string(), "cannot read back the tile's spilled points");
+      for (std::size_t k = 0; k < b.spilled; ++k) {
+        tile.points.emplace_back(row[k * stride], row[k * stride + 1], row[k * stride + 2]);
+        if (with_intensity_) tile.intensity.push_back(row[k * stride + 3]);
+      }
     }
-    write_pcd((fs::path(dir) / t.file).string(), tile, options);
+    tile.points.insert(tile.points.end(), b.points.begin(), b.points.end());
+    tile.intensity.insert(tile.intensity.end(), b.intensity.begin(), b.intensity.end());
+    std::vector<Eigen::Vector3f>().swap(b.points);
+    std::vector<float>().swap(b.intensity);
+    if (options_.voxel > 0.0) tile = voxel_downsample(tile, options_.voxel);
+    write_pcd((fs::path(dir_) / t.file).string(), tile, options_.write);
+    stats_.points_written += tile.size();
     yaml += fmt::format("{}: [{}, {}]\n", t.file, corner_text(t.x_min), corner_text(t.y_min));
     meta.tiles.push_back(std::move(t));
   }
-  const fs::path meta_file = fs::path(dir) / kTiledMapMetadataFile;
+  stats_.tiles = meta.tiles.size();
+  tiles_.clear();
+  buffered_ = 0;
+  const fs::path meta_file = fs::path(dir_) / kTiledMapMetadataFile;
   std::ofstream out(meta_file, std::ios::binary);
   out << yaml;
   out.close();
   if (!out) throw IoError(meta_file.string(), "write error");
+  std::error_code ec;
+  fs::remove_all(fs::path(dir_) / kSpillFolder, ec);
   return meta;
 }
 

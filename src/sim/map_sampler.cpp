@@ -8,6 +8,7 @@
 
 #include <ndtcu/error.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/tiled_map.hpp>
 #include <ndtcu/filters.hpp>
 
 #include <algorithm>
@@ -170,41 +171,68 @@ void sample_ground_row(ItemSampler& s, const Heightfield& g, int j) {
   }
 }
 
-/// Surface area of everything (ground counted flat), to size densities.
-double surface_area(const detail::WorldData& w) {
-  double area = 0.0;
-  for (const auto& b : w.boxes) {
+/// The surface of item `item` (m^2): boxes (with their window recesses), cylinders,
+/// spheres, then ground rows, the order sample_items() takes them in.
+double item_area(const detail::WorldData& w, std::size_t item) {
+  const std::size_t n_boxes = w.boxes.size(), n_cyl = w.scene.cylinders.size(), n_sph = w.scene.spheres.size();
+  if (item < n_boxes) {
+    const auto& b = w.boxes[item];
     const Eigen::Vector3d& h = b.half;
-    area += 8.0 * (h.x() * h.y() + h.y() * h.z() + h.x() * h.z());
+    double area = 8.0 * (h.x() * h.y() + h.y() * h.z() + h.x() * h.z());
     if (b.windows >= 0) {
       const auto& fw = w.windows[static_cast<std::size_t>(b.windows)];
       const double per_window = 2.0 * fw.grid.depth * (fw.grid.width + fw.grid.height);
       area += per_window * 2.0 * (fw.cols[0] + fw.cols[1]) * fw.rows;
     }
+    return area;
   }
-  for (const auto& c : w.scene.cylinders) area += kTwoPi * c.radius * (c.z_max - c.z_min + c.radius);
-  for (const auto& sp : w.scene.spheres) area += 2.0 * kTwoPi * sp.radius * sp.radius;
+  if (item < n_boxes + n_cyl) {
+    const auto& c = w.scene.cylinders[item - n_boxes];
+    return kTwoPi * c.radius * (c.z_max - c.z_min + c.radius);
+  }
+  if (item < n_boxes + n_cyl + n_sph) {
+    const auto& sp = w.scene.spheres[item - n_boxes - n_cyl];
+    return 2.0 * kTwoPi * sp.radius * sp.radius;
+  }
   const Heightfield& g = w.scene.ground;
-  area += static_cast<double>(g.nx) * g.ny * g.cell * g.cell;
+  return static_cast<double>(g.nx) * g.cell * g.cell;  // one row
+}
+
+/// Items of the world to sample: boxes, cylinders, spheres, then ground rows.
+std::size_t item_count(const detail::WorldData& w) {
+  const std::size_t n_rows = w.scene.ground.empty() ? 0 : static_cast<std::size_t>(w.scene.ground.ny);
+  return w.boxes.size() + w.scene.cylinders.size() + w.scene.spheres.size() + n_rows;
+}
+
+/// Surface area of everything (ground counted flat), to size densities.
+double surface_area(const detail::WorldData& w) {
+  double area = 0.0;
+  const std::size_t shapes = w.boxes.size() + w.scene.cylinders.size() + w.scene.spheres.size();
+  for (std::size_t item = 0; item < shapes; ++item) area += item_area(w, item);
+  const Heightfield& g = w.scene.ground;
+  area += static_cast<double>(g.nx) * g.ny * g.cell * g.cell;  // the rows at once
   return area;
 }
 
-/// All samples at `density`, in item order, from `threads` workers.
-std::vector<Eigen::Vector3f> sample_all(const World& world, double density, std::uint64_t seed, unsigned threads) {
+std::size_t item_count(const World& world) { return item_count(world.data()); }
+
+/// The samples at `density` of items [first, last), in item order, from `threads` workers
+/// taking kItemsPerTask items at a time. An item's samples depend on the item alone, so any
+/// split of the items into calls gives the same samples in the same order.
+std::vector<Eigen::Vector3f> sample_items(const World& world, double density, std::uint64_t seed, unsigned threads,
+                                          std::size_t first, std::size_t last) {
   const detail::WorldData& w = world.data();
   const Scene& scene = world.scene();
   const Eigen::Matrix3d rotation = world_from_scene(scene).linear();
   const std::size_t n_boxes = w.boxes.size(), n_cyl = scene.cylinders.size(), n_sph = scene.spheres.size();
-  const std::size_t n_rows = scene.ground.empty() ? 0 : static_cast<std::size_t>(scene.ground.ny);
-  const std::size_t items = n_boxes + n_cyl + n_sph + n_rows;
-  const std::size_t tasks = (items + kItemsPerTask - 1) / kItemsPerTask;
+  const std::size_t tasks = (last - first + kItemsPerTask - 1) / kItemsPerTask;
   std::vector<std::vector<Eigen::Vector3f>> results(tasks);
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t task = next++; task < tasks; task = next++) {
       auto& out = results[task];
-      const std::size_t end = std::min(items, (task + 1) * kItemsPerTask);
-      for (std::size_t item = task * kItemsPerTask; item < end; ++item) {
+      const std::size_t begin = first + task * kItemsPerTask, end = std::min(last, begin + kItemsPerTask);
+      for (std::size_t item = begin; item < end; ++item) {
         ItemSampler s(world, rotation, density, seed, item, out);
         if (item < n_boxes) {
           sample_box(s, w, w.boxes[item]);
@@ -233,6 +261,28 @@ std::vector<Eigen::Vector3f> sample_all(const World& world, double density, std:
     std::vector<Eigen::Vector3f>().swap(r);
   }
   return all;
+}
+
+/// All samples at `density`, in item order.
+std::vector<Eigen::Vector3f> sample_all(const World& world, double density, std::uint64_t seed, unsigned threads) {
+  return sample_items(world, density, seed, threads, 0, item_count(world));
+}
+
+/// The density (samples/m^2) a map of `settings` is sampled at, unless it asks for an exact
+/// point count: the given one, else about six samples per voxel face, else 100.
+double fixed_density(const MapSettings& settings) {
+  return settings.density > 0.0 ? settings.density
+         : settings.voxel > 0.0 ? 6.0 / (settings.voxel * settings.voxel)  // ~6 per voxel face
+                                : 100.0;                                   // 10 cm spacing
+}
+
+/// The samples per m^2 at which about `target` samples stay visible, measured by a pilot
+/// pass of kPilotSamples over the world.
+double density_for_count(const World& world, double area, double target, const MapSettings& settings) {
+  const double pilot_density = kPilotSamples / area;
+  const std::size_t pilot = sample_all(world, pilot_density, settings.seed, settings.threads).size();
+  if (pilot == 0) throw Error("map: the world has no visible surface to sample");
+  return target / static_cast<double>(pilot) * pilot_density;
 }
 
 /// Exactly `n` of the samples, chosen by a hash of their position in the list, order kept.
@@ -289,10 +339,7 @@ PointCloud sample_map(const World& world, const MapSettings& settings) {
     // Measure the visible fraction with a small pilot pass, then sample a little more
     // than needed and thin to the exact count.
     const double target = static_cast<double>(settings.target_points);
-    const double pilot_density = kPilotSamples / area;
-    const std::size_t pilot = sample_all(world, pilot_density, settings.seed, settings.threads).size();
-    if (pilot == 0) throw Error("map: the world has no visible surface to sample");
-    double density = 1.02 * target / static_cast<double>(pilot) * pilot_density;  // 2%: ten pilot sigmas
+    double density = 1.02 * density_for_count(world, area, target, settings);  // 2%: ten pilot sigmas
     std::vector<Eigen::Vector3f> samples;
     for (int attempt = 0; attempt < 5; ++attempt) {
       check_budget(density);
@@ -304,9 +351,7 @@ PointCloud sample_map(const World& world, const MapSettings& settings) {
     ndtcu::detail::log().debug("sim: map of {} points from {:.0f} m^2 at {:.1f} samples/m^2", map.size(), area, density);
     return map;
   }
-  const double density = settings.density > 0.0 ? settings.density
-                         : settings.voxel > 0.0  ? 6.0 / (settings.voxel * settings.voxel)  // ~6 per voxel face
-                                                 : 100.0;                                      // 10 cm spacing
+  const double density = fixed_density(settings);
   check_budget(density);
   map.points = sample_all(world, density, settings.seed, settings.threads);
   const std::size_t raw = map.size();
@@ -314,6 +359,41 @@ PointCloud sample_map(const World& world, const MapSettings& settings) {
   ndtcu::detail::log().debug("sim: map of {} points ({} samples at {:.1f}/m^2 over {:.0f} m^2, voxel {} m)", map.size(),
                              raw, density, area, settings.voxel);
   return map;
+}
+
+TiledMapWriteStats write_tiled_map(const World& world, const MapSettings& settings, double tile_size,
+                                   const std::string& dir, const TiledMapWriterOptions& options) {
+  validate(settings);
+  const double area = surface_area(world.data());
+  const double density = settings.target_points > 0
+                             ? density_for_count(world, area, static_cast<double>(settings.target_points), settings)
+                             : fixed_density(settings);
+  // The samples are drawn a batch of items at a time and handed to the writer, which holds
+  // a bounded number of them: the map is never whole in memory. A batch takes items until
+  // their surface at this density reaches the writer's buffer (at least one item).
+  const std::size_t items = item_count(world);
+  const double batch_samples = static_cast<double>(std::max<std::size_t>(options.buffer_points, 1));
+  TiledMapWriterOptions o = options;
+  o.voxel = settings.target_points > 0 ? 0.0 : settings.voxel;
+  TiledMapWriter writer(dir, tile_size, o);
+  PointCloud part;
+  part.origin = world.scene().origin;
+  for (std::size_t first = 0; first < items;) {
+    std::size_t last = first;
+    for (double expected = 0.0; last < items && (last == first || expected + item_area(world.data(), last) * density <= batch_samples);
+         ++last) {
+      expected += item_area(world.data(), last) * density;
+    }
+    part.points = sample_items(world, density, settings.seed, settings.threads, first, last);
+    writer.add(part);
+    first = last;
+  }
+  std::vector<Eigen::Vector3f>().swap(part.points);
+  writer.finish();
+  ndtcu::detail::log().debug("sim: tiled map of {} points in {} tiles of {} m ({} samples at {:.1f}/m^2 over {:.0f} m^2)",
+                             writer.stats().points_written, writer.stats().tiles, tile_size, writer.stats().points_in,
+                             density, area);
+  return writer.stats();
 }
 
 }  // namespace ndtcu::sim

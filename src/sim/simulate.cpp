@@ -8,6 +8,7 @@
 
 #include <ndtcu/error.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/tiled_map.hpp>
 #include <ndtcu/version.hpp>
 
 #include <fmt/format.h>
@@ -204,6 +205,10 @@ void validate(const SimulationSettings& s) {
     throw Error("threads (--threads) must be at most " + std::to_string(kMaxThreads) + " (0: one per hardware thread), got " +
                 std::to_string(s.threads));
   }
+  if (!(s.map_tile_size == 0.0 || (s.map_tile_size >= 1.0 && s.map_tile_size <= 10000.0))) {
+    throw Error("map tile size (--map-tile-size) must be 0 (one map.pcd) or 1 to 10000 m, got " +
+                fmt::format("{:g}", s.map_tile_size));
+  }
 }
 
 SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir) {
@@ -249,13 +254,28 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   summary.columns = lidar.columns;
 
   const auto t_map = Clock::now();
-  const PointCloud map = sample_map(world, map_settings);
   WriteOptions write;
   write.pcd_encoding = settings.encoding;
-  write_pcd((dir / "map.pcd").string(), map, write);
-  summary.map_points = map.size();
+  {
+    // One map: map.pcd, or the tiled folder map/. An earlier run's other form would not
+    // belong to this one.
+    if (settings.map_tile_size > 0.0) {
+      fs::remove(dir / "map.pcd", ec);
+      fs::remove_all(dir / "map", ec);
+      TiledMapWriterOptions tiles;
+      tiles.write = write;
+      const TiledMapWriteStats tiled = write_tiled_map(world, map_settings, settings.map_tile_size, (dir / "map").string(), tiles);
+      summary.map_points = tiled.points_written;
+      summary.map_tiles = tiled.tiles;
+    } else {
+      fs::remove_all(dir / "map", ec);
+      const PointCloud map = sample_map(world, map_settings);
+      write_pcd((dir / "map.pcd").string(), map, write);
+      summary.map_points = map.size();
+    }
+  }
   summary.seconds_map = seconds_since(t_map);
-  log.debug("sim: map.pcd: {} points in {:.2f} s", map.size(), summary.seconds_map);
+  log.debug("sim: map: {} points in {:.2f} s", summary.map_points, summary.seconds_map);
 
   const auto t_scans = Clock::now();
   const Eigen::Isometry3d world_from_scene_frame = world_from_scene(scene);
@@ -361,7 +381,10 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                      {"duration_s", trajectory.back().time},
                      {"max_turn_between_poses_deg", summary.max_turn_deg},
                      {"max_step_between_poses_m", summary.max_step}};
-  j["map"] = {{"file", "map.pcd"},
+  j["map"] = {{"file", settings.map_tile_size > 0.0 ? "map" : "map.pcd"},
+              {"tile_size_m", settings.map_tile_size > 0.0 ? nlohmann::ordered_json(settings.map_tile_size)
+                                                           : nlohmann::ordered_json(nullptr)},
+              {"tiles", summary.map_tiles},
               {"voxel_m", map_settings.target_points > 0 ? 0.0 : map_settings.voxel},
               // The density sample_map() used: the exact-count mode picks its own.
               {"density_per_m2", map_settings.target_points > 0 ? nlohmann::ordered_json(nullptr)
@@ -370,7 +393,7 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                                      ? nlohmann::ordered_json(6.0 / (map_settings.voxel * map_settings.voxel))
                                      : nlohmann::ordered_json(100.0)},
               {"target_points", map_settings.target_points},
-              {"points", map.size()},
+              {"points", summary.map_points},
               {"encoding", encoding_name(settings.encoding)}};
   j["scans"] = {{"folder", "scans"},
                 {"count", summary.frames},

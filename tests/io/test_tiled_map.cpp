@@ -3,6 +3,7 @@
 // skipped and named, and the metadata's errors name the file and the line.
 #include "../support/test_support.hpp"
 
+#include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/scan_sequence.hpp>
@@ -97,6 +98,90 @@ TEST_CASE("a map split into tiles and read back holds the same points and the sa
     const bool in = std::hypot(dx, dy) <= 10.0;
     CHECK(in == (std::find(near.loaded.begin(), near.loaded.end(), t.file) != near.loaded.end()));
   }
+}
+
+namespace {
+
+// The map folder's files (metadata and tiles) and their bytes.
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename().string()] = test::read_bytes(e.path());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("the tiled map writer holds a bounded number of points and writes the same tiles however the map comes",
+          "[unit][io]") {
+  PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  map.intensity.assign(map.size(), 0.f);
+  for (std::size_t i = 0; i < map.size(); ++i) map.intensity[i] = static_cast<float>(i % 251);
+  const fs::path whole_dir = test::temp_dir("tiles_writer_whole");
+  const TiledMapMetadata whole = write_tiled_map(map, 20.0, whole_dir.string());
+  const std::map<std::string, std::string> expected = folder_bytes(whole_dir);
+  REQUIRE(expected.size() == whole.tiles.size() + 1);
+
+  // The same map in uneven parts through a buffer of 1000 points: spills to disk, the same
+  // files, byte for byte, and no spill folder left behind.
+  TiledMapWriterOptions o;
+  o.buffer_points = 1000;
+  const fs::path parts_dir = test::temp_dir("tiles_writer_parts");
+  TiledMapWriter writer(parts_dir.string(), 20.0, o);
+  std::size_t begin = 0, largest = 0;
+  for (std::size_t part = 1; begin < map.size(); ++part) {
+    const std::size_t end = std::min(map.size(), begin + 97 * part * part);
+    PointCloud piece;
+    piece.origin = map.origin;
+    piece.points.assign(map.points.begin() + static_cast<std::ptrdiff_t>(begin), map.points.begin() + static_cast<std::ptrdiff_t>(end));
+    piece.intensity.assign(map.intensity.begin() + static_cast<std::ptrdiff_t>(begin),
+                           map.intensity.begin() + static_cast<std::ptrdiff_t>(end));
+    largest = std::max(largest, end - begin);
+    writer.add(piece);
+    begin = end;
+  }
+  const TiledMapMetadata parts = writer.finish();
+  CHECK(parts.tiles.size() == whole.tiles.size());
+  CHECK(folder_bytes(parts_dir) == expected);
+  const TiledMapWriteStats& st = writer.stats();
+  CHECK(st.points_in == map.size());
+  CHECK(st.points_written == map.size());
+  CHECK(st.tiles == whole.tiles.size());
+  CHECK(st.spills > 3);
+  CHECK(st.peak_buffered == o.buffer_points);
+  CHECK(largest > o.buffer_points);  // adds larger than the buffer spill on the way
+
+  // A voxel leaf filters each tile on its own.
+  o.voxel = 0.5;
+  const fs::path voxel_dir = test::temp_dir("tiles_writer_voxel");
+  TiledMapWriter filtered(voxel_dir.string(), 20.0, o);
+  filtered.add(map);
+  filtered.finish();
+  std::size_t filtered_points = 0;
+  for (const MapTile& t : whole.tiles) {
+    CAPTURE(t.file);
+    const PointCloud mine = read_point_cloud((voxel_dir / t.file).string());
+    const PointCloud reference = voxel_downsample(read_point_cloud((whole_dir / t.file).string()), 0.5);
+    CHECK(mine.points == reference.points);
+    filtered_points += mine.size();
+  }
+  CHECK(filtered.stats().points_written == filtered_points);
+  CHECK(filtered_points < map.size());
+
+  // Errors, naming what is wrong; the writer stays as it was.
+  CHECK_THROWS_WITH(TiledMapWriter(test::temp_dir("tiles_writer_bad").string(), -1.0),
+                    Catch::Contains("tile size must be a positive finite number (m), got -1"));
+  TiledMapWriter strict(test::temp_dir("tiles_writer_strict").string(), 20.0);
+  strict.add(map);
+  PointCloud moved = map;
+  moved.origin.x() += 1.0;
+  CHECK_THROWS_WITH(strict.add(moved), Catch::Contains(fmt::format("origin ({}, {}, {}) after clouds with origin ({}, {}, {})",
+                                                                    moved.origin.x(), moved.origin.y(), moved.origin.z(),
+                                                                    map.origin.x(), map.origin.y(), map.origin.z())));
+  PointCloud bare = map;
+  bare.intensity.clear();
+  CHECK_THROWS_WITH(strict.add(bare), Catch::Contains("a cloud without intensity after clouds with it"));
+  CHECK(strict.finish().tiles.size() == whole.tiles.size());
+  CHECK_THROWS_WITH(strict.add(map), Catch::Contains("add() after finish()"));
 }
 
 TEST_CASE("the sample sequence localizes the same in the tiled map as in the whole map", "[unit][io][localization]") {

@@ -4,6 +4,7 @@
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/simulator.hpp>
+#include <ndtcu/tiled_map.hpp>
 
 #include <nanoflann.hpp>
 #include <nlohmann/json.hpp>
@@ -231,6 +232,62 @@ TEST_CASE("the exact-count map has exactly the points asked for", "[unit][sim]")
   CHECK(hidden == 0);
   CHECK(below == 0);
   CHECK(on_roofs > 100);
+}
+
+TEST_CASE("a simulated map written tile by tile holds the whole map's points, in bounded memory", "[unit][sim]") {
+  WorldSettings ws;
+  ws.seed = 7;
+  ws.size = 80;
+  ws.origin = Eigen::Vector3d(654321.0, 5432100.0, 30.0);  // UTM-sized: tiles keep float64 corners
+  const World w(generate_scene(ws));
+  MapSettings m;
+  m.voxel = 0.0;
+  m.density = 15.0;
+  const PointCloud whole = sample_map(w, m);
+  REQUIRE(whole.size() > 50000);
+  const fs::path whole_dir = test::temp_dir("sim_tiles_whole");
+  const TiledMapMetadata reference = write_tiled_map(whole, 20.0, whole_dir.string());
+
+  // Sampled a few thousand points at a time and spilled: the same files, byte for byte.
+  TiledMapWriterOptions o;
+  o.buffer_points = 4000;
+  const fs::path dir = test::temp_dir("sim_tiles_streamed");
+  const TiledMapWriteStats st = write_tiled_map(w, m, 20.0, dir.string(), o);
+  CHECK(st.points_written == whole.size());
+  CHECK(st.tiles == reference.tiles.size());
+  CHECK(st.spills > 5);
+  CHECK(st.peak_buffered <= o.buffer_points);
+  for (const auto& e : fs::directory_iterator(whole_dir)) {
+    CAPTURE(e.path().filename().string());
+    REQUIRE(fs::exists(dir / e.path().filename()));
+    CHECK(test::read_bytes(dir / e.path().filename()) == test::read_bytes(e.path()));
+  }
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) ==
+        std::distance(fs::directory_iterator(whole_dir), fs::directory_iterator()));
+
+  // simulate() with a tile size writes map/ instead of map.pcd, and says so in world.json.
+  SimulationSettings s;
+  s.world = ws;
+  s.map.voxel = 0.5;
+  s.trajectory.frames = 2;
+  s.map_tile_size = 20.0;
+  const fs::path out = test::temp_dir("sim_tiles_run");
+  const SimulationSummary r = simulate(s, out.string());
+  CHECK(!fs::exists(out / "map.pcd"));
+  REQUIRE(is_tiled_map((out / "map").string()));
+  CHECK(r.map_tiles == read_tiled_map_metadata((out / "map").string()).tiles.size());
+  CHECK(r.map_points == read_tiled_map((out / "map").string()).cloud.size());
+  std::ifstream world_json(out / "world.json");
+  const nlohmann::json j = nlohmann::json::parse(world_json);
+  CHECK(j["map"]["file"] == "map");
+  CHECK(j["map"]["tiles"] == r.map_tiles);
+  // And without one, map.pcd again, the tiles of the earlier run gone.
+  s.map_tile_size = 0.0;
+  simulate(s, out.string());
+  CHECK(fs::exists(out / "map.pcd"));
+  CHECK(!fs::exists(out / "map"));
+  s.map_tile_size = 0.5;
+  CHECK_THROWS_WITH(simulate(s, out.string()), Catch::Contains("map tile size (--map-tile-size) must be 0 (one map.pcd) or 1 to 10000 m, got 0.5"));
 }
 
 TEST_CASE("simulate refuses options that cannot work, naming them", "[unit][sim]") {

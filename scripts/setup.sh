@@ -9,7 +9,8 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv (NDTCU_VENV overrides it) with, from PyPI
 # (Debian packages none of them, or too old a nanobind): rosbags, mcap and numpy for the
 # rosbag tests; nanobind and scikit-build-core to build the Python module, pytest to test
-# it. tests/CMakeLists.txt looks for it there (NDTCU_ROSBAG_PYTHON) and skips those tests
+# it, evo (an independent ATE) and matplotlib for scripts/localize_bag.py and its test.
+# tests/CMakeLists.txt looks for it there (NDTCU_ROSBAG_PYTHON) and skips those tests
 # without it.
 set -euo pipefail
 
@@ -17,14 +18,14 @@ packages=(
   cmake g++ make pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblzf-dev
   libyaml-cpp-dev libnanoflann-dev libboost-dev python3 python3-matplotlib
-  libsqlite3-dev libzstd-dev liblz4-dev libbz2-dev python3-venv
+  libsqlite3-dev libzstd-dev liblz4-dev libbz2-dev python3-venv python3-dev
 )
 [[ ${NDTCU_SETUP_NO_PCL:-0} == 1 ]] || packages+=(libpcl-dev)
 
 venv=${NDTCU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv}
 install_venv() {
-  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest)
-  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest' 2>/dev/null && return 0
+  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest evo matplotlib)
+  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest, evo, matplotlib' 2>/dev/null && return 0
   echo "setup.sh: installing ${pkgs[*]} into $venv"
   mkdir -p "$(dirname "$venv")"
   [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"

@@ -18,7 +18,9 @@
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
+#include <ndtcu/rosbag.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/trajectory.hpp>
 #include <ndtcu/version.hpp>
 #include <ndtcu/voxel_map.hpp>
 
@@ -664,6 +666,68 @@ NB_MODULE(_ndtcu, m) {
           "predict", [](const Localizer& l, double time) { return Eigen::Matrix4d(l.predict(time)); }, "time"_a,
           "The constant-velocity prediction for a scan at `time`.")
       .def_prop_ro("consecutive_lost", &Localizer::consecutive_lost);
+
+  // --- Rosbags ---------------------------------------------------------------------------
+  nb::class_<rosbag::BagReader>(m, "BagReader",
+                                "Reads sensor_msgs/PointCloud2 messages from ROS 1 .bag files and ROS 2 bags "
+                                "(sqlite3 or mcap) without ROS (ndtcu::rosbag).")
+      .def(
+          "__init__",
+          [](rosbag::BagReader* self, const std::string& path) {
+            nb::gil_scoped_release release;
+            new (self) rosbag::BagReader(path);
+          },
+          "path"_a, "Opens and indexes the bag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml).")
+      .def_prop_ro("path", [](const rosbag::BagReader& b) { return b.info().path; })
+      .def_prop_ro("format", [](const rosbag::BagReader& b) { return std::string(rosbag::to_string(b.info().format)); })
+      .def_prop_ro(
+          "topics",
+          [](const rosbag::BagReader& b) {
+            nb::list out;
+            for (const auto& t : b.info().topics) {
+              nb::dict d;
+              d["name"] = t.name;
+              d["type"] = t.type;
+              d["encoding"] = t.encoding;
+              d["messages"] = t.messages;
+              out.append(d);
+            }
+            return out;
+          },
+          "[{'name', 'type', 'encoding', 'messages'}], as `ndtcu --json info` lists them")
+      .def(
+          "point_cloud_topic", [](const rosbag::BagReader& b, const std::string& requested) {
+            return b.point_cloud_topic(requested).name;
+          },
+          "requested"_a = "", "The PointCloud2 topic to read: `requested`, or the bag's only one.")
+      .def(
+          "times",
+          [](const rosbag::BagReader& b, const std::string& topic) {
+            const auto& msgs = b.messages(topic);
+            Eigen::VectorXd t(static_cast<Eigen::Index>(msgs.size()));
+            for (std::size_t i = 0; i < msgs.size(); ++i) t(static_cast<Eigen::Index>(i)) = msgs[i].time();
+            return t;
+          },
+          "topic"_a, "Record times (s) of the topic's messages, in time order (the scan times ndtcu localize uses).")
+      .def(
+          "read_point_cloud",
+          [](const rosbag::BagReader& b, const std::string& topic, std::size_t index) {
+            nb::gil_scoped_release release;
+            return b.read_point_cloud(topic, index);
+          },
+          "topic"_a, "index"_a, "Decodes message `index` (time order) of a PointCloud2 topic into a PointCloud.");
+
+  m.def(
+      "tum_line",
+      [](double time, nb::handle pose) {
+        StampedPose p;
+        p.time = time;
+        p.pose = Eigen::Isometry3d(matrix_arg(pose, "pose"));
+        std::string line = tum_line(p);
+        if (!line.empty() && line.back() == '\n') line.pop_back();
+        return line;
+      },
+      "time"_a, "pose"_a, "The TUM line (t x y z qx qy qz qw) of a 4x4 pose, as ndtcu localize writes it (no newline).");
 
   m.def("pose_to_matrix", [](const Eigen::Matrix<double, 6, 1>& p) { return Eigen::Matrix4d(pose_to_matrix(p)); }, "xyzrpy"_a,
         "4x4 transform of [x y z roll pitch yaw] (T = Translation * Rx * Ry * Rz)");

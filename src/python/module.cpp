@@ -13,6 +13,7 @@
 // other Python threads run meanwhile.
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/localizer.hpp>
@@ -311,6 +312,23 @@ NB_MODULE(_ndtcu, m) {
       },
       "path"_a, "cloud"_a, "Writes a PCD (binary) or KITTI .bin file, by extension.");
 
+  m.def(
+      "voxel_downsample",
+      [](nb::handle cloud, double leaf) {
+        CloudArg c(cloud, "cloud");
+        nb::gil_scoped_release release;
+        return voxel_downsample(*c, leaf);
+      },
+      "cloud"_a, "leaf"_a, "The centroid of each occupied leaf x leaf x leaf cell (PCL's VoxelGrid), as a new PointCloud.");
+  m.def(
+      "crop_range",
+      [](nb::handle cloud, double min_range, double max_range) {
+        CloudArg c(cloud, "cloud");
+        nb::gil_scoped_release release;
+        return crop_range(*c, min_range, max_range);
+      },
+      "cloud"_a, "min_range"_a, "max_range"_a, "The points whose distance from the sensor lies in [min_range, max_range].");
+
   // --- Settings ---------------------------------------------------------------------------
   auto settings = nb::class_<AlignSettings>(m, "AlignSettings", "NDT settings (ndtcu's AlignSettings); enums by name.");
   settings.def(nb::init<>())
@@ -554,7 +572,11 @@ NB_MODULE(_ndtcu, m) {
       [](Aligner& aligner, nb::handle scan, nb::handle around, double radius, double position_step,
          double yaw_range_deg, double yaw_step_deg, int coarse_iterations, int refine_count, bool level_from_ground) {
         CloudArg c(scan, "scan");
-        const Pose6 a = matrix_to_pose(matrix_arg(around, "around"));
+        nb::ndarray<> g;
+        // A (6,) pose is used as given (as `ndtcu initpose --around` does); a 4x4 is converted.
+        const Pose6 a = nb::try_cast(around, g, false) && g.ndim() == 1
+                            ? guesses_arg(around.attr("reshape")(1, -1), "around").front()
+                            : matrix_to_pose(matrix_arg(around, "around"));
         InitialPoseOptions o;
         o.radius = radius;
         o.position_step = position_step;
@@ -568,7 +590,7 @@ NB_MODULE(_ndtcu, m) {
       },
       "aligner"_a, "scan"_a, "around"_a, "radius"_a = 2.0, "position_step"_a = 1.0, "yaw_range_deg"_a = 360.0,
       "yaw_step_deg"_a = 15.0, "coarse_iterations"_a = 5, "refine_count"_a = 32, "level_from_ground"_a = false,
-      "Sweeps positions within `radius` of the 4x4 pose `around` and yaws, coarse to fine (see "
+      "Sweeps positions within `radius` of `around` (a 4x4 transform or a (6,) pose) and yaws, coarse to fine (see "
       "ndtcu/initial_pose.hpp); the aligner must have a target.");
 
   // --- Localizer --------------------------------------------------------------------------

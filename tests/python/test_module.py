@@ -183,6 +183,30 @@ def test_initial_pose_search(sample, truth_poses):
     assert r.hypotheses_aligned == r.coarse_hypotheses + r.refined_hypotheses
 
 
+def test_initial_pose_search_equals_cli(sample, cli, truth_poses):
+    """find_initial_pose on the scan voxel-filtered in Python gives `ndtcu initpose --json`'s
+    pose, fitness and hypothesis counts bit for bit (the CLI filters with --scan-voxel 1)."""
+    around = ndtcu.matrix_to_pose(truth_poses[SCAN]) + np.array([1.2, -0.8, 0.0, 0.0, 0.0, 0.3])
+    map_path, scan_path = str(sample / "map.pcd"), str(sample / "scans" / f"{SCAN:06d}.pcd")
+    out = subprocess.run(
+        [cli, "--json", "initpose", "--map", map_path, "--scan", scan_path, "--backend", "cpu", "--scan-voxel", "1",
+         "--radius", "2", "--yaw-range", "90", "--around", *[repr(float(v)) for v in around]],
+        check=True, capture_output=True, text=True).stdout
+    j = json.loads(out)
+    aligner = ndtcu.Aligner(backend="cpu")
+    aligner.set_target(ndtcu.read_point_cloud(map_path))
+    scan = ndtcu.voxel_downsample(ndtcu.read_point_cloud(scan_path), 1.0)
+    assert len(scan) == j["scan_points"]
+    r = ndtcu.find_initial_pose(aligner, scan, around, radius=2.0, yaw_range_deg=90.0)
+    assert r.verdict() == j["verdict"] == "found"
+    assert r.xyzrpy.tolist() == j["xyzrpy"]
+    for key in ("nvtl", "tp", "score", "converged", "iterations", "hypotheses_aligned", "coarse_hypotheses",
+                "refined_hypotheses", "screened_hypotheses", "has_rival", "ambiguous", "ambiguity_nvtl"):
+        assert getattr(r, key) == j[key], key
+    if j["rival_xyzrpy"] is not None:
+        assert r.rival_xyzrpy.tolist() == j["rival_xyzrpy"]
+
+
 def test_localizer_follows_the_sample_sequence(sample, truth_poses):
     loc = ndtcu.Localizer(voxel_leaf=1.0)
     loc.set_map(ndtcu.read_point_cloud(str(sample / "map.pcd")))

@@ -19,11 +19,13 @@ from ._ndtcu import (  # noqa: F401
     PointCloud,
     VoxelMap,
     __version__,
+    crop_range,
     find_initial_pose,
     matrix_to_pose,
     pose_to_matrix,
     read_point_cloud,
     tum_line,
+    voxel_downsample,
     write_point_cloud,
 )
 

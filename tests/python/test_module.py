@@ -123,6 +123,23 @@ def test_bad_arrays(value, error, message):
     assert message in str(e.value)
 
 
+def test_every_point_argument_is_checked(sample):
+    """Each entry point names its own argument."""
+    bad = np.zeros((4, 3))
+    aligner = ndtcu.Aligner(backend="cpu")
+    calls = {
+        "target": lambda: aligner.set_target(bad),
+        "points": lambda: ndtcu.VoxelMap.build(bad),
+        "cloud": lambda: ndtcu.voxel_downsample(bad, 1.0),
+        "map": lambda: ndtcu.Localizer().set_map(bad),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=f"^{name}: expected dtype float32, got float64"):
+            call()
+    with pytest.raises(ValueError, match=r"^guesses: expected shape \(K, 4, 4\) or \(K, 6\), got \(2, 5\)"):
+        aligner.align_batch(np.zeros((4, 3), np.float32), np.zeros((2, 5)))
+
+
 def test_errors_become_exceptions(sample):
     with pytest.raises(ndtcu.IoError, match="no_such_file.pcd"):
         ndtcu.read_point_cloud(str(sample / "no_such_file.pcd"))

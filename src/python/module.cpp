@@ -35,6 +35,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -220,6 +221,30 @@ void enum_setting(nb::class_<S>& cls, const char* name, E S::*member, E (*parse)
       name, [member](const S& s) { return std::string(to_string(s.*member)); },
       [member, parse](S& s, const std::string& v) { s.*member = parse(v); }, doc);
 }
+
+// An Aligner and a Localizer as Python holds them: with a lock. The GIL is released while
+// they work, and each takes one call at a time (aligner.hpp, localizer.hpp), so two Python
+// threads sharing one would otherwise race; with the lock the second waits.
+struct PyAligner : Aligner {
+  using Aligner::Aligner;
+  std::mutex mutex;
+};
+struct PyLocalizer : Localizer {
+  using Localizer::Localizer;
+  std::mutex mutex;
+};
+
+// While a PyAligner or PyLocalizer works: the GIL released, then its lock taken (in this
+// order: a thread holding the lock and waiting for the GIL would otherwise deadlock with
+// one holding the GIL and waiting for the lock); on exit the lock goes first.
+class Working {
+ public:
+  explicit Working(std::mutex& m) : lock_(m) {}
+
+ private:
+  nb::gil_scoped_release release_;
+  std::lock_guard<std::mutex> lock_;
+};
 
 }  // namespace
 }  // namespace ndtcu::python
@@ -460,47 +485,55 @@ NB_MODULE(_ndtcu, m) {
           nb::rv_policy::reference_internal, "(V, 3) int32 lattice cells (a view)");
 
   // --- Aligner ----------------------------------------------------------------------------
-  nb::class_<Aligner>(m, "Aligner", "Aligns scans to one target; holds the map and the worker threads.")
+  nb::class_<PyAligner>(m, "Aligner", "Aligns scans to one target; holds the map and the worker threads.")
       .def(
           "__init__",
-          [](Aligner* self, std::optional<AlignSettings> settings, const nb::kwargs& kwargs) {
+          [](PyAligner* self, std::optional<AlignSettings> settings, const nb::kwargs& kwargs) {
             const AlignSettings s = apply_kwargs(settings.value_or(autoware_preset()), kwargs, "Aligner");
-            new (self) Aligner(s);
+            new (self) PyAligner(s);
           },
           "settings"_a = nb::none(), "kwargs"_a,
           "Settings from `settings` (default: the autoware preset) with keyword overrides, e.g. "
           "Aligner(resolution=1.0, backend='cpu').")
-      .def_prop_ro("settings", &Aligner::settings)
-      .def_prop_ro("backend", [](const Aligner& a) { return std::string(a.backend()); })
+      .def_prop_ro("settings", [](const PyAligner& a) { return a.settings(); }, "the settings in use (a copy)")
+      .def_prop_ro("backend", [](const PyAligner& a) { return std::string(a.backend()); })
       .def(
           "set_target",
-          [](Aligner& a, nb::handle target) {
+          [](PyAligner& a, nb::handle target) {
             if (nb::isinstance<VoxelMap>(target)) {
               auto map = nb::cast<std::shared_ptr<VoxelMap>>(target);
-              nb::gil_scoped_release release;
+              Working working(a.mutex);
               a.set_target(std::shared_ptr<const VoxelMap>(map));
               return;
             }
             CloudArg c(target, "target");
-            nb::gil_scoped_release release;
+            Working working(a.mutex);
             a.set_target(*c);
           },
           "target"_a, "Builds the target map from a PointCloud or float32 (N, 3) array, or uses a VoxelMap.")
-      .def_prop_ro("target", [](const Aligner& a) { return std::const_pointer_cast<VoxelMap>(a.target()); })
+      .def_prop_ro("target",
+                   [](PyAligner& a) {
+                     std::shared_ptr<const VoxelMap> t;
+                     {
+                       Working working(a.mutex);
+                       t = a.target();
+                     }
+                     return std::const_pointer_cast<VoxelMap>(t);
+                   })
       .def(
           "align",
-          [](Aligner& a, nb::handle source, nb::handle guess) {
+          [](PyAligner& a, nb::handle source, nb::handle guess) {
             CloudArg c(source, "source");
             nb::ndarray<> g;
             if (!guess.is_none() && nb::try_cast(guess, g, false) && g.ndim() == 1) {
               // A pose [x y z roll pitch yaw], used as given (Aligner::align_from_pose), as
               // `ndtcu align --init` does.
               const std::vector<Pose6> p = guesses_arg(guess.attr("reshape")(1, -1), "guess");
-              nb::gil_scoped_release release;
+              Working working(a.mutex);
               return a.align_from_pose(*c, p.front());
             }
             const Eigen::Matrix4d m = guess.is_none() ? Eigen::Matrix4d::Identity() : matrix_arg(guess, "guess");
-            nb::gil_scoped_release release;
+            Working working(a.mutex);
             return a.align(*c, m);
           },
           "source"_a, "guess"_a = nb::none(),
@@ -508,22 +541,22 @@ NB_MODULE(_ndtcu, m) {
           "[x y z roll pitch yaw] used as given.")
       .def(
           "evaluate",
-          [](Aligner& a, nb::handle source, nb::handle transform) {
+          [](PyAligner& a, nb::handle source, nb::handle transform) {
             CloudArg c(source, "source");
             const Eigen::Matrix4d t = matrix_arg(transform, "transform");
-            nb::gil_scoped_release release;
+            Working working(a.mutex);
             return a.evaluate(*c, t);
           },
           "source"_a, "transform"_a, "Scores `source` at a fixed 4x4 pose, without iterating.")
       .def(
           "align_batch",
-          [](Aligner& a, nb::handle source, nb::handle guesses, bool trace, int max_iterations) {
+          [](PyAligner& a, nb::handle source, nb::handle guesses, bool trace, int max_iterations) {
             CloudArg c(source, "source");
             const std::vector<Pose6> g = guesses_arg(guesses, "guesses");
             BatchOptions o;
             o.trace = trace;
             o.max_iterations = max_iterations;
-            nb::gil_scoped_release release;
+            Working working(a.mutex);
             return a.align_batch(*c, g, o);
           },
           "source"_a, "guesses"_a, "trace"_a = false, "max_iterations"_a = 0,
@@ -569,7 +602,7 @@ NB_MODULE(_ndtcu, m) {
 
   m.def(
       "find_initial_pose",
-      [](Aligner& aligner, nb::handle scan, nb::handle around, double radius, double position_step,
+      [](PyAligner& aligner, nb::handle scan, nb::handle around, double radius, double position_step,
          double yaw_range_deg, double yaw_step_deg, int coarse_iterations, int refine_count, bool level_from_ground) {
         CloudArg c(scan, "scan");
         nb::ndarray<> g;
@@ -585,7 +618,7 @@ NB_MODULE(_ndtcu, m) {
         o.coarse_iterations = coarse_iterations;
         o.refine_count = refine_count;
         o.level_from_ground = level_from_ground;
-        nb::gil_scoped_release release;
+        Working working(aligner.mutex);
         return find_initial_pose(aligner, *c, a, o);
       },
       "aligner"_a, "scan"_a, "around"_a, "radius"_a = 2.0, "position_step"_a = 1.0, "yaw_range_deg"_a = 360.0,
@@ -640,54 +673,78 @@ NB_MODULE(_ndtcu, m) {
       .def_ro("align_ms", &LocalizationResult::align_ms)
       .def_prop_ro("covariance", [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.covariance); });
 
-  nb::class_<Localizer>(m, "Localizer", "Tracks a sensor in a fixed map, one scan at a time.")
+  nb::class_<PyLocalizer>(m, "Localizer", "Tracks a sensor in a fixed map, one scan at a time.")
       .def(
           "__init__",
-          [](Localizer* self, std::optional<LocalizerSettings> settings, const nb::kwargs& kwargs) {
+          [](PyLocalizer* self, std::optional<LocalizerSettings> settings, const nb::kwargs& kwargs) {
             const LocalizerSettings s = apply_kwargs(settings.value_or(LocalizerSettings{}), kwargs, "Localizer");
-            new (self) Localizer(s);
+            new (self) PyLocalizer(s);
           },
           "settings"_a = nb::none(), "kwargs"_a,
           "Settings from `settings` (default: LocalizerSettings()) with keyword overrides.")
-      .def_prop_ro("settings", &Localizer::settings)
-      .def_prop_ro("backend", [](const Localizer& l) { return std::string(l.backend()); })
+      .def_prop_ro("settings", [](const PyLocalizer& l) { return l.settings(); }, "the settings in use (a copy)")
+      .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(l.backend()); })
       .def(
           "set_map",
-          [](Localizer& l, nb::handle map) {
+          [](PyLocalizer& l, nb::handle map) {
             if (nb::isinstance<VoxelMap>(map)) {
               auto v = nb::cast<std::shared_ptr<VoxelMap>>(map);
-              nb::gil_scoped_release release;
+              Working working(l.mutex);
               l.set_map(std::shared_ptr<const VoxelMap>(v));
               return;
             }
             CloudArg c(map, "map");
-            nb::gil_scoped_release release;
+            Working working(l.mutex);
             l.set_map(*c);
           },
           "map"_a, "The map: a PointCloud, a float32 (N, 3) array (world frame) or a VoxelMap.")
       .def(
-          "set_initial_pose", [](Localizer& l, nb::handle pose) { l.set_initial_pose(matrix_arg(pose, "pose")); }, "pose"_a,
+          "set_initial_pose",
+          [](PyLocalizer& l, nb::handle pose) {
+            const Eigen::Matrix4d p = matrix_arg(pose, "pose");
+            Working working(l.mutex);
+            l.set_initial_pose(p);
+          },
+          "pose"_a,
           "Starts tracking from the 4x4 T_map_sensor `pose`.")
       .def(
           "set_initial_region",
-          [](Localizer& l, nb::handle around, double radius, double yaw_range_deg) {
-            l.set_initial_region(matrix_arg(around, "around"), radius, yaw_range_deg);
+          [](PyLocalizer& l, nb::handle around, double radius, double yaw_range_deg) {
+            const Eigen::Matrix4d a = matrix_arg(around, "around");
+            Working working(l.mutex);
+            l.set_initial_region(a, radius, yaw_range_deg);
           },
           "around"_a, "radius"_a, "yaw_range_deg"_a = 360.0,
           "Starts tracking with an initial pose search near `around` until a frame is accepted.")
-      .def_prop_ro("initialized", &Localizer::initialized)
+      .def_prop_ro("initialized",
+                   [](PyLocalizer& l) {
+                     Working working(l.mutex);
+                     return l.initialized();
+                   })
       .def(
           "localize",
-          [](Localizer& l, nb::handle scan, double time) {
+          [](PyLocalizer& l, nb::handle scan, double time) {
             CloudArg c(scan, "scan");
-            nb::gil_scoped_release release;
+            Working working(l.mutex);
             return l.localize(*c, time);
           },
           "scan"_a, "time"_a, "Preprocesses and localizes one scan (sensor frame) taken at `time` (s).")
       .def(
-          "predict", [](const Localizer& l, double time) { return Eigen::Matrix4d(l.predict(time)); }, "time"_a,
+          "predict",
+          [](PyLocalizer& l, double time) {
+            Eigen::Matrix4d p;
+            {
+              Working working(l.mutex);
+              p = l.predict(time);
+            }
+            return p;
+          },
+          "time"_a,
           "The constant-velocity prediction for a scan at `time`.")
-      .def_prop_ro("consecutive_lost", &Localizer::consecutive_lost);
+      .def_prop_ro("consecutive_lost", [](PyLocalizer& l) {
+        Working working(l.mutex);
+        return l.consecutive_lost();
+      });
 
   // --- Rosbags ---------------------------------------------------------------------------
   nb::class_<rosbag::BagReader>(m, "BagReader",

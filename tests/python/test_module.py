@@ -186,6 +186,32 @@ def test_gil_released_while_aligning(sample):
     assert len(slices) >= 8, f"the main thread ran in {len(slices)} of 10 slices of a {duration:.2f} s alignment"
 
 
+def test_threads_sharing_an_aligner_wait_for_each_other(sample, truth_poses):
+    """The GIL is released while aligning and an Aligner takes one call at a time: two
+    threads calling one Aligner get the results of calling it one after the other."""
+    aligner = ndtcu.Aligner(backend="cpu", threads=2)
+    aligner.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))
+    scans = [ndtcu.read_point_cloud(str(sample / "scans" / f"{i:06d}.pcd")) for i in (2, 5)]
+    guesses = [ndtcu.matrix_to_pose(truth_poses[i]) + OFFSET for i in (2, 5)]
+    expected = [aligner.align(s, g).xyzrpy.tolist() for s, g in zip(scans, guesses)]
+    got = [[], []]
+
+    def work(k):
+        for _ in range(8):
+            got[k].append(aligner.align(scans[k], guesses[k]).xyzrpy.tolist())
+
+    # Daemon threads with a time limit: unguarded, the two calls tangled the aligner's
+    # worker pool and never returned (seen without the lock).
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "the threads did not finish within 120 s"
+    assert got[0] == [expected[0]] * 8
+    assert got[1] == [expected[1]] * 8
+
+
 def test_initial_pose_search(sample, truth_poses):
     aligner = ndtcu.Aligner(backend="cpu")
     aligner.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))

@@ -366,7 +366,21 @@ NB_MODULE(_ndtcu, m) {
       .def_rw("min_points_per_voxel", &AlignSettings::min_points_per_voxel)
       .def_rw("eigenvalue_ratio", &AlignSettings::eigenvalue_ratio)
       .def_rw("threads", &AlignSettings::threads)
-      .def("__copy__", [](const AlignSettings& s) { return s; });
+      .def("__copy__", [](const AlignSettings& s) { return s; })
+      .def("__repr__", [](nb::handle self) {
+        // Every property by name, as keywords Aligner(...) takes.
+        std::string out = "AlignSettings(";
+        const char* names[] = {"resolution", "step_size", "epsilon", "max_iterations", "outlier_ratio",
+                               "search", "line_search", "convergence", "newton_direction", "covariance",
+                               "min_points_per_voxel", "eigenvalue_ratio", "threads", "backend", "gpu_loop",
+                               "pose_covariance"};
+        bool first = true;
+        for (const char* n : names) {
+          out += (first ? "" : ", ") + std::string(n) + "=" + nb::cast<std::string>(nb::repr(self.attr(n)));
+          first = false;
+        }
+        return out + ")";
+      });
   enum_setting(settings, "search", &AlignSettings::search, &search_method_from_string, "radius|direct27|direct7|direct1");
   enum_setting(settings, "line_search", &AlignSettings::line_search, &line_search_from_string, "fixed|more-thuente");
   enum_setting(settings, "convergence", &AlignSettings::convergence, &convergence_rule_from_string, "autoware|pcl");

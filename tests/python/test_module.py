@@ -259,3 +259,16 @@ def test_localizer_follows_the_sample_sequence(sample, truth_poses):
         f = loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / f"{i:06d}.pcd")), float(times[i]))
         assert f.valid and f.status in ("tracked", "recovered"), (i, f.status)
         assert np.linalg.norm(f.pose[:3, 3] - truth[:3, 3]) < 0.1, i
+
+
+def test_settings_presets_and_keywords():
+    s = ndtcu.AlignSettings.preset("pcl")
+    s.backend = "cpu"
+    a = ndtcu.Aligner(s, max_iterations=5, search="direct7")
+    got = a.settings
+    assert (got.resolution, got.line_search, got.covariance, got.convergence) == (1.0, "more-thuente", "pcl", "pcl")
+    assert (got.max_iterations, got.search, got.backend) == (5, "direct7", "cpu")
+    assert s.max_iterations == 35  # the settings given are not changed
+    assert "max_iterations=5, " in repr(got) and "search='direct7'" in repr(got)
+    with pytest.raises(ndtcu.Error, match="direct8"):
+        s.search = "direct8"

@@ -5,27 +5,31 @@
 #   scripts/setup.sh            build + test dependencies (PCL included, for the baselines)
 #   NDTCU_SETUP_NO_PCL=1 ...    skip PCL (the library and CLI never need it)
 #
-# Then the rosbag tests' Python: a venv made with Debian's /usr/bin/python3 at
-# ${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv (NDTCU_VENV overrides it) with rosbags, mcap and
-# numpy from PyPI (Debian packages none of them); tests/CMakeLists.txt looks for it there
-# (NDTCU_ROSBAG_PYTHON) and skips those tests without it.
+# Then the Python the tests use: a venv made with Debian's /usr/bin/python3 at
+# ${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv (NDTCU_VENV overrides it) with, from PyPI
+# (Debian packages none of them, or too old a nanobind): rosbags, mcap and numpy for the
+# rosbag tests; nanobind and scikit-build-core to build the Python module, pytest to test
+# it, evo (an independent ATE) and matplotlib for scripts/localize_bag.py and its test.
+# tests/CMakeLists.txt looks for it there (NDTCU_ROSBAG_PYTHON) and skips those tests
+# without it.
 set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
   libeigen3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblzf-dev
   libyaml-cpp-dev libnanoflann-dev libboost-dev python3 python3-matplotlib
-  libsqlite3-dev libzstd-dev liblz4-dev libbz2-dev python3-venv
+  libsqlite3-dev libzstd-dev liblz4-dev libbz2-dev python3-venv python3-dev
 )
 [[ ${NDTCU_SETUP_NO_PCL:-0} == 1 ]] || packages+=(libpcl-dev)
 
 venv=${NDTCU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv}
 install_venv() {
-  "$venv/bin/python" -c 'import rosbags, mcap, numpy' 2>/dev/null && return 0
-  echo "setup.sh: installing rosbags, mcap and numpy into $venv"
+  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest evo matplotlib)
+  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest, evo, matplotlib' 2>/dev/null && return 0
+  echo "setup.sh: installing ${pkgs[*]} into $venv"
   mkdir -p "$(dirname "$venv")"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check rosbags mcap numpy
+  [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${pkgs[@]}"
 }
 
 missing=()

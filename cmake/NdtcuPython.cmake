@@ -1,0 +1,56 @@
+# The Python module (src/python): NDTCU_WITH_PYTHON defaults ON when a Python with its
+# development headers, numpy and nanobind is found. Which Python: Python_EXECUTABLE when
+# given (scikit-build-core gives its own), else the tests' venv that scripts/setup.sh makes
+# (${XDG_CACHE_HOME:-~/.cache}/ndtcu/venv), else the first python3 found.
+set(_ndtcu_py_reason "")
+if(NOT DEFINED Python_EXECUTABLE)
+  if(DEFINED ENV{XDG_CACHE_HOME} AND NOT "$ENV{XDG_CACHE_HOME}" STREQUAL "")
+    set(_ndtcu_venv_python "$ENV{XDG_CACHE_HOME}/ndtcu/venv/bin/python")
+  else()
+    set(_ndtcu_venv_python "$ENV{HOME}/.cache/ndtcu/venv/bin/python")
+  endif()
+  if(EXISTS "${_ndtcu_venv_python}")
+    set(Python_EXECUTABLE "${_ndtcu_venv_python}" CACHE FILEPATH "Python the module is built for")
+  endif()
+endif()
+find_package(Python 3.8 QUIET COMPONENTS Interpreter Development.Module)
+if(NOT Python_FOUND)
+  set(_ndtcu_py_reason "no Python 3.8+ with development headers (python3-dev) found")
+else()
+  execute_process(COMMAND "${Python_EXECUTABLE}" -c "import numpy"
+                  RESULT_VARIABLE _ndtcu_numpy_rc OUTPUT_QUIET ERROR_QUIET)
+  execute_process(COMMAND "${Python_EXECUTABLE}" -m nanobind --cmake_dir
+                  RESULT_VARIABLE _ndtcu_nb_rc OUTPUT_VARIABLE _ndtcu_nb_dir
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(NOT _ndtcu_numpy_rc EQUAL 0)
+    set(_ndtcu_py_reason "${Python_EXECUTABLE} has no numpy")
+  elseif(NOT _ndtcu_nb_rc EQUAL 0)
+    set(_ndtcu_py_reason "${Python_EXECUTABLE} has no nanobind (pip install nanobind, or run scripts/setup.sh)")
+  endif()
+endif()
+if(NDTCU_SANITIZE)
+  # A sanitizer's runtime must be loaded first, which an extension loaded into an
+  # uninstrumented interpreter cannot arrange.
+  set(_ndtcu_py_reason "a sanitized build (NDTCU_SANITIZE=${NDTCU_SANITIZE}) cannot be loaded by Python")
+endif()
+if(_ndtcu_py_reason STREQUAL "")
+  set(_ndtcu_py_default ON)
+else()
+  set(_ndtcu_py_default OFF)
+endif()
+option(NDTCU_WITH_PYTHON "Build the Python module ndtcu (nanobind)" ${_ndtcu_py_default})
+if(NDTCU_WITH_PYTHON)
+  if(NOT _ndtcu_py_reason STREQUAL "")
+    message(FATAL_ERROR "NDTCU_WITH_PYTHON=ON but ${_ndtcu_py_reason}; set Python_EXECUTABLE or configure "
+                        "with -DNDTCU_WITH_PYTHON=OFF")
+  endif()
+  set(nanobind_ROOT "${_ndtcu_nb_dir}")
+  find_package(nanobind CONFIG REQUIRED)
+  message(STATUS "ndtcu: Python module ON (${Python_EXECUTABLE}, Python ${Python_VERSION}, nanobind ${nanobind_VERSION})")
+else()
+  if(_ndtcu_py_reason STREQUAL "")
+    message(STATUS "ndtcu: Python module OFF")
+  else()
+    message(STATUS "ndtcu: Python module OFF: ${_ndtcu_py_reason}")
+  endif()
+endif()

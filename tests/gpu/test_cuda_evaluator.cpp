@@ -220,6 +220,10 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
 
 TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  if (const char* loop = std::getenv("NDTCU_CUDA_LOOP"); test::under_sanitizer() && loop && std::string(loop) == "stream") {
+    NDTCU_SKIP("its graph half: racecheck, initcheck and synccheck do not follow conditional graph nodes (memcheck "
+               "runs this case)");
+  }
   const PointCloud target = test::synthetic_scene(5, 60000);
   const PointCloud source = test::synthetic_scene(6, 4000);
   VoxelMapOptions vo;

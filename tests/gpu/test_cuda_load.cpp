@@ -163,14 +163,16 @@ TEST_CASE("Aligners on four threads, each on its own CUDA stream, give the singl
   AlignSettings as = autoware_preset();
   as.backend = Backend::Cuda;
   const PointCloud scan = s.scans[3];
-  const std::vector<Pose6> guesses = test::guesses_around(matrix_to_pose(s.truth[3].pose.matrix()), 24, 3, 0.6, 6.0);
+  const std::vector<Pose6> guesses =
+      test::guesses_around(matrix_to_pose(s.truth[3].pose.matrix()), test::repeats(24, 8), 3, 0.6, 6.0);
   std::vector<AlignResult> reference;
   {
     Aligner a(as);
     a.set_target(s.map);
     for (const Pose6& g : guesses) reference.push_back(a.align_from_pose(scan, g));
   }
-  constexpr int kThreads = 4, kRounds = 20;
+  constexpr int kThreads = 4;
+  const int kRounds = test::repeats(20, 2);
   std::vector<std::vector<AlignResult>> got(kThreads);
   std::vector<std::string> errors(kThreads);
   std::vector<std::thread> threads;
@@ -245,5 +247,9 @@ TEST_CASE("Device memory taken by another allocation mid-sequence: a CudaError f
   // Nothing of the failed frame stays allocated beyond the buffers' usual headroom.
   const std::size_t free_after = test::device_free_bytes();
   INFO("device free before " << free_before << ", after " << free_after);
-  CHECK(free_before - std::min(free_before, free_after) < 64u * 1048576u);
+  if (test::under_sanitizer()) {
+    WARN("under a sanitizer: device free before " << free_before << ", after " << free_after << " (not checked)");
+  } else {
+    CHECK(free_before - std::min(free_before, free_after) < 64u * 1048576u);
+  }
 }

@@ -144,10 +144,10 @@ TEST_CASE("alignments while a large map is staged, and the swap: latencies", "[g
   Aligner aligner(cuda_settings());
   aligner.set_target(current);
   const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
-  for (int i = 0; i < 20; ++i) (void)aligner.align(scan, guess);  // warm: graphs built
+  for (int i = 0; i < test::repeats(20, 2); ++i) (void)aligner.align(scan, guess);  // warm: graphs built
 
   std::vector<double> quiet;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < test::repeats(200, 5); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)aligner.align(scan, guess);
     quiet.push_back(ms_since(t0));
@@ -158,7 +158,7 @@ TEST_CASE("alignments while a large map is staged, and the swap: latencies", "[g
   // The first staging allocates the second set of device buffers and the pinned buffer
   // (allocations take the driver's locks); the later ones reuse them.
   std::vector<double> first, busy, stage_ms;
-  for (int rep = 0; rep < 9; ++rep) {
+  for (int rep = 0; rep < test::repeats(9, 3); ++rep) {
     std::atomic<bool> done{false};
     std::thread stager([&] {
       const auto t0 = std::chrono::steady_clock::now();
@@ -301,5 +301,10 @@ TEST_CASE("a long drive in streamed tiles under a memory budget keeps device mem
   CHECK(st.tiles_dropped > 0);
   // The device holds the map in use and the staged one, each at most the joined map's
   // share of the budget (with the buffers' headroom): flat, whatever the drive's length.
-  CHECK(second_half <= first_half + 2.0 * o.memory_budget / 1e6);
+  if (test::under_sanitizer()) {
+    WARN("under a sanitizer: device memory used, first half " << first_half << " MB, second half " << second_half
+                                                              << " MB (not checked)");
+  } else {
+    CHECK(second_half <= first_half + 2.0 * o.memory_budget / 1e6);
+  }
 }

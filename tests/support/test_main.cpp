@@ -34,6 +34,13 @@ std::optional<std::filesystem::path> data_dir() {
   return std::filesystem::weakly_canonical(dir);
 }
 
+bool under_sanitizer() {
+  const char* env = std::getenv("NDTCU_TEST_UNDER_SANITIZER");
+  return env && std::string(env) == "1";
+}
+
+int repeats(int normal, int sanitized) { return under_sanitizer() ? sanitized : normal; }
+
 std::filesystem::path temp_dir(const std::string& name) {
   auto dir = std::filesystem::path(NDTCU_TEST_TMP_DIR) / name;
   std::filesystem::remove_all(dir);

@@ -27,6 +27,16 @@ std::string read_bytes(const std::filesystem::path& path);
 /// Writes bytes to a file (creating parent folders).
 void write_bytes(const std::filesystem::path& path, const std::string& bytes);
 
+/// True when NDTCU_TEST_UNDER_SANITIZER is set to 1 (scripts/gpu_sanitize.sh sets it for
+/// compute-sanitizer runs). The GPU tests then repeat less (the same code paths, the same
+/// checks of bits, fewer rounds: a tool slows a kernel launch a hundredfold), and report
+/// device free-memory readings instead of checking them (they include the tool's own
+/// device allocations, gigabytes that come and go).
+bool under_sanitizer();
+
+/// `normal`, or `sanitized` under a sanitizer (under_sanitizer()).
+int repeats(int normal, int sanitized);
+
 }  // namespace ndtcu::test
 
 /// Skips the current test case with a reason (counted toward exit code 77).

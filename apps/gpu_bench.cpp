@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     for (SearchMethod search : {SearchMethod::Radius, SearchMethod::Direct7}) {
       for (VoxelLookup lookup : {VoxelLookup::Hash, VoxelLookup::Dense}) {
         backend.set_map(map, lookup, std::size_t(8) << 30);
-        backend.set_source(src.points);
+        backend.set_source(src);
         {
           backend.configure(search, 0.55);
           math::DerivativeSums sums = backend.evaluate(pose, true);  // warm-up

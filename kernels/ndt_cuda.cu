@@ -784,10 +784,10 @@ void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup loo
   m.staged_map = std::move(map);
 }
 
-void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) {
+void CudaBackend::set_sources(const std::vector<PointCloudView>& sources) {
   Impl& m = *impl_;
   std::size_t total = 0;
-  for (const auto* s : sources) total += s->size();
+  for (const PointCloudView& s : sources) total += s.size();
   if (total > static_cast<std::size_t>(std::numeric_limits<int>::max() / (2 * kMaxLanes))) {
     throw Error("CUDA backend: " + std::to_string(total) + " source points are more than it indexes");
   }
@@ -809,19 +809,19 @@ void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3
   // Structure of arrays: x, y, z each contiguous, so a warp's loads coalesce.
   m.staging.resize(3 * total);
   std::size_t at = 0;
-  for (const auto* s : sources) {
+  for (const PointCloudView& s : sources) {
     DeviceSource d{};
     d.offset = static_cast<int>(at);
-    d.n = static_cast<int>(s->size());
+    d.n = static_cast<int>(s.size());
     d.lanes = lanes_for(d.n, m.multiprocessors);
     d.blocks = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) * d.lanes + kBlock - 1) / kBlock));
     m.sources.push_back(d);
-    for (std::size_t i = 0; i < s->size(); ++i) {
-      m.staging[at + i] = (*s)[i].x();
-      m.staging[total + at + i] = (*s)[i].y();
-      m.staging[2 * total + at + i] = (*s)[i].z();
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      m.staging[at + i] = s[i].x();
+      m.staging[total + at + i] = s[i].y();
+      m.staging[2 * total + at + i] = s[i].z();
     }
-    at += s->size();
+    at += s.size();
   }
   m.x.upload(m.staging.data(), total, m.stream);
   m.y.upload(m.staging.data() + total, total, m.stream);

@@ -97,18 +97,24 @@ class Aligner {
   /// when no target is set, the guess is not finite or not rigid, or a source point is not
   /// finite. An empty source, a map without voxels, no correspondence or a singular
   /// Hessian are results with that reason.
-  AlignResult align(const PointCloud& source, const Eigen::Matrix4d& guess = Eigen::Matrix4d::Identity());
+  ///
+  /// Sources, here and in every member below, are PointCloudViews: a PointCloud, or points
+  /// in the caller's own buffer, read where they lie (the CPU backend reads them at every
+  /// evaluation, the CUDA backend uploads them once per call) and never copied into a
+  /// cloud. They must stay valid, and unchanged, until the call returns; nothing keeps
+  /// them after it.
+  AlignResult align(PointCloudView source, const Eigen::Matrix4d& guess = Eigen::Matrix4d::Identity());
   /// The same with the guess as a pose [x y z roll pitch yaw], used as given (no
   /// round trip through a matrix). Throws Error for a non-finite entry.
-  AlignResult align_from_pose(const PointCloud& source, const Pose6& guess);
+  AlignResult align_from_pose(PointCloudView source, const Pose6& guess);
 
   /// Scores `source` at the fixed pose `transform` without iterating: score, TP, NVTL,
   /// correspondences and Hessian (iterations 0, reason Converged unless degenerate).
-  AlignResult evaluate(const PointCloud& source, const Eigen::Matrix4d& transform);
+  AlignResult evaluate(PointCloudView source, const Eigen::Matrix4d& transform);
   /// evaluate() at every pose of `poses` (world frame), as one batch: one result per pose,
   /// each with the bits of evaluate() there. Throws Error for an empty list or a
   /// non-finite entry (naming the pose and the entry).
-  std::vector<AlignResult> evaluate_batch(const PointCloud& source, const std::vector<Pose6>& poses);
+  std::vector<AlignResult> evaluate_batch(PointCloudView source, const std::vector<Pose6>& poses);
 
   /// Aligns K pose hypotheses of one scan against the target, as one batch: one result per
   /// guess, in the guesses' order. Each hypothesis runs the Newton loop of align() under
@@ -116,21 +122,25 @@ class Aligner {
   /// on the same backend, whatever K and whatever the other hypotheses are. Throws Error
   /// for an empty guess list or a non-finite guess (naming the hypothesis and the entry),
   /// and for what align() rejects. Traces are kept only when `options.trace`.
-  std::vector<AlignResult> align_batch(const PointCloud& source, const std::vector<Pose6>& guesses,
+  std::vector<AlignResult> align_batch(PointCloudView source, const std::vector<Pose6>& guesses,
                                        const BatchOptions& options = BatchOptions{});
   /// The same with each guess as a rigid 4x4 transform; a non-rigid one is an Error naming it.
-  std::vector<AlignResult> align_batch(const PointCloud& source, const std::vector<Eigen::Matrix4d>& guesses,
+  std::vector<AlignResult> align_batch(PointCloudView source, const std::vector<Eigen::Matrix4d>& guesses,
                                        const BatchOptions& options = BatchOptions{});
   /// B scans, each with its own guesses (guesses[b] for sources[b]), as one batch: result
   /// [b][k] is that of align_batch(sources[b], guesses[b]) bit for bit. Throws Error when the
   /// two lists differ in length or any list is empty.
+  std::vector<std::vector<AlignResult>> align_batch(const std::vector<PointCloudView>& sources,
+                                                    const std::vector<std::vector<Pose6>>& guesses,
+                                                    const BatchOptions& options = BatchOptions{});
+  /// The same with the scans as PointClouds.
   std::vector<std::vector<AlignResult>> align_batch(const std::vector<PointCloud>& sources,
                                                     const std::vector<std::vector<Pose6>>& guesses,
                                                     const BatchOptions& options = BatchOptions{});
 
  private:
-  std::vector<AlignResult> evaluate_poses(const PointCloud& source, const std::vector<Pose6>& poses);
-  std::vector<std::vector<AlignResult>> run_batch(const std::vector<const PointCloud*>& sources,
+  std::vector<AlignResult> evaluate_poses(PointCloudView source, const std::vector<Pose6>& poses);
+  std::vector<std::vector<AlignResult>> run_batch(const std::vector<PointCloudView>& sources,
                                                   const std::vector<const std::vector<Pose6>*>& guesses,
                                                   const BatchOptions& options);
   struct Impl;
@@ -138,7 +148,7 @@ class Aligner {
 };
 
 /// One-shot: builds the map of `target` and aligns `source` from `guess`.
-AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
+AlignResult align(const PointCloud& target, PointCloudView source, const Eigen::Matrix4d& guess,
                   const AlignSettings& settings);
 
 }  // namespace ndtcu

@@ -154,7 +154,7 @@ struct ScanGround {
 /// axis, by RANSAC with a fixed seed (the same scan always gives the same plane), refined
 /// by a least-squares fit of its inliers. Found when at least 10% of the points (and 50)
 /// lie on it. Examines at most 20,000 points (every k-th).
-ScanGround estimate_ground(const PointCloud& scan, double max_tilt_deg = 60.0);
+ScanGround estimate_ground(PointCloudView scan, double max_tilt_deg = 60.0);
 
 /// The rotation that levels a scan whose up direction is `up` (its frame) in a z-up map,
 /// turned to heading `yaw` (rad) about the map's z: Rz(yaw) * (the shortest rotation of
@@ -188,8 +188,10 @@ std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg)
 /// refined with the aligner's settings, the winner by NVTL among the converged, and the
 /// rival and ambiguity check (the sweep's grid options are not used). Throws Error when the
 /// aligner has no target, the list is empty or longer than options.max_hypotheses, or the
-/// options are invalid.
-InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, const std::vector<Pose6>& hypotheses,
+/// options are invalid. `scan` is read where it lies: the refinement aligns it as given;
+/// the screen and the coarse pass align every k-th point of it (InitialPoseOptions::
+/// screen_points, coarse_points), gathered into a cloud of their own only when k > 1.
+InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const std::vector<Pose6>& hypotheses,
                                     const InitialPoseOptions& options = {});
 
 /// Searches for the pose of `scan` in the aligner's map near `around` (see the file's
@@ -197,8 +199,8 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
 /// iterations (the same aligner, BatchOptions::max_iterations), then one batch
 /// of the refine_count best distinct places with the aligner's own settings. Throws Error
 /// when the aligner has no target, `around` is not finite, or the options are invalid
-/// (see initial_pose_hypotheses()).
-InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, const Pose6& around,
+/// (see initial_pose_hypotheses()). `scan` is read as search_hypotheses() reads it.
+InitialPoseResult find_initial_pose(Aligner& aligner, PointCloudView scan, const Pose6& around,
                                     const InitialPoseOptions& options = {});
 
 }  // namespace ndtcu

@@ -183,7 +183,7 @@ void validate(const TpeOptions& options);
 /// winner is aligned once more from its start to attach it (the same pose, bit for bit).
 /// Throws Error when the aligner has no target, `around` is not finite, or the options
 /// are invalid.
-InitialPoseResult find_initial_pose_tpe(Aligner& aligner, const PointCloud& scan, const Pose6& around,
+InitialPoseResult find_initial_pose_tpe(Aligner& aligner, PointCloudView scan, const Pose6& around,
                                         const TpeOptions& options = {});
 
 }  // namespace ndtcu

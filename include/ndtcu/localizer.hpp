@@ -249,10 +249,13 @@ class Localizer {
 
   /// Preprocesses `scan` (sensor frame) and localizes it. `time` (seconds) scales the
   /// constant-velocity prediction; equal or non-increasing times predict one frame's motion.
-  /// Throws Error before set_map / set_initial_pose, or for a non-finite point.
+  /// Throws Error before set_map / set_initial_pose, or for a non-finite point. The scan is
+  /// a PointCloud, not a view: preprocess() crops and downsamples it, intensities included,
+  /// into a new cloud, which is what gets aligned.
   LocalizationResult localize(const PointCloud& scan, double time);
-  /// The same for a scan already passed through preprocess().
-  LocalizationResult localize_preprocessed(const PointCloud& filtered, double time);
+  /// The same for a scan already passed through preprocess() (or filtered by the caller),
+  /// read where it lies: nothing is copied before the alignments.
+  LocalizationResult localize_preprocessed(PointCloudView filtered, double time);
 
   /// The constant-velocity prediction for a scan at `time` (the last good pose when fewer
   /// than two are known). Throws Error before set_initial_pose.

@@ -31,6 +31,52 @@ struct PointCloud {
   Eigen::Vector3d world(std::size_t i) const { return origin + points[i].cast<double>(); }
 };
 
+/// A read-only view of points somewhere else: a PointCloud's, or float32 xyz triples in the
+/// caller's own buffer (a numpy array, a ROS message's data), used without copying them.
+/// What a view points to must outlive every call it is given to and must not be written
+/// while such a call runs; a view holds no intensities (the calls that take one only read
+/// coordinates). Made from a PointCloud implicitly, so a function taking a view takes a
+/// PointCloud unchanged; a view of a temporary cloud is valid until the end of the full
+/// expression, as for any reference.
+struct PointCloudView {
+  /// The first of `count` points, each relative to `origin` (null when `count` is 0).
+  const Eigen::Vector3f* points = nullptr;
+  /// Number of points.
+  std::size_t count = 0;
+  /// Offset (metres, double) of the points, as PointCloud::origin.
+  Eigen::Vector3d origin = Eigen::Vector3d::Zero();
+
+  /// No points.
+  PointCloudView() = default;
+  /// The points and origin of `cloud` (not its intensities); valid while `cloud`'s points
+  /// are neither reallocated nor destroyed.
+  PointCloudView(const PointCloud& cloud) noexcept
+      : points(cloud.points.data()), count(cloud.points.size()), origin(cloud.origin) {}
+  /// `n` points starting at `first` (float32 x y z, packed: 12 bytes a point), relative to
+  /// `offset`.
+  PointCloudView(const Eigen::Vector3f* first, std::size_t n,
+                 const Eigen::Vector3d& offset = Eigen::Vector3d::Zero()) noexcept
+      : points(first), count(n), origin(offset) {}
+
+  /// Number of points.
+  std::size_t size() const noexcept { return count; }
+  /// True when there are no points.
+  bool empty() const noexcept { return count == 0; }
+  /// Point `i`, relative to `origin` (unchecked).
+  const Eigen::Vector3f& operator[](std::size_t i) const noexcept { return points[i]; }
+  /// The points as a contiguous range.
+  const Eigen::Vector3f* begin() const noexcept { return points; }
+  /// One past the last point.
+  const Eigen::Vector3f* end() const noexcept { return points + count; }
+  /// World coordinates of point `i` (origin added back, in double).
+  Eigen::Vector3d world(std::size_t i) const { return origin + points[i].cast<double>(); }
+};
+
+// A view reads a caller's buffer of float32 triples as Eigen::Vector3f: three packed floats,
+// no padding, no alignment beyond a float's.
+static_assert(sizeof(Eigen::Vector3f) == 3 * sizeof(float) && alignof(Eigen::Vector3f) == alignof(float),
+              "Eigen::Vector3f must be three packed floats");
+
 /// Axis-aligned bounds of a cloud in world coordinates (double).
 struct Bounds {
   Eigen::Vector3d min = Eigen::Vector3d::Zero();  ///< smallest x, y, z

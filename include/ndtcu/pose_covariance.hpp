@@ -101,7 +101,7 @@ Eigen::Matrix2d floor_xy_covariance(const Eigen::Matrix2d& covariance_xy, const 
 /// with Aligner::evaluate; neither estimates a covariance of its own results. Throws Error
 /// for bad options (see covariance_offset_poses, softmax_weights) and for what align and
 /// evaluate reject (no target).
-PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud& source, const AlignResult& result,
+PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView source, const AlignResult& result,
                                               PoseCovariance mode,
                                               const PoseCovarianceOptions& options = PoseCovarianceOptions{});
 
@@ -111,6 +111,6 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud
 /// is running on the same aligner (align_from_pose and align_batch call this for each result
 /// when AlignSettings asks for a covariance; the extra alignments of MultiNdt, themselves an
 /// align_batch, must not estimate their own).
-void attach_pose_covariance(Aligner& aligner, const PointCloud& source, AlignResult& result, PoseCovariance mode);
+void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult& result, PoseCovariance mode);
 
 }  // namespace ndtcu

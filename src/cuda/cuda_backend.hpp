@@ -6,6 +6,7 @@
 // reduction scratch and pinned staging. evaluate() uploads one pose frame (104 bytes),
 // runs the kernels, reads back the 31 reduced sums and synchronizes once; run_fixed_step()
 // runs the fixed-step Newton loop of a whole batch of hypotheses on the device.
+#include <ndtcu/point_cloud.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
 
@@ -103,11 +104,13 @@ class CudaBackend {
   /// use is untouched).
   void stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup = VoxelLookup::Auto,
                  std::size_t dense_budget_bytes = std::size_t(256) << 20);
-  /// Uploads the points of B sources (each relative to its own origin), one after the
-  /// other into grow-only buffers; hypotheses name them by index.
-  void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources);
+  /// Uploads the points of B sources (each relative to its own origin; the views' origins
+  /// are not used), one after the other into grow-only buffers; hypotheses name them by
+  /// index. The points are read during the call only (copied into the device's layout as
+  /// they are uploaded).
+  void set_sources(const std::vector<PointCloudView>& sources);
   /// One source (set_sources of one).
-  void set_source(const std::vector<Eigen::Vector3f>& points) { set_sources({&points}); }
+  void set_source(PointCloudView points) { set_sources({points}); }
   /// Search and Gaussian constants for the following evaluations.
   void configure(SearchMethod search, double outlier_ratio);
 

@@ -34,7 +34,7 @@ CudaBackend::CudaBackend(CUstream_st*) { throw CudaError("CUDA backend unavailab
 CudaBackend::~CudaBackend() = default;
 void CudaBackend::set_map(const VoxelMap&, VoxelLookup, std::size_t) {}
 void CudaBackend::stage_map(std::shared_ptr<const VoxelMap>, VoxelLookup, std::size_t) {}
-void CudaBackend::set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>&) {}
+void CudaBackend::set_sources(const std::vector<PointCloudView>&) {}
 void CudaBackend::configure(SearchMethod, double) {}
 math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool, int) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());

@@ -373,7 +373,7 @@ LocalizationResult Localizer::localize(const PointCloud& scan, double time) {
   return r;
 }
 
-LocalizationResult Localizer::localize_preprocessed(const PointCloud& filtered, double time) {
+LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, double time) {
   NDTCU_NVTX_RANGE("localize");
   Impl& m = *impl_;
   if (!m.aligner.target()) throw Error("localizer: no map (call set_map first)");

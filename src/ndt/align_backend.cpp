@@ -48,7 +48,7 @@ class CpuAlignBackend final : public AlignBackend {
     map_ = map;
   }
 
-  void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) override { sources_ = sources; }
+  void set_sources(const std::vector<PointCloudView>& sources) override { sources_ = sources; }
 
   std::vector<OptimizerOutput> align_batch(const std::vector<Hypothesis>& hypotheses, const AlignSettings& s,
                                            bool keep_trace) override {
@@ -87,7 +87,7 @@ class CpuAlignBackend final : public AlignBackend {
 
  private:
   CpuEvaluator evaluator(int source, ThreadPool* pool) {
-    return CpuEvaluator(*map_, *sources_.at(static_cast<std::size_t>(source)), settings_.search,
+    return CpuEvaluator(*map_, sources_.at(static_cast<std::size_t>(source)), settings_.search,
                         settings_.outlier_ratio, pool, &index_);
   }
 
@@ -95,7 +95,7 @@ class CpuAlignBackend final : public AlignBackend {
   ThreadPool pool_;
   std::shared_ptr<const VoxelMap> map_;
   DenseVoxelIndex index_;
-  std::vector<const std::vector<Eigen::Vector3f>*> sources_;
+  std::vector<PointCloudView> sources_;  // the caller's points, not copied
 };
 
 // The CUDA backend: the map uploaded once per map, the sources once per call. The fixed
@@ -123,7 +123,7 @@ class CudaAlignBackend final : public AlignBackend {
 
   void stage_map(const std::shared_ptr<const VoxelMap>& map) override { cuda_.stage_map(map); }
 
-  void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) override {
+  void set_sources(const std::vector<PointCloudView>& sources) override {
     NDTCU_NVTX_RANGE("upload");
     const auto t0 = std::chrono::steady_clock::now();
     cuda_.set_sources(sources);

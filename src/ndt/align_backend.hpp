@@ -2,6 +2,7 @@
 // The one dispatch point between the Aligner and a backend. Backend is resolved once, in
 // make_align_backend, into an AlignBackend; Aligner and Localizer then only call through
 // this interface and never ask which backend they hold.
+#include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
@@ -49,9 +50,10 @@ class AlignBackend {
   /// another thread than the other members (see CudaBackend::stage_map). The CPU backend
   /// has nothing to prepare.
   virtual void stage_map(const std::shared_ptr<const VoxelMap>& map) { (void)map; }
-  /// The source points of the following calls (each relative to its cloud's origin). The
-  /// vectors must stay valid until the next set_sources.
-  virtual void set_sources(const std::vector<const std::vector<Eigen::Vector3f>*>& sources) = 0;
+  /// The source points of the following calls (each relative to its cloud's origin; the
+  /// views' origins are not used). The memory the views point to is read where it lies and
+  /// must stay valid, and unchanged, until the next set_sources.
+  virtual void set_sources(const std::vector<PointCloudView>& sources) = 0;
   /// Runs the Newton loop of `settings` for every hypothesis and returns one output per
   /// hypothesis (map-relative), each with the bits of a batch of one.
   virtual std::vector<OptimizerOutput> align_batch(const std::vector<Hypothesis>& hypotheses,

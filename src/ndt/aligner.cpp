@@ -148,11 +148,11 @@ void Aligner::stage_target(std::shared_ptr<const VoxelMap> map) {
 
 namespace {
 
-void check_inputs(const std::shared_ptr<const VoxelMap>& map, const PointCloud& source, const Eigen::Matrix4d& guess) {
+void check_inputs(const std::shared_ptr<const VoxelMap>& map, PointCloudView source, const Eigen::Matrix4d& guess) {
   if (!map) throw Error("align: no target set (call set_target first)");
   if (!guess.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   for (std::size_t i = 0; i < source.size(); ++i) {
-    if (!source.points[i].allFinite()) throw Error("align: source point " + std::to_string(i) + " is not finite");
+    if (!source[i].allFinite()) throw Error("align: source point " + std::to_string(i) + " is not finite");
   }
 }
 
@@ -176,18 +176,18 @@ void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
 
 }  // namespace
 
-AlignResult Aligner::align(const PointCloud& source, const Eigen::Matrix4d& guess) {
+AlignResult Aligner::align(PointCloudView source, const Eigen::Matrix4d& guess) {
   if (!guess.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   return align_from_pose(source, matrix_to_pose(guess));
 }
 
-AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& guess_pose) {
+AlignResult Aligner::align_from_pose(PointCloudView source, const Pose6& guess_pose) {
   NDTCU_NVTX_RANGE("align");
   if (!guess_pose.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   const std::vector<Pose6> guesses{guess_pose};
   BatchOptions options;
   options.trace = true;
-  AlignResult r = std::move(run_batch({&source}, {&guesses}, options).front().front());
+  AlignResult r = std::move(run_batch({source}, {&guesses}, options).front().front());
   if (r.reason == StopReason::EmptySource || r.reason == StopReason::NoVoxels) {
     detail::log().warn("align: {}", to_string(r.reason));
   } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
@@ -200,7 +200,7 @@ AlignResult Aligner::align_from_pose(const PointCloud& source, const Pose6& gues
 
 // Every alignment goes through here: B sources, each with its guesses, as one backend
 // batch; a single align() is a batch of one.
-std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const PointCloud*>& sources,
+std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<PointCloudView>& sources,
                                                          const std::vector<const std::vector<Pose6>*>& guesses,
                                                          const BatchOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -213,18 +213,18 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const
   const bool keep_trace = options.trace;
   AlignSettings call_settings = m.settings;
   if (options.max_iterations > 0) call_settings.max_iterations = options.max_iterations;
-  for (const PointCloud* source : sources) check_inputs(m.map, *source, Eigen::Matrix4d::Identity());
+  for (const PointCloudView& source : sources) check_inputs(m.map, source, Eigen::Matrix4d::Identity());
   const VoxelMap& map = *m.map;
   m.backend->reset_telemetry();
 
   std::vector<std::vector<AlignResult>> results(sources.size());
-  std::vector<const std::vector<Eigen::Vector3f>*> points;  // the sources with points, for the backend
+  std::vector<PointCloudView> points;  // the sources with points, for the backend (read where they lie)
   std::vector<detail::Hypothesis> hypotheses;
   std::vector<std::pair<std::size_t, std::size_t>> slot;  // (source, guess) of each hypothesis
   for (std::size_t b = 0; b < sources.size(); ++b) {
-    const PointCloud& source = *sources[b];
+    const PointCloudView& source = sources[b];
     const bool runs = !source.empty() && !map.empty();
-    if (runs) points.push_back(&source.points);
+    if (runs) points.push_back(source);
     for (std::size_t k = 0; k < guesses[b]->size(); ++k) {
       const Pose6& guess = (*guesses[b])[k];
       AlignResult r;
@@ -252,7 +252,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const
     for (const auto& o : outs) total_iterations += o.iterations;
     for (std::size_t h = 0; h < outs.size(); ++h) {
       detail::OptimizerOutput& out = outs[h];
-      const PointCloud& source = *sources[slot[h].first];
+      const PointCloudView& source = sources[slot[h].first];
       const Pose6& guess = (*guesses[slot[h].first])[slot[h].second];
       AlignResult& r = results[slot[h].first][slot[h].second];
       r.iterations = out.iterations;
@@ -287,18 +287,18 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<const
   return results;
 }
 
-AlignResult Aligner::evaluate(const PointCloud& source, const Eigen::Matrix4d& transform) {
+AlignResult Aligner::evaluate(PointCloudView source, const Eigen::Matrix4d& transform) {
   check_inputs(impl_->map, source, transform);
   return evaluate_poses(source, {matrix_to_pose(transform)}).front();
 }
 
-std::vector<AlignResult> Aligner::evaluate_batch(const PointCloud& source, const std::vector<Pose6>& poses) {
+std::vector<AlignResult> Aligner::evaluate_batch(PointCloudView source, const std::vector<Pose6>& poses) {
   check_guesses(poses, "evaluate_batch");
   return evaluate_poses(source, poses);
 }
 
 // Every evaluation goes through here, as one backend batch.
-std::vector<AlignResult> Aligner::evaluate_poses(const PointCloud& source, const std::vector<Pose6>& poses) {
+std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const std::vector<Pose6>& poses) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   check_inputs(m.map, source, Eigen::Matrix4d::Identity());
@@ -310,7 +310,7 @@ std::vector<AlignResult> Aligner::evaluate_poses(const PointCloud& source, const
   if (runs) {
     m.backend->reset_telemetry();
     m.backend->set_map(m.map);
-    m.backend->set_sources({&source.points});
+    m.backend->set_sources({source});
     std::vector<Pose6> internal;
     internal.reserve(poses.size());
     for (const Pose6& p : poses) internal.push_back(to_internal(p, source.origin, map.origin()));
@@ -343,7 +343,7 @@ std::vector<AlignResult> Aligner::evaluate_poses(const PointCloud& source, const
   return out;
 }
 
-AlignResult align(const PointCloud& target, const PointCloud& source, const Eigen::Matrix4d& guess,
+AlignResult align(const PointCloud& target, PointCloudView source, const Eigen::Matrix4d& guess,
                   const AlignSettings& settings) {
   Aligner aligner(settings);
   aligner.set_target(target);
@@ -351,11 +351,11 @@ AlignResult align(const PointCloud& target, const PointCloud& source, const Eige
 }
 
 
-std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Pose6>& guesses,
+std::vector<AlignResult> Aligner::align_batch(PointCloudView source, const std::vector<Pose6>& guesses,
                                               const BatchOptions& options) {
   NDTCU_NVTX_RANGE("align batch");
   check_guesses(guesses, "align_batch");
-  std::vector<AlignResult> out = std::move(run_batch({&source}, {&guesses}, options).front());
+  std::vector<AlignResult> out = std::move(run_batch({source}, {&guesses}, options).front());
   // Each hypothesis's pose covariance, when asked for (its own batch of offsets each).
   const PoseCovariance mode = impl_->settings.pose_covariance;
   if (mode != PoseCovariance::None && options.pose_covariance) {
@@ -364,7 +364,7 @@ std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const st
   return out;
 }
 
-std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const std::vector<Eigen::Matrix4d>& guesses,
+std::vector<AlignResult> Aligner::align_batch(PointCloudView source, const std::vector<Eigen::Matrix4d>& guesses,
                                               const BatchOptions& options) {
   if (guesses.empty()) throw Error("align_batch: the guess list is empty");
   std::vector<Pose6> poses;
@@ -382,20 +382,24 @@ std::vector<AlignResult> Aligner::align_batch(const PointCloud& source, const st
 std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<PointCloud>& sources,
                                                            const std::vector<std::vector<Pose6>>& guesses,
                                                            const BatchOptions& options) {
+  return align_batch(std::vector<PointCloudView>(sources.begin(), sources.end()), guesses, options);
+}
+
+std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<PointCloudView>& sources,
+                                                           const std::vector<std::vector<Pose6>>& guesses,
+                                                           const BatchOptions& options) {
   if (sources.empty()) throw Error("align_batch: the source list is empty");
   if (sources.size() != guesses.size()) {
     throw Error("align_batch: " + std::to_string(sources.size()) + " sources but " + std::to_string(guesses.size()) +
                 " guess lists");
   }
   NDTCU_NVTX_RANGE("align batch");
-  std::vector<const PointCloud*> source_list;
   std::vector<const std::vector<Pose6>*> guess_lists;
   for (std::size_t b = 0; b < guesses.size(); ++b) {
     check_guesses(guesses[b], "align_batch: source " + std::to_string(b));
-    source_list.push_back(&sources[b]);
     guess_lists.push_back(&guesses[b]);
   }
-  std::vector<std::vector<AlignResult>> out = run_batch(source_list, guess_lists, options);
+  std::vector<std::vector<AlignResult>> out = run_batch(sources, guess_lists, options);
   const PoseCovariance mode = impl_->settings.pose_covariance;
   if (mode != PoseCovariance::None && options.pose_covariance) {
     for (std::size_t b = 0; b < out.size(); ++b) {

@@ -56,8 +56,8 @@ math::VoxelGridView host_view(const VoxelMap& map, const DenseVoxelIndex* dense)
   return g;
 }
 
-CpuEvaluator::CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
-                           double outlier_ratio, ThreadPool* pool, const DenseVoxelIndex* dense)
+CpuEvaluator::CpuEvaluator(const VoxelMap& map, PointCloudView points, SearchMethod search, double outlier_ratio,
+                           ThreadPool* pool, const DenseVoxelIndex* dense)
     : points_(points), search_(to_math(search)), pool_(pool) {
   view_ = host_view(map, dense);
   gauss_ = math::gauss_constants(map.resolution(), outlier_ratio);
@@ -77,7 +77,7 @@ math::DerivativeSums CpuEvaluator::evaluate_sums(const Pose6& pose, bool with_he
     // issued before the previous point's arithmetic its latency hides behind that work
     // (measured: 10% of an evaluation without the Hessian). The pairs are still added in
     // point order, so the bits are those of searching and adding point by point.
-    const Eigen::Vector3f* p = points_.data();
+    const Eigen::Vector3f* p = points_.points;
     math::PointNeighbours found[2];
     math::find_point_neighbours(view_, search_, terms.m, p[begin].x(), p[begin].y(), p[begin].z(), found[0]);
     for (std::size_t i = begin; i < end; ++i) {

@@ -2,6 +2,7 @@
 // What the optimizer needs from a backend: score, gradient and (optionally) Hessian of the
 // NDT score at a pose, in map-relative coordinates. The CPU backend implements it here;
 // the CUDA backend will implement the same interface.
+#include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
@@ -60,16 +61,17 @@ class CpuEvaluator final : public DerivativeEvaluator {
   /// Points per chunk: fixed, never derived from the thread count.
   static constexpr std::size_t kChunkPoints = 256;
 
-  /// `points` are source points (relative to the source origin); `map`, `pool` and
-  /// `dense` (a dense index of `map`, or null for the hash) must outlive the evaluator.
-  /// Either lookup finds the same voxels, so the bits do not depend on it. A null `pool`
-  /// evaluates on the calling thread (a batch's worker), with the same bits.
-  CpuEvaluator(const VoxelMap& map, const std::vector<Eigen::Vector3f>& points, SearchMethod search,
-               double outlier_ratio, ThreadPool* pool, const DenseVoxelIndex* dense = nullptr);
+  /// `points` are source points (relative to the source origin; the view's origin is not
+  /// used), read where they lie at every evaluation; they, `map`, `pool` and `dense` (a
+  /// dense index of `map`, or null for the hash) must outlive the evaluator. Either lookup
+  /// finds the same voxels, so the bits do not depend on it. A null `pool` evaluates on the
+  /// calling thread (a batch's worker), with the same bits.
+  CpuEvaluator(const VoxelMap& map, PointCloudView points, SearchMethod search, double outlier_ratio,
+               ThreadPool* pool, const DenseVoxelIndex* dense = nullptr);
   math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) override;
 
  private:
-  const std::vector<Eigen::Vector3f>& points_;
+  PointCloudView points_;
   math::VoxelGridView view_{};
   math::Search search_;
   math::GaussConstants gauss_{};

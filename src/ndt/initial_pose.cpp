@@ -137,15 +137,16 @@ std::vector<Pose6> sweep(const Pose6& around, const InitialPoseOptions& o, const
   return out;
 }
 
-// Every k-th point of `scan`, k the smallest that leaves at most `limit` (0: the scan).
-PointCloud thinned(const PointCloud& scan, std::size_t limit) {
+// Every k-th point of `scan`, k the smallest that leaves at most `limit` (0: the scan):
+// `scan` itself when k is 1, else the points gathered into `storage` (the view is of it).
+PointCloudView thinned(PointCloudView scan, std::size_t limit, PointCloud& storage) {
   if (limit == 0 || scan.size() <= limit) return scan;
   const std::size_t k = (scan.size() + limit - 1) / limit;
-  PointCloud out;
-  out.origin = scan.origin;
-  out.points.reserve(scan.size() / k + 1);
-  for (std::size_t i = 0; i < scan.size(); i += k) out.points.push_back(scan.points[i]);
-  return out;
+  storage.origin = scan.origin;
+  storage.points.clear();
+  storage.points.reserve(scan.size() / k + 1);
+  for (std::size_t i = 0; i < scan.size(); i += k) storage.points.push_back(scan[i]);
+  return storage;
 }
 
 }  // namespace
@@ -189,7 +190,7 @@ Eigen::Matrix3d leveled_rotation(const Eigen::Vector3d& up, double yaw) {
   return Eigen::AngleAxisd(yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * level;
 }
 
-ScanGround estimate_ground(const PointCloud& scan, double max_tilt_deg) {
+ScanGround estimate_ground(PointCloudView scan, double max_tilt_deg) {
   if (!(max_tilt_deg > 0.0 && max_tilt_deg < 90.0)) {
     throw Error(fmt::format("estimate_ground: max_tilt_deg = {} must lie in (0, 90)", max_tilt_deg));
   }
@@ -200,7 +201,7 @@ ScanGround estimate_ground(const PointCloud& scan, double max_tilt_deg) {
   std::vector<Eigen::Vector3d> pts;
   const std::size_t stride = scan.size() > kMaxPoints ? (scan.size() + kMaxPoints - 1) / kMaxPoints : 1;
   for (std::size_t i = 0; i < scan.size(); i += stride) {
-    const Eigen::Vector3d p = scan.points[i].cast<double>() + scan.origin;  // the sensor is at the frame's origin
+    const Eigen::Vector3d p = scan[i].cast<double>() + scan.origin;  // the sensor is at the frame's origin
     if (p.allFinite() && p.squaredNorm() > 1e-6) pts.push_back(p);
   }
   g.points = pts.size();
@@ -289,7 +290,7 @@ std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg)
   return out;
 }
 
-InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, const Pose6& around,
+InitialPoseResult find_initial_pose(Aligner& aligner, PointCloudView scan, const Pose6& around,
                                     const InitialPoseOptions& o) {
   NDTCU_NVTX_RANGE("find_initial_pose");
   if (!aligner.target()) {
@@ -308,7 +309,7 @@ InitialPoseResult find_initial_pose(Aligner& aligner, const PointCloud& scan, co
   return search_hypotheses(aligner, scan, initial_pose_hypotheses(around, o), o);
 }
 
-InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, const std::vector<Pose6>& hypotheses,
+InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const std::vector<Pose6>& hypotheses,
                                     const InitialPoseOptions& o) {
   NDTCU_NVTX_RANGE("search_hypotheses");
   const auto t0 = std::chrono::steady_clock::now();
@@ -333,8 +334,10 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
   // scored where it stands on a few points, the best screen_keep aligned.
   const std::vector<Pose6>* coarse_starts = &hypotheses;
   std::vector<Pose6> screened;
+  PointCloud thinned_points;  // the screen's and the coarse pass's points, when the scan is thinned
   if (o.screen_above > 0 && hypotheses.size() > o.screen_above && hypotheses.size() > o.screen_keep) {
-    const std::vector<AlignResult> scores = aligner.evaluate_batch(thinned(scan, o.screen_points), hypotheses);
+    const std::vector<AlignResult> scores =
+        aligner.evaluate_batch(thinned(scan, o.screen_points, thinned_points), hypotheses);
     const auto coverage_nvtl = [](const AlignResult& r) {
       if (std::isnan(r.nvtl) || r.matched_points == 0 || r.source_points == 0) return -1.0;
       return r.nvtl * static_cast<double>(r.matched_points) / static_cast<double>(r.source_points);
@@ -355,7 +358,8 @@ InitialPoseResult search_hypotheses(Aligner& aligner, const PointCloud& scan, co
     result.screen_ms = detail::ms_since(t);
     t = std::chrono::steady_clock::now();
   }
-  const std::vector<AlignResult> coarse_results = aligner.align_batch(thinned(scan, o.coarse_points), *coarse_starts, coarse);
+  const std::vector<AlignResult> coarse_results =
+      aligner.align_batch(thinned(scan, o.coarse_points, thinned_points), *coarse_starts, coarse);
   result.coarse_ms = detail::ms_since(t);
   result.coarse_hypotheses = coarse_starts->size();
 

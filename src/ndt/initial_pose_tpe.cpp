@@ -245,7 +245,7 @@ TreeParzenEstimator::Input pose_to_input(const Pose6& p) {
 
 }  // namespace
 
-InitialPoseResult find_initial_pose_tpe(Aligner& aligner, const PointCloud& scan, const Pose6& around,
+InitialPoseResult find_initial_pose_tpe(Aligner& aligner, PointCloudView scan, const Pose6& around,
                                         const TpeOptions& o) {
   NDTCU_NVTX_RANGE("find_initial_pose_tpe");
   const auto t0 = std::chrono::steady_clock::now();

@@ -129,7 +129,7 @@ Eigen::Matrix2d floor_xy_covariance(const Eigen::Matrix2d& covariance_xy, const 
   return r * body * r.transpose();
 }
 
-PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud& source, const AlignResult& result,
+PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView source, const AlignResult& result,
                                               PoseCovariance mode, const PoseCovarianceOptions& options) {
   NDTCU_NVTX_RANGE("pose covariance");
   const auto t0 = std::chrono::steady_clock::now();
@@ -204,7 +204,7 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, const PointCloud
   return out;
 }
 
-void attach_pose_covariance(Aligner& aligner, const PointCloud& source, AlignResult& result, PoseCovariance mode) {
+void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult& result, PoseCovariance mode) {
   if (mode == PoseCovariance::None || estimating == &aligner) return;
   const PoseCovarianceResult c = estimate_pose_covariance(aligner, source, result, mode);
   result.covariance_mode = c.mode;

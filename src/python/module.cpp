@@ -1,16 +1,24 @@
 // The Python module `ndtcu` (its compiled part, `ndtcu._ndtcu`): numpy in, numpy out.
 //
-// Point arrays. A point argument is either an ndtcu.PointCloud (used as it is: no copy) or
-// a C-contiguous float32 numpy array of shape (N, 3), which is copied once into the
-// PointCloud the C++ API takes (one memcpy: Eigen::Vector3f is three packed floats). A
-// PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or built once
-// is handed to every later call without a copy. Anything else is a TypeError (not an
-// array, wrong dtype) or a ValueError (wrong shape, not contiguous) naming the argument
-// and what was given: a silent conversion would hide a float64 map losing precision or a
-// transposed (3, N) array.
+// Point arrays. A point argument is either an ndtcu.PointCloud or a C-contiguous float32
+// numpy array of shape (N, 3) (read-only arrays too). Neither is copied by the calls that
+// align or score a scan (Aligner.align, evaluate, align_batch, find_initial_pose): they take
+// a PointCloudView of the cloud's or the array's own memory (Eigen::Vector3f is three
+// packed floats, so an (N, 3) float32 array is N of them as it lies), and the argument
+// holds a reference to the array until the call returns, GIL released or not. The calls
+// whose C++ side takes a PointCloud copy an array into one (CloudArg::cloud(), the one
+// place that does): building a map (VoxelMap.build, Aligner.set_target, Localizer.set_map),
+// the filters and write_point_cloud, Localizer.localize (whose preprocessing crops and
+// downsamples the scan into a new cloud anyway), and PointCloud(...), which owns its
+// points. A PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or
+// built once is handed to every later call without a copy. Anything else is a TypeError
+// (not an array, wrong dtype) or a ValueError (wrong shape, not contiguous) naming the
+// argument and what was given: a silent conversion would hide a float64 map losing
+// precision or a transposed (3, N) array.
 //
 // The GIL is released around every call that aligns, builds a map or reads a file, so
-// other Python threads run meanwhile.
+// other Python threads run meanwhile; an array being aligned must not be written by one of
+// them until the call returns (its points are read during the call, not before).
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
@@ -33,7 +41,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,8 +54,6 @@ using namespace nb::literals;
 namespace ndtcu::python {
 namespace {
 
-static_assert(sizeof(Eigen::Vector3f) == 3 * sizeof(float), "points must be packed float triples");
-
 // A dtype as numpy spells it, for messages.
 std::string dtype_name(const nb::dlpack::dtype& d) {
   const char* kind = d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
@@ -59,21 +64,26 @@ std::string dtype_name(const nb::dlpack::dtype& d) {
   return std::string(kind) + std::to_string(d.bits);
 }
 
-std::string shape_text(const nb::ndarray<>& a) {
+template <typename... Config>
+std::string shape_text(const nb::ndarray<Config...>& a) {
   std::string s = "(";
   for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-// A cloud argument: the PointCloud itself when one was given, else a copy of the array.
+// A cloud argument: an ndtcu.PointCloud, or a checked float32 (N, 3) C-contiguous array
+// held (a reference to it) for as long as the argument lives. Destroy it with the GIL held
+// (declare it before a Working or gil_scoped_release): dropping the array's reference
+// needs the GIL.
 class CloudArg {
  public:
   CloudArg(nb::handle obj, const char* name) {
     if (nb::isinstance<PointCloud>(obj)) {
       cloud_ = nb::inst_ptr<PointCloud>(obj);
+      view_ = *cloud_;
       return;
     }
-    nb::ndarray<> a;
+    nb::ndarray<nb::ro> a;  // read-only arrays too: the points are only read
     if (!nb::try_cast(obj, a, false)) {
       throw nb::type_error((std::string(name) + ": expected a float32 numpy array of shape (N, 3) or an ndtcu.PointCloud, got " +
                             nb::type_name(obj.type()).c_str())
@@ -90,18 +100,42 @@ class CloudArg {
     if (a.ndim() != 2 || a.shape(1) != 3) {
       throw nb::value_error((std::string(name) + ": expected shape (N, 3), got " + shape_text(a)).c_str());
     }
-    if (a.shape(0) > 1 && (a.stride(1) != 1 || a.stride(0) != 3)) {
+    // Row stride 3 matters from two rows on, element stride 1 from one: a (1, 3) row of a
+    // transposed array is not three floats in a row.
+    if ((a.shape(0) > 0 && a.stride(1) != 1) || (a.shape(0) > 1 && a.stride(0) != 3)) {
       throw nb::value_error((std::string(name) + ": the array is not C-contiguous (strides " + std::to_string(a.stride(0)) +
                              ", " + std::to_string(a.stride(1)) + " elements; use numpy.ascontiguousarray)")
                                 .c_str());
     }
-    own_.points.resize(a.shape(0));
-    if (a.shape(0) > 0) std::memcpy(own_.points.data(), a.data(), a.shape(0) * 3 * sizeof(float));
-    cloud_ = &own_;
+    array_ = a;
+    view_ = PointCloudView(static_cast<const Eigen::Vector3f*>(array_.data()), array_.shape(0));
   }
-  const PointCloud& operator*() const { return *cloud_; }
+
+  // The points where they lie (the cloud's or the array's), origin included: what the
+  // calls that only read a scan take.
+  PointCloudView view() const { return view_; }
+
+  // The points as a PointCloud, for the calls whose C++ side takes one: the PointCloud
+  // given, else the array copied into one (the first call copies; no GIL needed).
+  const PointCloud& cloud() {
+    if (!cloud_) {
+      own_.points.assign(view_.begin(), view_.end());
+      cloud_ = &own_;
+    }
+    return *cloud_;
+  }
+
+  // A PointCloud of its own, for PointCloud(...): the array's copy moved out, or a copy of
+  // the cloud given.
+  PointCloud take() {
+    const PointCloud& c = cloud();
+    if (cloud_ == &own_) return std::move(own_);
+    return c;
+  }
 
  private:
+  nb::ndarray<nb::ro> array_;  // keeps the array alive; empty for a PointCloud
+  PointCloudView view_;
   PointCloud own_;
   const PointCloud* cloud_ = nullptr;
 };
@@ -286,10 +320,12 @@ NB_MODULE(_ndtcu, m) {
           "__init__",
           [](PointCloud* self, nb::handle points, std::optional<Eigen::Vector3d> origin) {
             CloudArg arg(points, "points");
-            new (self) PointCloud(*arg);
+            new (self) PointCloud(arg.take());
             if (origin) self->origin = *origin;
           },
-          "points"_a, "origin"_a = nb::none(), "Copies `points` (float32 (N, 3)); `origin` (3,) float64 defaults to 0.")
+          "points"_a, "origin"_a = nb::none(),
+          "Copies `points` (float32 (N, 3), or a PointCloud) into a cloud of its own; `origin` (3,) float64 "
+          "defaults to 0.")
       .def_prop_ro(
           "points",
           [](PointCloud& c) {
@@ -333,26 +369,31 @@ NB_MODULE(_ndtcu, m) {
       [](const std::string& path, nb::handle cloud) {
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
-        write_point_cloud(path, *c);
+        write_point_cloud(path, c.cloud());
       },
-      "path"_a, "cloud"_a, "Writes a PCD (binary) or KITTI .bin file, by extension.");
+      "path"_a, "cloud"_a,
+      "Writes a PCD (binary) or KITTI .bin file, by extension (an array is copied into a PointCloud first).");
 
   m.def(
       "voxel_downsample",
       [](nb::handle cloud, double leaf) {
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
-        return voxel_downsample(*c, leaf);
+        return voxel_downsample(c.cloud(), leaf);
       },
-      "cloud"_a, "leaf"_a, "The centroid of each occupied leaf x leaf x leaf cell (PCL's VoxelGrid), as a new PointCloud.");
+      "cloud"_a, "leaf"_a,
+      "The centroid of each occupied leaf x leaf x leaf cell (PCL's VoxelGrid), as a new PointCloud (an array is "
+      "copied into a PointCloud first).");
   m.def(
       "crop_range",
       [](nb::handle cloud, double min_range, double max_range) {
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
-        return crop_range(*c, min_range, max_range);
+        return crop_range(c.cloud(), min_range, max_range);
       },
-      "cloud"_a, "min_range"_a, "max_range"_a, "The points whose distance from the sensor lies in [min_range, max_range].");
+      "cloud"_a, "min_range"_a, "max_range"_a,
+      "The points whose distance from the sensor lies in [min_range, max_range], as a new PointCloud (an array is "
+      "copied into a PointCloud first).");
 
   // --- Settings ---------------------------------------------------------------------------
   auto settings = nb::class_<AlignSettings>(m, "AlignSettings", "NDT settings (ndtcu's AlignSettings); enums by name.");
@@ -440,10 +481,11 @@ NB_MODULE(_ndtcu, m) {
             o.eigenvalue_ratio = eigenvalue_ratio;
             o.threads = threads;
             nb::gil_scoped_release release;
-            return std::make_shared<VoxelMap>(VoxelMap::build(*c, o));
+            return std::make_shared<VoxelMap>(VoxelMap::build(c.cloud(), o));
           },
           "points"_a, "resolution"_a = 2.0, "covariance"_a = "autoware", "min_points"_a = 6, "eigenvalue_ratio"_a = 0.01,
-          "threads"_a = 0, "Builds the map of a PointCloud or float32 (N, 3) array.")
+          "threads"_a = 0,
+          "Builds the map of a PointCloud or float32 (N, 3) array (an array is copied into a PointCloud first).")
       .def_prop_ro("size", &VoxelMap::size)
       .def("__len__", &VoxelMap::size)
       .def_prop_ro("resolution", &VoxelMap::resolution)
@@ -522,9 +564,11 @@ NB_MODULE(_ndtcu, m) {
             }
             CloudArg c(target, "target");
             Working working(a.mutex);
-            a.set_target(*c);
+            a.set_target(c.cloud());
           },
-          "target"_a, "Builds the target map from a PointCloud or float32 (N, 3) array, or uses a VoxelMap.")
+          "target"_a,
+          "Builds the target map from a PointCloud or float32 (N, 3) array (copied into a PointCloud first), or uses a "
+          "VoxelMap.")
       .def_prop_ro("target",
                    [](PyAligner& a) {
                      std::shared_ptr<const VoxelMap> t;
@@ -544,24 +588,24 @@ NB_MODULE(_ndtcu, m) {
               // `ndtcu align --init` does.
               const std::vector<Pose6> p = guesses_arg(guess.attr("reshape")(1, -1), "guess");
               Working working(a.mutex);
-              return a.align_from_pose(*c, p.front());
+              return a.align_from_pose(c.view(), p.front());
             }
             const Eigen::Matrix4d m = guess.is_none() ? Eigen::Matrix4d::Identity() : matrix_arg(guess, "guess");
             Working working(a.mutex);
-            return a.align(*c, m);
+            return a.align(c.view(), m);
           },
           "source"_a, "guess"_a = nb::none(),
           "Aligns `source` from `guess`: a 4x4 float64 transform (identity by default) or a (6,) float64 pose "
-          "[x y z roll pitch yaw] used as given.")
+          "[x y z roll pitch yaw] used as given. A float32 (N, 3) array is read where it lies, not copied.")
       .def(
           "evaluate",
           [](PyAligner& a, nb::handle source, nb::handle transform) {
             CloudArg c(source, "source");
             const Eigen::Matrix4d t = matrix_arg(transform, "transform");
             Working working(a.mutex);
-            return a.evaluate(*c, t);
+            return a.evaluate(c.view(), t);
           },
-          "source"_a, "transform"_a, "Scores `source` at a fixed 4x4 pose, without iterating.")
+          "source"_a, "transform"_a, "Scores `source` at a fixed 4x4 pose, without iterating (an array is not copied).")
       .def(
           "align_batch",
           [](PyAligner& a, nb::handle source, nb::handle guesses, bool trace, int max_iterations) {
@@ -571,11 +615,11 @@ NB_MODULE(_ndtcu, m) {
             o.trace = trace;
             o.max_iterations = max_iterations;
             Working working(a.mutex);
-            return a.align_batch(*c, g, o);
+            return a.align_batch(c.view(), g, o);
           },
           "source"_a, "guesses"_a, "trace"_a = false, "max_iterations"_a = 0,
           "Aligns K hypotheses of one scan as one batch; guesses (K, 4, 4) transforms or (K, 6) poses. Each result "
-          "has the bits of align() from that guess.");
+          "has the bits of align() from that guess. An array is not copied.");
 
   // --- Initial pose search ----------------------------------------------------------------
   nb::class_<InitialPoseResult>(m, "InitialPoseResult", "What find_initial_pose found; names as `ndtcu initpose --json`.")
@@ -633,12 +677,13 @@ NB_MODULE(_ndtcu, m) {
         o.refine_count = refine_count;
         o.level_from_ground = level_from_ground;
         Working working(aligner.mutex);
-        return find_initial_pose(aligner, *c, a, o);
+        return find_initial_pose(aligner, c.view(), a, o);
       },
       "aligner"_a, "scan"_a, "around"_a, "radius"_a = 2.0, "position_step"_a = 1.0, "yaw_range_deg"_a = 360.0,
       "yaw_step_deg"_a = 15.0, "coarse_iterations"_a = 5, "refine_count"_a = 32, "level_from_ground"_a = false,
       "Sweeps positions within `radius` of `around` (a 4x4 transform or a (6,) pose) and yaws, coarse to fine (see "
-      "ndtcu/initial_pose.hpp); the aligner must have a target.");
+      "ndtcu/initial_pose.hpp); the aligner must have a target. An array is not copied (the coarse pass thins "
+      "it into a few hundred points of its own).");
 
   // --- Localizer --------------------------------------------------------------------------
   nb::class_<LocalizerSettings>(m, "LocalizerSettings", "Localizer settings (ndtcu's LocalizerSettings).")
@@ -709,9 +754,10 @@ NB_MODULE(_ndtcu, m) {
             }
             CloudArg c(map, "map");
             Working working(l.mutex);
-            l.set_map(*c);
+            l.set_map(c.cloud());
           },
-          "map"_a, "The map: a PointCloud, a float32 (N, 3) array (world frame) or a VoxelMap.")
+          "map"_a,
+          "The map: a PointCloud, a float32 (N, 3) array (world frame; copied into a PointCloud first) or a VoxelMap.")
       .def(
           "set_initial_pose",
           [](PyLocalizer& l, nb::handle pose) {
@@ -740,9 +786,11 @@ NB_MODULE(_ndtcu, m) {
           [](PyLocalizer& l, nb::handle scan, double time) {
             CloudArg c(scan, "scan");
             Working working(l.mutex);
-            return l.localize(*c, time);
+            return l.localize(c.cloud(), time);
           },
-          "scan"_a, "time"_a, "Preprocesses and localizes one scan (sensor frame) taken at `time` (s).")
+          "scan"_a, "time"_a,
+          "Preprocesses and localizes one scan (sensor frame) taken at `time` (s). The preprocessing crops and "
+          "downsamples the scan into a new cloud, and takes a PointCloud: an array is copied into one first.")
       .def(
           "predict",
           [](PyLocalizer& l, double time) {

@@ -64,10 +64,10 @@ TEST_CASE("CUDA evaluator matches the CPU evaluator in every search and lookup",
     for (VoxelLookup lookup : {VoxelLookup::Hash, VoxelLookup::Dense}) {
       backend.set_map(map, lookup);
       CHECK(backend.lookup() == lookup);
-      backend.set_source(source.points);
+      backend.set_source(source);
       for (SearchMethod search :
            {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
-        detail::CpuEvaluator cpu(map, source.points, search, 0.55, &pool);
+        detail::CpuEvaluator cpu(map, source, search, 0.55, &pool);
         {
           backend.configure(search, 0.55);
           detail::CudaEvaluator gpu(backend);
@@ -101,7 +101,7 @@ TEST_CASE("CUDA evaluations are bit-identical over 100 runs and allocate nothing
   const VoxelMap map = VoxelMap::build(target, vo);
   CudaBackend backend;
   backend.set_map(map);
-  backend.set_source(source.points);
+  backend.set_source(source);
   backend.configure(SearchMethod::Radius, 0.55);
   Pose6 pose;
   pose << 0.3, -0.2, 0.05, 0.01, -0.02, 0.03;
@@ -123,7 +123,7 @@ TEST_CASE("CUDA evaluations are bit-identical over 100 runs and allocate nothing
   // A smaller source reuses the buffers (grow-only); a larger one grows them once.
   PointCloud small = source;
   small.points.resize(1000);
-  backend.set_source(small.points);
+  backend.set_source(small);
   backend.evaluate(pose, true);
   CHECK(detail::device_allocations() == allocations);
 }
@@ -143,7 +143,7 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
   CudaBackend backend;
   REQUIRE(backend.device_loop_supported());
   backend.set_map(map);
-  backend.set_source(source.points);
+  backend.set_source(source);
   backend.configure(SearchMethod::Radius, 0.55);
   Pose6 guess;
   guess << 0.4, -0.3, 0.05, 0.01, -0.02, 0.04;
@@ -197,7 +197,7 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
   CHECK(backend.telemetry().graph_builds == 0);
   PointCloud fewer = source;
   fewer.points.resize(source.size() - 40);
-  backend.set_source(fewer.points);
+  backend.set_source(fewer);
   run_one(backend, guess, d);
   CHECK(backend.telemetry().graph_builds == 0);
   WARN("device loop, 4000 points: " << backend.telemetry().gpu_ms / backend.telemetry().evaluations * 1e3
@@ -231,7 +231,7 @@ TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu
   const VoxelMap map = VoxelMap::build(target, vo);
   CudaBackend backend;
   backend.set_map(map);
-  backend.set_source(source.points);
+  backend.set_source(source);
   backend.configure(SearchMethod::Radius, 0.55);
   // Hypotheses that stop at different passes: converged, capped, and lost at once.
   std::mt19937 rng(17);
@@ -303,10 +303,10 @@ TEST_CASE("CUDA evaluator on the real hdl32 pair matches the CPU", "[gpu][data]"
   detail::ThreadPool pool(2);
   CudaBackend backend;
   backend.set_map(map);
-  backend.set_source(source.points);
+  backend.set_source(source);
   for (SearchMethod search : {SearchMethod::Radius, SearchMethod::Direct7}) {
     backend.configure(search, 0.55);
-    detail::CpuEvaluator cpu(map, source.points, search, 0.55, &pool);
+    detail::CpuEvaluator cpu(map, source, search, 0.55, &pool);
     detail::CudaEvaluator gpu(backend);
     Pose6 pose;
     pose << 0.8, 0.05, -0.02, 0.002, -0.004, 0.01;
@@ -345,7 +345,7 @@ TEST_CASE("CUDA out-of-memory is a CudaError with the sizes, and the backend kee
   }
   // The same backend then works with the hash lookup.
   backend.set_map(map, VoxelLookup::Hash);
-  backend.set_source(source.points);
+  backend.set_source(source);
   backend.configure(SearchMethod::Radius, 0.55);
   const math::DerivativeSums sums = backend.evaluate(Pose6::Zero(), true);
   CHECK(sums.v[math::kPointsMatched] > 1000);

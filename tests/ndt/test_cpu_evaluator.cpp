@@ -98,8 +98,8 @@ TEST_CASE("The CPU evaluator adds the pairs' terms in pair, point and chunk orde
     for (auto search : {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
       for (int threads : {1, 3}) {
         detail::ThreadPool pool(threads);
-        detail::CpuEvaluator hash(map, source.points, search, 0.55, &pool);
-        detail::CpuEvaluator indexed(map, source.points, search, 0.55, &pool, &dense);
+        detail::CpuEvaluator hash(map, source, search, 0.55, &pool);
+        detail::CpuEvaluator indexed(map, source, search, 0.55, &pool, &dense);
         for (const Pose6& pose : poses) {
           for (bool with_hessian : {true, false}) {
             const detail::Evaluation expect =

@@ -1,7 +1,10 @@
 """The Python module against the command-line tool, and its contract at the boundary:
-no copy of a PointCloud's points, errors naming the bad argument, the GIL released."""
+no copy of a PointCloud's points or of a float32 array a scan is read from, errors naming
+the bad argument, the GIL released."""
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -104,6 +107,114 @@ def test_points_are_not_copied(sample, truth_poses):
     assert aligner.align(scan, pose).xyzrpy.tolist() == before.xyzrpy.tolist()
 
 
+def test_array_views_give_the_bits_of_the_cloud(sample, truth_poses):
+    """An array is read where it lies, whatever array holds it: rows in the middle of a
+    larger array (a C-contiguous slice that does not own its memory) and a read-only array
+    give the bits of the PointCloud they came from in every call that reads a scan."""
+    aligner = ndtcu.Aligner(backend="cpu")
+    aligner.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))
+    scan = ndtcu.read_point_cloud(str(sample / "scans" / f"{SCAN:06d}.pcd"))
+    assert scan.origin.tolist() == [0.0, 0.0, 0.0]  # an array's origin is zero
+    n = len(scan)
+    big = np.full((n + 10, 3), np.nan, np.float32)  # NaN rows around it: a read past its ends would fail
+    big[7:7 + n] = scan.points
+    inner = big[7:7 + n]
+    assert inner.flags["C_CONTIGUOUS"] and not inner.flags["OWNDATA"]
+    frozen = np.array(scan.points)
+    frozen.flags.writeable = False
+    pose = guess_pose(truth_poses)
+    poses = np.stack([pose, pose + 0.1])
+    expected = aligner.align(scan, pose)
+    expected_eval = aligner.evaluate(scan, expected.transform)
+    expected_batch = aligner.align_batch(scan, poses)
+    around = ndtcu.matrix_to_pose(truth_poses[SCAN]) + np.array([0.6, -0.4, 0.0, 0.0, 0.0, 0.1])
+    expected_search = ndtcu.find_initial_pose(aligner, scan, around, radius=1.0, yaw_range_deg=30.0, refine_count=4)
+    for name, points in (("slice", inner), ("read-only", frozen)):
+        r = aligner.align(points, pose)
+        assert r.xyzrpy.tolist() == expected.xyzrpy.tolist(), name
+        assert (r.nvtl, r.score, r.iterations) == (expected.nvtl, expected.score, expected.iterations), name
+        e = aligner.evaluate(points, expected.transform)
+        assert (e.nvtl, e.score, e.matched_points) == (
+            expected_eval.nvtl, expected_eval.score, expected_eval.matched_points), name
+        for got, want in zip(aligner.align_batch(points, poses), expected_batch):
+            assert got.xyzrpy.tolist() == want.xyzrpy.tolist() and got.nvtl == want.nvtl, name
+        found = ndtcu.find_initial_pose(aligner, points, around, radius=1.0, yaw_range_deg=30.0, refine_count=4)
+        assert found.xyzrpy.tolist() == expected_search.xyzrpy.tolist(), name
+        assert found.nvtl == expected_search.nvtl, name
+        assert found.hypotheses_aligned == expected_search.hypotheses_aligned, name
+
+
+# Run in a fresh interpreter, so that its peak resident memory (VmHWM) is this script's: a
+# scan of 1M points (12 MB), each call's growth of the peak, then a PointCloud made from the
+# scan (a copy by definition), which must show up. The peak is reset before each call where
+# the kernel lets a process do so (clear_refs 5), else it stands from before, which can only
+# hide growth (the copy check then fails). getrusage's ru_maxrss would not do: Linux carries
+# it over from the process that ran pytest, through fork and exec. The map is a 6 m cube the
+# scan mostly misses, so each evaluation reads every point but costs little.
+PEAK_SCRIPT = r"""
+import json
+import numpy as np
+import ndtcu
+
+def status(key):  # bytes
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+
+def reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+rng = np.random.default_rng(3)
+target = rng.random((20000, 3), dtype=np.float32)
+target *= 6.0
+target -= 3.0
+aligner = ndtcu.Aligner(backend="cpu", threads=2, max_iterations=3)
+aligner.set_target(target)
+scan = rng.random((1000000, 3), dtype=np.float32)  # generated in place: no float64 array first
+scan *= 30.0
+scan -= 15.0
+guess = ndtcu.pose_to_matrix(np.array([0.2, -0.1, 0.0, 0.0, 0.0, 0.02]))
+poses = np.array([[0.2, -0.1, 0.0, 0.0, 0.0, 0.02], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+calls = {
+    "align": lambda: aligner.align(scan, guess),
+    "align pose": lambda: aligner.align(scan, poses[0]),
+    "evaluate": lambda: aligner.evaluate(scan, guess),
+    "align_batch": lambda: aligner.align_batch(scan, poses),
+    "find_initial_pose": lambda: ndtcu.find_initial_pose(aligner, scan, guess, radius=0.0, yaw_range_deg=30.0,
+                                                         refine_count=2),
+    "PointCloud": lambda: kept.append(ndtcu.PointCloud(scan)),  # last: its copy stays
+}
+kept = []
+growth = {}
+for name, call in calls.items():
+    reset_peak()
+    before = status("VmHWM")
+    call()
+    growth[name] = status("VmHWM") - before
+print(json.dumps({"bytes": scan.nbytes, "growth": growth}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the peak resident memory as Linux reports it")
+def test_arrays_are_not_copied():
+    """The calls that read a scan take a float32 array without copying it: none raises the
+    process's peak memory by anything near the array's size, while PointCloud(array), whose
+    copy is the point, raises it by at least three quarters of it (so the measure would see
+    a copy)."""
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], check=True, capture_output=True, text=True,
+                         env=dict(os.environ)).stdout
+    j = json.loads(out)
+    size, growth = j["bytes"], j["growth"]
+    assert growth.pop("PointCloud") >= 0.75 * size, j
+    for name, grew in growth.items():
+        assert grew < 0.25 * size, (name, j)
+
+
 @pytest.mark.parametrize(
     "value, error, message",
     [
@@ -113,6 +224,8 @@ def test_points_are_not_copied(sample, truth_poses):
         (np.zeros(15, np.float32), ValueError, "source: expected shape (N, 3), got (15,)"),
         (np.zeros((3, 5), np.float32).T, ValueError, "source: the array is not C-contiguous"),
         (np.zeros((10, 3), np.float32)[::2], ValueError, "source: the array is not C-contiguous"),
+        # One row of a transposed array: its three values are 5 floats apart.
+        (np.zeros((3, 5), np.float32).T[:1], ValueError, "source: the array is not C-contiguous"),
         ([[0.0, 0.0, 0.0]], TypeError, "source: expected a float32 numpy array of shape (N, 3) or an ndtcu.PointCloud, got list"),
     ],
 )

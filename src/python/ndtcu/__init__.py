@@ -1,7 +1,10 @@
 """NDT scan registration (ndtcu) from Python: numpy in, numpy out.
 
-Point arguments are ndtcu.PointCloud objects (used without a copy) or C-contiguous float32
-numpy arrays of shape (N, 3). Results carry the field names of the CLI's JSON output.
+Point arguments are ndtcu.PointCloud objects or C-contiguous float32 numpy arrays of shape
+(N, 3). The calls that align or score a scan (Aligner.align, evaluate, align_batch,
+find_initial_pose) read either where it lies, without a copy; those that build a map, filter,
+write or preprocess take a PointCloud and copy an array into one first. Results carry the
+field names of the CLI's JSON output.
 """
 
 from ._ndtcu import (  # noqa: F401

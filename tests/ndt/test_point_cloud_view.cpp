@@ -1,0 +1,295 @@
+// PointCloudView: points in a caller's own buffer (packed float triples, as a float32
+// (N, 3) numpy array holds them) align, score and search with the bits of the same points
+// in a PointCloud; the CPU backend reads them where they lie at every evaluation, not from
+// a copy taken when they were set; and no call that takes a view allocates a block the size
+// of its points.
+#include "../support/alloc_tracker.hpp"
+#include "../support/test_support.hpp"
+#include "batch_check.hpp"
+#include "synthetic.hpp"
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/initial_pose.hpp>
+#include <ndtcu/pose_covariance.hpp>
+
+#include "ndt/align_backend.hpp"
+#include "ndt/evaluator.hpp"
+#include "thread_pool.hpp"
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+using namespace ndtcu;
+
+namespace {
+
+// A caller's buffer of N points as float32 x y z triples, with NaN points on each side of
+// them: a read past either end would meet one (and the aligner rejects a non-finite point).
+class RawPoints {
+ public:
+  static constexpr std::size_t kGuard = 4;
+
+  explicit RawPoints(const PointCloud& cloud)
+      : count_(cloud.size()), floats_(3 * (cloud.size() + 2 * kGuard), std::numeric_limits<float>::quiet_NaN()) {
+    assign(cloud);
+  }
+
+  // Overwrites the points in place with those of `cloud` (as many).
+  void assign(const PointCloud& cloud) {
+    REQUIRE(cloud.size() == count_);
+    for (std::size_t i = 0; i < count_; ++i) {
+      for (int k = 0; k < 3; ++k) floats_[3 * (kGuard + i) + k] = cloud.points[i][k];
+    }
+  }
+
+  // The points as a view, relative to `origin`.
+  PointCloudView view(const Eigen::Vector3d& origin = Eigen::Vector3d::Zero()) const {
+    return PointCloudView(reinterpret_cast<const Eigen::Vector3f*>(floats_.data() + 3 * kGuard), count_, origin);
+  }
+
+ private:
+  std::size_t count_;
+  std::vector<float> floats_;
+};
+
+bool same_bits(const math::DerivativeSums& a, const math::DerivativeSums& b) {
+  return std::memcmp(a.v, b.v, sizeof(a.v)) == 0;
+}
+
+void check_same_covariance(const AlignResult& a, const AlignResult& b) {
+  CHECK(a.covariance_mode == b.covariance_mode);
+  CHECK(a.covariance_valid == b.covariance_valid);
+  CHECK(std::memcmp(a.covariance.data(), b.covariance.data(), sizeof(double) * 36) == 0);
+}
+
+void check_same_trace(const AlignResult& a, const AlignResult& b) {
+  REQUIRE(a.trace.size() == b.trace.size());
+  for (std::size_t i = 0; i < a.trace.size(); ++i) {
+    CHECK(std::memcmp(a.trace[i].pose.data(), b.trace[i].pose.data(), sizeof(double) * 6) == 0);
+    CHECK(std::memcmp(&a.trace[i].score, &b.trace[i].score, sizeof(double)) == 0);
+  }
+}
+
+Pose6 make_pose(double x, double y, double z, double r, double p, double w) {
+  Pose6 v;
+  v << x, y, z, r, p, w;
+  return v;
+}
+
+AlignSettings cpu_settings() {
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  s.threads = 2;
+  s.max_iterations = 20;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds", "[unit][aligner][view]") {
+  const PointCloud target = test::synthetic_scene(71, 30000);
+  const Pose6 truth = make_pose(0.3, -0.2, 0.05, 0.01, -0.01, 0.05);
+  // A source with an origin off zero (its world points unchanged, to float rounding): the
+  // view carries the origin as the cloud does.
+  PointCloud source = test::moved_by_inverse(test::synthetic_scene(72, 4000), truth);
+  source.origin = Eigen::Vector3d(0.5, -0.25, 0.125);
+  for (auto& p : source.points) p -= source.origin.cast<float>();
+  const RawPoints raw(source);
+  const PointCloudView view = raw.view(source.origin);
+  REQUIRE(view.size() == source.size());
+  REQUIRE(view[0] == source.points[0]);
+
+  AlignSettings s = cpu_settings();
+  s.pose_covariance = PoseCovariance::MultiNdt;  // attach_pose_covariance aligns the view six times more
+  Aligner aligner(s);
+  aligner.set_target(target);
+  const Pose6 guess = truth + make_pose(0.2, -0.15, 0.0, 0.0, 0.0, 0.03);
+
+  SECTION("align, align_from_pose and the one-shot align") {
+    const AlignResult cloud = aligner.align(source, pose_to_matrix(guess));
+    const AlignResult viewed = aligner.align(view, pose_to_matrix(guess));
+    CHECK(cloud.converged);
+    CHECK(cloud.iterations > 1);
+    CHECK(cloud.covariance_valid);
+    test::check_same_bits(viewed, cloud);
+    check_same_trace(viewed, cloud);
+    check_same_covariance(viewed, cloud);
+    const AlignResult cloud_pose = aligner.align_from_pose(source, guess);
+    const AlignResult viewed_pose = aligner.align_from_pose(view, guess);
+    test::check_same_bits(viewed_pose, cloud_pose);
+    check_same_trace(viewed_pose, cloud_pose);
+    check_same_covariance(viewed_pose, cloud_pose);
+    AlignSettings plain = cpu_settings();
+    test::check_same_bits(align(target, view, pose_to_matrix(guess), plain),
+                          align(target, source, pose_to_matrix(guess), plain));
+  }
+
+  SECTION("evaluate and evaluate_batch") {
+    const std::vector<Pose6> poses{truth, guess, truth + make_pose(-0.4, 0.3, 0.1, 0.02, 0.0, -0.05)};
+    const std::vector<AlignResult> cloud = aligner.evaluate_batch(source, poses);
+    const std::vector<AlignResult> viewed = aligner.evaluate_batch(view, poses);
+    REQUIRE(viewed.size() == poses.size());
+    for (std::size_t k = 0; k < poses.size(); ++k) {
+      CAPTURE(k);
+      CHECK(cloud[k].matched_points > source.size() / 2);
+      test::check_same_bits(viewed[k], cloud[k]);
+      test::check_same_bits(aligner.evaluate(view, pose_to_matrix(poses[k])),
+                            aligner.evaluate(source, pose_to_matrix(poses[k])));
+    }
+  }
+
+  SECTION("align_batch, of one scan and of several") {
+    const std::vector<Pose6> guesses = test::guesses_around(truth, 4, 17, 0.4, 4.0);
+    std::vector<Eigen::Matrix4d> matrices;
+    for (const Pose6& g : guesses) matrices.push_back(pose_to_matrix(g));
+    const std::vector<AlignResult> cloud = aligner.align_batch(source, guesses);
+    const std::vector<AlignResult> viewed = aligner.align_batch(view, guesses);
+    const std::vector<AlignResult> viewed_matrices = aligner.align_batch(view, matrices);
+    REQUIRE(viewed.size() == guesses.size());
+    for (std::size_t k = 0; k < guesses.size(); ++k) {
+      CAPTURE(k);
+      test::check_same_bits(viewed[k], cloud[k]);
+      check_same_covariance(viewed[k], cloud[k]);
+      test::check_same_bits(viewed_matrices[k], aligner.align_batch(source, std::vector<Eigen::Matrix4d>{matrices[k]})[0]);
+    }
+    // Two scans in one batch: the second a view of part of the first's buffer.
+    const PointCloudView part(view.points + 1000, 2000, view.origin);
+    PointCloud part_cloud;
+    part_cloud.origin = source.origin;
+    part_cloud.points.assign(source.points.begin() + 1000, source.points.begin() + 3000);
+    const std::vector<std::vector<Pose6>> lists{guesses, {guesses[1], guesses[2]}};
+    const auto many_cloud = aligner.align_batch(std::vector<PointCloud>{source, part_cloud}, lists);
+    const auto many_viewed = aligner.align_batch(std::vector<PointCloudView>{view, part}, lists);
+    REQUIRE(many_viewed.size() == 2);
+    for (std::size_t b = 0; b < 2; ++b) {
+      REQUIRE(many_viewed[b].size() == lists[b].size());
+      for (std::size_t k = 0; k < lists[b].size(); ++k) {
+        CAPTURE(b, k);
+        test::check_same_bits(many_viewed[b][k], many_cloud[b][k]);
+        check_same_covariance(many_viewed[b][k], many_cloud[b][k]);
+      }
+    }
+  }
+
+  SECTION("the initial pose search, screened and thinned or not, and the ground estimate") {
+    Aligner searcher(cpu_settings());
+    searcher.set_target(target);
+    for (std::size_t coarse_points : {std::size_t(0), std::size_t(512)}) {
+      CAPTURE(coarse_points);
+      InitialPoseOptions o;
+      o.radius = 1.0;
+      o.yaw_range_deg = 60.0;
+      o.refine_count = 4;
+      o.coarse_points = coarse_points;  // 0: the coarse pass aligns the scan itself
+      o.screen_above = 8;               // screened (every k-th point scored), 12 kept
+      o.screen_keep = 12;
+      const InitialPoseResult cloud = find_initial_pose(searcher, source, truth, o);
+      const InitialPoseResult viewed = find_initial_pose(searcher, view, truth, o);
+      CHECK(cloud.screened_hypotheses > 0);
+      test::check_same_bits(viewed.best, cloud.best);
+      CHECK(viewed.coarse_hypotheses == cloud.coarse_hypotheses);
+      CHECK(viewed.refined_hypotheses == cloud.refined_hypotheses);
+      CHECK(viewed.has_rival == cloud.has_rival);
+      CHECK(std::memcmp(viewed.rival_pose.data(), cloud.rival_pose.data(), sizeof(double) * 6) == 0);
+    }
+    const ScanGround g_cloud = estimate_ground(source), g_view = estimate_ground(view);
+    CHECK(g_cloud.found);
+    CHECK(g_view.found == g_cloud.found);
+    CHECK(g_view.up == g_cloud.up);
+    CHECK(g_view.height == g_cloud.height);
+    CHECK(g_view.inliers == g_cloud.inliers);
+  }
+}
+
+TEST_CASE("The CPU backend reads a view's points at every evaluation, not a copy of them", "[unit][aligner][view]") {
+  const PointCloud target = test::synthetic_scene(73, 30000);
+  const PointCloud source = test::synthetic_scene(74, 3000);
+  PointCloud moved = source;  // the same scan 0.4 m off: other sums at the same pose
+  for (auto& p : moved.points) p += Eigen::Vector3f(0.4f, -0.3f, 0.1f);
+  VoxelMapOptions mo;
+  mo.resolution = 2.0;
+  const auto map = std::make_shared<const VoxelMap>(VoxelMap::build(target, mo));
+  const AlignSettings s = cpu_settings();
+  const Pose6 pose = make_pose(0.1, -0.05, 0.02, 0.0, 0.01, 0.02);
+  RawPoints raw(source);
+  const PointCloudView view = raw.view();
+
+  // The backend is given the view once; the caller then rewrites its buffer in place. Had
+  // set_sources (or anything after it) copied the points, the second evaluation would
+  // still see the first points.
+  const std::unique_ptr<detail::AlignBackend> backend = detail::make_align_backend(s, nullptr);
+  backend->set_map(map);
+  backend->set_sources({view});
+  const math::DerivativeSums before = backend->evaluate(0, pose, true);
+  raw.assign(moved);
+  const math::DerivativeSums after = backend->evaluate(0, pose, true);
+  const std::vector<detail::OptimizerOutput> aligned = backend->align_batch({{pose, 0}}, s, false);
+
+  const std::unique_ptr<detail::AlignBackend> reference = detail::make_align_backend(s, nullptr);
+  reference->set_map(map);
+  reference->set_sources({source});
+  CHECK(same_bits(before, reference->evaluate(0, pose, true)));
+  reference->set_sources({moved});
+  const math::DerivativeSums expected = reference->evaluate(0, pose, true);
+  CHECK_FALSE(same_bits(before, expected));  // the test would not tell otherwise
+  CHECK(same_bits(after, expected));
+  const std::vector<detail::OptimizerOutput> expected_aligned = reference->align_batch({{pose, 0}}, s, false);
+  REQUIRE(aligned.size() == 1);
+  CHECK(std::memcmp(aligned[0].pose.data(), expected_aligned[0].pose.data(), sizeof(double) * 6) == 0);
+  CHECK(aligned[0].iterations == expected_aligned[0].iterations);
+
+  // The evaluator alike: made once over the view, evaluated before and after the change.
+  raw.assign(source);
+  detail::ThreadPool pool(2);
+  detail::CpuEvaluator evaluator(*map, view, s.search, s.outlier_ratio, &pool);
+  CHECK(same_bits(evaluator.evaluate_sums(pose, true), before));
+  raw.assign(moved);
+  CHECK(same_bits(evaluator.evaluate_sums(pose, true), expected));
+}
+
+TEST_CASE("No call that takes a view allocates a block the size of its points", "[unit][aligner][view]") {
+  const PointCloud target = test::synthetic_scene(75, 30000);
+  const PointCloud scan = test::synthetic_scene(76, 200000);
+  const RawPoints raw(scan);
+  const PointCloudView view = raw.view();
+  const std::size_t points_bytes = scan.size() * sizeof(Eigen::Vector3f);  // 2.4 MB
+  const auto largest_during = [](auto&& call) {
+    test::reset_largest_allocation();
+    call();
+    return test::largest_allocation();
+  };
+  // The tracker sees a copy: the points of a view copied into a PointCloud are one block.
+  CHECK(largest_during([&] {
+          PointCloud copy;
+          copy.points.assign(view.begin(), view.end());
+        }) >= points_bytes);
+
+  // What the calls may allocate in one block stays well under the points' size: the CPU
+  // evaluator's chunk sums (248 bytes for every 256 points, 194 kB here) and the ground
+  // estimate's sample (at most 20,000 points in double, a 786 kB vector once grown).
+  const std::size_t limit = points_bytes / 2;
+  const Pose6 guess = make_pose(0.2, -0.1, 0.0, 0.0, 0.0, 0.02);
+  AlignSettings s = cpu_settings();
+  s.max_iterations = 4;
+  s.pose_covariance = PoseCovariance::MultiNdt;
+  Aligner aligner(s);
+  aligner.set_target(target);
+  CHECK(largest_during([&] { (void)aligner.align(view, pose_to_matrix(guess)); }) < limit);
+  CHECK(largest_during([&] { (void)aligner.evaluate(view, pose_to_matrix(guess)); }) < limit);
+  const std::vector<Pose6> poses{guess, Pose6::Zero()};
+  const std::vector<std::vector<Pose6>> lists{{guess}, {poses[1]}};
+  CHECK(largest_during([&] { (void)aligner.evaluate_batch(view, poses); }) < limit);
+  CHECK(largest_during([&] { (void)aligner.align_batch(view, poses); }) < limit);
+  CHECK(largest_during([&] { (void)aligner.align_batch(std::vector<PointCloudView>{view, view}, lists); }) < limit);
+
+  Aligner searcher(cpu_settings());
+  searcher.set_target(target);
+  InitialPoseOptions o;
+  o.radius = 0.0;
+  o.yaw_range_deg = 30.0;
+  o.refine_count = 2;
+  o.level_from_ground = true;
+  CHECK(largest_during([&] { (void)find_initial_pose(searcher, view, Pose6::Zero(), o); }) < limit);
+}

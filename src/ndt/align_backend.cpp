@@ -144,12 +144,12 @@ class CudaAlignBackend final : public AlignBackend {
         std::vector<DeviceLoopOutput> r = cuda_.run_fixed_step(device, step_rules(s), keep_trace);
         for (std::size_t k = 0; k < r.size(); ++k) {
           OptimizerOutput& o = out[first + k];
-        o.pose = r[k].pose;
-        o.iterations = r[k].iterations;
-        o.reason = r[k].reason;
-        o.final = to_evaluation(r[k].final_sums);
-        o.trace = std::move(r[k].trace);
-        o.evaluations = r[k].evaluations;
+          o.pose = r[k].pose;
+          o.iterations = r[k].iterations;
+          o.reason = r[k].reason;
+          o.final = to_evaluation(r[k].final_sums);
+          o.trace = std::move(r[k].trace);
+          o.evaluations = r[k].evaluations;
         }
       }
       return out;

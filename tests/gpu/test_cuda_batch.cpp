@@ -13,6 +13,8 @@
 #include "cuda/cuda_backend.hpp"
 
 #include <chrono>
+#include <cstring>
+#include <limits>
 #include <random>
 
 using namespace ndtcu;
@@ -167,4 +169,43 @@ TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one",
     CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(1e-9));
     CHECK(batch[k].nvtl == Approx(on_cpu[k].nvtl).epsilon(1e-9));
   }
+}
+
+TEST_CASE("A view of a caller's buffer aligns on CUDA with the bits of its PointCloud", "[gpu][view]") {
+  NDTCU_REQUIRE_GPU();
+  const PointCloud target = test::synthetic_scene(81, 40000);
+  Pose6 truth;
+  truth << 0.3, -0.2, 0.05, 0.01, -0.01, 0.05;
+  PointCloud source = test::moved_by_inverse(test::synthetic_scene(82, 4000), truth);
+  source.origin = Eigen::Vector3d(0.5, -0.25, 0.125);
+  for (auto& p : source.points) p -= source.origin.cast<float>();
+  // The points as float32 triples in a buffer of the caller's, NaN on each side: a read
+  // past either end would meet one.
+  constexpr std::size_t kGuard = 4;
+  std::vector<float> raw(3 * (source.size() + 2 * kGuard), std::numeric_limits<float>::quiet_NaN());
+  std::memcpy(raw.data() + 3 * kGuard, source.points.data(), source.size() * 3 * sizeof(float));
+  const PointCloudView view(reinterpret_cast<const Eigen::Vector3f*>(raw.data() + 3 * kGuard), source.size(),
+                            source.origin);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  Aligner aligner(s);
+  aligner.set_target(target);
+  const std::vector<Pose6> guesses = random_guesses(truth, 6, 23);
+  const std::vector<AlignResult> cloud = aligner.align_batch(source, guesses);
+  const std::vector<AlignResult> viewed = aligner.align_batch(view, guesses);
+  REQUIRE(viewed.size() == guesses.size());
+  for (std::size_t k = 0; k < guesses.size(); ++k) {
+    CAPTURE(k);
+    CHECK(viewed[k].backend == "cuda");
+    test::check_same_bits(viewed[k], cloud[k]);
+    test::check_same_bits(aligner.align_from_pose(view, guesses[k]), aligner.align_from_pose(source, guesses[k]));
+    test::check_same_bits(aligner.evaluate(view, pose_to_matrix(guesses[k])),
+                          aligner.evaluate(source, pose_to_matrix(guesses[k])));
+  }
+  // The buffer rewritten in place (the points moved 1 m along x): the next call reads the
+  // new points, as it reads a changed cloud.
+  PointCloud moved = source;
+  for (auto& p : moved.points) p.x() += 1.0f;
+  std::memcpy(raw.data() + 3 * kGuard, moved.points.data(), moved.size() * 3 * sizeof(float));
+  test::check_same_bits(aligner.align_from_pose(view, guesses[0]), aligner.align_from_pose(moved, guesses[0]));
 }

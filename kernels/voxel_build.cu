@@ -103,7 +103,7 @@ __global__ void compact_kernel(const int* runs, const std::uint32_t* usable, con
 
 }  // namespace
 
-VoxelCells cuda_voxel_cells(const PointCloud& cloud, float inverse_resolution, const VoxelMapOptions& options) {
+VoxelCells cuda_voxel_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options) {
   const std::size_t n = cloud.size();
   VoxelCells out;
   if (n == 0) return out;
@@ -111,7 +111,7 @@ VoxelCells cuda_voxel_cells(const PointCloud& cloud, float inverse_resolution, c
   static_assert(sizeof(Eigen::Vector3f) == sizeof(float3), "Vector3f and float3 must share a layout");
   cudaStream_t stream = nullptr;
   DeviceBuffer<float3> points(n);
-  points.upload(reinterpret_cast<const float3*>(cloud.points.data()), n, stream);
+  points.upload(reinterpret_cast<const float3*>(cloud.points), n, stream);
   DeviceBuffer<std::uint64_t> keys(n), sorted_keys(n);
   DeviceBuffer<std::uint32_t> index(n), sorted_index(n);
   DeviceBuffer<unsigned long long> bad(1);

@@ -34,10 +34,10 @@ struct SortedCells {
 
 /// The cells of `cloud` at `inverse_resolution` (PCL's floor(p * inverse) in float). Throws
 /// Error naming the first point more than 2^20 cells from the cloud's origin.
-SortedCells sort_into_cells(const PointCloud& cloud, float inverse_resolution, double resolution, ThreadPool& pool);
+SortedCells sort_into_cells(PointCloudView cloud, float inverse_resolution, double resolution, ThreadPool& pool);
 
 /// The sums of cell `run` of `cells`, its points added in input order.
-math::VoxelSums cell_sums(const PointCloud& cloud, const SortedCells& cells, std::size_t run, bool autoware);
+math::VoxelSums cell_sums(PointCloudView cloud, const SortedCells& cells, std::size_t run, bool autoware);
 
 /// Appends a usable voxel (cell `key`, `count` points, statistics `s`) to `out`.
 void append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s);

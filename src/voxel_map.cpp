@@ -35,7 +35,7 @@ bool build_on_gpu(const VoxelMapOptions& o) {
 // The CPU build of the cells: the points sorted into cells, each cell's points summed in
 // input order and its statistics (kernels/voxel_statistics.hpp, the GPU build's), the
 // usable ones in cell order.
-detail::VoxelCells cpu_voxel_cells(const PointCloud& cloud, float inverse_resolution, double resolution,
+detail::VoxelCells cpu_voxel_cells(PointCloudView cloud, float inverse_resolution, double resolution,
                                    const VoxelMapOptions& options) {
   detail::ThreadPool pool(options.threads);
   const detail::SortedCells sorted = detail::sort_into_cells(cloud, inverse_resolution, resolution, pool);
@@ -93,7 +93,7 @@ float detail::inverse_resolution(double resolution) {
   return 1.0f / static_cast<float>(resolution);
 }
 
-detail::SortedCells detail::sort_into_cells(const PointCloud& cloud, float inverse_resolution, double resolution,
+detail::SortedCells detail::sort_into_cells(PointCloudView cloud, float inverse_resolution, double resolution,
                                             ThreadPool& pool) {
   SortedCells out;
   const std::size_t n = cloud.size();
@@ -106,7 +106,7 @@ detail::SortedCells detail::sort_into_cells(const PointCloud& cloud, float inver
   pool.parallel_for(chunks, [&](std::size_t c) {
     const std::size_t end = std::min(n, (c + 1) * kChunk);
     for (std::size_t i = c * kChunk; i < end; ++i) {
-      const Eigen::Vector3f& p = cloud.points[i];
+      const Eigen::Vector3f& p = cloud[i];
       const std::int64_t a = math::lattice_index(p.x(), inverse_resolution);
       const std::int64_t b = math::lattice_index(p.y(), inverse_resolution);
       const std::int64_t k = math::lattice_index(p.z(), inverse_resolution);
@@ -148,11 +148,11 @@ detail::SortedCells detail::sort_into_cells(const PointCloud& cloud, float inver
   return out;
 }
 
-math::VoxelSums detail::cell_sums(const PointCloud& cloud, const SortedCells& cells, std::size_t run, bool autoware) {
+math::VoxelSums detail::cell_sums(PointCloudView cloud, const SortedCells& cells, std::size_t run, bool autoware) {
   math::VoxelSums sums;
   math::start_sums(sums, autoware);
   for (std::size_t m = cells.runs[run].first; m < cells.runs[run].second; ++m) {
-    const Eigen::Vector3f& p = cloud.points[cells.keyed[m].second];
+    const Eigen::Vector3f& p = cloud[cells.keyed[m].second];
     math::add_point(sums, p.x(), p.y(), p.z());
   }
   return sums;
@@ -231,7 +231,7 @@ VoxelMap detail::assemble_voxel_map(VoxelCells&& cells, const VoxelMapOptions& o
 
 void detail::set_build_ms(VoxelMap& map, double ms) { VoxelMapAccess::set_build_ms(map, ms); }
 
-VoxelMap VoxelMap::build(const PointCloud& cloud, const VoxelMapOptions& options) {
+VoxelMap VoxelMap::build(PointCloudView cloud, const VoxelMapOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   detail::check_voxel_map_options(options);
   const float inverse = detail::inverse_resolution(options.resolution);

@@ -79,7 +79,7 @@ class Aligner {
   /// Builds the target voxel map from `target` with voxel_map_options(settings()), on the
   /// backend the aligner runs on (VoxelMapOptions::backend: a CUDA aligner builds it on the
   /// GPU; the voxels are the CPU build's, bit for bit).
-  void set_target(const PointCloud& target);
+  void set_target(PointCloudView target);
   /// Uses a map built elsewhere; throws Error when its resolution or covariance mode
   /// differs from the settings.
   void set_target(std::shared_ptr<const VoxelMap> map);

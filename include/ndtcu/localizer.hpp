@@ -218,7 +218,7 @@ class Localizer {
   const Aligner& aligner() const noexcept;
 
   /// Builds the voxel map from `map` (world frame). Keeps the motion state.
-  void set_map(const PointCloud& map);
+  void set_map(PointCloudView map);
   /// Uses a voxel map built elsewhere (see Aligner::set_target).
   void set_map(std::shared_ptr<const VoxelMap> map);
   /// Swaps in the next version of the same map (the tiles around the pose, see

@@ -56,7 +56,8 @@ class VoxelMap {
   /// An empty map (no voxels).
   VoxelMap() = default;
 
-  /// Builds the map of `cloud` (coordinates relative to cloud.origin). Cells are
+  /// Builds the map of `cloud` (coordinates relative to cloud.origin; a PointCloud, or a
+  /// view of points elsewhere, read where they lie). Cells are
   /// floor(p * (1/r)) with the inverse in float; each cell with at least min_points points
   /// gets mean mu = sum x / n (double), covariance by `options.covariance`, eigenvalues
   /// below eigenvalue_ratio * lambda_max raised to it, and is dropped when its covariance
@@ -64,7 +65,7 @@ class VoxelMap {
   /// options or a cloud wider than 2^20 cells from its origin along an axis or a build
   /// thread that cannot be started, std::bad_alloc when memory runs out (in any of its
   /// threads); a build that throws leaves nothing allocated.
-  static VoxelMap build(const PointCloud& cloud, const VoxelMapOptions& options);
+  static VoxelMap build(PointCloudView cloud, const VoxelMapOptions& options);
 
   /// Number of usable voxels.
   std::size_t size() const noexcept { return mean_[0].size(); }

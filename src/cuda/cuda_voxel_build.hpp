@@ -28,6 +28,6 @@ struct VoxelCells {
 /// run's points summed in input order and its statistics (kernels/voxel_statistics.hpp),
 /// and the usable ones compacted in cell order. Throws Error for a point more than 2^20
 /// cells from the origin (naming it), CudaError for a device failure or without CUDA.
-VoxelCells cuda_voxel_cells(const PointCloud& cloud, float inverse_resolution, const VoxelMapOptions& options);
+VoxelCells cuda_voxel_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);
 
 }  // namespace ndtcu::detail

@@ -16,7 +16,7 @@ namespace detail {
 std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vector3f>&, const Eigen::Matrix4f&) {
   throw CudaError("CUDA requested, but " + cuda_unavailable_reason());
 }
-VoxelCells cuda_voxel_cells(const PointCloud&, float, const VoxelMapOptions&) {
+VoxelCells cuda_voxel_cells(PointCloudView, float, const VoxelMapOptions&) {
   throw CudaError("a GPU voxel map build was requested, but " + cuda_unavailable_reason());
 }
 }  // namespace detail

@@ -307,7 +307,7 @@ const char* Localizer::backend() const noexcept { return impl_->aligner.backend(
 const char* Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? "cuda" : "cpu"; }
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
 
-void Localizer::set_map(const PointCloud& map) {
+void Localizer::set_map(PointCloudView map) {
   impl_->aligner.set_target(map);
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores
 }

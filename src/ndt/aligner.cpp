@@ -111,7 +111,7 @@ const char* Aligner::backend() const noexcept { return impl_->backend->name(); }
 Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind(); }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
 
-void Aligner::set_target(const PointCloud& target) {
+void Aligner::set_target(PointCloudView target) {
   // On the backend the aligner runs on: a CUDA aligner builds its map on the GPU (the same
   // voxels, bit for bit, as the CPU build).
   VoxelMapOptions o = voxel_map_options(impl_->settings);

@@ -2,15 +2,15 @@
 //
 // Point arrays. A point argument is either an ndtcu.PointCloud or a C-contiguous float32
 // numpy array of shape (N, 3) (read-only arrays too). Neither is copied by the calls that
-// align or score a scan (Aligner.align, evaluate, align_batch, find_initial_pose): they take
-// a PointCloudView of the cloud's or the array's own memory (Eigen::Vector3f is three
-// packed floats, so an (N, 3) float32 array is N of them as it lies), and the argument
-// holds a reference to the array until the call returns, GIL released or not. The calls
-// whose C++ side takes a PointCloud copy an array into one (CloudArg::cloud(), the one
-// place that does): building a map (VoxelMap.build, Aligner.set_target, Localizer.set_map),
-// the filters and write_point_cloud, Localizer.localize (whose preprocessing crops and
-// downsamples the scan into a new cloud anyway), and PointCloud(...), which owns its
-// points. A PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or
+// align, score a scan or build a map (Aligner.align, evaluate, align_batch,
+// find_initial_pose, VoxelMap.build, Aligner.set_target, Localizer.set_map): they take a
+// PointCloudView of the cloud's or the array's own memory (Eigen::Vector3f is three packed
+// floats, so an (N, 3) float32 array is N of them as it lies), and the argument holds a
+// reference to the array until the call returns, GIL released or not. The calls whose C++
+// side takes a PointCloud copy an array into one (CloudArg::cloud(), the one place that
+// does): the filters and write_point_cloud, Localizer.localize (whose preprocessing crops
+// and downsamples the scan into a new cloud anyway, intensities included), and
+// PointCloud(...), which owns its points. A PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or
 // built once is handed to every later call without a copy. Anything else is a TypeError
 // (not an array, wrong dtype) or a ValueError (wrong shape, not contiguous) naming the
 // argument and what was given: a silent conversion would hide a float64 map losing
@@ -481,11 +481,11 @@ NB_MODULE(_ndtcu, m) {
             o.eigenvalue_ratio = eigenvalue_ratio;
             o.threads = threads;
             nb::gil_scoped_release release;
-            return std::make_shared<VoxelMap>(VoxelMap::build(c.cloud(), o));
+            return std::make_shared<VoxelMap>(VoxelMap::build(c.view(), o));
           },
           "points"_a, "resolution"_a = 2.0, "covariance"_a = "autoware", "min_points"_a = 6, "eigenvalue_ratio"_a = 0.01,
           "threads"_a = 0,
-          "Builds the map of a PointCloud or float32 (N, 3) array (an array is copied into a PointCloud first).")
+          "Builds the map of a PointCloud or float32 (N, 3) array (read where it lies, not copied).")
       .def_prop_ro("size", &VoxelMap::size)
       .def("__len__", &VoxelMap::size)
       .def_prop_ro("resolution", &VoxelMap::resolution)
@@ -564,10 +564,10 @@ NB_MODULE(_ndtcu, m) {
             }
             CloudArg c(target, "target");
             Working working(a.mutex);
-            a.set_target(c.cloud());
+            a.set_target(c.view());
           },
           "target"_a,
-          "Builds the target map from a PointCloud or float32 (N, 3) array (copied into a PointCloud first), or uses a "
+          "Builds the target map from a PointCloud or float32 (N, 3) array (read where it lies, not copied), or uses a "
           "VoxelMap.")
       .def_prop_ro("target",
                    [](PyAligner& a) {
@@ -754,10 +754,10 @@ NB_MODULE(_ndtcu, m) {
             }
             CloudArg c(map, "map");
             Working working(l.mutex);
-            l.set_map(c.cloud());
+            l.set_map(c.view());
           },
           "map"_a,
-          "The map: a PointCloud, a float32 (N, 3) array (world frame; copied into a PointCloud first) or a VoxelMap.")
+          "The map: a PointCloud, a float32 (N, 3) array (world frame; read where it lies, not copied) or a VoxelMap.")
       .def(
           "set_initial_pose",
           [](PyLocalizer& l, nb::handle pose) {

@@ -203,5 +203,7 @@ TEST_CASE("a streamed tile that cannot be read is skipped and named; no tile wit
   CHECK(!map->empty());
   CHECK_THROWS_WITH(streamer.load(Eigen::Vector2d(5000.0, 0.0)),
                     Catch::Matchers::Contains("none of its") && Catch::Matchers::Contains("within 100 m"));
-  CHECK_THROWS_AS(TiledMapStreamer(tiles.string(), VoxelMapOptions{}, TiledMapStreamOptions{-1.0}), Error);
+  TiledMapStreamOptions negative;
+  negative.radius = -1.0;
+  CHECK_THROWS_AS(TiledMapStreamer(tiles.string(), VoxelMapOptions{}, negative), Error);
 }

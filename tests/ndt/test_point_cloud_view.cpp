@@ -293,3 +293,36 @@ TEST_CASE("No call that takes a view allocates a block the size of its points", 
   o.level_from_ground = true;
   CHECK(largest_during([&] { (void)find_initial_pose(searcher, view, Pose6::Zero(), o); }) < limit);
 }
+
+TEST_CASE("A map built from a view of a caller's buffer is the map of its PointCloud", "[unit][voxel_map][view]") {
+  // At UTM coordinates: the view carries the origin, the map keeps it.
+  PointCloud cloud = test::synthetic_scene(91, 30000);
+  cloud.origin = Eigen::Vector3d(683000.0, 3950000.0, 30.0);
+  const RawPoints raw(cloud);
+  const PointCloudView view = raw.view(cloud.origin);
+  for (const CovarianceMode mode : {CovarianceMode::Autoware, CovarianceMode::Pcl}) {
+    CAPTURE(to_string(mode));
+    VoxelMapOptions o;
+    o.covariance = mode;
+    o.threads = 2;
+    const VoxelMap a = VoxelMap::build(cloud, o), b = VoxelMap::build(view, o);
+    REQUIRE(a.size() > 100);
+    REQUIRE(b.size() == a.size());
+    CHECK(b.origin() == a.origin());
+    CHECK(b.stats().points == a.stats().points);
+    CHECK(b.cells() == a.cells());
+    CHECK(b.point_counts() == a.point_counts());
+    for (int k = 0; k < 3; ++k) CHECK(std::memcmp(b.mean(k).data(), a.mean(k).data(), a.size() * sizeof(double)) == 0);
+    for (int e = 0; e < 6; ++e) {
+      CHECK(std::memcmp(b.inverse_covariance(e).data(), a.inverse_covariance(e).data(), a.size() * sizeof(double)) == 0);
+    }
+    CHECK(b.table_keys() == a.table_keys());
+  }
+  // An Aligner's and a Localizer's target from the view: the same map, so the same result.
+  Aligner from_cloud(cpu_settings()), from_view(cpu_settings());
+  from_cloud.set_target(cloud);
+  from_view.set_target(view);
+  PointCloud scan = test::synthetic_scene(92, 3000);
+  scan.origin = cloud.origin;
+  test::check_same_bits(from_view.align(scan), from_cloud.align(scan));
+}

@@ -85,6 +85,14 @@ def test_array_and_cloud_and_batch_agree(sample, truth_poses):
     other = ndtcu.Aligner(backend="cpu")
     other.set_target(vmap)
     assert other.align(scan, pose).xyzrpy.tolist() == r_cloud.xyzrpy.tolist()
+    # The map of a plain array (read where it lies) is the map of the cloud holding it.
+    cloud = ndtcu.read_point_cloud(str(sample / "map.pcd"))
+    array = np.array(cloud.points)  # a copy of its own, in numpy's memory
+    from_array = ndtcu.VoxelMap.build(array, resolution=2.0)
+    from_cloud = ndtcu.VoxelMap.build(ndtcu.PointCloud(array), resolution=2.0)
+    assert len(from_array) == len(from_cloud)
+    assert np.array_equal(from_array.means, from_cloud.means)
+    assert np.array_equal(from_array.inverse_covariances, from_cloud.inverse_covariances)
 
 
 def test_points_are_not_copied(sample, truth_poses):

@@ -1,9 +1,10 @@
 """NDT scan registration (ndtcu) from Python: numpy in, numpy out.
 
 Point arguments are ndtcu.PointCloud objects or C-contiguous float32 numpy arrays of shape
-(N, 3). The calls that align or score a scan (Aligner.align, evaluate, align_batch,
-find_initial_pose) read either where it lies, without a copy; those that build a map, filter,
-write or preprocess take a PointCloud and copy an array into one first. Results carry the
+(N, 3). The calls that align or score a scan or build a map (Aligner.align, evaluate,
+align_batch, find_initial_pose, VoxelMap.build, Aligner.set_target, Localizer.set_map) read
+either where it lies, without a copy; those that filter, write or preprocess take a
+PointCloud and copy an array into one first. Results carry the
 field names of the CLI's JSON output.
 """
 

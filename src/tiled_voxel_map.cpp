@@ -17,10 +17,7 @@ namespace {
 // One tile's cells: every occupied cell (sparse ones too: two tiles' sparse parts of a
 // shared cell can make a usable voxel), in cell order, with its sums and, where it has
 // min_points points, its statistics.
-struct TileCells {
-  std::vector<std::uint64_t> keys;
-  std::vector<math::VoxelSums> sums;
-  std::vector<math::VoxelStatistics> stats;
+struct TileCells : detail::OccupiedCells {
   std::size_t points = 0;
 
   std::size_t bytes() const noexcept {
@@ -44,6 +41,8 @@ struct TiledVoxelMap::Impl {
   float inverse = 0.f;
   double resolution = 0.0;
   detail::ThreadPool pool;
+  bool on_gpu = false;                               // tiles voxelized on the GPU
+  std::unique_ptr<detail::CudaVoxelizer> voxelizer;  // made at the first GPU tile
   std::map<std::string, TileCells> tiles;  // ordered by id: the join's tile order
   std::shared_ptr<const VoxelMap> joined;  // null after a change
 
@@ -52,7 +51,8 @@ struct TiledVoxelMap::Impl {
         origin(org),
         inverse(detail::inverse_resolution(o.resolution)),
         resolution(static_cast<double>(static_cast<float>(o.resolution))),
-        pool(o.threads) {}
+        pool(o.threads),
+        on_gpu(detail::build_on_gpu(o)) {}
 
   TileCells build(const std::string& id, const PointCloud& cloud) {
     if (id.empty()) throw Error("tiled map: a tile id must not be empty");
@@ -71,6 +71,19 @@ struct TiledVoxelMap::Impl {
         throw Error(fmt::format("tiled map: tile '{}': point {} is not finite (relative to the map origin)", id, i));
       }
     }
+    TileCells t;
+    t.points = points->size();
+    if (on_gpu) {
+      if (!voxelizer) voxelizer = std::make_unique<detail::CudaVoxelizer>(true);
+      try {
+        static_cast<detail::OccupiedCells&>(t) = voxelizer->occupied_cells(*points, inverse, options);
+      } catch (const CudaError&) {
+        throw;
+      } catch (const Error& e) {
+        throw Error(fmt::format("tiled map: tile '{}': {}", id, e.what()));
+      }
+      return t;
+    }
     detail::SortedCells sorted;
     try {
       sorted = detail::sort_into_cells(*points, inverse, resolution, pool);
@@ -78,8 +91,6 @@ struct TiledVoxelMap::Impl {
       throw Error(fmt::format("tiled map: tile '{}': {}", id, e.what()));
     }
     const bool autoware = options.covariance == CovarianceMode::Autoware;
-    TileCells t;
-    t.points = points->size();
     const std::size_t cells = sorted.runs.size();
     t.keys.resize(cells);
     t.sums.resize(cells);
@@ -128,43 +139,68 @@ struct TiledVoxelMap::Impl {
                            refs.begin() + static_cast<std::ptrdiff_t>(bounds[hi]), by_key);
       });
     }
-    // One voxel per key: a tile's own statistics, or those of the joined sums.
+    // One voxel per key (a group of refs): a tile's own statistics, or those of the joined
+    // sums. First each group's outcome, then the usable ones written at their places, both
+    // in parallel chunks of groups.
     const bool autoware = options.covariance == CovarianceMode::Autoware;
     const auto min_points = static_cast<std::uint32_t>(options.min_points);
-    detail::VoxelCells cells;
-    for (std::size_t b = 0; b < refs.size();) {
-      std::size_t e = b + 1;
-      while (e < refs.size() && refs[e].key == refs[b].key) ++e;
-      ++cells.occupied_cells;
-      const CellRef& first = refs[b];
-      const TileCells& tile = *order[first.tile];
-      if (e == b + 1) {
-        const std::uint32_t n = tile.sums[first.cell].n;
-        if (n < min_points) {
-          ++cells.sparse_cells;
-        } else if (!tile.stats[first.cell].usable) {
-          ++cells.singular_cells;
-        } else {
-          detail::append_voxel(cells, first.key, n, tile.stats[first.cell]);
-        }
-      } else {
-        math::VoxelSums sums = tile.sums[first.cell];
-        for (std::size_t m = b + 1; m < e; ++m) math::merge_sums(sums, order[refs[m].tile]->sums[refs[m].cell], autoware);
-        if (sums.n < min_points) {
-          ++cells.sparse_cells;
-        } else {
-          math::VoxelStatistics s;
-          math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, s);
-          if (s.usable) {
-            detail::append_voxel(cells, first.key, sums.n, s);
-          } else {
-            ++cells.singular_cells;
-          }
-        }
-      }
-      b = e;
+    std::vector<std::size_t> group_begin;
+    group_begin.reserve(refs.size() + 1);
+    for (std::size_t r = 0; r < refs.size(); ++r) {
+      if (r == 0 || refs[r].key != refs[r - 1].key) group_begin.push_back(r);
     }
-    VoxelMap map = detail::assemble_voxel_map(std::move(cells), options, origin, points, false);
+    const std::size_t groups = group_begin.size();
+    group_begin.push_back(refs.size());
+    // The statistics of group g into `s`; its points. A group of one tile's cell points at
+    // the tile's statistics; a shared cell's are computed from the joined sums.
+    const auto group_statistics = [&](std::size_t g, math::VoxelStatistics& s) -> const math::VoxelStatistics* {
+      const CellRef& first = refs[group_begin[g]];
+      const TileCells& tile = *order[first.tile];
+      if (group_begin[g + 1] == group_begin[g] + 1) {
+        return tile.sums[first.cell].n < min_points ? nullptr : &tile.stats[first.cell];
+      }
+      math::VoxelSums sums = tile.sums[first.cell];
+      for (std::size_t m = group_begin[g] + 1; m < group_begin[g + 1]; ++m) {
+        math::merge_sums(sums, order[refs[m].tile]->sums[refs[m].cell], autoware);
+      }
+      if (sums.n < min_points) return nullptr;
+      math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, s);
+      return &s;
+    };
+    const auto group_points = [&](std::size_t g) {
+      std::uint32_t n = 0;
+      for (std::size_t m = group_begin[g]; m < group_begin[g + 1]; ++m) n += order[refs[m].tile]->sums[refs[m].cell].n;
+      return n;
+    };
+    constexpr std::size_t kChunk = 2048;
+    const std::size_t chunks = (groups + kChunk - 1) / kChunk;
+    std::vector<std::uint8_t> status(groups);  // 0 sparse, 1 singular, 2 usable
+    pool.parallel_for(chunks, [&](std::size_t c) {
+      math::VoxelStatistics s;
+      for (std::size_t g = c * kChunk; g < std::min(groups, (c + 1) * kChunk); ++g) {
+        const math::VoxelStatistics* st = group_statistics(g, s);
+        status[g] = !st ? 0 : st->usable ? 2 : 1;
+      }
+    });
+    std::vector<std::uint32_t> position(groups);
+    detail::VoxelCells cells;
+    cells.occupied_cells = groups;
+    std::size_t voxels = 0;
+    for (std::size_t g = 0; g < groups; ++g) {
+      position[g] = static_cast<std::uint32_t>(voxels);
+      cells.sparse_cells += status[g] == 0;
+      cells.singular_cells += status[g] == 1;
+      voxels += status[g] == 2;
+    }
+    detail::resize_voxels(cells, voxels);
+    pool.parallel_for(chunks, [&](std::size_t c) {
+      math::VoxelStatistics s;
+      for (std::size_t g = c * kChunk; g < std::min(groups, (c + 1) * kChunk); ++g) {
+        if (status[g] != 2) continue;
+        detail::set_voxel(cells, position[g], refs[group_begin[g]].key, group_points(g), *group_statistics(g, s));
+      }
+    });
+    VoxelMap map = detail::assemble_voxel_map(std::move(cells), options, origin, points, on_gpu);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     detail::set_build_ms(map, ms);
     detail::log().debug("tiled map: {} tiles joined into {} voxels in {:.1f} ms", tiles.size(), map.size(), ms);

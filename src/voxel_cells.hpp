@@ -20,6 +20,10 @@ namespace ndtcu::detail {
 /// eigenvalue_ratio, threads), naming the value.
 void check_voxel_map_options(const VoxelMapOptions& options);
 
+/// True when a build by `options` runs on the GPU: Backend::Cuda, or Backend::Auto with
+/// CUDA compiled in and a device present.
+bool build_on_gpu(const VoxelMapOptions& options);
+
 /// The lattice's inverse resolution: 1 / float(resolution) in float, as PCL's leaf size.
 float inverse_resolution(double resolution);
 
@@ -41,6 +45,10 @@ math::VoxelSums cell_sums(PointCloudView cloud, const SortedCells& cells, std::s
 
 /// Appends a usable voxel (cell `key`, `count` points, statistics `s`) to `out`.
 void append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s);
+/// Sets every voxel array of `out` to `voxels` entries (the cell counts untouched).
+void resize_voxels(VoxelCells& out, std::size_t voxels);
+/// Writes usable voxel `v` (cell `key`, `count` points, statistics `s`) of a sized `out`.
+void set_voxel(VoxelCells& out, std::size_t v, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s);
 
 /// The map of `cells` (usable voxels in cell order): its lattice cells and hash table.
 /// `points` is the number of points binned, `origin` the world position of its zero.

@@ -25,12 +25,15 @@ namespace {
 
 using math::kEmptyKey;
 
-// The GPU build when the options ask for it (Auto: when this build has CUDA and a device).
-bool build_on_gpu(const VoxelMapOptions& o) {
+}  // namespace
+
+bool detail::build_on_gpu(const VoxelMapOptions& o) {
   if (o.backend == Backend::Cuda) return true;
   if (o.backend == Backend::Auto) return cuda_compiled() && !cuda_devices().empty();
   return false;
 }
+
+namespace {
 
 // The CPU build of the cells: the points sorted into cells, each cell's points summed in
 // input order and its statistics (kernels/voxel_statistics.hpp, the GPU build's), the
@@ -158,18 +161,47 @@ math::VoxelSums detail::cell_sums(PointCloudView cloud, const SortedCells& cells
   return sums;
 }
 
-void detail::append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s) {
+void detail::resize_voxels(VoxelCells& out, std::size_t voxels) {
+  out.keys.resize(voxels);
+  out.counts.resize(voxels);
+  for (int a = 0; a < 3; ++a) {
+    out.mean[a].resize(voxels);
+    out.centroid[a].resize(voxels);
+  }
+  for (int e = 0; e < 6; ++e) {
+    out.icov[e].resize(voxels);
+    out.cov[e].resize(voxels);
+  }
+}
+
+void detail::set_voxel(VoxelCells& out, std::size_t v, std::uint64_t key, std::uint32_t count,
+                       const math::VoxelStatistics& s) {
   static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
+  out.keys[v] = key;
+  out.counts[v] = count;
+  for (int a = 0; a < 3; ++a) {
+    out.mean[a][v] = s.mean[a];
+    out.centroid[a][v] = s.centroid[a];
+  }
+  for (int e = 0; e < 6; ++e) {
+    out.icov[e][v] = s.icov[kRow[e]][kCol[e]];
+    out.cov[e][v] = s.cov[kRow[e]][kCol[e]];
+  }
+}
+
+void detail::append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s) {
+  const std::size_t v = out.keys.size();
   out.keys.push_back(key);
   out.counts.push_back(count);
   for (int a = 0; a < 3; ++a) {
-    out.mean[a].push_back(s.mean[a]);
-    out.centroid[a].push_back(s.centroid[a]);
+    out.mean[a].emplace_back();
+    out.centroid[a].emplace_back();
   }
   for (int e = 0; e < 6; ++e) {
-    out.icov[e].push_back(s.icov[kRow[e]][kCol[e]]);
-    out.cov[e].push_back(s.cov[kRow[e]][kCol[e]]);
+    out.icov[e].emplace_back();
+    out.cov[e].emplace_back();
   }
+  set_voxel(out, v, key, count, s);
 }
 
 // Fills a VoxelMap's private members (detail::assemble_voxel_map's access).
@@ -236,7 +268,7 @@ VoxelMap VoxelMap::build(PointCloudView cloud, const VoxelMapOptions& options) {
   detail::check_voxel_map_options(options);
   const float inverse = detail::inverse_resolution(options.resolution);
   const double resolution = static_cast<double>(static_cast<float>(options.resolution));
-  const bool on_gpu = build_on_gpu(options);
+  const bool on_gpu = detail::build_on_gpu(options);
   detail::VoxelCells cells = on_gpu ? detail::cuda_voxel_cells(cloud, inverse, options)
                                     : cpu_voxel_cells(cloud, inverse, resolution, options);
   VoxelMap map = detail::assemble_voxel_map(std::move(cells), options, cloud.origin, cloud.size(), on_gpu);

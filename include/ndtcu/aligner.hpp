@@ -32,7 +32,9 @@ Eigen::Matrix4d pose_to_matrix(const Pose6& pose);
 /// (rotation not orthonormal within 1e-4, bottom row not 0 0 0 1).
 Pose6 matrix_to_pose(const Eigen::Matrix4d& transform);
 
-/// The VoxelMapOptions an AlignSettings implies (resolution, covariance, thresholds, threads).
+/// The VoxelMapOptions an AlignSettings implies (resolution, covariance, thresholds,
+/// threads, and the backend: a CUDA aligner's maps, and its tiles, are built on the GPU,
+/// with the CPU build's bits).
 VoxelMapOptions voxel_map_options(const AlignSettings& settings);
 
 /// Options of a batched alignment (Aligner::align_batch).

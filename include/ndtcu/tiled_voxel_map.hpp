@@ -56,8 +56,11 @@ struct TiledVoxelMapStats {
 class TiledVoxelMap {
  public:
   /// An empty map whose cells are built by `options` (resolution, covariance, thresholds,
-  /// threads; the backend is ignored: tiles are voxelized on the CPU) relative to `origin`
-  /// (world). Throws Error for options VoxelMap::build refuses.
+  /// threads) relative to `origin` (world). Tiles are voxelized where VoxelMap::build would
+  /// build by these options: on the GPU for Backend::Cuda (and Backend::Auto with a device),
+  /// on a stream of the map's own that never holds up alignments on other streams, with
+  /// the CPU's bits; the joined map() is the same either way. Throws Error for options
+  /// VoxelMap::build refuses.
   explicit TiledVoxelMap(const VoxelMapOptions& options, const Eigen::Vector3d& origin = Eigen::Vector3d::Zero());
   ~TiledVoxelMap();
   TiledVoxelMap(TiledVoxelMap&&) noexcept;
@@ -65,7 +68,8 @@ class TiledVoxelMap {
 
   /// Voxelizes `cloud` as tile `id`. Throws Error for an empty id, an id already loaded
   /// (remove it first), a non-finite point or a point more than 2^20 cells from the
-  /// origin (naming the tile and the point); the map is unchanged then.
+  /// origin (naming the tile and the point), CudaError for a device failure of a GPU
+  /// voxelize; the map is unchanged then.
   void add_tile(const std::string& id, const PointCloud& cloud);
   /// add_tile for each (id, cloud); all or none: the first failure throws and leaves
   /// the map as it was.

@@ -5,9 +5,12 @@
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/voxel_map.hpp>
 
+#include "voxel_statistics.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace ndtcu::detail {
@@ -23,11 +26,47 @@ struct VoxelCells {
   std::size_t occupied_cells = 0, sparse_cells = 0, singular_cells = 0;
 };
 
-/// The cells of `cloud` at `inverse_resolution` by `options` on the current CUDA device:
-/// cell keys, a stable radix sort of (key, point index), the runs of equal keys, each
-/// run's points summed in input order and its statistics (kernels/voxel_statistics.hpp),
-/// and the usable ones compacted in cell order. Throws Error for a point more than 2^20
-/// cells from the origin (naming it), CudaError for a device failure or without CUDA.
+/// Every occupied cell of a cloud in cell order (sparse and singular ones too): its sums
+/// (the points in input order) and, where it has min_points points, its statistics
+/// (`usable` false otherwise; every other field of a cell below min_points is zero). What
+/// a tiled map keeps of each tile, so that the cells two tiles share can be joined.
+struct OccupiedCells {
+  std::vector<std::uint64_t> keys;
+  std::vector<math::VoxelSums> sums;
+  std::vector<math::VoxelStatistics> stats;
+};
+
+/// The GPU voxelizer: cell keys, a stable radix sort of (key, point index), the runs of
+/// equal keys, each run's points summed in input order and its statistics
+/// (kernels/voxel_statistics.hpp), on the current CUDA device and a non-blocking stream of
+/// its own, so that it never waits for (or holds up) alignments on other streams. With
+/// `pinned_upload` the points go up from a page-locked copy (one short DMA instead of a
+/// pageable copy, which holds the copy engine longer while alignments run; allocating it
+/// costs more than it saves for a single build). Its device and page-locked buffers grow
+/// only: voxelizing tile after tile allocates (and frees, which synchronizes the device)
+/// only when a tile is larger than every one before it. Throws
+/// CudaError when CUDA is not compiled in or no device is usable. One caller at a time.
+class CudaVoxelizer {
+ public:
+  explicit CudaVoxelizer(bool pinned_upload);
+  ~CudaVoxelizer();
+  CudaVoxelizer(const CudaVoxelizer&) = delete;
+  CudaVoxelizer& operator=(const CudaVoxelizer&) = delete;
+
+  /// The usable voxels of `cloud` at `inverse_resolution` by `options`, compacted in cell
+  /// order (VoxelMap::build's cells). Throws Error for a point more than 2^20 cells from
+  /// the origin (naming it), CudaError for a device failure; the voxelizer stays usable.
+  VoxelCells usable_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);
+  /// Every occupied cell of `cloud` (OccupiedCells), with the same bits as the CPU's
+  /// cell_sums and voxel_statistics. Throws as usable_cells does.
+  OccupiedCells occupied_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The usable cells of `cloud` by a voxelizer made for this one build.
 VoxelCells cuda_voxel_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);
 
 }  // namespace ndtcu::detail

@@ -19,6 +19,13 @@ std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vect
 VoxelCells cuda_voxel_cells(PointCloudView, float, const VoxelMapOptions&) {
   throw CudaError("a GPU voxel map build was requested, but " + cuda_unavailable_reason());
 }
+struct CudaVoxelizer::Impl {};
+CudaVoxelizer::CudaVoxelizer(bool) {
+  throw CudaError("a GPU voxel map build was requested, but " + cuda_unavailable_reason());
+}
+CudaVoxelizer::~CudaVoxelizer() = default;
+VoxelCells CudaVoxelizer::usable_cells(PointCloudView, float, const VoxelMapOptions&) { return {}; }
+OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView, float, const VoxelMapOptions&) { return {}; }
 }  // namespace detail
 
 }  // namespace ndtcu

@@ -56,6 +56,7 @@ VoxelMapOptions voxel_map_options(const AlignSettings& s) {
   o.min_points = s.min_points_per_voxel;
   o.eigenvalue_ratio = s.eigenvalue_ratio;
   o.threads = s.threads;
+  o.backend = s.backend;
   return o;
 }
 

@@ -11,11 +11,16 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/simulator.hpp>
+#include <ndtcu/tiled_voxel_map.hpp>
 #include <ndtcu/voxel_map.hpp>
 
-#include <chrono>
+#include "cuda/cuda_backend.hpp"
+
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,7 +128,118 @@ PointCloud simulator_map(const Eigen::Vector3d& origin, double voxel, std::uint6
   return sim::sample_map(sim::World(sim::generate_scene(w)), m);
 }
 
+// `cloud` cut into squares of `size` metres (ids "i_j" by lower corner), origin kept.
+std::map<std::string, PointCloud> cut_into_tiles(const PointCloud& cloud, double size) {
+  std::map<std::string, PointCloud> tiles;
+  for (const Eigen::Vector3f& p : cloud.points) {
+    const auto i = static_cast<long>(std::floor(p.x() / size)), j = static_cast<long>(std::floor(p.y() / size));
+    PointCloud& t = tiles[std::to_string(i) + "_" + std::to_string(j)];
+    t.origin = cloud.origin;
+    t.points.push_back(p);
+  }
+  return tiles;
+}
+
+// The tiled map of `tiles` by `o`, added in id order or in reverse.
+std::shared_ptr<const VoxelMap> tiled_map(const std::map<std::string, PointCloud>& tiles, const VoxelMapOptions& o,
+                                          const Eigen::Vector3d& origin, bool reverse) {
+  TiledVoxelMap m(o, origin);
+  if (reverse) {
+    for (auto it = tiles.rbegin(); it != tiles.rend(); ++it) m.add_tile(it->first, it->second);
+  } else {
+    for (const auto& [id, t] : tiles) m.add_tile(id, t);
+  }
+  return m.map();
+}
+
 }  // namespace
+
+TEST_CASE("tiles voxelized on the GPU give the CPU tiles' map bit for bit", "[gpu][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  // 10 m tiles at 2 m (no cell spans two tiles) and 7 m tiles (the borders cut cells, whose
+  // sums from two to four tiles are joined: the GPU's sums must be the CPU's bits too).
+  const PointCloud utm = simulator_map(Eigen::Vector3d(680000.0, 3900000.0, 40.0), 0.2, 6);
+  for (const double size : {10.0, 7.0}) {
+    const auto tiles = cut_into_tiles(utm, size);
+    for (const CovarianceMode mode : {CovarianceMode::Autoware, CovarianceMode::Pcl}) {
+      CAPTURE(size, to_string(mode));
+      VoxelMapOptions o;
+      o.resolution = 2.0;
+      o.covariance = mode;
+      o.threads = 4;
+      o.backend = Backend::Cpu;
+      const auto cpu = tiled_map(tiles, o, utm.origin, false);
+      o.backend = Backend::Cuda;
+      const auto gpu = tiled_map(tiles, o, utm.origin, true);
+      std::printf("tiles on the GPU: %zu tiles of %.0f m, %s: %zu voxels (%zu singular)\n", tiles.size(), size,
+                  to_string(mode), gpu->size(), gpu->stats().singular_cells);
+      check_same(*cpu, *gpu);
+    }
+  }
+  // Adds and removes in another order on the GPU give the map of the final set.
+  const auto tiles = cut_into_tiles(utm, 7.0);
+  VoxelMapOptions o;
+  o.resolution = 2.0;
+  o.backend = Backend::Cuda;
+  TiledVoxelMap walked(o, utm.origin);
+  std::map<std::string, PointCloud> kept;
+  std::size_t k = 0;
+  for (const auto& [id, t] : tiles) {
+    walked.add_tile(id, t);
+    if (k++ % 3 == 0) {
+      walked.remove_tiles({id});
+    } else {
+      kept.emplace(id, t);
+    }
+  }
+  const auto fresh = tiled_map(kept, o, utm.origin, true);
+  const auto walked_map = walked.map();
+  REQUIRE(walked_map->size() == fresh->size());
+  CHECK(cell_differences(*fresh, *walked_map) == 0);
+  for (int e = 0; e < 6; ++e) {
+    CHECK(differences("inverse covariance", fresh->inverse_covariance(e), walked_map->inverse_covariance(e)) == 0);
+  }
+}
+
+TEST_CASE("the GPU tile voxelizer allocates nothing once sized, and its errors name the tile", "[gpu][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  const PointCloud map = simulator_map(Eigen::Vector3d::Zero(), 0.2, 5);
+  auto tiles = cut_into_tiles(map, 20.0);
+  VoxelMapOptions o;
+  o.resolution = 2.0;
+  o.backend = Backend::Cuda;
+  TiledVoxelMap m(o);
+  // The largest tile first sizes the buffers; every other tile then reuses them (no
+  // cudaMalloc, and no cudaFree: a free synchronizes the whole device).
+  const auto largest = std::max_element(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) {
+    return a.second.size() < b.second.size();
+  });
+  m.add_tile(largest->first, largest->second);
+  const std::uint64_t allocations = detail::device_allocations();
+  std::size_t added = 1;
+  for (const auto& [id, t] : tiles) {
+    if (id == largest->first) continue;
+    m.add_tile(id, t);
+    ++added;
+  }
+  CHECK(detail::device_allocations() == allocations);
+  CHECK(m.stats().tiles == added);
+  // A point beyond the lattice's reach: an Error naming the tile, the map unchanged.
+  const std::size_t voxels = m.map()->size();
+  PointCloud far;
+  far.points.assign(10, Eigen::Vector3f(1.0f, 1.0f, 1.0f));
+  far.points[4] = Eigen::Vector3f(5.0e6f, 0.0f, 0.0f);
+  CHECK_THROWS_WITH(m.add_tile("far", far), Catch::Matchers::Contains("tile 'far'") &&
+                                                Catch::Matchers::Contains("point 4"));
+  CHECK_FALSE(m.contains("far"));
+  CHECK(m.map()->size() == voxels);
+  // And the next tile voxelizes as before.
+  PointCloud one;
+  one.points.assign(10, Eigen::Vector3f(1001.0f, 1001.0f, 1.0f));
+  for (std::size_t i = 0; i < one.size(); ++i) one.points[i].z() += 0.1f * static_cast<float>(i);
+  m.add_tile("one", one);
+  CHECK(m.contains("one"));
+}
 
 TEST_CASE("the GPU voxel map build equals the CPU build bit for bit", "[gpu]") {
   NDTCU_REQUIRE_GPU();

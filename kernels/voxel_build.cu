@@ -215,7 +215,6 @@ CudaVoxelizer::~CudaVoxelizer() = default;
 VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options) {
   VoxelCells out;
   if (cloud.size() == 0) return out;
-  if (cloud.size() > std::numeric_limits<std::uint32_t>::max()) throw Error("voxel map: more than 2^32 points");
   Impl& m = *impl_;
   const cudaStream_t stream = m.stream;
   const int run_count = m.sort_into_runs(cloud, inverse_resolution);
@@ -249,21 +248,12 @@ VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resol
     out.singular_cells += s == 1;
     voxels += s == 2;
   }
-  out.keys.resize(voxels);
-  out.counts.resize(voxels);
+  resize_voxels(out, voxels);
   std::vector<RunResult> host(voxels);
   m.keys_out.download(out.keys.data(), voxels, stream);
   m.counts_out.download(out.counts.data(), voxels, stream);
   m.compacted.download(host.data(), voxels, stream);
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (int a = 0; a < 3; ++a) {
-    out.mean[a].resize(voxels);
-    out.centroid[a].resize(voxels);
-  }
-  for (int e = 0; e < 6; ++e) {
-    out.icov[e].resize(voxels);
-    out.cov[e].resize(voxels);
-  }
   for (std::size_t v = 0; v < voxels; ++v) {
     for (int a = 0; a < 3; ++a) {
       out.mean[a][v] = host[v].mean[a];
@@ -281,7 +271,6 @@ OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView cloud, float inverse_
                                             const VoxelMapOptions& options) {
   OccupiedCells out;
   if (cloud.size() == 0) return out;
-  if (cloud.size() > std::numeric_limits<std::uint32_t>::max()) throw Error("voxel map: more than 2^32 points");
   Impl& m = *impl_;
   const cudaStream_t stream = m.stream;
   const int run_count = m.sort_into_runs(cloud, inverse_resolution);

@@ -45,8 +45,6 @@ math::VoxelSums cell_sums(PointCloudView cloud, const SortedCells& cells, std::s
 
 /// Appends a usable voxel (cell `key`, `count` points, statistics `s`) to `out`.
 void append_voxel(VoxelCells& out, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s);
-/// Sets every voxel array of `out` to `voxels` entries (the cell counts untouched).
-void resize_voxels(VoxelCells& out, std::size_t voxels);
 /// Writes usable voxel `v` (cell `key`, `count` points, statistics `s`) of a sized `out`.
 void set_voxel(VoxelCells& out, std::size_t v, std::uint64_t key, std::uint32_t count, const math::VoxelStatistics& s);
 

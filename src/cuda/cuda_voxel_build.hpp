@@ -26,6 +26,10 @@ struct VoxelCells {
   std::size_t occupied_cells = 0, sparse_cells = 0, singular_cells = 0;
 };
 
+/// Sets every voxel array of `out` (keys to covariances) to `voxels` entries; the cell
+/// counts stay (src/voxel_map.cpp).
+void resize_voxels(VoxelCells& out, std::size_t voxels);
+
 /// Every occupied cell of a cloud in cell order (sparse and singular ones too): its sums
 /// (the points in input order) and, where it has min_points points, its statistics
 /// (`usable` false otherwise; every other field of a cell below min_points is zero). What

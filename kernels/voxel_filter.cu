@@ -359,8 +359,8 @@ CudaScanFilter::~CudaScanFilter() = default;
 int CudaScanFilter::device() const noexcept { return impl_->device; }
 const CudaFilterTelemetry& CudaScanFilter::telemetry() const noexcept { return impl_->telemetry; }
 
-PointCloud CudaScanFilter::crop_and_downsample(const PointCloud& scan, double min_range, double max_range,
-                                               double leaf) {
+PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float* intensity, double min_range,
+                                               double max_range, double leaf) {
   // The CPU filters' argument checks, in their order (crop, then leaf); 0 is "crop only".
   check_crop_range(min_range, max_range);
   if (leaf != 0.0) check_voxel_leaf(leaf);
@@ -375,7 +375,7 @@ PointCloud CudaScanFilter::crop_and_downsample(const PointCloud& scan, double mi
     throw Error("CUDA scan filter: " + std::to_string(n) + " points are more than it indexes (" +
                 std::to_string(kMaxPoints) + ")");
   }
-  const bool with_intensity = scan.has_intensity();
+  const bool with_intensity = intensity != nullptr;
   const int n_int = static_cast<int>(n);
   const int blocks = blocks_for(n);
 
@@ -410,8 +410,8 @@ PointCloud CudaScanFilter::crop_and_downsample(const PointCloud& scan, double mi
   m.reserve_temp(select_bytes);
 
   // 1-3: upload, crop and bounds, compaction of the kept indices.
-  std::memcpy(b.up_points.data(), static_cast<const void*>(scan.points.data()), n * sizeof(float3));
-  if (with_intensity) std::memcpy(b.up_intensity.data(), scan.intensity.data(), n * sizeof(float));
+  std::memcpy(b.up_points.data(), static_cast<const void*>(scan.points), n * sizeof(float3));
+  if (with_intensity) std::memcpy(b.up_intensity.data(), intensity, n * sizeof(float));
   m.in_flight = true;
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
   NDTCU_CUDA_CHECK(

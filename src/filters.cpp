@@ -113,9 +113,10 @@ struct CellPoint {
 };
 
 // Centroids of runs of equal cells, in the order of `order` (indices into cloud).
+// `intensity`: one per point of `cloud`, or null (none).
 template <typename Key, typename It>
-void emit_centroids(const PointCloud& cloud, It begin, It end, Key key_of, PointCloud& out) {
-  const bool with_intensity = cloud.has_intensity();
+void emit_centroids(PointCloudView cloud, const float* intensity, It begin, It end, Key key_of, PointCloud& out) {
+  const bool with_intensity = intensity != nullptr;
   for (It run = begin; run != end;) {
     It stop = run;
     Eigen::Vector3f sum = Eigen::Vector3f::Zero();
@@ -123,8 +124,8 @@ void emit_centroids(const PointCloud& cloud, It begin, It end, Key key_of, Point
     std::size_t n = 0;
     while (stop != end && key_of(*stop) == key_of(*run)) {
       const std::size_t i = stop->cloud_point_index;
-      sum += cloud.points[i];  // pcl::CentroidPoint accumulates x y z in float
-      if (with_intensity) isum += cloud.intensity[i];
+      sum += cloud[i];  // pcl::CentroidPoint accumulates x y z in float
+      if (with_intensity) isum += intensity[i];
       ++n;
       ++stop;
     }
@@ -136,7 +137,7 @@ void emit_centroids(const PointCloud& cloud, It begin, It end, Key key_of, Point
 
 }  // namespace
 
-PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
+PointCloud detail::downsample_points(PointCloudView cloud, const float* intensity, double leaf) {
   detail::check_voxel_leaf(leaf);
   PointCloud out;
   out.origin = cloud.origin;
@@ -145,8 +146,8 @@ PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
     throw Error("voxel_downsample: more than 2^32 points");
   }
 
-  Eigen::Vector3f lo = cloud.points.front(), hi = lo;
-  for (const auto& p : cloud.points) {
+  Eigen::Vector3f lo = cloud[0], hi = lo;
+  for (const auto& p : cloud) {
     lo = lo.cwiseMin(p);
     hi = hi.cwiseMax(p);
   }
@@ -156,7 +157,7 @@ PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
     // algorithm, same order within a cell, so the same float sums).
     std::vector<CellPoint> index(cloud.size());
     for (std::size_t i = 0; i < cloud.size(); ++i) {
-      const auto& p = cloud.points[i];
+      const auto& p = cloud[i];
       index[i] = {math::cell_index(lattice.pcl, p.x(), p.y(), p.z()), static_cast<unsigned int>(i)};
     }
 #if defined(NDTCU_HAVE_BOOST_SORT)
@@ -167,7 +168,7 @@ PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
     // centroid may differ from PCL's in the last float bit.
     std::stable_sort(index.begin(), index.end());
 #endif
-    emit_centroids(cloud, index.begin(), index.end(), [](const CellPoint& c) { return c.idx; }, out);
+    emit_centroids(cloud, intensity, index.begin(), index.end(), [](const CellPoint& c) { return c.idx; }, out);
     return out;
   }
   // The 64-bit lattice: points within a cell in input order.
@@ -177,30 +178,43 @@ PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
   };
   std::vector<WideCellPoint> keyed(cloud.size());
   for (std::size_t i = 0; i < cloud.size(); ++i) {
-    const auto& p = cloud.points[i];
+    const auto& p = cloud[i];
     keyed[i] = {math::cell_index(lattice.wide, p.x(), p.y(), p.z()), static_cast<unsigned int>(i)};
   }
   std::stable_sort(keyed.begin(), keyed.end(),
                    [](const WideCellPoint& a, const WideCellPoint& b) { return a.idx < b.idx; });
-  emit_centroids(cloud, keyed.begin(), keyed.end(), [](const WideCellPoint& c) { return c.idx; }, out);
+  emit_centroids(cloud, intensity, keyed.begin(), keyed.end(), [](const WideCellPoint& c) { return c.idx; }, out);
   return out;
 }
 
-PointCloud crop_range(const PointCloud& cloud, double min_range, double max_range) {
+PointCloud detail::crop_points(PointCloudView cloud, const float* intensity, double min_range, double max_range) {
   detail::check_crop_range(min_range, max_range);
   PointCloud out;
   out.origin = cloud.origin;
-  const bool with_intensity = cloud.has_intensity();
+  const bool with_intensity = intensity != nullptr;
   const double lo2 = min_range * min_range, hi2 = max_range * max_range;
   const Eigen::Vector3d& o = cloud.origin;
   for (std::size_t i = 0; i < cloud.size(); ++i) {
-    const auto& p = cloud.points[i];
+    const auto& p = cloud[i];
     if (math::within_range(o.x(), o.y(), o.z(), p.x(), p.y(), p.z(), lo2, hi2)) {
       out.points.push_back(p);
-      if (with_intensity) out.intensity.push_back(cloud.intensity[i]);
+      if (with_intensity) out.intensity.push_back(intensity[i]);
     }
   }
   return out;
+}
+
+
+PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
+  return detail::downsample_points(cloud, cloud.has_intensity() ? cloud.intensity.data() : nullptr, leaf);
+}
+PointCloud voxel_downsample(PointCloudView cloud, double leaf) { return detail::downsample_points(cloud, nullptr, leaf); }
+
+PointCloud crop_range(const PointCloud& cloud, double min_range, double max_range) {
+  return detail::crop_points(cloud, cloud.has_intensity() ? cloud.intensity.data() : nullptr, min_range, max_range);
+}
+PointCloud crop_range(PointCloudView cloud, double min_range, double max_range) {
+  return detail::crop_points(cloud, nullptr, min_range, max_range);
 }
 
 }  // namespace ndtcu

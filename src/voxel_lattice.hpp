@@ -5,7 +5,15 @@
 // arithmetic they share lives in kernels/voxel_grid_math.hpp.
 #include "../kernels/voxel_grid_math.hpp"
 
+#include <ndtcu/point_cloud.hpp>
+
 namespace ndtcu::detail {
+
+/// voxel_downsample and crop_range of points where they lie, with `intensity` (one per
+/// point) or none (null): the one implementation behind the PointCloud and view overloads
+/// and the localizer's CPU preprocessing.
+PointCloud downsample_points(PointCloudView cloud, const float* intensity, double leaf);
+PointCloud crop_points(PointCloudView cloud, const float* intensity, double min_range, double max_range);
 
 /// Throws Error unless `leaf` is positive and finite (voxel_downsample's rule).
 void check_voxel_leaf(double leaf);

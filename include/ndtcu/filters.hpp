@@ -16,10 +16,15 @@ namespace ndtcu {
 /// unfiltered) this filters with 64-bit indices. Throws Error for a leaf that is not
 /// positive and finite, or a lattice too large to index in 64 bits.
 PointCloud voxel_downsample(const PointCloud& cloud, double leaf);
+/// The same for points read where they lie (no intensities: the output has none).
+PointCloud voxel_downsample(PointCloudView cloud, double leaf);
 
 /// Keeps points whose distance from the cloud's frame origin (world coordinates, so the
 /// sensor for a scan) lies in [min_range, max_range]. Throws Error for negative or
 /// inverted ranges.
 PointCloud crop_range(const PointCloud& cloud, double min_range, double max_range);
+/// The same for points read where they lie, relative to the view's origin (no
+/// intensities: the output has none).
+PointCloud crop_range(PointCloudView cloud, double min_range, double max_range);
 
 }  // namespace ndtcu

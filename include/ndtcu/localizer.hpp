@@ -246,13 +246,20 @@ class Localizer {
   /// The range crop and voxel filter of the settings (on the device of preprocess_backend());
   /// thread-safe: concurrent callers run concurrently, each on a GPU filter of its own.
   PointCloud preprocess(const PointCloud& scan) const;
+  /// The same for points read where they lie (a caller's buffer): nothing is copied before
+  /// the filters, and the output has no intensities.
+  PointCloud preprocess(PointCloudView scan) const;
 
   /// Preprocesses `scan` (sensor frame) and localizes it. `time` (seconds) scales the
   /// constant-velocity prediction; equal or non-increasing times predict one frame's motion.
-  /// Throws Error before set_map / set_initial_pose, or for a non-finite point. The scan is
-  /// a PointCloud, not a view: preprocess() crops and downsamples it, intensities included,
-  /// into a new cloud, which is what gets aligned.
+  /// Throws Error before set_map / set_initial_pose, or for a non-finite point.
+  /// preprocess() crops and downsamples the scan, intensities included, into a new cloud,
+  /// which is what gets aligned.
   LocalizationResult localize(const PointCloud& scan, double time);
+  /// The same for a scan read where it lies (a caller's buffer of packed float x y z):
+  /// the filters read it in place, so nothing the scan's size is copied; the poses are those
+  /// of localize() of a PointCloud of the same points.
+  LocalizationResult localize(PointCloudView scan, double time);
   /// The same for a scan already passed through preprocess() (or filtered by the caller),
   /// read where it lies: nothing is copied before the alignments.
   LocalizationResult localize_preprocessed(PointCloudView filtered, double time);
@@ -265,6 +272,10 @@ class Localizer {
   int consecutive_lost() const noexcept;
 
  private:
+  // preprocess and localize of `scan` with `intensity` (one per point) or none (null).
+  PointCloud preprocess_points(PointCloudView scan, const float* intensity) const;
+  LocalizationResult localize_points(PointCloudView scan, const float* intensity, double time);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

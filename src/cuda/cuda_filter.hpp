@@ -53,7 +53,14 @@ class CudaScanFilter {
   /// infinite one is too unless max_range is infinite, and then the lattice check throws.
   /// Calls the device on the calling thread (switching its current device for the call
   /// when it differs). Throws CudaError when a CUDA call fails.
-  PointCloud crop_and_downsample(const PointCloud& scan, double min_range, double max_range, double leaf);
+  /// `scan`'s points where they lie, with `intensity` (one per point) or none (null).
+  PointCloud crop_and_downsample(PointCloudView scan, const float* intensity, double min_range, double max_range,
+                                 double leaf);
+  /// The same for a cloud, its intensities included when it has them.
+  PointCloud crop_and_downsample(const PointCloud& scan, double min_range, double max_range, double leaf) {
+    return crop_and_downsample(scan, scan.has_intensity() ? scan.intensity.data() : nullptr, min_range, max_range,
+                               leaf);
+  }
 
   /// The device the filter runs on.
   int device() const noexcept;

@@ -7,6 +7,7 @@
 #include "../cuda/cuda_filter.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
+#include "../voxel_lattice.hpp"
 
 #include <Eigen/Geometry>
 #include <Eigen/LU>
@@ -85,7 +86,7 @@ class GpuFilterPool {
     device_ = idle_.back()->device();
   }
 
-  PointCloud run(const PointCloud& scan, const LocalizerSettings& s) {
+  PointCloud run(PointCloudView scan, const float* intensity, const LocalizerSettings& s) {
     std::unique_ptr<detail::CudaScanFilter> filter = take();
     // Back to the pool on every exit: after an Error (a leaf too small for the scan) the
     // filter is intact, and after a CudaError its next call first waits for what it left
@@ -95,7 +96,7 @@ class GpuFilterPool {
       std::unique_ptr<detail::CudaScanFilter>& filter;
       ~GiveBack() { pool.give(std::move(filter)); }
     } give_back{*this, filter};
-    return filter->crop_and_downsample(scan, s.min_range, s.max_range, s.voxel_leaf);
+    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, s.voxel_leaf);
   }
 
  private:
@@ -342,10 +343,16 @@ bool Localizer::initialized() const noexcept { return impl_->initialized; }
 int Localizer::consecutive_lost() const noexcept { return impl_->consecutive_lost; }
 
 PointCloud Localizer::preprocess(const PointCloud& scan) const {
+  return preprocess_points(scan, scan.has_intensity() ? scan.intensity.data() : nullptr);
+}
+
+PointCloud Localizer::preprocess(PointCloudView scan) const { return preprocess_points(scan, nullptr); }
+
+PointCloud Localizer::preprocess_points(PointCloudView scan, const float* intensity) const {
   NDTCU_NVTX_RANGE("preprocess");
   const auto& s = impl_->settings;
-  if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, s);
-  PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
+  if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, s);
+  PointCloud cropped = detail::crop_points(scan, intensity, s.min_range, s.max_range);
   return s.voxel_leaf > 0.0 ? voxel_downsample(cropped, s.voxel_leaf) : cropped;
 }
 
@@ -364,8 +371,14 @@ Eigen::Matrix4d Localizer::predict(double time) const {
 }
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time) {
+  return localize_points(scan, scan.has_intensity() ? scan.intensity.data() : nullptr, time);
+}
+
+LocalizationResult Localizer::localize(PointCloudView scan, double time) { return localize_points(scan, nullptr, time); }
+
+LocalizationResult Localizer::localize_points(PointCloudView scan, const float* intensity, double time) {
   const auto t0 = std::chrono::steady_clock::now();
-  PointCloud filtered = preprocess(scan);
+  PointCloud filtered = preprocess_points(scan, intensity);
   const double pre_ms = ms_since(t0);
   LocalizationResult r = localize_preprocessed(filtered, time);
   r.points_in = scan.size();

@@ -6,11 +6,11 @@
 // find_initial_pose, VoxelMap.build, Aligner.set_target, Localizer.set_map): they take a
 // PointCloudView of the cloud's or the array's own memory (Eigen::Vector3f is three packed
 // floats, so an (N, 3) float32 array is N of them as it lies), and the argument holds a
-// reference to the array until the call returns, GIL released or not. The calls whose C++
-// side takes a PointCloud copy an array into one (CloudArg::cloud(), the one place that
-// does): the filters and write_point_cloud, Localizer.localize (whose preprocessing crops
-// and downsamples the scan into a new cloud anyway, intensities included), and
-// PointCloud(...), which owns its points. A PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or
+// reference to the array until the call returns, GIL released or not. The filters
+// (voxel_downsample, crop_range) and Localizer.localize read an array where it lies too
+// (their output is a new, filtered cloud). Two calls copy an array into a PointCloud
+// (CloudArg::cloud(), the one place that does): write_point_cloud, whose writer takes a
+// PointCloud, and PointCloud(...), which owns its points. A PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or
 // built once is handed to every later call without a copy. Anything else is a TypeError
 // (not an array, wrong dtype) or a ValueError (wrong shape, not contiguous) naming the
 // argument and what was given: a silent conversion would hide a float64 map losing
@@ -79,7 +79,7 @@ class CloudArg {
  public:
   CloudArg(nb::handle obj, const char* name) {
     if (nb::isinstance<PointCloud>(obj)) {
-      cloud_ = nb::inst_ptr<PointCloud>(obj);
+      cloud_ = given_ = nb::inst_ptr<PointCloud>(obj);
       view_ = *cloud_;
       return;
     }
@@ -115,6 +115,9 @@ class CloudArg {
   // calls that only read a scan take.
   PointCloudView view() const { return view_; }
 
+  // The PointCloud given (with its intensities), or null for an array.
+  const PointCloud* given() const { return given_; }
+
   // The points as a PointCloud, for the calls whose C++ side takes one: the PointCloud
   // given, else the array copied into one (the first call copies; no GIL needed).
   const PointCloud& cloud() {
@@ -138,6 +141,7 @@ class CloudArg {
   PointCloudView view_;
   PointCloud own_;
   const PointCloud* cloud_ = nullptr;
+  const PointCloud* given_ = nullptr;
 };
 
 // A 4x4 float64 transform argument (any float64 layout; Eigen's caster copies it).
@@ -379,21 +383,21 @@ NB_MODULE(_ndtcu, m) {
       [](nb::handle cloud, double leaf) {
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
-        return voxel_downsample(c.cloud(), leaf);
+        return c.given() ? voxel_downsample(*c.given(), leaf) : voxel_downsample(c.view(), leaf);
       },
       "cloud"_a, "leaf"_a,
       "The centroid of each occupied leaf x leaf x leaf cell (PCL's VoxelGrid), as a new PointCloud (an array is "
-      "copied into a PointCloud first).");
+      "read where it lies).");
   m.def(
       "crop_range",
       [](nb::handle cloud, double min_range, double max_range) {
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
-        return crop_range(c.cloud(), min_range, max_range);
+        return c.given() ? crop_range(*c.given(), min_range, max_range) : crop_range(c.view(), min_range, max_range);
       },
       "cloud"_a, "min_range"_a, "max_range"_a,
       "The points whose distance from the sensor lies in [min_range, max_range], as a new PointCloud (an array is "
-      "copied into a PointCloud first).");
+      "read where it lies).");
 
   // --- Settings ---------------------------------------------------------------------------
   auto settings = nb::class_<AlignSettings>(m, "AlignSettings", "NDT settings (ndtcu's AlignSettings); enums by name.");
@@ -786,11 +790,11 @@ NB_MODULE(_ndtcu, m) {
           [](PyLocalizer& l, nb::handle scan, double time) {
             CloudArg c(scan, "scan");
             Working working(l.mutex);
-            return l.localize(c.cloud(), time);
+            return c.given() ? l.localize(*c.given(), time) : l.localize(c.view(), time);
           },
           "scan"_a, "time"_a,
           "Preprocesses and localizes one scan (sensor frame) taken at `time` (s). The preprocessing crops and "
-          "downsamples the scan into a new cloud, and takes a PointCloud: an array is copied into one first.")
+          "downsamples the scan into a new cloud; an array is read where it lies.")
       .def(
           "predict",
           [](PyLocalizer& l, double time) {

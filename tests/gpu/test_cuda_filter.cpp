@@ -259,3 +259,48 @@ TEST_CASE("the sample sequence localizes the same with the scan filter on the GP
   }
   std::printf("sample with the filter on the GPU vs the CPU: poses within %.2e m, %.2e rad\n", worst_m, worst_rad);
 }
+
+TEST_CASE("the CUDA scan filter and a CUDA localizer read a view where it lies, with a PointCloud's bits",
+          "[gpu][localization][view]") {
+  NDTCU_REQUIRE_GPU();
+  const std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  // The sample scans without intensities (a view has none), and each as a caller's buffer.
+  std::vector<PointCloud> clouds;
+  for (const ScanEntry& e : scans) {
+    PointCloud c = read_point_cloud(e.path);
+    c.intensity.clear();
+    clouds.push_back(std::move(c));
+  }
+  std::vector<std::vector<float>> buffers;
+  for (const PointCloud& c : clouds) {
+    const float* f = reinterpret_cast<const float*>(c.points.data());
+    buffers.emplace_back(f, f + 3 * c.size());
+  }
+  const auto view_of = [&](std::size_t k) {
+    return PointCloudView(reinterpret_cast<const Eigen::Vector3f*>(buffers[k].data()), clouds[k].size(),
+                          clouds[k].origin);
+  };
+  detail::CudaScanFilter filter;
+  for (std::size_t k = 0; k < clouds.size(); ++k) {
+    CHECK(test::bit_identical(filter.crop_and_downsample(view_of(k), nullptr, 1.0, 100.0, 0.5),
+                              filter.crop_and_downsample(clouds[k], 1.0, 100.0, 0.5)));
+  }
+  LocalizerSettings s;
+  s.align.backend = Backend::Cuda;
+  Localizer from_view(s), from_cloud(s);
+  REQUIRE(std::string(from_view.preprocess_backend()) == "cuda");
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  for (Localizer* l : {&from_view, &from_cloud}) {
+    l->set_map(map);
+    l->set_initial_pose(truth.front().pose.matrix());
+  }
+  for (std::size_t k = 0; k < clouds.size(); ++k) {
+    INFO("frame " << k);
+    const LocalizationResult a = from_view.localize(view_of(k), scans[k].time);
+    const LocalizationResult b = from_cloud.localize(clouds[k], scans[k].time);
+    CHECK(a.valid);
+    CHECK(a.points_used == b.points_used);
+    CHECK(a.pose == b.pose);
+  }
+}

@@ -9,7 +9,9 @@
 #include "synthetic.hpp"
 
 #include <ndtcu/aligner.hpp>
+#include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
+#include <ndtcu/localizer.hpp>
 #include <ndtcu/pose_covariance.hpp>
 
 #include "ndt/align_backend.hpp"
@@ -325,4 +327,75 @@ TEST_CASE("A map built from a view of a caller's buffer is the map of its PointC
   PointCloud scan = test::synthetic_scene(92, 3000);
   scan.origin = cloud.origin;
   test::check_same_bits(from_view.align(scan), from_cloud.align(scan));
+}
+
+TEST_CASE("The filters and the localizer read a view where it lies, with a PointCloud's bits", "[unit][localization][view]") {
+  // A scan at UTM-like coordinates relative to its origin, and the same points without
+  // intensities in a PointCloud: a view has none.
+  PointCloud scan = test::synthetic_scene(77, 120000);
+  scan.origin = Eigen::Vector3d(683000.0, 3950000.0, 30.0);
+  const RawPoints raw(scan);
+  const PointCloudView view = raw.view(scan.origin);
+  const auto same_cloud = [](const PointCloud& a, const PointCloud& b) {
+    REQUIRE(a.size() == b.size());
+    CHECK(a.origin == b.origin);
+    CHECK(a.intensity.empty());
+    CHECK(std::memcmp(a.points.data(), b.points.data(), a.size() * sizeof(Eigen::Vector3f)) == 0);
+  };
+  for (const double leaf : {0.3, 1.0}) {
+    const PointCloud filtered = voxel_downsample(view, leaf);
+    CHECK(filtered.size() > 1000);
+    same_cloud(filtered, voxel_downsample(scan, leaf));
+  }
+  // The crop measures from the frame's origin (the sensor): the scan about zero.
+  PointCloud centred = scan;
+  centred.origin = Eigen::Vector3d::Zero();
+  const RawPoints centred_raw(centred);
+  const PointCloud cropped = crop_range(centred_raw.view(), 2.0, 8.0);
+  CHECK(cropped.size() > 1000);
+  CHECK(cropped.size() < centred.size() / 2);
+  same_cloud(cropped, crop_range(centred, 2.0, 8.0));
+  // With intensities, the PointCloud overloads keep them (the view's output has none).
+  PointCloud with = centred;
+  with.intensity.assign(centred.size(), 0.5f);
+  CHECK(voxel_downsample(with, 1.0).has_intensity());
+  CHECK(crop_range(with, 2.0, 8.0).has_intensity());
+
+  // The localizer: the same poses, frame after frame, from the view and from the cloud;
+  // the view's preprocessing allocates no larger block than the cloud's (no copy first).
+  const PointCloud map = test::synthetic_scene(77, 60000);
+  LocalizerSettings s;
+  s.align = cpu_settings();
+  s.voxel_leaf = 0.5;
+  s.max_range = 30.0;
+  Localizer from_view(s), from_cloud(s);
+  for (Localizer* l : {&from_view, &from_cloud}) {
+    l->set_map(map);
+    l->set_initial_pose(Eigen::Matrix4d::Identity());
+  }
+  PointCloud local = scan;
+  local.origin = Eigen::Vector3d::Zero();
+  const RawPoints local_raw(local);
+  for (int frame = 0; frame < 3; ++frame) {
+    const LocalizationResult a = from_view.localize(local_raw.view(), 0.1 * frame);
+    const LocalizationResult b = from_cloud.localize(local, 0.1 * frame);
+    CHECK(a.valid == b.valid);
+    CHECK(a.points_in == b.points_in);
+    CHECK(std::memcmp(a.pose.data(), b.pose.data(), sizeof(double) * 16) == 0);
+  }
+  // A crop that keeps a fraction of the points (within 5 m), so that the filters' own
+  // blocks stay under the points' size and a copy of them would be the largest block.
+  s.max_range = 5.0;
+  const Localizer near(s);
+  test::reset_largest_allocation();
+  const std::size_t kept = near.preprocess(local).size();
+  const std::size_t cloud_largest = test::largest_allocation();
+  test::reset_largest_allocation();
+  CHECK(near.preprocess(local_raw.view()).size() == kept);
+  CHECK(test::largest_allocation() <= cloud_largest);
+  // The tracker would see a copy: the points copied into a PointCloud are one block.
+  test::reset_largest_allocation();
+  PointCloud copy;
+  copy.points.assign(local_raw.view().begin(), local_raw.view().end());
+  CHECK(test::largest_allocation() > cloud_largest);
 }

@@ -256,9 +256,10 @@ class Localizer {
   /// preprocess() crops and downsamples the scan, intensities included, into a new cloud,
   /// which is what gets aligned.
   LocalizationResult localize(const PointCloud& scan, double time);
-  /// The same for a scan read where it lies (a caller's buffer of packed float x y z):
-  /// the filters read it in place, so nothing the scan's size is copied; the poses are those
-  /// of localize() of a PointCloud of the same points.
+  /// The same for a scan read where it lies (a caller's buffer of packed float x y z): no
+  /// PointCloud of it is made (the CPU filters read it in place; the CUDA filter copies it
+  /// into its own upload staging, as it does a cloud); the poses are those of localize()
+  /// of a PointCloud of the same points.
   LocalizationResult localize(PointCloudView scan, double time);
   /// The same for a scan already passed through preprocess() (or filtered by the caller),
   /// read where it lies: nothing is copied before the alignments.

@@ -204,14 +204,13 @@ PointCloud detail::crop_points(PointCloudView cloud, const float* intensity, dou
   return out;
 }
 
-
 PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
-  return detail::downsample_points(cloud, cloud.has_intensity() ? cloud.intensity.data() : nullptr, leaf);
+  return detail::downsample_points(cloud, cloud.intensity_or_null(), leaf);
 }
 PointCloud voxel_downsample(PointCloudView cloud, double leaf) { return detail::downsample_points(cloud, nullptr, leaf); }
 
 PointCloud crop_range(const PointCloud& cloud, double min_range, double max_range) {
-  return detail::crop_points(cloud, cloud.has_intensity() ? cloud.intensity.data() : nullptr, min_range, max_range);
+  return detail::crop_points(cloud, cloud.intensity_or_null(), min_range, max_range);
 }
 PointCloud crop_range(PointCloudView cloud, double min_range, double max_range) {
   return detail::crop_points(cloud, nullptr, min_range, max_range);

@@ -27,6 +27,8 @@ struct PointCloud {
   bool empty() const noexcept { return points.empty(); }
   /// True when `intensity` holds one value per point.
   bool has_intensity() const noexcept { return !points.empty() && intensity.size() == points.size(); }
+  /// The intensities when has_intensity(), else null (what the filters take with a view).
+  const float* intensity_or_null() const noexcept { return has_intensity() ? intensity.data() : nullptr; }
   /// World coordinates of point `i` (origin added back, in double).
   Eigen::Vector3d world(std::size_t i) const { return origin + points[i].cast<double>(); }
 };

@@ -58,8 +58,7 @@ class CudaScanFilter {
                                  double leaf);
   /// The same for a cloud, its intensities included when it has them.
   PointCloud crop_and_downsample(const PointCloud& scan, double min_range, double max_range, double leaf) {
-    return crop_and_downsample(scan, scan.has_intensity() ? scan.intensity.data() : nullptr, min_range, max_range,
-                               leaf);
+    return crop_and_downsample(scan, scan.intensity_or_null(), min_range, max_range, leaf);
   }
 
   /// The device the filter runs on.

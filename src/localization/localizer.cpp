@@ -343,7 +343,7 @@ bool Localizer::initialized() const noexcept { return impl_->initialized; }
 int Localizer::consecutive_lost() const noexcept { return impl_->consecutive_lost; }
 
 PointCloud Localizer::preprocess(const PointCloud& scan) const {
-  return preprocess_points(scan, scan.has_intensity() ? scan.intensity.data() : nullptr);
+  return preprocess_points(scan, scan.intensity_or_null());
 }
 
 PointCloud Localizer::preprocess(PointCloudView scan) const { return preprocess_points(scan, nullptr); }
@@ -371,7 +371,7 @@ Eigen::Matrix4d Localizer::predict(double time) const {
 }
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time) {
-  return localize_points(scan, scan.has_intensity() ? scan.intensity.data() : nullptr, time);
+  return localize_points(scan, scan.intensity_or_null(), time);
 }
 
 LocalizationResult Localizer::localize(PointCloudView scan, double time) { return localize_points(scan, nullptr, time); }

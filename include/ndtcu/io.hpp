@@ -104,6 +104,9 @@ struct WriteOptions {
 /// (world coordinates, intensity 0 when the cloud has none). Chosen by extension.
 void write_point_cloud(const std::string& path, const PointCloud& cloud,
                        const WriteOptions& options = {});
+/// Writes the points of `cloud` (a PointCloud's or the caller's own buffer, read where they
+/// lie), as the overload above, without intensities.
+void write_point_cloud(const std::string& path, PointCloudView cloud, const WriteOptions& options = {});
 
 /// Writes a PCD file with fields x y z [intensity].
 void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options = {});

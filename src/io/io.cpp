@@ -131,9 +131,13 @@ PointCloud read_point_cloud(const std::string& path, const ReadOptions& options,
   throw IoError(path, "unsupported format");
 }
 
-void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
+namespace {
+
+// The PCD writer: the points of `cloud`, with `intensity` (one a point) when not null.
+void write_pcd_points(const std::string& path, PointCloudView cloud, const float* intensity,
+                      const WriteOptions& options) {
   const bool world_double = options.world_double_when_offset && !cloud.origin.isZero();
-  const bool with_intensity = cloud.has_intensity();
+  const bool with_intensity = intensity != nullptr && !cloud.empty();
   const std::size_t n = cloud.size();
   const int xyz_size = world_double ? 8 : 4;
   const char* encoding = options.pcd_encoding == PcdEncoding::Ascii    ? "ascii"
@@ -149,7 +153,7 @@ void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOpti
 
   // Coordinates written: world (double) when offset, else relative float32.
   auto coordinate = [&](std::size_t i, int a) -> double {
-    return world_double ? cloud.origin[a] + static_cast<double>(cloud.points[i][a]) : cloud.points[i][a];
+    return world_double ? cloud.origin[a] + static_cast<double>(cloud[i][a]) : cloud[i][a];
   };
   if (!world_double && !cloud.origin.isZero()) {
     // The caller asked for float32 relative coordinates; the origin goes in a comment so
@@ -166,10 +170,10 @@ void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOpti
     for (std::size_t i = 0; i < n; ++i) {
       for (int a = 0; a < 3; ++a) {
         if (world_double) append_number(text, coordinate(i, a));
-        else append_number(text, cloud.points[i][a]);
+        else append_number(text, cloud[i][a]);
         text += ' ';
       }
-      if (with_intensity) append_number(text, cloud.intensity[i]);
+      if (with_intensity) append_number(text, intensity[i]);
       else text.pop_back();
       text += '\n';
       if (text.size() > (1 << 20)) {
@@ -195,11 +199,11 @@ void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOpti
         double v = coordinate(i, a);
         put(i, &v, 8, a * 8);
       } else {
-        float v = cloud.points[i][a];
+        float v = cloud[i][a];
         put(i, &v, 4, a * 4);
       }
     }
-    if (with_intensity) put(i, &cloud.intensity[i], 4, 3 * xyz_size);
+    if (with_intensity) put(i, &intensity[i], 4, 3 * xyz_size);
   }
   if (!field_major) {
     out.write(body.data(), body.size());
@@ -218,26 +222,46 @@ void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOpti
   out.close();
 }
 
-void write_kitti_bin(const std::string& path, const PointCloud& cloud) {
+// The KITTI writer: world coordinates, `intensity` or 0 for each point.
+void write_kitti_points(const std::string& path, PointCloudView cloud, const float* intensity) {
   std::vector<float> records(cloud.size() * 4);
   for (std::size_t i = 0; i < cloud.size(); ++i) {
     Eigen::Vector3d w = cloud.world(i);
     records[4 * i + 0] = static_cast<float>(w.x());
     records[4 * i + 1] = static_cast<float>(w.y());
     records[4 * i + 2] = static_cast<float>(w.z());
-    records[4 * i + 3] = cloud.has_intensity() ? cloud.intensity[i] : 0.f;
+    records[4 * i + 3] = intensity ? intensity[i] : 0.f;
   }
   OutFile out(path);
   out.write(records.data(), records.size() * sizeof(float));
   out.close();
 }
 
-void write_point_cloud(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
+void write_points(const std::string& path, PointCloudView cloud, const float* intensity,
+                  const WriteOptions& options) {
   switch (format_from_path(path)) {
-    case FileFormat::Pcd: return write_pcd(path, cloud, options);
-    case FileFormat::KittiBin: return write_kitti_bin(path, cloud);
+    case FileFormat::Pcd: return write_pcd_points(path, cloud, intensity, options);
+    case FileFormat::KittiBin: return write_kitti_points(path, cloud, intensity);
     case FileFormat::Ply: throw IoError(path, "writing PLY is not supported; write .pcd or .bin");
   }
+}
+
+}  // namespace
+
+void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
+  write_pcd_points(path, cloud, cloud.intensity_or_null(), options);
+}
+
+void write_kitti_bin(const std::string& path, const PointCloud& cloud) {
+  write_kitti_points(path, cloud, cloud.intensity_or_null());
+}
+
+void write_point_cloud(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
+  write_points(path, cloud, cloud.intensity_or_null(), options);
+}
+
+void write_point_cloud(const std::string& path, PointCloudView cloud, const WriteOptions& options) {
+  write_points(path, cloud, nullptr, options);
 }
 
 }  // namespace ndtcu

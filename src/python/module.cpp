@@ -7,14 +7,13 @@
 // PointCloudView of the cloud's or the array's own memory (Eigen::Vector3f is three packed
 // floats, so an (N, 3) float32 array is N of them as it lies), and the argument holds a
 // reference to the array until the call returns, GIL released or not. The filters
-// (voxel_downsample, crop_range) and Localizer.localize read an array where it lies too
-// (their output is a new, filtered cloud). Two calls copy an array into a PointCloud
-// (CloudArg::cloud(), the one place that does): write_point_cloud, whose writer takes a
-// PointCloud, and PointCloud(...), which owns its points. A PointCloud's `points` is a numpy view of the C++ memory, so a cloud read or
-// built once is handed to every later call without a copy. Anything else is a TypeError
-// (not an array, wrong dtype) or a ValueError (wrong shape, not contiguous) naming the
-// argument and what was given: a silent conversion would hide a float64 map losing
-// precision or a transposed (3, N) array.
+// (voxel_downsample, crop_range), Localizer.localize and write_point_cloud read an array
+// where it lies too. One call copies an array: PointCloud(...) (CloudArg::take()), whose
+// cloud owns its points. A PointCloud's `points` is a numpy view of the C++ memory, so a
+// cloud read or built once is handed to every later call without a copy. Anything else is
+// a TypeError (not an array, wrong dtype) or a ValueError (wrong shape, not contiguous)
+// naming the argument and what was given: a silent conversion would hide a float64 map
+// losing precision or a transposed (3, N) array.
 //
 // The GIL is released around every call that aligns, builds a map or reads a file, so
 // other Python threads run meanwhile; an array being aligned must not be written by one of
@@ -79,8 +78,8 @@ class CloudArg {
  public:
   CloudArg(nb::handle obj, const char* name) {
     if (nb::isinstance<PointCloud>(obj)) {
-      cloud_ = given_ = nb::inst_ptr<PointCloud>(obj);
-      view_ = *cloud_;
+      given_ = nb::inst_ptr<PointCloud>(obj);
+      view_ = *given_;
       return;
     }
     nb::ndarray<nb::ro> a;  // read-only arrays too: the points are only read
@@ -118,29 +117,18 @@ class CloudArg {
   // The PointCloud given (with its intensities), or null for an array.
   const PointCloud* given() const { return given_; }
 
-  // The points as a PointCloud, for the calls whose C++ side takes one: the PointCloud
-  // given, else the array copied into one (the first call copies; no GIL needed).
-  const PointCloud& cloud() {
-    if (!cloud_) {
-      own_.points.assign(view_.begin(), view_.end());
-      cloud_ = &own_;
-    }
-    return *cloud_;
-  }
-
-  // A PointCloud of its own, for PointCloud(...): the array's copy moved out, or a copy of
-  // the cloud given.
-  PointCloud take() {
-    const PointCloud& c = cloud();
-    if (cloud_ == &own_) return std::move(own_);
-    return c;
+  // A PointCloud of its own, for PointCloud(...): a copy of the cloud given (intensities
+  // included), or of the array's points.
+  PointCloud take() const {
+    if (given_) return *given_;
+    PointCloud own;
+    own.points.assign(view_.begin(), view_.end());
+    return own;
   }
 
  private:
   nb::ndarray<nb::ro> array_;  // keeps the array alive; empty for a PointCloud
   PointCloudView view_;
-  PointCloud own_;
-  const PointCloud* cloud_ = nullptr;
   const PointCloud* given_ = nullptr;
 };
 
@@ -373,10 +361,11 @@ NB_MODULE(_ndtcu, m) {
       [](const std::string& path, nb::handle cloud) {
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
-        write_point_cloud(path, c.cloud());
+        if (c.given()) write_point_cloud(path, *c.given());  // with its intensities
+        else write_point_cloud(path, c.view());
       },
       "path"_a, "cloud"_a,
-      "Writes a PCD (binary) or KITTI .bin file, by extension (an array is copied into a PointCloud first).");
+      "Writes a PCD (binary) or KITTI .bin file, by extension; an array is read where it lies (no intensities).");
 
   m.def(
       "voxel_downsample",

@@ -69,3 +69,32 @@ TEST_CASE("writing to a folder that does not exist names the file", "[unit][io]"
   CHECK_THROWS_WITH(write_point_cloud("/nonexistent-dir/x.pcd", c), Catch::Contains("/nonexistent-dir/x.pcd: cannot open"));
   CHECK_THROWS_AS(write_point_cloud("x.ply", c), IoError);
 }
+
+TEST_CASE("a view of points writes the file their cloud without intensities writes", "[unit][io]") {
+  auto dir = ndtcu::test::temp_dir("write_view");
+  PointCloud c = random_cloud(500, true, 5);
+  c.origin = {680000.0, 3900000.0, 40.0};
+  PointCloud bare = c;
+  bare.intensity.clear();
+  using ndtcu::test::read_bytes;
+  std::filesystem::create_directories(dir / "view");
+  std::filesystem::create_directories(dir / "cloud");
+  // The points in a buffer of the caller's own, not in a PointCloud.
+  std::vector<Eigen::Vector3f> buffer(c.points.begin(), c.points.end());
+  PointCloudView view(buffer.data(), buffer.size(), c.origin);
+  for (const char* name : {"c.pcd", "c.bin"}) {
+    for (bool world_double : {true, false}) {
+      CAPTURE(name, world_double);
+      WriteOptions w;
+      w.world_double_when_offset = world_double;
+      write_point_cloud((dir / "view" / name).string(), view, w);
+      write_point_cloud((dir / "cloud" / name).string(), bare, w);
+      std::string from_view = read_bytes(dir / "view" / name);
+      CHECK(from_view.size() > 500 * 12);
+      CHECK(from_view == read_bytes(dir / "cloud" / name));
+    }
+  }
+  // An empty view writes an empty cloud.
+  write_point_cloud((dir / "view" / "empty.pcd").string(), PointCloudView());
+  CHECK(read_point_cloud((dir / "view" / "empty.pcd").string()).empty());
+}

@@ -31,6 +31,29 @@ def test_read_point_cloud(sample):
     assert np.all(np.isfinite(pts))
 
 
+def test_write_point_cloud(sample, tmp_path):
+    """An array is written as the PointCloud of the same points and origin 0 is (PCD and
+    KITTI .bin), and reads back to the same points; a PointCloud keeps its intensities."""
+    cloud = ndtcu.read_point_cloud(str(sample / "scans" / "000003.pcd"))
+    pts = np.ascontiguousarray(cloud.points[::7])
+    for name in ("s.pcd", "s.bin"):
+        ndtcu.write_point_cloud(str(tmp_path / ("array_" + name)), pts)
+        ndtcu.write_point_cloud(str(tmp_path / ("cloud_" + name)), ndtcu.PointCloud(pts))
+        written = (tmp_path / ("array_" + name)).read_bytes()
+        assert len(written) >= pts.nbytes
+        assert written == (tmp_path / ("cloud_" + name)).read_bytes()
+        back = ndtcu.read_point_cloud(str(tmp_path / ("array_" + name)), origin="zero")
+        assert np.array_equal(back.points, pts)
+    assert cloud.intensity is not None
+    ndtcu.write_point_cloud(str(tmp_path / "i.pcd"), cloud)
+    back = ndtcu.read_point_cloud(str(tmp_path / "i.pcd"))
+    assert np.array_equal(back.intensity, cloud.intensity)
+    with pytest.raises(TypeError, match="cloud: expected dtype float32, got float64"):
+        ndtcu.write_point_cloud(str(tmp_path / "x.pcd"), pts.astype(np.float64))
+    with pytest.raises(ndtcu.IoError, match="writing PLY is not supported"):
+        ndtcu.write_point_cloud(str(tmp_path / "x.ply"), pts)
+
+
 def test_align_equals_cli(sample, cli, truth_poses):
     """Same inputs, same settings (CPU backend, Autoware preset): the pose, transform and
     fitness equal the CLI's JSON bit for bit (its doubles are printed to round-trip)."""
@@ -161,8 +184,11 @@ def test_array_views_give_the_bits_of_the_cloud(sample, truth_poses):
 # scan mostly misses, so each evaluation reads every point but costs little.
 PEAK_SCRIPT = r"""
 import json
+import sys
 import numpy as np
 import ndtcu
+
+OUT = sys.argv[1]  # a folder to write into
 
 def status(key):  # bytes
     with open("/proc/self/status") as f:
@@ -218,6 +244,8 @@ localizer.set_initial_pose(np.eye(4))
 pairs = {
     "voxel_downsample": (lambda: ndtcu.voxel_downsample(scan, 0.5), lambda: ndtcu.voxel_downsample(cloud, 0.5)),
     "localize": (lambda: localizer.localize(scan, 0.0), lambda: localizer.localize(cloud, 0.1)),
+    "write_point_cloud": (lambda: ndtcu.write_point_cloud(OUT + "/a.pcd", scan),
+                          lambda: ndtcu.write_point_cloud(OUT + "/c.pcd", cloud)),
 }
 paired = {name: [measure(array_call), measure(cloud_call)] for name, (array_call, cloud_call) in pairs.items()}
 print(json.dumps({"bytes": scan.nbytes, "growth": growth, "pairs": paired}))
@@ -225,14 +253,14 @@ print(json.dumps({"bytes": scan.nbytes, "growth": growth, "pairs": paired}))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the peak resident memory as Linux reports it")
-def test_arrays_are_not_copied():
+def test_arrays_are_not_copied(tmp_path):
     """The calls that read a scan take a float32 array without copying it: none raises the
     process's peak memory by anything near the array's size, while PointCloud(array), whose
     copy is the point, raises it by at least three quarters of it (so the measure would see
-    a copy). The filters and Localizer.localize, which need memory of their own, cost no
-    more with the array than with a PointCloud of the same points."""
-    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], check=True, capture_output=True, text=True,
-                         env=dict(os.environ)).stdout
+    a copy). The filters, Localizer.localize and write_point_cloud, which need memory of
+    their own, cost no more with the array than with a PointCloud of the same points."""
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(tmp_path)], check=True, capture_output=True,
+                         text=True, env=dict(os.environ)).stdout
     j = json.loads(out)
     size, growth = j["bytes"], j["growth"]
     assert growth.pop("PointCloud") >= 0.75 * size, j

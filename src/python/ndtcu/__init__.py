@@ -1,11 +1,10 @@
 """NDT scan registration (ndtcu) from Python: numpy in, numpy out.
 
 Point arguments are ndtcu.PointCloud objects or C-contiguous float32 numpy arrays of shape
-(N, 3). The calls that align or score a scan or build a map (Aligner.align, evaluate,
-align_batch, find_initial_pose, VoxelMap.build, Aligner.set_target, Localizer.set_map) read
-either where it lies, without a copy; those that filter, write or preprocess take a
-PointCloud and copy an array into one first. Results carry the
-field names of the CLI's JSON output.
+(N, 3). Every call that takes points (aligning, scoring, building a map, filtering,
+Localizer.localize, write_point_cloud) reads either where it lies, without a copy; only
+PointCloud(array) copies the array into a cloud of its own. Results carry the field names of
+the CLI's JSON output.
 """
 
 from ._ndtcu import (  # noqa: F401

@@ -19,6 +19,7 @@
 // other Python threads run meanwhile; an array being aligned must not be written by one of
 // them until the call returns (its points are read during the call, not before).
 #include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
@@ -304,6 +305,29 @@ NB_MODULE(_ndtcu, m) {
     }
   });
 
+  // --- CUDA devices -----------------------------------------------------------------------
+  m.def("cuda_compiled", &cuda_compiled, "True when this build includes the CUDA backend.");
+  m.def(
+      "cuda_devices",
+      [] {
+        nb::list out;
+        for (const CudaDeviceInfo& d : cuda_devices()) {
+          nb::dict e;
+          e["index"] = d.index;
+          e["name"] = d.name;
+          e["compute_capability"] = std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor);
+          e["multiprocessors"] = d.multiprocessors;
+          e["total_memory_bytes"] = d.total_memory_bytes;
+          e["free_memory_bytes"] = d.free_memory_bytes;
+          out.append(e);
+        }
+        return out;
+      },
+      "The CUDA devices backend='cuda' can use, as dicts (the fields of `ndtcu --json devices`); empty without "
+      "a CUDA build, driver or device.");
+  m.def("cuda_unavailable_reason", &cuda_unavailable_reason,
+        "Why no CUDA device is usable (the build or the runtime's error), or '' when one is.");
+
   // --- PointCloud -------------------------------------------------------------------------
   nb::class_<PointCloud>(m, "PointCloud",
                          "float32 points relative to a float64 origin (world = origin + points), as ndtcu "
@@ -465,9 +489,10 @@ NB_MODULE(_ndtcu, m) {
       .def_static(
           "build",
           [](nb::handle points, double resolution, const std::string& covariance, int min_points, double eigenvalue_ratio,
-             int threads) {
+             int threads, const std::string& backend) {
             CloudArg c(points, "points");
             VoxelMapOptions o;
+            o.backend = backend_from_string(backend);
             o.resolution = resolution;
             o.covariance = covariance_mode_from_string(covariance);
             o.min_points = min_points;
@@ -477,8 +502,10 @@ NB_MODULE(_ndtcu, m) {
             return std::make_shared<VoxelMap>(VoxelMap::build(c.view(), o));
           },
           "points"_a, "resolution"_a = 2.0, "covariance"_a = "autoware", "min_points"_a = 6, "eigenvalue_ratio"_a = 0.01,
-          "threads"_a = 0,
-          "Builds the map of a PointCloud or float32 (N, 3) array (read where it lies, not copied).")
+          "threads"_a = 0, "backend"_a = "cpu",
+          "Builds the map of a PointCloud or float32 (N, 3) array (read where it lies, not copied). backend 'cpu' "
+          "(the reference), 'cuda' (built on the GPU, the same voxels with the same bits; CudaError without a "
+          "device) or 'auto'.")
       .def_prop_ro("size", &VoxelMap::size)
       .def("__len__", &VoxelMap::size)
       .def_prop_ro("resolution", &VoxelMap::resolution)

@@ -5,6 +5,8 @@ import pathlib
 import numpy as np
 import pytest
 
+import ndtcu
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample"
 
@@ -32,3 +34,11 @@ def truth_poses():
         t[:3] = r.reshape(3, 4)
         out.append(t)
     return out
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def backend(request):
+    """Each backend in turn; 'cuda' is skipped where no CUDA device is usable."""
+    if request.param == "cuda" and not ndtcu.cuda_devices():
+        pytest.skip("no CUDA device: " + ndtcu.cuda_unavailable_reason())
+    return request.param

@@ -47,6 +47,7 @@
 #include "ndt_step.hpp"
 
 #include "../src/cuda/cuda_backend.hpp"
+#include "../src/cuda/cuda_voxel_build.hpp"
 #include "../src/ndt/dense_voxel_index.hpp"
 #include "../src/ndt/optimizer.hpp"
 #include "../src/log.hpp"
@@ -362,21 +363,86 @@ struct DeviceMap {
   bool has_map = false;
 };
 
-// Uploads `map` into `d` on `stream` (see CudaBackend::set_map for the lookup) and returns
-// the bytes sent. With `pinned` (staging): buffers that must grow take half as much again,
-// so the next maps of a moving vehicle (a little larger or smaller) reuse them (a
-// reallocation frees the old buffer, which synchronizes the device), and the arrays are
-// packed into the pinned buffer first and copied from there: a pageable copy goes through
-// the driver's own staging and held up the other stream's alignments by up to 8 ms for a
-// 400k-voxel map on an H100; from pinned memory the copy engine runs beside them. The
-// caller synchronizes `stream` before reusing `pinned`.
+// Where a device map's voxel arrays are written: VoxelGridView's pointers, writable.
+struct VoxelArrays {
+  double* mean[3];
+  double* icov[6];
+  float* centroid[3];
+};
+
+// The statistics of voxels built on the device (AoS, as the build computes them) into the
+// map's structure of arrays.
+__global__ void unpack_voxels_kernel(const VoxelResult* results, std::size_t n, VoxelArrays out) {
+  const std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= n) return;
+  const VoxelResult& r = results[v];
+  for (int a = 0; a < 3; ++a) {
+    out.mean[a][v] = r.mean[a];
+    out.centroid[a][v] = r.centroid[a];
+  }
+  for (int e = 0; e < 6; ++e) out.icov[e][v] = r.icov[e];
+}
+
+// Voxel v's key into the hash table (slots preset to kEmptyKey): the probe sequence of
+// find_voxel, each slot claimed by an atomic compare-and-swap, so the threads of a launch
+// insert concurrently. The keys are distinct; which of two colliding keys takes the
+// earlier slot can differ from the host's sequential insertion, never what a lookup finds.
+__global__ void insert_keys_kernel(const std::uint64_t* keys, std::size_t n, std::uint64_t* table_keys,
+                                   std::int32_t* table_values, std::uint64_t mask) {
+  const std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= n) return;
+  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit compare-and-swap");
+  const std::uint64_t key = keys[v];
+  std::uint64_t slot = math::hash_key(key) & mask;
+  for (;;) {
+    auto* at = reinterpret_cast<unsigned long long*>(table_keys + slot);
+    if (atomicCAS(at, static_cast<unsigned long long>(math::kEmptyKey), static_cast<unsigned long long>(key)) ==
+        static_cast<unsigned long long>(math::kEmptyKey)) {
+      table_values[slot] = static_cast<std::int32_t>(v);
+      return;
+    }
+    slot = (slot + 1) & mask;
+  }
+}
+
+// Voxel v's index into the dense index over `box` (cells preset to -1).
+__global__ void scatter_dense_kernel(const std::uint64_t* keys, std::size_t n, std::int32_t* dense,
+                                     math::VoxelGridView box) {
+  const std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= n) return;
+  const std::uint64_t key = keys[v];
+  const std::int64_t a = math::unpack_key(key, 0) - box.dense_min[0], b = math::unpack_key(key, 1) - box.dense_min[1],
+                     c = math::unpack_key(key, 2) - box.dense_min[2];
+  dense[math::dense_offset(a, b, c, box.dense_dims)] = static_cast<std::int32_t>(v);
+}
+
+int grid_for(std::size_t n) { return static_cast<int>((n + kBlock - 1) / kBlock); }
+
+// Fills `d` with `map` on `stream` (see CudaBackend::set_map for the lookup) and returns
+// the bytes sent up. Its voxels, hash table and dense index come from one of two places:
+//  - the host map (`cells` null): uploaded. With `pinned` (staging): buffers that must
+//    grow take half as much again, so the next maps of a moving vehicle (a little larger
+//    or smaller) reuse them (a reallocation frees the old buffer, which synchronizes the
+//    device), and the arrays are packed into the pinned buffer first and copied from
+//    there: a pageable copy goes through the driver's own staging and held up the other
+//    stream's alignments by up to 8 ms for a 400k-voxel map on an H100; from pinned
+//    memory the copy engine runs beside them. The caller synchronizes `stream` before
+//    reusing `pinned`.
+//  - `cells`, the same voxels where the GPU build left them (map was assembled from
+//    them): copied on the device, the hash table and the dense index built there. Nothing
+//    but the lookup's metadata crosses the bus.
 std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, std::size_t dense_budget_bytes,
-                         cudaStream_t stream, PinnedBuffer<unsigned char>* pinned) {
+                         cudaStream_t stream, PinnedBuffer<unsigned char>* pinned,
+                         const DeviceVoxelCells* cells = nullptr) {
   d.has_map = false;  // a failed upload leaves no half-set map behind
   const std::size_t nv = map.size();
+  if (cells && cells->voxels != nv) {
+    throw Error("CUDA backend: the device build has " + std::to_string(cells->voxels) + " voxels, its map " +
+                std::to_string(nv));
+  }
   // Dense index over the occupied lattice box, when asked for or when it fits the budget.
   const LatticeBox box = occupied_box(map);
-  const double cells = box.cells();
+  const double box_cells = box.cells();
   const double dense_bytes = box.bytes();
   bool use_dense = lookup == VoxelLookup::Dense || (lookup == VoxelLookup::Auto && dense_bytes <= dense_budget_bytes);
   if (nv == 0) use_dense = false;
@@ -387,12 +453,12 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
     std::size_t free_b = 0, total_b = 0;
     NDTCU_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (dense_bytes > double(free_b)) {
-      throw CudaError("dense voxel index of " + std::to_string(static_cast<unsigned long long>(cells)) +
+      throw CudaError("dense voxel index of " + std::to_string(static_cast<unsigned long long>(box_cells)) +
                       " cells needs " + std::to_string(static_cast<unsigned long long>(dense_bytes)) +
                       " bytes, the device has " + std::to_string(free_b) + " of " + std::to_string(total_b) +
                       " bytes free (use the hash lookup)");
     }
-    index = DenseVoxelIndex::build(map, box);
+    if (!cells) index = DenseVoxelIndex::build(map, box);
   }
   constexpr std::size_t kAlign = 256;
   const auto padded = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
@@ -419,13 +485,42 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
     NDTCU_CUDA_CHECK(cudaMemcpyAsync(buffer.data(), slot, size, cudaMemcpyHostToDevice, stream));
     offset += padded(size);
   };
-  for (int a = 0; a < 3; ++a) {
-    put(d.mean[a], map.mean(a).data(), nv);
-    put(d.centroid[a], map.centroid(a).data(), nv);
+  const std::size_t capacity = map.table_keys().size();
+  if (cells) {
+    VoxelArrays out{};
+    for (int a = 0; a < 3; ++a) {
+      d.mean[a].resize_discard(nv);
+      d.centroid[a].resize_discard(nv);
+      out.mean[a] = d.mean[a].data();
+      out.centroid[a] = d.centroid[a].data();
+    }
+    for (int e = 0; e < 6; ++e) {
+      d.icov[e].resize_discard(nv);
+      out.icov[e] = d.icov[e].data();
+    }
+    d.table_keys.resize_discard(capacity);
+    d.table_values.resize_discard(capacity);
+    if (capacity) {
+      // All bits set: kEmptyKey in every key, -1 in every value.
+      NDTCU_CUDA_CHECK(cudaMemsetAsync(d.table_keys.data(), 0xff, capacity * sizeof(std::uint64_t), stream));
+      NDTCU_CUDA_CHECK(cudaMemsetAsync(d.table_values.data(), 0xff, capacity * sizeof(std::int32_t), stream));
+    }
+    if (nv) {
+      unpack_voxels_kernel<<<grid_for(nv), kBlock, 0, stream>>>(cells->results, nv, out);
+      NDTCU_CUDA_CHECK_LAUNCH();
+      insert_keys_kernel<<<grid_for(nv), kBlock, 0, stream>>>(cells->keys, nv, d.table_keys.data(),
+                                                               d.table_values.data(), capacity - 1);
+      NDTCU_CUDA_CHECK_LAUNCH();
+    }
+  } else {
+    for (int a = 0; a < 3; ++a) {
+      put(d.mean[a], map.mean(a).data(), nv);
+      put(d.centroid[a], map.centroid(a).data(), nv);
+    }
+    for (int e = 0; e < 6; ++e) put(d.icov[e], map.inverse_covariance(e).data(), nv);
+    put(d.table_keys, map.table_keys().data(), capacity);
+    put(d.table_values, map.table_values().data(), map.table_values().size());
   }
-  for (int e = 0; e < 6; ++e) put(d.icov[e], map.inverse_covariance(e).data(), nv);
-  put(d.table_keys, map.table_keys().data(), map.table_keys().size());
-  put(d.table_values, map.table_values().data(), map.table_values().size());
 
   math::VoxelGridView g{};
   g.size = static_cast<std::int32_t>(nv);
@@ -436,12 +531,21 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
   for (int e = 0; e < 6; ++e) g.icov[e] = d.icov[e].data();
   g.table_keys = d.table_keys.data();
   g.table_values = d.table_values.data();
-  g.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
+  g.table_mask = capacity == 0 ? 0 : capacity - 1;
   g.inv_resolution = map.inverse_resolution();
   g.radius_sq = map.radius_squared();
   if (use_dense) {
-    put(d.dense, index.cells.data(), index.cells.size());
-    DenseVoxelIndex::attach(g, d.dense.data(), box);
+    if (cells) {
+      const auto n_cells = static_cast<std::size_t>(box_cells);
+      d.dense.resize_discard(n_cells);
+      NDTCU_CUDA_CHECK(cudaMemsetAsync(d.dense.data(), 0xff, n_cells * sizeof(std::int32_t), stream));  // -1
+      DenseVoxelIndex::attach(g, d.dense.data(), box);
+      scatter_dense_kernel<<<grid_for(nv), kBlock, 0, stream>>>(cells->keys, nv, d.dense.data(), g);
+      NDTCU_CUDA_CHECK_LAUNCH();
+    } else {
+      put(d.dense, index.cells.data(), index.cells.size());
+      DenseVoxelIndex::attach(g, d.dense.data(), box);
+    }
     d.lookup = VoxelLookup::Dense;
   } else {
     d.lookup = VoxelLookup::Hash;
@@ -449,8 +553,9 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
   d.grid = g;
   d.resolution = map.resolution();
   d.has_map = true;
-  log().debug("cuda: map of {} voxels uploaded, {} lookup ({} cells in the occupied box)", nv,
-              d.lookup == VoxelLookup::Dense ? "dense" : "hash", cells);
+  log().debug("cuda: map of {} voxels {}, {} lookup ({} cells in the occupied box)", nv,
+              cells ? "taken from the device build" : "uploaded", d.lookup == VoxelLookup::Dense ? "dense" : "hash",
+              box_cells);
   return bytes;
 }
 
@@ -758,6 +863,15 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
   }
   m.telemetry.setup_bytes_up += upload_map(m.map, map, lookup, dense_budget_bytes, m.stream, nullptr);
   m.config_dirty = true;
+}
+
+void CudaBackend::set_map_from_device(const VoxelMap& map, const DeviceVoxelCells& cells, VoxelLookup lookup,
+                                      std::size_t dense_budget_bytes) {
+  Impl& m = *impl_;
+  m.telemetry.setup_bytes_up += upload_map(m.map, map, lookup, dense_budget_bytes, m.stream, nullptr, &cells);
+  m.config_dirty = true;
+  // The cells stay the voxelizer's: done with them before it may run again.
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
 void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup, std::size_t dense_budget_bytes) {

@@ -34,6 +34,11 @@ NDTCU_HD inline std::uint64_t pack_key(std::int32_t i, std::int32_t j, std::int3
          (static_cast<std::uint64_t>(k + kKeyOffset) << 42);
 }
 
+/// The lattice coordinate `axis` (0 x, 1 y, 2 z) of a packed key (pack_key's inverse).
+NDTCU_HD inline std::int32_t unpack_key(std::uint64_t key, int axis) {
+  return static_cast<std::int32_t>((key >> (21 * axis)) & ((std::uint64_t(1) << 21) - 1)) - kKeyOffset;
+}
+
 /// True when lattice coordinates fit pack_key.
 NDTCU_HD inline bool key_in_range(std::int64_t i, std::int64_t j, std::int64_t k) {
   return i >= -kKeyOffset && i < kKeyOffset && j >= -kKeyOffset && j < kKeyOffset && k >= -kKeyOffset &&
@@ -48,6 +53,14 @@ NDTCU_HD inline std::uint64_t hash_key(std::uint64_t k) {
   k *= 0x94d049bb133111ebULL;
   k ^= k >> 31;
   return k;
+}
+
+/// Slots of the hash table of `voxels` voxels: a power of two at least twice their number
+/// (load at most 0.5), 16 at least.
+NDTCU_HD inline std::uint64_t hash_capacity(std::uint64_t voxels) {
+  std::uint64_t capacity = 16;
+  while (capacity < 2 * voxels) capacity *= 2;
+  return capacity;
 }
 
 /// Read-only view of a voxel map for the per-point math: structure-of-arrays, plain
@@ -70,6 +83,12 @@ struct VoxelGridView {
   std::int64_t dense_dims[3];  ///< box size in cells along x, y, z
 };
 
+/// Entry of box cell (a, b, c) (cells from the box's lowest corner) in a dense index over
+/// a box of `dims` cells: x fastest, then y, then z.
+NDTCU_HD inline std::int64_t dense_offset(std::int64_t a, std::int64_t b, std::int64_t c, const std::int64_t* dims) {
+  return (c * dims[1] + b) * dims[0] + a;
+}
+
 /// Voxel index for lattice cell (i, j, k), or -1.
 NDTCU_HD inline std::int32_t find_voxel(const VoxelGridView& g, std::int64_t i, std::int64_t j, std::int64_t k) {
   if (g.dense) {
@@ -80,7 +99,7 @@ NDTCU_HD inline std::int32_t find_voxel(const VoxelGridView& g, std::int64_t i, 
         static_cast<std::uint64_t>(c) >= static_cast<std::uint64_t>(g.dense_dims[2])) {
       return -1;
     }
-    return g.dense[(c * g.dense_dims[1] + b) * g.dense_dims[0] + a];
+    return g.dense[dense_offset(a, b, c, g.dense_dims)];
   }
   if (!key_in_range(i, j, k)) return -1;
   const std::uint64_t key = pack_key(static_cast<std::int32_t>(i), static_cast<std::int32_t>(j),
@@ -115,7 +134,7 @@ NDTCU_HD inline const std::int32_t* dense_block_centre(const VoxelGridView& g, s
   if (a < 1 || a > g.dense_dims[0] - 2 || b < 1 || b > g.dense_dims[1] - 2 || c < 1 || c > g.dense_dims[2] - 2) {
     return nullptr;
   }
-  return g.dense + (c * g.dense_dims[1] + b) * g.dense_dims[0] + a;
+  return g.dense + dense_offset(a, b, c, g.dense_dims);
 }
 
 /// Number of lattice cells a search visits around a point (the length of its cell table).

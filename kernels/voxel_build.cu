@@ -42,22 +42,11 @@ __global__ void key_kernel(const float3* points, std::size_t n, float inv_res, s
   index[i] = static_cast<std::uint32_t>(i);
 }
 
-// A usable run's statistics. `pad` fills the struct to a multiple of 8 bytes and is
-// written, so copying a result whole reads no uninitialized byte.
-struct RunResult {
-  double mean[3];
-  double icov[6];
-  double cov[6];
-  float centroid[3];
-  float pad;
-};
-static_assert(sizeof(RunResult) == 15 * sizeof(double) + 4 * sizeof(float), "no implicit padding");
-
 // Status of a run (one byte each, read back): 0 sparse, 1 singular, 2 usable.
 // Run r: its points (sorted by key, then index) summed in input order, and its statistics.
 __global__ void stats_kernel(const float3* points, const std::uint32_t* index, const std::uint32_t* offsets,
                              const std::uint32_t* counts, const int* runs, int min_points, bool autoware, bool pcl,
-                             double eigenvalue_ratio, RunResult* results, std::uint32_t* usable, std::uint8_t* status) {
+                             double eigenvalue_ratio, VoxelResult* results, std::uint32_t* usable, std::uint8_t* status) {
   const int r = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= *runs) return;
   const std::uint32_t count = counts[r];
@@ -78,7 +67,7 @@ __global__ void stats_kernel(const float3* points, const std::uint32_t* index, c
   status[r] = st.usable ? 2 : 1;
   usable[r] = st.usable ? 1 : 0;
   if (!st.usable) return;
-  RunResult& out = results[r];
+  VoxelResult& out = results[r];
   out.pad = 0.0f;
   static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
   for (int a = 0; a < 3; ++a) {
@@ -93,8 +82,8 @@ __global__ void stats_kernel(const float3* points, const std::uint32_t* index, c
 
 // The usable runs, in run order, at their exclusive-scan positions.
 __global__ void compact_kernel(const int* runs, const std::uint32_t* usable, const std::uint32_t* position,
-                               const std::uint64_t* run_keys, const std::uint32_t* counts, const RunResult* results,
-                               std::uint64_t* keys_out, std::uint32_t* counts_out, RunResult* results_out) {
+                               const std::uint64_t* run_keys, const std::uint32_t* counts, const VoxelResult* results,
+                               std::uint64_t* keys_out, std::uint32_t* counts_out, VoxelResult* results_out) {
   const int r = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= *runs || !usable[r]) return;
   const std::uint32_t v = position[r];
@@ -138,7 +127,7 @@ struct CudaVoxelizer::Impl {
   DeviceBuffer<unsigned long long> bad;
   DeviceBuffer<int> runs;
   DeviceBuffer<unsigned char> temp;
-  DeviceBuffer<RunResult> results, compacted;
+  DeviceBuffer<VoxelResult> results, compacted;
   DeviceBuffer<std::uint8_t> status;
   DeviceBuffer<math::VoxelSums> sums;
   DeviceBuffer<math::VoxelStatistics> stats;
@@ -212,8 +201,10 @@ struct CudaVoxelizer::Impl {
 CudaVoxelizer::CudaVoxelizer(bool pinned_upload) : impl_(std::make_unique<Impl>(pinned_upload)) {}
 CudaVoxelizer::~CudaVoxelizer() = default;
 
-VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options) {
+VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options,
+                                       DeviceVoxelCells* on_device) {
   VoxelCells out;
+  if (on_device) *on_device = DeviceVoxelCells{};
   if (cloud.size() == 0) return out;
   Impl& m = *impl_;
   const cudaStream_t stream = m.stream;
@@ -249,11 +240,12 @@ VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resol
     voxels += s == 2;
   }
   resize_voxels(out, voxels);
-  std::vector<RunResult> host(voxels);
+  std::vector<VoxelResult> host(voxels);
   m.keys_out.download(out.keys.data(), voxels, stream);
   m.counts_out.download(out.counts.data(), voxels, stream);
   m.compacted.download(host.data(), voxels, stream);
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (on_device) *on_device = DeviceVoxelCells{m.keys_out.data(), m.compacted.data(), voxels};
   for (std::size_t v = 0; v < voxels; ++v) {
     for (int a = 0; a < 3; ++a) {
       out.mean[a][v] = host[v].mean[a];

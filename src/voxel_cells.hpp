@@ -55,4 +55,10 @@ VoxelMap assemble_voxel_map(VoxelCells&& cells, const VoxelMapOptions& options, 
 /// Records a build's wall time in the map's stats.
 void set_build_ms(VoxelMap& map, double ms);
 
+/// VoxelMap::build: on the CPU or the GPU by `options.backend`, or on `voxelizer` when
+/// given (the GPU), which with `on_device` also says where the voxels lie on the device
+/// (a CUDA backend's map is then taken from there, not sent back up).
+VoxelMap build_voxel_map(PointCloudView cloud, const VoxelMapOptions& options, CudaVoxelizer* voxelizer,
+                         DeviceVoxelCells* on_device);
+
 }  // namespace ndtcu::detail

@@ -220,12 +220,9 @@ struct detail::VoxelMapAccess {
     map.stats_.occupied_cells = cells.occupied_cells;
     map.stats_.sparse_cells = cells.sparse_cells;
     map.stats_.singular_cells = cells.singular_cells;
-    const std::int32_t mask = (1 << 21) - 1;
     map.cells_.reserve(cells.keys.size());
     for (const std::uint64_t key : cells.keys) {
-      map.cells_.push_back({static_cast<std::int32_t>(key & mask) - math::kKeyOffset,
-                            static_cast<std::int32_t>((key >> 21) & mask) - math::kKeyOffset,
-                            static_cast<std::int32_t>((key >> 42) & mask) - math::kKeyOffset});
+      map.cells_.push_back({math::unpack_key(key, 0), math::unpack_key(key, 1), math::unpack_key(key, 2)});
     }
     // Arrays grown voxel by voxel hold up to twice their size: the map keeps what it uses.
     const auto fit = [](auto& v) { v.shrink_to_fit(); };
@@ -239,9 +236,7 @@ struct detail::VoxelMapAccess {
     map.centroid_ = std::move(cells.centroid);
     map.icov_ = std::move(cells.icov);
     map.cov_ = std::move(cells.cov);
-    // Hash table: capacity a power of two at least twice the voxel count (load <= 0.5).
-    std::size_t capacity = 16;
-    while (capacity < 2 * map.size()) capacity *= 2;
+    const std::size_t capacity = math::hash_capacity(map.size());
     map.table_keys_.assign(capacity, kEmptyKey);
     map.table_values_.assign(capacity, -1);
     for (std::size_t v = 0; v < map.size(); ++v) {
@@ -263,21 +258,27 @@ VoxelMap detail::assemble_voxel_map(VoxelCells&& cells, const VoxelMapOptions& o
 
 void detail::set_build_ms(VoxelMap& map, double ms) { VoxelMapAccess::set_build_ms(map, ms); }
 
-VoxelMap VoxelMap::build(PointCloudView cloud, const VoxelMapOptions& options) {
+VoxelMap detail::build_voxel_map(PointCloudView cloud, const VoxelMapOptions& options, CudaVoxelizer* voxelizer,
+                                 DeviceVoxelCells* on_device) {
   const auto t0 = std::chrono::steady_clock::now();
-  detail::check_voxel_map_options(options);
-  const float inverse = detail::inverse_resolution(options.resolution);
+  check_voxel_map_options(options);
+  const float inverse = inverse_resolution(options.resolution);
   const double resolution = static_cast<double>(static_cast<float>(options.resolution));
-  const bool on_gpu = detail::build_on_gpu(options);
-  detail::VoxelCells cells = on_gpu ? detail::cuda_voxel_cells(cloud, inverse, options)
-                                    : cpu_voxel_cells(cloud, inverse, resolution, options);
-  VoxelMap map = detail::assemble_voxel_map(std::move(cells), options, cloud.origin, cloud.size(), on_gpu);
-  map.stats_.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  detail::log().debug("voxel map: {} points, {} cells, {} voxels ({} under {} points, {} singular), res {} m, {:.1f} ms ({})",
-                      map.stats_.points, map.stats_.occupied_cells, map.size(), map.stats_.sparse_cells,
-                      options.min_points, map.stats_.singular_cells, map.resolution_, map.stats_.build_ms,
-                      map.built_on_gpu_ ? "GPU" : "CPU");
+  const bool on_gpu = voxelizer != nullptr || build_on_gpu(options);
+  VoxelCells cells = voxelizer ? voxelizer->usable_cells(cloud, inverse, options, on_device)
+                     : on_gpu  ? cuda_voxel_cells(cloud, inverse, options)
+                               : cpu_voxel_cells(cloud, inverse, resolution, options);
+  VoxelMap map = assemble_voxel_map(std::move(cells), options, cloud.origin, cloud.size(), on_gpu);
+  set_build_ms(map, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  const VoxelMapStats& st = map.stats();
+  log().debug("voxel map: {} points, {} cells, {} voxels ({} under {} points, {} singular), res {} m, {:.1f} ms ({})",
+              st.points, st.occupied_cells, map.size(), st.sparse_cells, options.min_points, st.singular_cells,
+              map.resolution(), st.build_ms, on_gpu ? "GPU" : "CPU");
   return map;
+}
+
+VoxelMap VoxelMap::build(PointCloudView cloud, const VoxelMapOptions& options) {
+  return detail::build_voxel_map(cloud, options, nullptr, nullptr);
 }
 
 std::int32_t VoxelMap::find(std::int64_t i, std::int64_t j, std::int64_t k) const {

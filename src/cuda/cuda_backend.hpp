@@ -23,6 +23,8 @@ struct CUstream_st;  // cudaStream_t without the CUDA headers
 
 namespace ndtcu::detail {
 
+struct DeviceVoxelCells;  // cuda_voxel_build.hpp
+
 /// How a voxel's lattice cell is found on the device. The radius search makes 27 lookups
 /// per point, each a dependent load chain, so lookup latency sets the kernel's time:
 /// measured on an H100 the dense index (one load) takes 27-30 us per evaluation against
@@ -93,6 +95,14 @@ class CudaBackend {
   /// and free) when the device memory is too small; the backend stays usable.
   void set_map(const VoxelMap& map, VoxelLookup lookup = VoxelLookup::Auto,
                std::size_t dense_budget_bytes = std::size_t(256) << 20);
+  /// Uses `map` as set_map does, taking its voxels from `cells`, where the GPU build that
+  /// `map` was assembled from left them (VoxelMap::build's, through a CudaVoxelizer on
+  /// this device): copied on the device, and the hash table and dense index built there,
+  /// so that nothing of the map is sent up. Lookups find what set_map's find. Returns
+  /// once `cells` is no longer read. Throws Error when `cells` is not `map`'s (another
+  /// voxel count), CudaError as set_map does.
+  void set_map_from_device(const VoxelMap& map, const DeviceVoxelCells& cells, VoxelLookup lookup = VoxelLookup::Auto,
+                           std::size_t dense_budget_bytes = std::size_t(256) << 20);
   /// Uploads `map` into a second set of map buffers on a stream of the backend's own,
   /// leaving the map in use alone: the one member that may run on another thread while
   /// this backend evaluates (a worker preparing the next map of a moving vehicle). A later

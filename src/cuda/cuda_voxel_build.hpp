@@ -30,6 +30,27 @@ struct VoxelCells {
 /// counts stay (src/voxel_map.cpp).
 void resize_voxels(VoxelCells& out, std::size_t voxels);
 
+/// A usable voxel's statistics as the GPU build computes them (device memory, one per
+/// voxel; `pad` fills the struct to a multiple of 8 bytes and is written, so copying one
+/// whole reads no uninitialized byte).
+struct VoxelResult {
+  double mean[3];
+  double icov[6];  ///< xx xy xz yy yz zz
+  double cov[6];
+  float centroid[3];
+  float pad;
+};
+static_assert(sizeof(VoxelResult) == 15 * sizeof(double) + 4 * sizeof(float), "no implicit padding");
+
+/// The usable voxels of a GPU build where they lie, in the voxelizer's device memory:
+/// what a CUDA backend takes its map from without sending it back up (valid until the
+/// voxelizer's next call or its destruction; the work that wrote them has finished).
+struct DeviceVoxelCells {
+  const std::uint64_t* keys = nullptr;  ///< packed lattice keys, ascending (cell order)
+  const VoxelResult* results = nullptr;  ///< the voxels' statistics, in the same order
+  std::size_t voxels = 0;
+};
+
 /// Every occupied cell of a cloud in cell order (sparse and singular ones too): its sums
 /// (the points in input order) and, where it has min_points points, its statistics
 /// (`usable` false otherwise; every other field of a cell below min_points is zero). What
@@ -60,7 +81,9 @@ class CudaVoxelizer {
   /// The usable voxels of `cloud` at `inverse_resolution` by `options`, compacted in cell
   /// order (VoxelMap::build's cells). Throws Error for a point more than 2^20 cells from
   /// the origin (naming it), CudaError for a device failure; the voxelizer stays usable.
-  VoxelCells usable_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);
+  /// With `on_device`, also where the voxels lie on the device (DeviceVoxelCells).
+  VoxelCells usable_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options,
+                          DeviceVoxelCells* on_device = nullptr);
   /// Every occupied cell of `cloud` (OccupiedCells), with the same bits as the CPU's
   /// cell_sums and voxel_statistics. Throws as usable_cells does.
   OccupiedCells occupied_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);

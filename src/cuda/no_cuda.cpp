@@ -24,7 +24,7 @@ CudaVoxelizer::CudaVoxelizer(bool) {
   throw CudaError("a GPU voxel map build was requested, but " + cuda_unavailable_reason());
 }
 CudaVoxelizer::~CudaVoxelizer() = default;
-VoxelCells CudaVoxelizer::usable_cells(PointCloudView, float, const VoxelMapOptions&) { return {}; }
+VoxelCells CudaVoxelizer::usable_cells(PointCloudView, float, const VoxelMapOptions&, DeviceVoxelCells*) { return {}; }
 OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView, float, const VoxelMapOptions&) { return {}; }
 }  // namespace detail
 
@@ -40,6 +40,7 @@ struct CudaBackend::Impl {};
 CudaBackend::CudaBackend(CUstream_st*) { throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason()); }
 CudaBackend::~CudaBackend() = default;
 void CudaBackend::set_map(const VoxelMap&, VoxelLookup, std::size_t) {}
+void CudaBackend::set_map_from_device(const VoxelMap&, const DeviceVoxelCells&, VoxelLookup, std::size_t) {}
 void CudaBackend::stage_map(std::shared_ptr<const VoxelMap>, VoxelLookup, std::size_t) {}
 void CudaBackend::set_sources(const std::vector<PointCloudView>&) {}
 void CudaBackend::configure(SearchMethod, double) {}

@@ -4,9 +4,11 @@
 #include <ndtcu/error.hpp>
 
 #include "../cuda/cuda_backend.hpp"
+#include "../cuda/cuda_voxel_build.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
 #include "../thread_pool.hpp"
+#include "../voxel_cells.hpp"
 #include "dense_voxel_index.hpp"
 
 #include <algorithm>
@@ -16,6 +18,14 @@
 #include <utility>
 
 namespace ndtcu::detail {
+
+std::shared_ptr<const VoxelMap> AlignBackend::build_map(PointCloudView target, const VoxelMapOptions& options) {
+  VoxelMapOptions o = options;
+  o.backend = kind();
+  auto map = std::make_shared<const VoxelMap>(VoxelMap::build(target, o));
+  set_map(map);
+  return map;
+}
 
 namespace {
 
@@ -119,6 +129,20 @@ class CudaAlignBackend final : public AlignBackend {
     cuda_.set_map(*map);
     map_ = map;
     upload_ms_ += ms_since(t0);
+  }
+
+  std::shared_ptr<const VoxelMap> build_map(PointCloudView target, const VoxelMapOptions& options) override {
+    VoxelMapOptions o = options;
+    o.backend = Backend::Cuda;
+    // A voxelizer for this build only: its buffers (the points, their keys, the sort) go
+    // with it, and the map's arrays are copied out of them on the device.
+    CudaVoxelizer voxelizer(false);
+    DeviceVoxelCells cells;
+    auto map = std::make_shared<const VoxelMap>(build_voxel_map(target, o, &voxelizer, &cells));
+    map_.reset();  // a failed set leaves no map behind
+    cuda_.set_map_from_device(*map, cells);
+    map_ = map;
+    return map;
   }
 
   void stage_map(const std::shared_ptr<const VoxelMap>& map) override { cuda_.stage_map(map); }

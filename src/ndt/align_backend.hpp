@@ -46,6 +46,10 @@ class AlignBackend {
   /// Uses `map` for the following calls (the pointer must stay valid until the next
   /// set_map). Cheap when it is the map already set.
   virtual void set_map(const std::shared_ptr<const VoxelMap>& map) = 0;
+  /// The voxel map of `target` by `options`, built where this backend runs (the CPU's
+  /// reference build, or the GPU's), and set as by set_map. A CUDA backend takes the map's
+  /// device arrays from the GPU build where they lie, without sending the map back up.
+  virtual std::shared_ptr<const VoxelMap> build_map(PointCloudView target, const VoxelMapOptions& options);
   /// Prepares `map` for a later set_map while the current one stays in use; may run on
   /// another thread than the other members (see CudaBackend::stage_map). The CPU backend
   /// has nothing to prepare.

@@ -114,10 +114,8 @@ const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return
 
 void Aligner::set_target(PointCloudView target) {
   // On the backend the aligner runs on: a CUDA aligner builds its map on the GPU (the same
-  // voxels, bit for bit, as the CPU build).
-  VoxelMapOptions o = voxel_map_options(impl_->settings);
-  o.backend = impl_->backend->kind();
-  impl_->map = std::make_shared<const VoxelMap>(VoxelMap::build(target, o));
+  // voxels, bit for bit, as the CPU build) and keeps its device arrays from there.
+  impl_->map = impl_->backend->build_map(target, voxel_map_options(impl_->settings));
 }
 
 namespace {

@@ -29,7 +29,7 @@ DenseVoxelIndex DenseVoxelIndex::build(const VoxelMap& map, const LatticeBox& bo
   for (std::size_t v = 0; v < map.size(); ++v) {
     const auto& c = map.cells()[v];
     const std::int64_t a = c[0] - box.min[0], b = c[1] - box.min[1], k = c[2] - box.min[2];
-    index.cells[static_cast<std::size_t>((k * box.dims[1] + b) * box.dims[0] + a)] = static_cast<std::int32_t>(v);
+    index.cells[static_cast<std::size_t>(math::dense_offset(a, b, k, box.dims))] = static_cast<std::int32_t>(v);
   }
   return index;
 }

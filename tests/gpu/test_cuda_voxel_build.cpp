@@ -3,6 +3,7 @@
 // arithmetic of kernels/voxel_statistics.hpp), on every map of ../shared/data, the sample
 // map and simulator maps (one at UTM coordinates), in both covariance conventions; and
 // the same errors.
+#include "../ndt/batch_check.hpp"
 #include "../support/test_support.hpp"
 
 #include <ndtcu/aligner.hpp>
@@ -15,11 +16,14 @@
 #include <ndtcu/voxel_map.hpp>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_voxel_build.hpp"
+#include "voxel_cells.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -305,4 +309,85 @@ TEST_CASE("the GPU voxel map build: edge cases and errors as on the CPU", "[gpu]
   const AlignResult ra = a.align(scan), rb = b.align(scan);
   CHECK(ra.transform == rb.transform);
   CHECK(ra.score == rb.score);
+}
+
+// A CUDA aligner's map taken from its GPU build where the voxels lie
+// (CudaBackend::set_map_from_device: the arrays copied on the device, the hash table and
+// the dense index built there) against the same map uploaded from the host: every lookup
+// finds the same voxel, so every evaluation has the same bits, in both lookups and every
+// search mode; and no byte of the map goes up.
+TEST_CASE("a CUDA map taken from the device build evaluates as the uploaded map and sends nothing up", "[gpu]") {
+  NDTCU_REQUIRE_GPU();
+  std::vector<std::pair<std::string, PointCloud>> maps = {
+      {"sample map", read_point_cloud((kSample / "map.pcd").string())},
+      {"simulator 300 m at UTM", simulator_map(Eigen::Vector3d(680000.0, 3900000.0, 40.0), 0.2, 6)},
+  };
+  PointCloud few;  // one sparse cell: no voxel
+  for (int i = 0; i < 5; ++i) few.points.emplace_back(0.1f * static_cast<float>(i), 0.2f, 0.3f);
+  maps.emplace_back("no voxel", few);
+  if (const auto data = test::data_dir(); data && fs::exists(*data / "pairs/hdl32/target_251370668.pcd")) {
+    maps.emplace_back("hdl32 target", read_point_cloud((*data / "pairs/hdl32/target_251370668.pcd").string()));
+  }
+  const Pose6 poses[] = {Pose6::Zero(), (Pose6() << 0.3, -0.2, 0.1, 0.01, 0.02, -0.03).finished(),
+                         (Pose6() << 1.0, 1.5, -0.2, 0.0, 0.0, 0.5).finished()};
+  for (const auto& [name, cloud] : maps) {
+    // The map's own points, every 5th, and the same moved by 0.7 of a voxel: the searches
+    // meet every voxel and the empty cells around them.
+    PointCloud source;
+    for (std::size_t i = 0; i < cloud.size(); i += 5) {
+      source.points.push_back(cloud.points[i]);
+      source.points.push_back(cloud.points[i] + Eigen::Vector3f(1.4f, -1.4f, 0.7f));
+    }
+    for (const detail::VoxelLookup lookup : {detail::VoxelLookup::Hash, detail::VoxelLookup::Dense}) {
+      CAPTURE(name, lookup == detail::VoxelLookup::Hash ? "hash" : "dense");
+      VoxelMapOptions o;
+      o.backend = Backend::Cuda;
+      detail::CudaVoxelizer voxelizer(false);
+      detail::DeviceVoxelCells cells;
+      const VoxelMap map = detail::build_voxel_map(cloud, o, &voxelizer, &cells);
+      CHECK(map.built_on_gpu());
+      REQUIRE(cells.voxels == map.size());
+      detail::CudaBackend uploaded, from_device;
+      uploaded.set_map(map, lookup);
+      from_device.set_map_from_device(map, cells, lookup);
+      CHECK(from_device.telemetry().setup_bytes_up == 0);
+      if (!map.empty()) CHECK(uploaded.telemetry().setup_bytes_up >= map.size() * 9 * sizeof(double));
+      CHECK(from_device.lookup() == uploaded.lookup());
+      CHECK(from_device.lookup() == (map.empty() ? detail::VoxelLookup::Hash : lookup));
+      // Another build in the same voxelizer: nothing of the backend's map points into it.
+      (void)voxelizer.usable_cells(cloud, 1.0f, o);
+      uploaded.set_source(source);
+      from_device.set_source(source);
+      int compared = 0, nonzero = 0;
+      for (const SearchMethod search :
+           {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
+        uploaded.configure(search, 0.55);
+        from_device.configure(search, 0.55);
+        for (const Pose6& pose : poses) {
+          const math::DerivativeSums a = uploaded.evaluate(pose, true), b = from_device.evaluate(pose, true);
+          CHECK(std::memcmp(&a, &b, sizeof(a)) == 0);
+          ++compared;
+          nonzero += a.v[0] != 0.0;
+        }
+      }
+      CHECK(compared == 12);
+      if (!map.empty()) CHECK(nonzero == 12);
+    }
+  }
+  // Through the Aligner: a CUDA aligner given points builds its map this way and aligns
+  // with the bits of one given the CPU-built map (uploaded).
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  const PointCloud scan = voxel_downsample(read_point_cloud((kSample / "scans/000003.pcd").string()), 1.0);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  Aligner built_here(s), uploaded(s);
+  built_here.set_target(map);
+  VoxelMapOptions mo = voxel_map_options(s);
+  mo.backend = Backend::Cpu;
+  uploaded.set_target(std::make_shared<const VoxelMap>(VoxelMap::build(map, mo)));
+  CHECK(built_here.target()->built_on_gpu());
+  const Eigen::Matrix4d guess = pose_to_matrix((Pose6() << -24.06, 16.31, 1.41, -0.024, 0.036, -1.66).finished());
+  const AlignResult a = built_here.align(scan, guess), b = uploaded.align(scan, guess);
+  CHECK(a.iterations > 1);
+  test::check_same_bits(a, b);
 }

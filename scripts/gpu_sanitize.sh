@@ -27,6 +27,7 @@
 # synccheck a graph launch ends in cudaErrorIllegalAddress with no report from the tool,
 # and synccheck reports barrier divergence at a barrier that every thread reaches. memcheck
 # follows the graphs and runs them as they are.
+# Each case's time is in the logs (Catch2's durations: "SECONDS s: NAME").
 # Prints one line per tool and shard (the test cases' outcome, the tool's error summary)
 # and exits 1 when a tool reported an error or a shard did not finish. memcheck's reports
 # of the out-of-memory errors that the allocation-failure tests cause on purpose count
@@ -75,7 +76,7 @@ for tool in "${tools[@]}"; do
   for ((s = 0; s < shards; ++s)); do
     [[ -s $out/cases.$s ]] || continue
     NDTCU_TEST_UNDER_SANITIZER=1 NDTCU_CUDA_LOOP=$loop timeout "$timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 50 \
-      "$tests" -f "$out/cases.$s" >"$out/$tool.$s.log" 2>&1 &
+      "$tests" -d yes -f "$out/cases.$s" >"$out/$tool.$s.log" 2>&1 &
     pids[s]=$!
   done
   for s in "${!pids[@]}"; do

@@ -26,7 +26,8 @@
 # are reported as racing on shared memory and the batch tests crash; under initcheck and
 # synccheck a graph launch ends in cudaErrorIllegalAddress with no report from the tool,
 # and synccheck reports barrier divergence at a barrier that every thread reaches. memcheck
-# follows the graphs and runs them as they are.
+# follows the graphs and runs them as they are, its shards one after the other (two
+# memcheck processes at once over the graph launch report false out-of-bounds reads).
 # Each case's time is in the logs (Catch2's durations: "SECONDS s: NAME").
 # Prints one line per tool and shard (the test cases' outcome, the tool's error summary)
 # and exits 1 when a tool reported an error or a shard did not finish. memcheck's reports
@@ -72,16 +73,30 @@ for tool in "${tools[@]}"; do
   loop=stream
   [[ $tool == memcheck ]] && loop=graph
   loop=${NDTCU_SANITIZE_LOOP:-$loop}
+  # memcheck over the graph launch runs its shards one after the other: with two
+  # sanitizer processes at once it reports reads inside live allocations as out of bounds
+  # (README, "Known limits"); alone it does not.
+  sequential=0
+  [[ $tool == memcheck && $loop == graph ]] && sequential=1
   pids=()
+  rcs=()
   for ((s = 0; s < shards; ++s)); do
     [[ -s $out/cases.$s ]] || continue
     NDTCU_TEST_UNDER_SANITIZER=1 NDTCU_CUDA_LOOP=$loop timeout "$timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 50 \
       "$tests" -d yes -f "$out/cases.$s" >"$out/$tool.$s.log" 2>&1 &
     pids[s]=$!
+    if ((sequential)); then
+      wait "${pids[$s]}"
+      rcs[s]=$?
+    fi
   done
   for s in "${!pids[@]}"; do
-    wait "${pids[$s]}"
-    rc=$?
+    if ((sequential)); then
+      rc=${rcs[$s]}
+    else
+      wait "${pids[$s]}"
+      rc=$?
+    fi
     log=$out/$tool.$s.log
     outcome=$(grep -E '^(All tests passed|test cases:)' "$log" | tail -1)
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/^========= //')

@@ -5,9 +5,15 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 namespace ndtcu::detail {
+
+/// Blocks of `block` threads that cover `n` items, one thread each.
+inline int grid_blocks(std::size_t n, int block) {
+  return static_cast<int>((n + static_cast<std::size_t>(block) - 1) / static_cast<std::size_t>(block));
+}
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
   throw CudaError(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") at " +

@@ -46,7 +46,7 @@ std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vect
   DeviceBuffer<float3> in, out(points.size());
   in.upload(reinterpret_cast<const float3*>(points.data()), points.size());
   constexpr int kBlock = 256;
-  transform_points_kernel<<<(n + kBlock - 1) / kBlock, kBlock>>>(in.data(), out.data(), n, T);
+  transform_points_kernel<<<grid_blocks(n, kBlock), kBlock>>>(in.data(), out.data(), n, T);
   NDTCU_CUDA_CHECK_LAUNCH();
   out.download(reinterpret_cast<float3*>(result.data()), points.size());
   NDTCU_CUDA_CHECK(cudaDeviceSynchronize());

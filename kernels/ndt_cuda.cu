@@ -416,8 +416,6 @@ __global__ void scatter_dense_kernel(const std::uint64_t* keys, std::size_t n, s
   dense[math::dense_offset(a, b, c, box.dense_dims)] = static_cast<std::int32_t>(v);
 }
 
-int grid_for(std::size_t n) { return static_cast<int>((n + kBlock - 1) / kBlock); }
-
 // Fills `d` with `map` on `stream` (see CudaBackend::set_map for the lookup) and returns
 // the bytes sent up. Its voxels, hash table and dense index come from one of two places:
 //  - the host map (`cells` null): uploaded. With `pinned` (staging): buffers that must
@@ -506,9 +504,9 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
       NDTCU_CUDA_CHECK(cudaMemsetAsync(d.table_values.data(), 0xff, capacity * sizeof(std::int32_t), stream));
     }
     if (nv) {
-      unpack_voxels_kernel<<<grid_for(nv), kBlock, 0, stream>>>(cells->results, nv, out);
+      unpack_voxels_kernel<<<grid_blocks(nv, kBlock), kBlock, 0, stream>>>(cells->results, nv, out);
       NDTCU_CUDA_CHECK_LAUNCH();
-      insert_keys_kernel<<<grid_for(nv), kBlock, 0, stream>>>(cells->keys, nv, d.table_keys.data(),
+      insert_keys_kernel<<<grid_blocks(nv, kBlock), kBlock, 0, stream>>>(cells->keys, nv, d.table_keys.data(),
                                                                d.table_values.data(), capacity - 1);
       NDTCU_CUDA_CHECK_LAUNCH();
     }
@@ -540,7 +538,7 @@ std::uint64_t upload_map(DeviceMap& d, const VoxelMap& map, VoxelLookup lookup, 
       d.dense.resize_discard(n_cells);
       NDTCU_CUDA_CHECK(cudaMemsetAsync(d.dense.data(), 0xff, n_cells * sizeof(std::int32_t), stream));  // -1
       DenseVoxelIndex::attach(g, d.dense.data(), box);
-      scatter_dense_kernel<<<grid_for(nv), kBlock, 0, stream>>>(cells->keys, nv, d.dense.data(), g);
+      scatter_dense_kernel<<<grid_blocks(nv, kBlock), kBlock, 0, stream>>>(cells->keys, nv, d.dense.data(), g);
       NDTCU_CUDA_CHECK_LAUNCH();
     } else {
       put(d.dense, index.cells.data(), index.cells.size());

@@ -22,8 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-int blocks_for(std::size_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
-
 // Cell key and point index of every point; the first point out of the key's range is
 // recorded in *bad (the smallest index, as the CPU build names it).
 __global__ void key_kernel(const float3* points, std::size_t n, float inv_res, std::uint64_t* keys,
@@ -163,7 +161,7 @@ struct CudaVoxelizer::Impl {
     runs.resize_discard(1);
     const unsigned long long none = std::numeric_limits<unsigned long long>::max();
     NDTCU_CUDA_CHECK(cudaMemcpyAsync(bad.data(), &none, sizeof(none), cudaMemcpyHostToDevice, stream));
-    key_kernel<<<blocks_for(n), kThreads, 0, stream>>>(points.data(), n, inverse_resolution, keys.data(), index.data(),
+    key_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(points.data(), n, inverse_resolution, keys.data(), index.data(),
                                                         bad.data());
     NDTCU_CUDA_CHECK_LAUNCH();
     const int n_int = static_cast<int>(n);
@@ -218,13 +216,13 @@ VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resol
   m.keys_out.resize_with_headroom(runs_n);
   m.counts_out.resize_with_headroom(runs_n);
   const bool autoware = options.covariance == CovarianceMode::Autoware;
-  stats_kernel<<<blocks_for(runs_n), kThreads, 0, stream>>>(
+  stats_kernel<<<grid_blocks(runs_n, kThreads), kThreads, 0, stream>>>(
       m.points.data(), m.sorted_index.data(), m.offsets.data(), m.counts.data(), m.runs.data(), options.min_points,
       autoware, !autoware, options.eigenvalue_ratio, m.results.data(), m.usable.data(), m.status.data());
   NDTCU_CUDA_CHECK_LAUNCH();
   std::size_t t = m.temp.size();
   NDTCU_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(m.temp.data(), t, m.usable.data(), m.position.data(), run_count, stream));
-  compact_kernel<<<blocks_for(runs_n), kThreads, 0, stream>>>(m.runs.data(), m.usable.data(), m.position.data(),
+  compact_kernel<<<grid_blocks(runs_n, kThreads), kThreads, 0, stream>>>(m.runs.data(), m.usable.data(), m.position.data(),
                                                                m.run_keys.data(), m.counts.data(), m.results.data(),
                                                                m.keys_out.data(), m.counts_out.data(), m.compacted.data());
   NDTCU_CUDA_CHECK_LAUNCH();
@@ -271,7 +269,7 @@ OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView cloud, float inverse_
   m.stats.resize_with_headroom(runs_n);
   NDTCU_CUDA_CHECK(cudaMemsetAsync(m.stats.data(), 0, runs_n * sizeof(math::VoxelStatistics), stream));
   const bool autoware = options.covariance == CovarianceMode::Autoware;
-  occupied_kernel<<<blocks_for(runs_n), kThreads, 0, stream>>>(
+  occupied_kernel<<<grid_blocks(runs_n, kThreads), kThreads, 0, stream>>>(
       m.points.data(), m.sorted_index.data(), m.offsets.data(), m.counts.data(), m.runs.data(), options.min_points,
       autoware, !autoware, options.eigenvalue_ratio, m.sums.data(), m.stats.data());
   NDTCU_CUDA_CHECK_LAUNCH();

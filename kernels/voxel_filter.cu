@@ -185,8 +185,6 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-int blocks_for(std::size_t n) { return static_cast<int>((n + kBlock - 1) / kBlock); }
-
 /// Makes `device` current on the calling thread for a scope, restoring the previous one.
 class DeviceScope {
  public:
@@ -292,7 +290,7 @@ struct CudaScanFilter::Impl {
 
     const float* intensity = with_intensity ? b.intensity.data() : nullptr;
     float* sorted_intensity = with_intensity ? b.sorted_intensity.data() : nullptr;
-    const int blocks = blocks_for(static_cast<std::size_t>(kept));
+    const int blocks = grid_blocks(static_cast<std::size_t>(kept), kBlock);
     in_flight = true;
     key_kernel<<<blocks, kBlock, 0, stream>>>(b.points.data(), b.kept_index.data(), kept, lattice, keys);
     NDTCU_CUDA_CHECK_LAUNCH();
@@ -377,7 +375,7 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
   }
   const bool with_intensity = intensity != nullptr;
   const int n_int = static_cast<int>(n);
-  const int blocks = blocks_for(n);
+  const int blocks = grid_blocks(n, kBlock);
 
   DeviceScope scope(m.device);
   m.settle();
@@ -436,7 +434,7 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
   std::size_t count = 0;
   if (leaf == 0.0) {
     m.in_flight = true;
-    gather_kept_kernel<<<blocks_for(static_cast<std::size_t>(kept)), kBlock, 0, m.stream>>>(
+    gather_kept_kernel<<<grid_blocks(static_cast<std::size_t>(kept), kBlock), kBlock, 0, m.stream>>>(
         b.points.data(), with_intensity ? b.intensity.data() : nullptr, b.kept_index.data(), kept,
         b.out_points.data(), with_intensity ? b.out_intensity.data() : nullptr);
     NDTCU_CUDA_CHECK_LAUNCH();

@@ -609,8 +609,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       so.map_voxel = o->map_voxel;
       so.memory_budget = static_cast<std::size_t>(o->map_memory_mb * 1e6);
       so.threads = s.threads;
-      // Each update is uploaded to the GPU on the worker (a no-op on the CPU backend), so
-      // the swap between two frames costs no upload.
+      // Where the tiles are voxelized on the GPU (a CUDA localizer), each update publishes
+      // them to the tiled map's device twin, which the localizer follows: only the voxels
+      // that changed go up, the lookup is rebuilt on the device, and no host map is joined.
+      // Otherwise each update's joined map is uploaded to the GPU on the worker (a no-op on
+      // the CPU backend), so the swap between two frames costs no upload.
+      so.publish = tiled_map_on_device(voxel_map_options(s));
       so.on_map = [&localizer_slot](const std::shared_ptr<const VoxelMap>& next) {
         if (localizer_slot) localizer_slot->stage_map(next);
       };
@@ -623,7 +627,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       const TiledMapStreamStats ts = streamer->stats();
       map_load_ms = ts.read_ms;
       map_build_ms = ts.join_ms;
-      map_points_read = map_points = voxels->stats().points;
+      map_points_read = map_points = streamer->tiled_map()->stats().points;
     } else {
       map = read_point_cloud(o->map);
       map_points_read = map.size();
@@ -640,7 +644,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
         if (streamer) streamer->wait_idle();
       }
     } wait_for_updates{streamer.get()};
-    if (voxels) {
+    if (streamer && !voxels) {
+      localizer.set_map(streamer->tiled_map());  // published: followed
+    } else if (voxels) {
       // Staged first: the staging buffers (pinned host memory above all, whose allocation
       // holds the driver's locks) are allocated now, not during a frame's alignment.
       if (streamer) localizer.stage_map(voxels);
@@ -652,7 +658,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       voxels = localizer.aligner().target();
       map = PointCloud{};  // the voxels are what the run needs
     }
-    const std::size_t map_voxels = voxels->size();
+    const std::size_t map_voxels = voxels ? voxels->size() : streamer->stats().voxels;
     if (map_voxels == 0) throw Error(o->map + ": the map has no usable voxel at resolution " + fmt::format("{}", s.resolution));
     std::size_t map_swaps = 0;
     Samples map_wait_ms;  // per swap: how long the frame waited for it (0 unless --map-update-wait)
@@ -717,6 +723,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
             if (auto next = streamer->take(o->map_update_wait)) {
               map_wait_ms.push_back(static_cast<float>(ms_since(wait0)));
               localizer.update_map(std::move(next));
+              ++map_swaps;
+            } else if (streamer->take_published(o->map_update_wait)) {
+              // The localizer takes the published version as this frame starts.
+              map_wait_ms.push_back(static_cast<float>(ms_since(wait0)));
               ++map_swaps;
             }
           }
@@ -820,6 +830,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                     {"skipped", skipped_json},
                     {"peak_loaded", ts.peak_loaded},
                     {"peak_mb", static_cast<double>(ts.peak_bytes) / 1e6},
+                    {"published_on_device", streamer->tiled_map()->publishes_on_device()},
+                    {"device_peak_mb", static_cast<double>(ts.peak_device_bytes) / 1e6},
                     {"read_ms", ts.read_ms},
                     {"join_ms", ts.join_ms},
                     {"wait_ms", stats_json(map_wait_ms)}};

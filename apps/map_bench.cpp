@@ -131,30 +131,51 @@ void run_tile_bench(const TileBench& b) {
               "map on %u threads\n\n",
               w.size, cloud.size(), ms_since(t0) / 1000.0, kTile, tiles.size(), b.radius, loaded_points, largest,
               loaded_points / std::max<std::size_t>(1, tiles.size()), scan.size(), b.updates, b.map_threads);
-  std::printf("| %-14s | %7s | %17s | %15s | %15s | %15s | %23s | %23s |\n", "tile voxelize", "voxels", "tile points",
-              "voxelize ms", "join ms", "stage ms", "align ms, quiet (p50/max)", "align ms, updating (p50/p99/max)");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(16, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(19, '-').c_str(), std::string(17, '-').c_str(), std::string(17, '-').c_str(),
-              std::string(17, '-').c_str(), std::string(25, '-').c_str(), std::string(25, '-').c_str());
-  for (const Backend where : {Backend::Cpu, Backend::Cuda}) {
+  std::printf("| %-26s | %7s | %11s | %15s | %19s | %19s | %15s | %23s | %28s |\n", "update", "voxels",
+              "tile points", "voxelize ms", "join / publish host", "stage / publish dev", "add in all ms",
+              "align ms, quiet (p50/max)", "align ms, updating (p50/p99/max)");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(13, '-').c_str(), std::string(17, '-').c_str(), std::string(21, '-').c_str(),
+              std::string(21, '-').c_str(), std::string(17, '-').c_str(), std::string(25, '-').c_str(),
+              std::string(30, '-').c_str());
+  // Three ways to update: tiles voxelized on the CPU or the GPU, then joined on the host
+  // into a new VoxelMap and staged on the aligner (a second set of device buffers, the
+  // whole map uploaded) and swapped in by the aligning thread; or voxelized on the GPU and
+  // published to the tiled map's device twin (only the changed voxels sent up, the lookup
+  // rebuilt on the device), which the aligning thread follows.
+  struct Mode {
+    const char* name;
+    Backend voxelize;
+    bool publish;
+  };
+  for (const Mode mode : {Mode{"CPU voxelize, join, stage", Backend::Cpu, false},
+                          Mode{"GPU voxelize, join, stage", Backend::Cuda, false},
+                          Mode{"GPU voxelize, device publish", Backend::Cuda, true}}) {
     AlignSettings s = autoware_preset();
     s.resolution = b.resolution;
     s.backend = Backend::Cuda;
     VoxelMapOptions o = voxel_map_options(s);
-    o.backend = where;
+    o.backend = mode.voxelize;
     o.threads = b.map_threads;
-    TiledVoxelMap map(o);
-    for (const auto& [id, t] : tiles) map.add_tile(id, t);
+    auto map = std::make_shared<TiledVoxelMap>(o);
+    for (const auto& [id, t] : tiles) map->add_tile(id, t);
     Aligner aligner(s);
-    aligner.set_target(map.map());
-    aligner.stage_target(map.map());  // the staging buffers, allocated before the clock runs
+    if (mode.publish) {
+      map->publish();
+      aligner.set_target(map);
+    } else {
+      aligner.set_target(map->map());
+      aligner.stage_target(map->map());  // the staging buffers, allocated before the clock runs
+    }
     for (int i = 0; i < 5; ++i) (void)aligner.align(scan, Eigen::Matrix4d::Identity());
     // The alignment thread: aligns without pause, swapping in a staged map between two
-    // alignments when one is handed over; its latencies are kept with the phase they fell in.
+    // alignments when one is handed over (a followed tiled map swaps itself in); its
+    // latencies are kept with the phase they fell in.
     std::mutex mutex;
     std::shared_ptr<const VoxelMap> handed;
     std::atomic<bool> stop{false}, updating{false};
     std::atomic<int> swaps{0};
+    std::atomic<int> aligned{0};
     std::vector<double> quiet, busy;
     std::thread worker([&] {
       while (!stop.load()) {
@@ -169,33 +190,47 @@ void run_tile_bench(const TileBench& b) {
         if (next) aligner.set_target(next);
         (void)aligner.align(scan, Eigen::Matrix4d::Identity());
         (during ? busy : quiet).push_back(ms_since(a0));
+        aligned.fetch_add(1);
         if (next) swaps.fetch_add(1);
       }
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::vector<double> voxelize_ms, join_ms, stage_ms;
+    std::vector<double> voxelize_ms, join_ms, stage_ms, total_ms;
     std::size_t voxels = 0, tile_points = 0;
     updating.store(true);
     for (int u = 0; u < b.updates; ++u) {
       const std::string& id = order[static_cast<std::size_t>(u) % order.size()];
-      map.remove_tiles({id});
+      map->remove_tiles({id});
       auto u0 = std::chrono::steady_clock::now();
-      map.add_tile(id, tiles.at(id));
+      map->add_tile(id, tiles.at(id));
       voxelize_ms.push_back(ms_since(u0));
-      u0 = std::chrono::steady_clock::now();
-      const auto joined = map.map();
-      join_ms.push_back(ms_since(u0));
-      u0 = std::chrono::steady_clock::now();
-      aligner.stage_target(joined);
-      stage_ms.push_back(ms_since(u0));
-      voxels = joined->size();
-      tile_points += tiles.at(id).size();
-      const int before = swaps.load();
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        handed = joined;
+      if (mode.publish) {
+        const TiledVoxelMapPublish p = map->publish();
+        join_ms.push_back(p.host_ms);
+        stage_ms.push_back(p.device_ms);
+        total_ms.push_back(ms_since(u0));
+        voxels = p.voxels;
+        // Handed over by publishing: the aligning thread takes it at the start of its next
+        // alignment; the one after that has certainly started after the publish.
+        const int after = aligned.load() + 2;
+        while (aligned.load() < after) std::this_thread::yield();
+      } else {
+        u0 = std::chrono::steady_clock::now();
+        const auto joined = map->map();
+        join_ms.push_back(ms_since(u0));
+        u0 = std::chrono::steady_clock::now();
+        aligner.stage_target(joined);
+        stage_ms.push_back(ms_since(u0));
+        total_ms.push_back(voxelize_ms.back() + join_ms.back() + stage_ms.back());
+        voxels = joined->size();
+        const int before = swaps.load();
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          handed = joined;
+        }
+        while (swaps.load() == before) std::this_thread::yield();
       }
-      while (swaps.load() == before) std::this_thread::yield();
+      tile_points += tiles.at(id).size();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     updating.store(false);
@@ -209,10 +244,9 @@ void run_tile_bench(const TileBench& b) {
     char busy_text[64];
     std::snprintf(busy_text, sizeof busy_text, "%.2f / %.2f / %.2f", percentile(busy, 0.5), percentile(busy, 0.99),
                   percentile(busy, 1.0));
-    std::printf("| %-14s | %7zu | %17zu | %15s | %15s | %15s | %23s | %23s |\n",
-                where == Backend::Cuda ? "GPU" : "CPU", voxels,
+    std::printf("| %-26s | %7zu | %11zu | %15s | %19s | %19s | %15s | %25s | %28s |\n", mode.name, voxels,
                 tile_points / static_cast<std::size_t>(b.updates), pair(voxelize_ms).c_str(), pair(join_ms).c_str(),
-                pair(stage_ms).c_str(), pair(quiet).c_str(), busy_text);
+                pair(stage_ms).c_str(), pair(total_ms).c_str(), pair(quiet).c_str(), busy_text);
   }
 }
 

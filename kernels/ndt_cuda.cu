@@ -45,9 +45,11 @@
 #include "fixed_order_reduce.cuh"
 #include "ndt_point.hpp"
 #include "ndt_step.hpp"
+#include "voxel_lookup_build.cuh"
 
 #include "../src/cuda/cuda_backend.hpp"
 #include "../src/cuda/cuda_voxel_build.hpp"
+#include "../src/cuda/device_tiled_map.hpp"
 #include "../src/ndt/dense_voxel_index.hpp"
 #include "../src/ndt/optimizer.hpp"
 #include "../src/log.hpp"
@@ -383,39 +385,6 @@ __global__ void unpack_voxels_kernel(const VoxelResult* results, std::size_t n, 
   for (int e = 0; e < 6; ++e) out.icov[e][v] = r.icov[e];
 }
 
-// Voxel v's key into the hash table (slots preset to kEmptyKey): the probe sequence of
-// find_voxel, each slot claimed by an atomic compare-and-swap, so the threads of a launch
-// insert concurrently. The keys are distinct; which of two colliding keys takes the
-// earlier slot can differ from the host's sequential insertion, never what a lookup finds.
-__global__ void insert_keys_kernel(const std::uint64_t* keys, std::size_t n, std::uint64_t* table_keys,
-                                   std::int32_t* table_values, std::uint64_t mask) {
-  const std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (v >= n) return;
-  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit compare-and-swap");
-  const std::uint64_t key = keys[v];
-  std::uint64_t slot = math::hash_key(key) & mask;
-  for (;;) {
-    auto* at = reinterpret_cast<unsigned long long*>(table_keys + slot);
-    if (atomicCAS(at, static_cast<unsigned long long>(math::kEmptyKey), static_cast<unsigned long long>(key)) ==
-        static_cast<unsigned long long>(math::kEmptyKey)) {
-      table_values[slot] = static_cast<std::int32_t>(v);
-      return;
-    }
-    slot = (slot + 1) & mask;
-  }
-}
-
-// Voxel v's index into the dense index over `box` (cells preset to -1).
-__global__ void scatter_dense_kernel(const std::uint64_t* keys, std::size_t n, std::int32_t* dense,
-                                     math::VoxelGridView box) {
-  const std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (v >= n) return;
-  const std::uint64_t key = keys[v];
-  const std::int64_t a = math::unpack_key(key, 0) - box.dense_min[0], b = math::unpack_key(key, 1) - box.dense_min[1],
-                     c = math::unpack_key(key, 2) - box.dense_min[2];
-  dense[math::dense_offset(a, b, c, box.dense_dims)] = static_cast<std::int32_t>(v);
-}
-
 // Fills `d` with `map` on `stream` (see CudaBackend::set_map for the lookup) and returns
 // the bytes sent up. Its voxels, hash table and dense index come from one of two places:
 //  - the host map (`cells` null): uploaded. With `pinned` (staging): buffers that must
@@ -586,6 +555,10 @@ struct CudaBackend::Impl {
   VoxelLookup staged_lookup = VoxelLookup::Auto;
   std::size_t staged_budget = 0;
   std::uint64_t staged_bytes = 0;
+  // A tiled map's device twin, when the map comes from one (use_tiled_map), and the
+  // version of it in use.
+  DeviceTiledMap* tiled = nullptr;
+  DeviceMapVersion tiled_version;
   // Sources, concatenated.
   DeviceBuffer<float> x, y, z;
   DeviceBuffer<DeviceSource> source_table;
@@ -626,6 +599,7 @@ struct CudaBackend::Impl {
   cudaStream_t capture_stream = nullptr;  // a private stream: the caller's may be the legacy default
 
   ~Impl() {
+    unbind_tiled();
     if (upload_stream) {
       cudaStreamSynchronize(upload_stream);
       cudaStreamDestroy(upload_stream);
@@ -638,11 +612,18 @@ struct CudaBackend::Impl {
     if (stop) cudaEventDestroy(stop);
   }
 
+  void unbind_tiled() noexcept {
+    if (!tiled) return;
+    tiled->release(this, stream);
+    tiled = nullptr;
+    tiled_version = DeviceMapVersion{};
+  }
+
   void upload_config() {
-    if (!map.has_map) throw Error("CudaBackend: no map set");
-    const math::GaussConstants g = math::gauss_constants(map.resolution, outlier_ratio);
+    if (!map.has_map && !tiled) throw Error("CudaBackend: no map set");
+    const math::GaussConstants g = math::gauss_constants(tiled ? tiled->resolution() : map.resolution, outlier_ratio);
     DeviceConfig c{};
-    c.grid = map.grid;
+    c.grid = tiled ? tiled_version.grid : map.grid;
     c.x = x.data();
     c.y = y.data();
     c.z = z.data();
@@ -843,6 +824,7 @@ LoopLaunch CudaBackend::loop_launch() const noexcept { return impl_->loop_launch
 
 void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t dense_budget_bytes) {
   Impl& m = *impl_;
+  m.unbind_tiled();
   {
     std::lock_guard<std::mutex> lock(m.staging_mutex);
     if (m.staged_map.get() == &map && m.staged_lookup == lookup && m.staged_budget == dense_budget_bytes) {
@@ -866,6 +848,7 @@ void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t d
 void CudaBackend::set_map_from_device(const VoxelMap& map, const DeviceVoxelCells& cells, VoxelLookup lookup,
                                       std::size_t dense_budget_bytes) {
   Impl& m = *impl_;
+  m.unbind_tiled();
   m.telemetry.setup_bytes_up += upload_map(m.map, map, lookup, dense_budget_bytes, m.stream, nullptr, &cells);
   m.config_dirty = true;
   // The cells stay the voxelizer's: done with them before it may run again.
@@ -894,6 +877,28 @@ void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup loo
   m.staged_lookup = lookup;
   m.staged_budget = dense_budget_bytes;
   m.staged_map = std::move(map);
+}
+
+std::size_t CudaBackend::use_tiled_map(DeviceTiledMap& map, bool take_newer) {
+  Impl& m = *impl_;
+  if (m.tiled != &map) {
+    m.unbind_tiled();
+    DeviceMapVersion v;
+    map.acquire(&m, m.stream, 0, v);  // throws while another backend is bound: nothing changed
+    m.tiled = &map;
+    m.tiled_version = v;
+    m.config_dirty = true;
+    ++m.telemetry.map_swaps;
+    return v.voxels;
+  }
+  if (!take_newer) return m.tiled_version.voxels;
+  DeviceMapVersion v;
+  if (map.acquire(&m, m.stream, m.tiled_version.version, v)) {
+    m.tiled_version = v;
+    m.config_dirty = true;
+    ++m.telemetry.map_swaps;
+  }
+  return m.tiled_version.voxels;
 }
 
 void CudaBackend::set_sources(const std::vector<PointCloudView>& sources) {
@@ -1149,7 +1154,9 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
   return out;
 }
 
-VoxelLookup CudaBackend::lookup() const noexcept { return impl_->map.lookup; }
+VoxelLookup CudaBackend::lookup() const noexcept {
+  return impl_->tiled ? impl_->tiled_version.lookup : impl_->map.lookup;
+}
 const CudaTelemetry& CudaBackend::telemetry() const noexcept { return impl_->telemetry; }
 void CudaBackend::reset_telemetry() noexcept { impl_->telemetry = CudaTelemetry{}; impl_->allocations_at_start = device_allocation_count(); }
 

@@ -65,17 +65,7 @@ __global__ void stats_kernel(const float3* points, const std::uint32_t* index, c
   status[r] = st.usable ? 2 : 1;
   usable[r] = st.usable ? 1 : 0;
   if (!st.usable) return;
-  VoxelResult& out = results[r];
-  out.pad = 0.0f;
-  static constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
-  for (int a = 0; a < 3; ++a) {
-    out.mean[a] = st.mean[a];
-    out.centroid[a] = st.centroid[a];
-  }
-  for (int e = 0; e < 6; ++e) {
-    out.icov[e] = st.icov[kRow[e]][kCol[e]];
-    out.cov[e] = st.cov[kRow[e]][kCol[e]];
-  }
+  to_voxel_result(st, results[r]);
 }
 
 // The usable runs, in run order, at their exclusive-scan positions.

@@ -1,14 +1,19 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/tiled_voxel_map.hpp>
 
+#include "cuda/device_tiled_map.hpp"
 #include "log.hpp"
+#include "tiled_voxel_map_access.hpp"
 #include "voxel_cells.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 
 namespace ndtcu {
 
@@ -19,6 +24,33 @@ namespace {
 // min_points points, its statistics.
 struct TileCells : detail::OccupiedCells {
   std::size_t points = 0;
+  std::int32_t lo[3] = {INT_MAX, INT_MAX, INT_MAX};  // the lattice box of its cells
+  std::int32_t hi[3] = {INT_MIN, INT_MIN, INT_MIN};
+
+  void set_box() noexcept {
+    for (const std::uint64_t key : keys) {
+      for (int a = 0; a < 3; ++a) {
+        const std::int32_t c = math::unpack_key(key, a);
+        lo[a] = std::min(lo[a], c);
+        hi[a] = std::max(hi[a], c);
+      }
+    }
+  }
+
+  bool box_holds(std::uint64_t key) const noexcept {
+    for (int a = 0; a < 3; ++a) {
+      const std::int32_t c = math::unpack_key(key, a);
+      if (c < lo[a] || c > hi[a]) return false;
+    }
+    return true;
+  }
+
+  // The index of cell `key`, or -1.
+  std::int64_t find(std::uint64_t key) const noexcept {
+    if (!box_holds(key)) return -1;
+    const auto it = std::lower_bound(keys.begin(), keys.end(), key);
+    return it != keys.end() && *it == key ? it - keys.begin() : -1;
+  }
 
   std::size_t bytes() const noexcept {
     return keys.capacity() * sizeof(std::uint64_t) + sums.capacity() * sizeof(math::VoxelSums) +
@@ -33,6 +65,20 @@ struct CellRef {
   std::uint32_t cell;
 };
 
+// A cell's part in one tile.
+struct CellPart {
+  const TileCells* tile;
+  std::uint32_t cell;
+};
+
+// What the device twin's record keeps of a lattice cell: how many loaded tiles hold it,
+// and which one when it is one (null when not known: found again at the publish).
+struct CellOwners {
+  std::uint32_t count = 0;
+  const TileCells* only = nullptr;
+  std::uint32_t cell = 0;
+};
+
 }  // namespace
 
 struct TiledVoxelMap::Impl {
@@ -45,6 +91,16 @@ struct TiledVoxelMap::Impl {
   std::unique_ptr<detail::CudaVoxelizer> voxelizer;  // made at the first GPU tile
   std::map<std::string, TileCells> tiles;  // ordered by id: the join's tile order
   std::shared_ptr<const VoxelMap> joined;  // null after a change
+  // Publishing. On the GPU, a device twin and the record of every occupied cell of the
+  // loaded tiles (kept from the first publish on), with the cells changed since the last
+  // publish; on the CPU, the joined map published.
+  std::unique_ptr<detail::DeviceTiledMap> device;
+  bool tracking = false;
+  std::unordered_map<std::uint64_t, CellOwners> owners;
+  std::vector<std::uint64_t> touched;
+  mutable std::mutex published_mutex;  // guards the two below (read by aligners' threads)
+  std::shared_ptr<const VoxelMap> published_host;
+  std::uint64_t published_version = 0;
 
   Impl(const VoxelMapOptions& o, const Eigen::Vector3d& org)
       : options(o),
@@ -82,6 +138,7 @@ struct TiledVoxelMap::Impl {
       } catch (const Error& e) {
         throw Error(fmt::format("tiled map: tile '{}': {}", id, e.what()));
       }
+      t.set_box();
       return t;
     }
     detail::SortedCells sorted;
@@ -107,7 +164,145 @@ struct TiledVoxelMap::Impl {
         }
       }
     });
+    t.set_box();
     return t;
+  }
+
+  // The joined voxel of a cell from its parts in `n` tiles (part(m) for m < n, tiles in id
+  // order): a single tile's own statistics, or those of the tiles' sums merged in that
+  // order. Null when the cell has fewer than min_points points; else check `usable`.
+  template <typename Part>
+  const math::VoxelStatistics* joined_statistics(std::size_t n, Part&& part, math::VoxelStatistics& s) const {
+    const auto min_points = static_cast<std::uint32_t>(options.min_points);
+    const CellPart first = part(0);
+    if (n == 1) return first.tile->sums[first.cell].n < min_points ? nullptr : &first.tile->stats[first.cell];
+    const bool autoware = options.covariance == CovarianceMode::Autoware;
+    math::VoxelSums sums = first.tile->sums[first.cell];
+    for (std::size_t m = 1; m < n; ++m) {
+      const CellPart p = part(m);
+      math::merge_sums(sums, p.tile->sums[p.cell], autoware);
+    }
+    if (sums.n < min_points) return nullptr;
+    math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, s);
+    return &s;
+  }
+
+  // The device twin's record: tile `t`'s cells added (+1) or removed (-1). The record is
+  // a cache of the tiles: when memory runs out it is dropped, and the next publish makes
+  // it again from the tiles (and the device map's own keys).
+  void track(const TileCells& t, int sign) noexcept {
+    if (!tracking) return;
+    try {
+      track_cells(t, sign);
+    } catch (...) {
+      drop_record();
+    }
+  }
+
+  void drop_record() noexcept {
+    tracking = false;
+    owners = {};
+    touched = {};
+  }
+
+  void track_cells(const TileCells& t, int sign) {
+    for (std::uint32_t c = 0; c < t.keys.size(); ++c) {
+      const std::uint64_t key = t.keys[c];
+      touched.push_back(key);
+      if (sign > 0) {
+        CellOwners& o = owners[key];
+        if (o.count++ == 0) {
+          o.only = &t;
+          o.cell = c;
+        } else {
+          o.only = nullptr;
+        }
+      } else {
+        const auto it = owners.find(key);
+        if (--it->second.count == 0) owners.erase(it);
+        else it->second.only = nullptr;
+      }
+    }
+  }
+
+  // Publishes on the device: the voxels of the cells touched since the last publish,
+  // joined as map() joins them, written or removed.
+  TiledVoxelMapPublish publish_device() {
+    TiledVoxelMapPublish out;
+    out.on_device = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!device) {
+      // The lattice and the radius search's squared radius as VoxelMap's (float(r * r) of
+      // the float-rounded resolution).
+      auto made = std::make_unique<detail::DeviceTiledMap>(resolution, inverse, static_cast<float>(resolution * resolution));
+      std::lock_guard<std::mutex> lock(published_mutex);
+      device = std::move(made);
+    }
+    if (!tracking) {  // the first publish (or the record was dropped): every cell, and every voxel the device holds
+      try {
+        owners.reserve(stats_cells() + stats_cells() / 4);
+        for (const auto& entry : tiles) track_cells(entry.second, +1);
+        const std::vector<std::uint64_t> held = device->keys();
+        touched.insert(touched.end(), held.begin(), held.end());
+      } catch (...) {
+        drop_record();
+        throw;
+      }
+      tracking = true;
+    }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    std::vector<std::uint64_t> erased;
+    std::vector<detail::VoxelWrite> written;
+    written.reserve(touched.size());
+    std::vector<CellPart> parts;
+    math::VoxelStatistics scratch;
+    for (const std::uint64_t key : touched) {
+      const auto it = owners.find(key);
+      if (it == owners.end()) {
+        erased.push_back(key);
+        continue;
+      }
+      CellOwners& o = it->second;
+      parts.clear();
+      if (o.only) {
+        parts.push_back({o.only, o.cell});
+      } else {
+        for (const auto& entry : tiles) {
+          const std::int64_t c = entry.second.find(key);
+          if (c >= 0) parts.push_back({&entry.second, static_cast<std::uint32_t>(c)});
+        }
+        if (parts.size() == 1) {
+          o.only = parts[0].tile;
+          o.cell = parts[0].cell;
+        }
+      }
+      const math::VoxelStatistics* st =
+          joined_statistics(parts.size(), [&](std::size_t m) { return parts[m]; }, scratch);
+      if (st && st->usable) {
+        written.emplace_back();
+        written.back().key = key;
+        detail::to_voxel_result(*st, written.back().stats);
+      } else {
+        erased.push_back(key);
+      }
+    }
+    out.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const detail::DevicePublishStats d = device->publish(erased, written);  // on a throw, touched stays for the next
+    touched.clear();
+    out.version = d.version;
+    out.voxels = d.voxels;
+    out.written = d.written;
+    out.removed = d.erased;
+    out.bytes_up = d.bytes_up;
+    out.device_ms = d.ms;
+    return out;
+  }
+
+  std::size_t stats_cells() const {
+    std::size_t n = 0;
+    for (const auto& entry : tiles) n += entry.second.keys.size();
+    return n;
   }
 
   std::shared_ptr<const VoxelMap> join() {
@@ -142,8 +337,6 @@ struct TiledVoxelMap::Impl {
     // One voxel per key (a group of refs): a tile's own statistics, or those of the joined
     // sums. First each group's outcome, then the usable ones written at their places, both
     // in parallel chunks of groups.
-    const bool autoware = options.covariance == CovarianceMode::Autoware;
-    const auto min_points = static_cast<std::uint32_t>(options.min_points);
     std::vector<std::size_t> group_begin;
     group_begin.reserve(refs.size() + 1);
     for (std::size_t r = 0; r < refs.size(); ++r) {
@@ -151,21 +344,14 @@ struct TiledVoxelMap::Impl {
     }
     const std::size_t groups = group_begin.size();
     group_begin.push_back(refs.size());
-    // The statistics of group g into `s`; its points. A group of one tile's cell points at
-    // the tile's statistics; a shared cell's are computed from the joined sums.
+    // The statistics of group g into `s`: a group of one tile's cell points at the tile's
+    // statistics; a shared cell's are computed from the joined sums.
     const auto group_statistics = [&](std::size_t g, math::VoxelStatistics& s) -> const math::VoxelStatistics* {
-      const CellRef& first = refs[group_begin[g]];
-      const TileCells& tile = *order[first.tile];
-      if (group_begin[g + 1] == group_begin[g] + 1) {
-        return tile.sums[first.cell].n < min_points ? nullptr : &tile.stats[first.cell];
-      }
-      math::VoxelSums sums = tile.sums[first.cell];
-      for (std::size_t m = group_begin[g] + 1; m < group_begin[g + 1]; ++m) {
-        math::merge_sums(sums, order[refs[m].tile]->sums[refs[m].cell], autoware);
-      }
-      if (sums.n < min_points) return nullptr;
-      math::voxel_statistics(sums, !autoware, options.eigenvalue_ratio, s);
-      return &s;
+      const auto part = [&](std::size_t m) {
+        const CellRef& r = refs[group_begin[g] + m];
+        return CellPart{order[r.tile], r.cell};
+      };
+      return joined_statistics(group_begin[g + 1] - group_begin[g], part, s);
     };
     const auto group_points = [&](std::size_t g) {
       std::uint32_t n = 0;
@@ -231,7 +417,10 @@ void TiledVoxelMap::add_tiles(const std::vector<std::pair<std::string, const Poi
   std::vector<TileCells> built;
   built.reserve(tiles.size());
   for (const auto& [id, cloud] : tiles) built.push_back(m.build(id, *cloud));
-  for (std::size_t i = 0; i < tiles.size(); ++i) m.tiles.emplace(tiles[i].first, std::move(built[i]));
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const auto it = m.tiles.emplace(tiles[i].first, std::move(built[i])).first;
+    m.track(it->second, +1);
+  }
   if (!tiles.empty()) m.joined.reset();
 }
 
@@ -242,11 +431,16 @@ void TiledVoxelMap::remove_tiles(const std::vector<std::string>& ids) {
     if (m.tiles.count(id) == 0) throw Error(fmt::format("tiled map: tile '{}' is not loaded", id));
     if (!batch.insert(id).second) throw Error(fmt::format("tiled map: tile '{}' is named twice", id));
   }
-  for (const std::string& id : ids) m.tiles.erase(id);
+  for (const std::string& id : ids) {
+    const auto it = m.tiles.find(id);
+    m.track(it->second, -1);
+    m.tiles.erase(it);
+  }
   if (!ids.empty()) m.joined.reset();
 }
 
 void TiledVoxelMap::clear() noexcept {
+  impl_->drop_record();  // the next publish removes every voxel the device holds
   impl_->tiles.clear();
   impl_->joined.reset();
 }
@@ -273,12 +467,51 @@ TiledVoxelMapStats TiledVoxelMap::stats() const {
     s.cells += entry.second.keys.size();
     s.memory_bytes += entry.second.bytes();
   }
+  if (impl_->device) s.device_bytes = impl_->device->device_bytes();
   return s;
 }
 
 std::shared_ptr<const VoxelMap> TiledVoxelMap::map() {
   if (!impl_->joined) impl_->joined = impl_->join();
   return impl_->joined;
+}
+
+TiledVoxelMapPublish TiledVoxelMap::publish() {
+  Impl& m = *impl_;
+  TiledVoxelMapPublish out;
+  if (m.on_gpu) {
+    out = m.publish_device();
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const VoxelMap> joined = map();
+    out.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    out.voxels = joined->size();
+    std::lock_guard<std::mutex> lock(m.published_mutex);
+    m.published_host = std::move(joined);
+    out.version = m.published_version + 1;
+  }
+  std::lock_guard<std::mutex> lock(m.published_mutex);
+  m.published_version = out.version;
+  return out;
+}
+
+std::uint64_t TiledVoxelMap::published_version() const {
+  std::lock_guard<std::mutex> lock(impl_->published_mutex);
+  return impl_->published_version;
+}
+
+bool TiledVoxelMap::publishes_on_device() const noexcept { return impl_->on_gpu; }
+
+bool tiled_map_on_device(const VoxelMapOptions& options) { return detail::build_on_gpu(options); }
+
+std::shared_ptr<const VoxelMap> detail::TiledVoxelMapAccess::published_host(const TiledVoxelMap& tiles) {
+  std::lock_guard<std::mutex> lock(tiles.impl_->published_mutex);
+  return tiles.impl_->published_host;
+}
+
+detail::DeviceTiledMap* detail::TiledVoxelMapAccess::device(TiledVoxelMap& tiles) {
+  std::lock_guard<std::mutex> lock(tiles.impl_->published_mutex);
+  return tiles.impl_->device.get();
 }
 
 const VoxelMapOptions& TiledVoxelMap::options() const noexcept { return impl_->options; }

@@ -13,6 +13,7 @@
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/tiled_voxel_map.hpp>
 #include <ndtcu/voxel_map.hpp>
 
 #include <Eigen/Core>
@@ -92,8 +93,26 @@ class Aligner {
   /// this aligner aligns (not while it is moved or destroyed). Throws as set_target does,
   /// and CudaError when the device memory is too small (the current target stays usable).
   void stage_target(std::shared_ptr<const VoxelMap> map);
-  /// The target map (null before set_target).
+  /// Follows a tiled map whose tiles change while this aligner aligns (a vehicle's map
+  /// tiles loaded and dropped on another thread): each call (align, align_batch, evaluate,
+  /// ...) first takes the version `tiles` last published (TiledVoxelMap::publish), so a new
+  /// version is swapped in between two calls, never during one (an align() with a pose
+  /// covariance keeps one version for both). A CUDA aligner with a tiled map that
+  /// publishes on the GPU reads its device twin: the swap waits for nothing, on the host or
+  /// the device, and no map is uploaded; one CUDA aligner follows a given tiled map at a
+  /// time. Otherwise the published host map is used as set_target(map) would. Throws Error
+  /// for a null map, one that has published nothing yet, another resolution or covariance
+  /// mode than the settings', a CPU aligner given a map that publishes on the GPU, or a
+  /// map another CUDA aligner follows. `tiles` is kept alive by the aligner; its owner may
+  /// change and publish it on another thread while this aligner aligns.
+  void set_target(std::shared_ptr<TiledVoxelMap> tiles);
+  /// The target map (null before set_target). For a tiled target: the host map of the
+  /// version in use, or null when it lives on the device only (see tiled_target()).
   const std::shared_ptr<const VoxelMap>& target() const noexcept;
+  /// The tiled map followed (null unless set_target(tiles) was the last set_target).
+  const std::shared_ptr<TiledVoxelMap>& tiled_target() const noexcept;
+  /// True once a target is set (a map, a cloud's map or a tiled map).
+  bool has_target() const noexcept;
 
   /// Aligns `source` starting at `guess` (source-to-target, world frames). Throws Error
   /// when no target is set, the guess is not finite or not rigid, or a source point is not

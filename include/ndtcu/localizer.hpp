@@ -225,6 +225,10 @@ class Localizer {
   /// TiledMapStreamer), between two frames: like set_map, but the scene's typical NVTL is
   /// kept, since the places already seen score as before.
   void update_map(std::shared_ptr<const VoxelMap> map);
+  /// Follows a tiled map whose tiles change on another thread (Aligner::set_target of a
+  /// TiledVoxelMap): every frame takes the version last published. The scene's typical
+  /// NVTL is kept across versions, as update_map keeps it.
+  void set_map(std::shared_ptr<TiledVoxelMap> tiles);
   /// Prepares `map` for a later update_map(map) or set_map(map) (Aligner::stage_target: on
   /// CUDA, uploaded while frames go on); may run on another thread while a frame is
   /// localized.

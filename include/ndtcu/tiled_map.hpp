@@ -14,6 +14,7 @@
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/point_cloud.hpp>
+#include <ndtcu/tiled_voxel_map.hpp>
 #include <ndtcu/voxel_map.hpp>
 
 #include <Eigen/Core>
@@ -167,7 +168,9 @@ struct TiledMapStreamOptions {
   /// their room, least recently within the radius first; when the tiles within the radius
   /// alone do not fit, the update throws Error naming the sizes. The device holds a copy of
   /// the joined map's means, inverse covariances, centroids and lookup, less than its host
-  /// arrays, so the budget bounds the device map too.
+  /// arrays, so the budget bounds the device map too. In publish mode no map is joined: the
+  /// same per-cell allowance covers the device twin (its slots with their headroom and its
+  /// two lookups), whose bytes the stats report apart.
   std::size_t memory_budget = 0;
   /// Reading and voxelizing tile files: threads of the tiled map's builds.
   int threads = 0;
@@ -175,6 +178,12 @@ struct TiledMapStreamOptions {
   /// take() hands it out: Localizer::stage_map uploads it to the GPU there, so the swap
   /// between two frames costs no upload. An exception it throws is the update's error.
   std::function<void(const std::shared_ptr<const VoxelMap>&)> on_map;
+  /// Publish instead of join: each update ends in TiledVoxelMap::publish() of tiled_map(),
+  /// which a localizer or aligner follows (Localizer::set_map(tiled_map())), taking it
+  /// between two frames. With tiles voxelized on the GPU an update then sends up only the
+  /// voxels that changed and joins no host map; load() and take() return null, and
+  /// take_published() tells when an update finished. on_map is not called.
+  bool publish = false;
 };
 
 /// Counts of a TiledMapStreamer since it was made.
@@ -189,7 +198,10 @@ struct TiledMapStreamStats {
   std::size_t peak_bytes = 0;     ///< most host bytes held at once (tiles and joined map)
   std::size_t bytes = 0;          ///< host bytes held now
   double read_ms = 0.0;           ///< time reading and voxelizing tiles (on the worker)
-  double join_ms = 0.0;           ///< time joining tiles into maps (on the worker)
+  double join_ms = 0.0;           ///< time joining tiles into maps, or publishing them (on the worker)
+  std::size_t voxels = 0;         ///< voxels of the last finished update's map
+  std::size_t device_bytes = 0;   ///< publish mode on the GPU: the device twin's bytes now
+  std::size_t peak_device_bytes = 0;  ///< ...and at most
 };
 
 /// A tiled map folder that follows a moving pose: loads the tiles around it into a
@@ -220,6 +232,14 @@ class TiledMapStreamer {
   /// changes at the frame after the request whatever the timing). Rethrows an update's
   /// error.
   std::shared_ptr<const VoxelMap> take(bool wait = false);
+  /// Publish mode: true once for each update finished since the last call (the followers
+  /// of tiled_map() take its version at their next call); with `wait`, waits for a running
+  /// update first. Rethrows an update's error. False in join mode (see take()).
+  bool take_published(bool wait = false);
+  /// The tiled map the updates change (and, in publish mode, publish): for a localizer or
+  /// aligner to follow. Changed by the worker while an update runs: read it then only
+  /// through a follower.
+  std::shared_ptr<TiledVoxelMap> tiled_map() const noexcept;
   /// True while an update runs on the worker.
   bool busy() const noexcept;
   /// Waits until no update runs (its map or error stays for take()).

@@ -27,8 +27,22 @@
 ///
 /// Coordinates: every tile's points are binned relative to the map's origin (a UTM map
 /// keeps millimetres); a tile cloud with another origin is moved onto it (in double).
-/// Not thread-safe: one caller at a time. The VoxelMap that map() returns is immutable and
-/// may be used on any thread while the tiled map changes.
+///
+/// Aligning while tiles change (Aligner::set_target(std::shared_ptr<TiledVoxelMap>)):
+/// publish() makes the tiles loaded now the map that aligners following this one take
+/// between two of their alignments. On the GPU (tiles voxelized there) the map has a
+/// device twin, and a publish touches only the voxels that changed since the last one and
+/// the lookup: those voxels are sent up into free slots of the device map and the lookup
+/// (dense index or hash table) is rebuilt on the device into a second buffer, while the
+/// aligner goes on with the version it reads; no host VoxelMap is joined. On the CPU a
+/// publish joins the tiles (map()). Either way the published map is map()'s, voxel for
+/// voxel and bit for bit (the device map's voxels sit in other places, which no result
+/// depends on).
+///
+/// Threads: the members that change or read the tiles (add, remove, clear, publish, map,
+/// stats) take one caller at a time; aligners following the map may align on other
+/// threads meanwhile. The VoxelMap that map() returns is immutable and may be used on any
+/// thread while the tiled map changes.
 
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/voxel_map.hpp>
@@ -36,6 +50,7 @@
 #include <Eigen/Core>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,13 +59,35 @@
 
 namespace ndtcu {
 
+namespace detail {
+struct TiledVoxelMapAccess;
+}  // namespace detail
+
 /// Counts of a tiled map, for logs and budgets.
 struct TiledVoxelMapStats {
   std::size_t tiles = 0;         ///< tiles loaded
   std::size_t points = 0;        ///< their points
   std::size_t cells = 0;         ///< their occupied cells, each tile counted on its own
   std::size_t memory_bytes = 0;  ///< host bytes the tiles hold (sums and statistics of every cell)
+  std::size_t device_bytes = 0;  ///< device bytes of the device twin (0 before the first GPU publish)
 };
+
+/// What a publish did (TiledVoxelMap::publish).
+struct TiledVoxelMapPublish {
+  std::uint64_t version = 0;   ///< this publish's number (1 for the first)
+  std::size_t voxels = 0;      ///< voxels of the published map
+  bool on_device = false;      ///< published to the device twin (else joined on the host)
+  std::size_t written = 0;     ///< device voxels written (new or changed since the last publish)
+  std::size_t removed = 0;     ///< device voxels removed
+  std::uint64_t bytes_up = 0;  ///< bytes sent to the device
+  double host_ms = 0.0;        ///< the host's part: the changed cells' voxels (or the join)
+  double device_ms = 0.0;      ///< the device's part: writes and the lookup, waited for
+};
+
+/// True when a TiledVoxelMap made with `options` voxelizes its tiles on the GPU and
+/// publishes to a device twin: Backend::Cuda, or Backend::Auto with CUDA compiled in and a
+/// device present.
+bool tiled_map_on_device(const VoxelMapOptions& options);
 
 /// The voxel map of a changing set of tiles (see the file comment).
 class TiledVoxelMap {
@@ -93,12 +130,23 @@ class TiledVoxelMap {
   /// after a change and shared until the next one. Its stats().build_ms is the join's time.
   std::shared_ptr<const VoxelMap> map();
 
+  /// Makes the tiles loaded now the map that aligners following this one
+  /// (Aligner::set_target(std::shared_ptr<TiledVoxelMap>)) align on from their next call
+  /// (see the file comment). Returns when the version is complete. Throws CudaError for a
+  /// device failure (aligners keep the version they read).
+  TiledVoxelMapPublish publish();
+  /// Publishes so far (0: none; aligners refuse a map that has published nothing).
+  std::uint64_t published_version() const;
+  /// True when publishes go to a device twin (tiles voxelized on the GPU).
+  bool publishes_on_device() const noexcept;
+
   /// The options the tiles are built with.
   const VoxelMapOptions& options() const noexcept;
   /// World position of map-relative zero.
   const Eigen::Vector3d& origin() const noexcept;
 
  private:
+  friend struct detail::TiledVoxelMapAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -24,6 +24,7 @@ struct CUstream_st;  // cudaStream_t without the CUDA headers
 namespace ndtcu::detail {
 
 struct DeviceVoxelCells;  // cuda_voxel_build.hpp
+class DeviceTiledMap;     // device_tiled_map.hpp
 
 /// How a voxel's lattice cell is found on the device. The radius search makes 27 lookups
 /// per point, each a dependent load chain, so lookup latency sets the kernel's time:
@@ -114,6 +115,14 @@ class CudaBackend {
   /// use is untouched).
   void stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup = VoxelLookup::Auto,
                  std::size_t dense_budget_bytes = std::size_t(256) << 20);
+  /// Aligns on `map`, the device twin of a tiled map, from now on: binds this backend to
+  /// it (one backend at a time; Error while another is bound) and takes its newest
+  /// published version when that is newer than the one in use, without waiting (see
+  /// device_tiled_map.hpp); without `take_newer` the version in use stays (once bound).
+  /// Called between two alignments, never during one. Returns the voxels of the version
+  /// in use (0 before the first publish). set_map() and set_map_from_device() unbind it;
+  /// `map` must outlive the binding.
+  std::size_t use_tiled_map(DeviceTiledMap& map, bool take_newer = true);
   /// Uploads the points of B sources (each relative to its own origin; the views' origins
   /// are not used), one after the other into grow-only buffers; hypotheses name them by
   /// index. The points are read during the call only (copied into the device's layout as

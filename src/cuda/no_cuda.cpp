@@ -42,6 +42,7 @@ CudaBackend::~CudaBackend() = default;
 void CudaBackend::set_map(const VoxelMap&, VoxelLookup, std::size_t) {}
 void CudaBackend::set_map_from_device(const VoxelMap&, const DeviceVoxelCells&, VoxelLookup, std::size_t) {}
 void CudaBackend::stage_map(std::shared_ptr<const VoxelMap>, VoxelLookup, std::size_t) {}
+std::size_t CudaBackend::use_tiled_map(DeviceTiledMap&, bool) { return 0; }
 void CudaBackend::set_sources(const std::vector<PointCloudView>&) {}
 void CudaBackend::configure(SearchMethod, double) {}
 math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool, int) {
@@ -64,6 +65,28 @@ const CudaTelemetry& CudaBackend::telemetry() const noexcept {
 }
 void CudaBackend::reset_telemetry() noexcept {}
 std::uint64_t device_allocations() noexcept { return 0; }
+
+}  // namespace ndtcu::detail
+
+// The tiled map's device twin: constructing it is the error.
+#include "device_tiled_map.hpp"
+
+namespace ndtcu::detail {
+
+struct DeviceTiledMap::Impl {};
+DeviceTiledMap::DeviceTiledMap(double, float, float, std::size_t) {
+  throw CudaError("a tiled map on the GPU was requested, but " + cuda_unavailable_reason());
+}
+DeviceTiledMap::~DeviceTiledMap() = default;
+DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>&, const std::vector<VoxelWrite>&) {
+  return {};
+}
+bool DeviceTiledMap::acquire(const void*, CUstream_st*, std::uint64_t, DeviceMapVersion&) { return false; }
+void DeviceTiledMap::release(const void*, CUstream_st*) noexcept {}
+std::vector<std::uint64_t> DeviceTiledMap::keys() const { return {}; }
+double DeviceTiledMap::resolution() const noexcept { return 0.0; }
+std::size_t DeviceTiledMap::voxels() const { return 0; }
+std::size_t DeviceTiledMap::device_bytes() const { return 0; }
 
 }  // namespace ndtcu::detail
 

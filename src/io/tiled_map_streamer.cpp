@@ -43,7 +43,8 @@ struct TiledMapStreamer::Impl {
   TiledMapMetadata meta;
   TiledMapStreamOptions options;
   ReadOptions read;
-  TiledVoxelMap tiles;
+  std::shared_ptr<TiledVoxelMap> shared_tiles;  // what followers keep alive
+  TiledVoxelMap& tiles;
   std::vector<std::size_t> last_wanted;  // per metadata tile: the update that last wanted it (0: none)
   std::vector<char> skipped;             // per metadata tile: its file could not be read
   mutable std::mutex stats_mutex;
@@ -58,7 +59,9 @@ struct TiledMapStreamer::Impl {
         meta(m),
         options(o),
         read(tiled_map_read_options(m, r)),
-        tiles(vo, read.origin_policy == OriginPolicy::Fixed ? read.origin : Eigen::Vector3d::Zero()),
+        shared_tiles(std::make_shared<TiledVoxelMap>(
+            vo, read.origin_policy == OriginPolicy::Fixed ? read.origin : Eigen::Vector3d::Zero())),
+        tiles(*shared_tiles),
         last_wanted(m.tiles.size(), 0),
         skipped(m.tiles.size(), 0) {
     stats.listed = m.tiles.size();
@@ -119,16 +122,26 @@ struct TiledMapStreamer::Impl {
       drop(now, centre);
     }
     t0 = std::chrono::steady_clock::now();
-    std::shared_ptr<const VoxelMap> map = tiles.map();
+    std::shared_ptr<const VoxelMap> map;
+    std::size_t voxels = 0;
+    if (options.publish) {
+      voxels = tiles.publish().voxels;
+    } else {
+      map = tiles.map();
+      voxels = map->size();
+      if (options.on_map) options.on_map(map);
+    }
     const double join_ms = ms_since(t0);
-    if (options.on_map) options.on_map(map);
     const TiledVoxelMapStats ts = tiles.stats();
     std::lock_guard<std::mutex> lock(stats_mutex);
     stats.loaded = ts.tiles;
     stats.tiles_read += read_now;
     stats.skipped.insert(stats.skipped.end(), skipped_now.begin(), skipped_now.end());
     stats.peak_loaded = std::max(stats.peak_loaded, ts.tiles);
-    stats.bytes = ts.memory_bytes + map->memory_bytes();
+    stats.bytes = ts.memory_bytes + (map ? map->memory_bytes() : 0);
+    stats.voxels = voxels;
+    stats.device_bytes = ts.device_bytes;
+    stats.peak_device_bytes = std::max(stats.peak_device_bytes, ts.device_bytes);
     stats.peak_bytes = std::max(stats.peak_bytes, stats.bytes);
     stats.read_ms += read_ms;
     stats.join_ms += join_ms;
@@ -208,10 +221,20 @@ void TiledMapStreamer::request(const Eigen::Vector2d& centre) {
 
 std::shared_ptr<const VoxelMap> TiledMapStreamer::take(bool wait) {
   Impl& m = *impl_;
-  if (!m.job.valid()) return nullptr;
+  if (m.options.publish || !m.job.valid()) return nullptr;
   if (!wait && m.job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
   return m.job.get();
 }
+
+bool TiledMapStreamer::take_published(bool wait) {
+  Impl& m = *impl_;
+  if (!m.options.publish || !m.job.valid()) return false;
+  if (!wait && m.job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+  m.job.get();  // rethrows the update's error
+  return true;
+}
+
+std::shared_ptr<TiledVoxelMap> TiledMapStreamer::tiled_map() const noexcept { return impl_->shared_tiles; }
 
 bool TiledMapStreamer::busy() const noexcept {
   return impl_->job.valid() && impl_->job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;

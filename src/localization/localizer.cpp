@@ -316,6 +316,10 @@ void Localizer::set_map(std::shared_ptr<const VoxelMap> map) {
   impl_->aligner.set_target(std::move(map));
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
 }
+void Localizer::set_map(std::shared_ptr<TiledVoxelMap> tiles) {
+  impl_->aligner.set_target(std::move(tiles));
+  impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+}
 void Localizer::update_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.set_target(std::move(map)); }
 void Localizer::stage_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.stage_target(std::move(map)); }
 
@@ -389,7 +393,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
 LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, double time) {
   NDTCU_NVTX_RANGE("localize");
   Impl& m = *impl_;
-  if (!m.aligner.target()) throw Error("localizer: no map (call set_map first)");
+  if (!m.aligner.has_target()) throw Error("localizer: no map (call set_map first)");
   if (!m.initialized) throw Error("localizer: no initial pose (call set_initial_pose first)");
   LocalizationResult out;
   out.points_in = filtered.size();

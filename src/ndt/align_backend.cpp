@@ -5,6 +5,7 @@
 
 #include "../cuda/cuda_backend.hpp"
 #include "../cuda/cuda_voxel_build.hpp"
+#include "../cuda/device_tiled_map.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
 #include "../thread_pool.hpp"
@@ -25,6 +26,11 @@ std::shared_ptr<const VoxelMap> AlignBackend::build_map(PointCloudView target, c
   auto map = std::make_shared<const VoxelMap>(VoxelMap::build(target, o));
   set_map(map);
   return map;
+}
+
+std::size_t AlignBackend::use_device_tiled_map(DeviceTiledMap&, bool) {
+  throw Error(std::string("tiled map: a map that publishes on the GPU is followed by a CUDA aligner, not by the ") +
+              name() + " backend");
 }
 
 namespace {
@@ -146,6 +152,11 @@ class CudaAlignBackend final : public AlignBackend {
   }
 
   void stage_map(const std::shared_ptr<const VoxelMap>& map) override { cuda_.stage_map(map); }
+
+  std::size_t use_device_tiled_map(DeviceTiledMap& map, bool take_newer) override {
+    map_.reset();  // a later set_map of any map sets it again (and leaves the tiled map)
+    return cuda_.use_tiled_map(map, take_newer);
+  }
 
   void set_sources(const std::vector<PointCloudView>& sources) override {
     NDTCU_NVTX_RANGE("upload");

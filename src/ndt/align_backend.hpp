@@ -19,6 +19,8 @@ struct CUstream_st;  // cudaStream_t without the CUDA headers
 
 namespace ndtcu::detail {
 
+class DeviceTiledMap;  // ../cuda/device_tiled_map.hpp
+
 /// One hypothesis of a batch: where it starts (map-relative, internal) and which of the
 /// sources set by set_sources it aligns.
 struct Hypothesis {
@@ -50,6 +52,10 @@ class AlignBackend {
   /// reference build, or the GPU's), and set as by set_map. A CUDA backend takes the map's
   /// device arrays from the GPU build where they lie, without sending the map back up.
   virtual std::shared_ptr<const VoxelMap> build_map(PointCloudView target, const VoxelMapOptions& options);
+  /// Aligns on `map`, a tiled map's device twin, and returns the voxels of its version in
+  /// use; with `take_newer` a version published since the last call is taken first
+  /// (between two alignments). Only a CUDA backend has one to align on: Error otherwise.
+  virtual std::size_t use_device_tiled_map(DeviceTiledMap& map, bool take_newer);
   /// Prepares `map` for a later set_map while the current one stays in use; may run on
   /// another thread than the other members (see CudaBackend::stage_map). The CPU backend
   /// has nothing to prepare.

@@ -5,6 +5,7 @@
 
 #include "../log.hpp"
 #include "../nvtx.hpp"
+#include "../tiled_voxel_map_access.hpp"
 #include "align_backend.hpp"
 #include "evaluator.hpp"
 #include "optimizer.hpp"
@@ -60,11 +61,34 @@ VoxelMapOptions voxel_map_options(const AlignSettings& s) {
   return o;
 }
 
+// The target of a call: where its map's zero lies in the world, and its voxels.
+struct TargetNow {
+  Eigen::Vector3d origin;
+  std::size_t voxels;
+};
+
 struct Aligner::Impl {
   AlignSettings settings;
   std::shared_ptr<const VoxelMap> map;
+  std::shared_ptr<TiledVoxelMap> tiled;  // before the backend: it outlives the backend's binding
   std::unique_ptr<detail::AlignBackend> backend;  // the one dispatch point
+  bool hold_version = false;  // inside align(): its pose covariance uses the alignment's map version
   Impl(const AlignSettings& s, CUstream_st* stream) : settings(s), backend(detail::make_align_backend(s, stream)) {}
+
+  // The map of this call, set on the backend: a tiled map's newest published version
+  // (unless held), else the map set.
+  TargetNow take_target() {
+    if (tiled) {
+      const bool newer = !hold_version;
+      if (detail::DeviceTiledMap* device = detail::TiledVoxelMapAccess::device(*tiled)) {
+        return {tiled->origin(), backend->use_device_tiled_map(*device, newer)};
+      }
+      if (newer || !map) map = detail::TiledVoxelMapAccess::published_host(*tiled);
+    }
+    if (!map) throw Error("align: no target set (call set_target first)");
+    backend->set_map(map);
+    return {map->origin(), map->size()};
+  }
 };
 
 namespace {
@@ -111,11 +135,14 @@ const AlignSettings& Aligner::settings() const noexcept { return impl_->settings
 const char* Aligner::backend() const noexcept { return impl_->backend->name(); }
 Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind(); }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
+const std::shared_ptr<TiledVoxelMap>& Aligner::tiled_target() const noexcept { return impl_->tiled; }
+bool Aligner::has_target() const noexcept { return impl_->map || impl_->tiled; }
 
 void Aligner::set_target(PointCloudView target) {
   // On the backend the aligner runs on: a CUDA aligner builds its map on the GPU (the same
   // voxels, bit for bit, as the CPU build) and keeps its device arrays from there.
   impl_->map = impl_->backend->build_map(target, voxel_map_options(impl_->settings));
+  impl_->tiled.reset();
 }
 
 namespace {
@@ -138,6 +165,45 @@ void check_target(const VoxelMap* map, const AlignSettings& settings, const char
 void Aligner::set_target(std::shared_ptr<const VoxelMap> map) {
   check_target(map.get(), impl_->settings, "set_target");
   impl_->map = std::move(map);
+  if (impl_->tiled) {
+    // Leaves the tiled map now (not at the next call), so another aligner may follow it.
+    impl_->tiled.reset();
+    impl_->backend->set_map(impl_->map);
+  }
+}
+
+void Aligner::set_target(std::shared_ptr<TiledVoxelMap> tiles) {
+  Impl& m = *impl_;
+  if (!tiles) throw Error("set_target: null tiled map");
+  const VoxelMapOptions& o = tiles->options();
+  if (static_cast<float>(o.resolution) != static_cast<float>(m.settings.resolution)) {
+    throw Error("set_target: tiled map resolution " + std::to_string(o.resolution) + " differs from the settings' " +
+                std::to_string(m.settings.resolution));
+  }
+  if (o.covariance != m.settings.covariance) {
+    throw Error(std::string("set_target: tiled map covariance mode '") + to_string(o.covariance) +
+                "' differs from the settings' '" +
+                to_string(m.settings.covariance) + "'");
+  }
+  if (tiles->published_version() == 0) {
+    throw Error("set_target: the tiled map has published nothing yet (call its publish() after adding tiles)");
+  }
+  if (tiles->publishes_on_device() && m.backend->kind() != Backend::Cuda) {
+    throw Error("set_target: the tiled map publishes on the GPU (its tiles are voxelized there); a CPU aligner follows "
+                "a tiled map built with Backend::Cpu");
+  }
+  // Bound now, so that a map another CUDA aligner follows is refused here.
+  std::shared_ptr<const VoxelMap> previous_map = std::move(m.map);
+  std::shared_ptr<TiledVoxelMap> previous_tiled = std::move(m.tiled);
+  m.tiled = std::move(tiles);
+  m.map.reset();
+  try {
+    (void)m.take_target();
+  } catch (...) {
+    m.tiled = std::move(previous_tiled);
+    m.map = std::move(previous_map);
+    throw;
+  }
 }
 
 void Aligner::stage_target(std::shared_ptr<const VoxelMap> map) {
@@ -147,8 +213,8 @@ void Aligner::stage_target(std::shared_ptr<const VoxelMap> map) {
 
 namespace {
 
-void check_inputs(const std::shared_ptr<const VoxelMap>& map, PointCloudView source, const Eigen::Matrix4d& guess) {
-  if (!map) throw Error("align: no target set (call set_target first)");
+void check_inputs(bool has_target, PointCloudView source, const Eigen::Matrix4d& guess) {
+  if (!has_target) throw Error("align: no target set (call set_target first)");
   if (!guess.allFinite()) throw Error("align: the initial guess has a non-finite entry");
   for (std::size_t i = 0; i < source.size(); ++i) {
     if (!source[i].allFinite()) throw Error("align: source point " + std::to_string(i) + " is not finite");
@@ -187,6 +253,12 @@ AlignResult Aligner::align_from_pose(PointCloudView source, const Pose6& guess_p
   BatchOptions options;
   options.trace = true;
   AlignResult r = std::move(run_batch({source}, {&guesses}, options).front().front());
+  // The pose covariance below aligns and evaluates again: on the same map version.
+  struct Hold {
+    bool& flag;
+    ~Hold() { flag = false; }
+  } hold{impl_->hold_version};
+  impl_->hold_version = true;
   if (r.reason == StopReason::EmptySource || r.reason == StopReason::NoVoxels) {
     detail::log().warn("align: {}", to_string(r.reason));
   } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
@@ -204,7 +276,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
                                                          const BatchOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
-  if (!m.map) throw Error("align: no target set (call set_target first)");
+  if (!has_target()) throw Error("align: no target set (call set_target first)");
   if (options.max_iterations < 0) {
     throw Error("align_batch: BatchOptions::max_iterations = " + std::to_string(options.max_iterations) +
                 " (0: the aligner's own, else at least 1)");
@@ -212,9 +284,9 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
   const bool keep_trace = options.trace;
   AlignSettings call_settings = m.settings;
   if (options.max_iterations > 0) call_settings.max_iterations = options.max_iterations;
-  for (const PointCloudView& source : sources) check_inputs(m.map, source, Eigen::Matrix4d::Identity());
-  const VoxelMap& map = *m.map;
+  for (const PointCloudView& source : sources) check_inputs(true, source, Eigen::Matrix4d::Identity());
   m.backend->reset_telemetry();
+  const TargetNow map = m.take_target();
 
   std::vector<std::vector<AlignResult>> results(sources.size());
   std::vector<PointCloudView> points;  // the sources with points, for the backend (read where they lie)
@@ -222,26 +294,25 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
   std::vector<std::pair<std::size_t, std::size_t>> slot;  // (source, guess) of each hypothesis
   for (std::size_t b = 0; b < sources.size(); ++b) {
     const PointCloudView& source = sources[b];
-    const bool runs = !source.empty() && !map.empty();
+    const bool runs = !source.empty() && map.voxels != 0;
     if (runs) points.push_back(source);
     for (std::size_t k = 0; k < guesses[b]->size(); ++k) {
       const Pose6& guess = (*guesses[b])[k];
       AlignResult r;
       r.backend = m.backend->name();
       r.source_points = source.size();
-      r.target_voxels = map.size();
+      r.target_voxels = map.voxels;
       r.pose = guess;
       r.transform = pose_to_matrix(guess);
       if (!runs) r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
       results[b].push_back(std::move(r));
       if (runs) {
-        hypotheses.push_back({to_internal(guess, source.origin, map.origin()), static_cast<int>(points.size() - 1)});
+        hypotheses.push_back({to_internal(guess, source.origin, map.origin), static_cast<int>(points.size() - 1)});
         slot.emplace_back(b, k);
       }
     }
   }
   if (!hypotheses.empty()) {
-    m.backend->set_map(m.map);
     m.backend->set_sources(points);
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<detail::OptimizerOutput> outs = m.backend->align_batch(hypotheses, call_settings, keep_trace);
@@ -257,13 +328,13 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
       r.iterations = out.iterations;
       r.reason = out.reason;
       r.converged = out.reason == StopReason::Converged;
-      r.pose = to_world(out.pose, source.origin, map.origin());
+      r.pose = to_world(out.pose, source.origin, map.origin);
       r.transform = pose_to_matrix(r.pose);
       fill_from_evaluation(r, out.final);
       if (keep_trace) {
         std::vector<Eigen::Vector3d> positions{guess.head<3>()};
         for (auto& it : out.trace) {
-          it.pose = to_world(it.pose, source.origin, map.origin());
+          it.pose = to_world(it.pose, source.origin, map.origin);
           positions.push_back(it.pose.head<3>());
         }
         r.trace = std::move(out.trace);
@@ -287,7 +358,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
 }
 
 AlignResult Aligner::evaluate(PointCloudView source, const Eigen::Matrix4d& transform) {
-  check_inputs(impl_->map, source, transform);
+  check_inputs(has_target(), source, transform);
   return evaluate_poses(source, {matrix_to_pose(transform)}).front();
 }
 
@@ -300,19 +371,18 @@ std::vector<AlignResult> Aligner::evaluate_batch(PointCloudView source, const st
 std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const std::vector<Pose6>& poses) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
-  check_inputs(m.map, source, Eigen::Matrix4d::Identity());
-  const VoxelMap& map = *m.map;
+  check_inputs(has_target(), source, Eigen::Matrix4d::Identity());
+  m.backend->reset_telemetry();
+  const TargetNow map = m.take_target();
   const StopReason degenerate = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
-  const bool runs = !source.empty() && !map.empty();
+  const bool runs = !source.empty() && map.voxels != 0;
   std::vector<math::DerivativeSums> sums;
   detail::BackendTelemetry tel;
   if (runs) {
-    m.backend->reset_telemetry();
-    m.backend->set_map(m.map);
     m.backend->set_sources({source});
     std::vector<Pose6> internal;
     internal.reserve(poses.size());
-    for (const Pose6& p : poses) internal.push_back(to_internal(p, source.origin, map.origin()));
+    for (const Pose6& p : poses) internal.push_back(to_internal(p, source.origin, map.origin));
     sums = m.backend->evaluate_batch(0, internal, true);
     tel = m.backend->telemetry();
   }
@@ -322,7 +392,7 @@ std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const st
     AlignResult& r = out[k];
     r.backend = m.backend->name();
     r.source_points = source.size();
-    r.target_voxels = map.size();
+    r.target_voxels = map.voxels;
     r.pose = poses[k];
     r.transform = pose_to_matrix(r.pose);
     r.reason = runs ? StopReason::Converged : degenerate;

@@ -293,7 +293,7 @@ std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg)
 InitialPoseResult find_initial_pose(Aligner& aligner, PointCloudView scan, const Pose6& around,
                                     const InitialPoseOptions& o) {
   NDTCU_NVTX_RANGE("find_initial_pose");
-  if (!aligner.target()) {
+  if (!aligner.has_target()) {
     throw Error("initial pose search: the aligner has no target map (call Aligner::set_target first)");
   }
   if (o.level_from_ground) {
@@ -314,7 +314,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
   NDTCU_NVTX_RANGE("search_hypotheses");
   const auto t0 = std::chrono::steady_clock::now();
   validate(o);
-  if (!aligner.target()) {
+  if (!aligner.has_target()) {
     throw Error("hypothesis search: the aligner has no target map (call Aligner::set_target first)");
   }
   if (hypotheses.empty()) throw Error("hypothesis search: no hypotheses");

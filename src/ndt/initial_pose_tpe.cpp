@@ -250,7 +250,7 @@ InitialPoseResult find_initial_pose_tpe(Aligner& aligner, PointCloudView scan, c
   NDTCU_NVTX_RANGE("find_initial_pose_tpe");
   const auto t0 = std::chrono::steady_clock::now();
   validate(o);
-  if (!aligner.target()) {
+  if (!aligner.has_target()) {
     throw Error("TPE initial pose search: the aligner has no target map (call Aligner::set_target first)");
   }
   for (int i = 0; i < 6; ++i) {

@@ -34,25 +34,32 @@ struct Drive {
 // Scans within 20 m of the sensor: with 30 m of tiles around a pose at most
 // update_distance old, every point's voxels (and their neighbours) are loaded, so the
 // tiled map answers as the whole map does.
-LocalizerSettings settings() {
+LocalizerSettings settings(Backend backend = Backend::Cpu) {
   LocalizerSettings s;
   s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
+  s.align.backend = backend;
   s.max_range = 20.0;
   return s;
 }
 
 // The scans localized in `map` (a file) or, when `tiles` is a folder, in its tiles
-// streamed around the pose, updates swapped in at the next frame.
+// streamed around the pose, updates swapped in at the next frame: joined maps handed to
+// the localizer, or (stream.publish) published to the tiled map the localizer follows.
 Drive drive(const std::vector<ScanEntry>& scans, const Eigen::Matrix4d& start, const std::string& map,
-            const std::string& tiles, const TiledMapStreamOptions& stream = {}) {
-  Localizer localizer(settings());
+            const std::string& tiles, const TiledMapStreamOptions& stream = {}, Backend backend = Backend::Cpu) {
+  Localizer localizer(settings(backend));
   std::unique_ptr<TiledMapStreamer> streamer;
   if (tiles.empty()) {
     localizer.set_map(read_point_cloud(map));
   } else {
     streamer = std::make_unique<TiledMapStreamer>(tiles, voxel_map_options(localizer.settings().align), stream);
-    localizer.set_map(streamer->load(start.topRightCorner<2, 1>()));
+    const auto first = streamer->load(start.topRightCorner<2, 1>());
+    if (stream.publish) {
+      REQUIRE(first == nullptr);
+      localizer.set_map(streamer->tiled_map());
+    } else {
+      localizer.set_map(first);
+    }
   }
   localizer.set_initial_pose(start);
   Drive out;
@@ -60,6 +67,8 @@ Drive drive(const std::vector<ScanEntry>& scans, const Eigen::Matrix4d& start, c
     if (streamer) {
       if (auto next = streamer->take(true)) {
         localizer.update_map(std::move(next));
+        ++out.swaps;
+      } else if (streamer->take_published(true)) {
         ++out.swaps;
       }
     }
@@ -70,6 +79,7 @@ Drive drive(const std::vector<ScanEntry>& scans, const Eigen::Matrix4d& start, c
   }
   if (streamer) {
     (void)streamer->take(true);
+    (void)streamer->take_published(true);
     out.stats = streamer->stats();
   }
   return out;
@@ -163,6 +173,17 @@ TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's
   CHECK(tiled.stats.peak_loaded < meta.tiles.size() / 2);
   CHECK(worst <= 1e-3);
 
+  SECTION("published to the tiled map the localizer follows instead of joined and handed over: the same poses") {
+    TiledMapStreamOptions p = o;
+    p.publish = true;
+    const Drive published = drive(d.scans, start, "", tiles.string(), p);
+    CHECK(published.swaps == tiled.swaps);
+    CHECK(published.stats.updates == tiled.stats.updates);
+    for (std::size_t k = 0; k < d.scans.size(); ++k) {
+      CAPTURE(k);
+      CHECK(published.poses[k] == tiled.poses[k]);
+    }
+  }
   SECTION("a memory budget evicts the least recently used tiles and keeps the bytes under it") {
     // A budget a quarter above what the radius needs: tiles beyond it stay until the
     // budget needs their room.
@@ -206,4 +227,57 @@ TEST_CASE("a streamed tile that cannot be read is skipped and named; no tile wit
   TiledMapStreamOptions negative;
   negative.radius = -1.0;
   CHECK_THROWS_AS(TiledMapStreamer(tiles.string(), VoxelMapOptions{}, negative), Error);
+}
+
+TEST_CASE("a simulated drive on CUDA in 10 m tiles published to the device within 30 m: the whole map's poses",
+          "[gpu][localization][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  const SimDrive d = simulated_drive();
+  const std::string map = (d.dir / "map.pcd").string();
+  const fs::path tiles = test::temp_dir("sim_tiles_gpu");
+  write_tiled_map(read_point_cloud(map), 10.0, tiles.string());
+  TiledMapStreamOptions o;
+  o.radius = 30.0;
+  o.update_distance = 5.0;
+  const Eigen::Matrix4d start = d.truth.front().pose.matrix();
+  const Drive whole = drive(d.scans, start, map, "", {}, Backend::Cuda);
+  const Drive joined = drive(d.scans, start, "", tiles.string(), o, Backend::Cuda);
+  o.publish = true;
+  const Drive published = drive(d.scans, start, "", tiles.string(), o, Backend::Cuda);
+  const double worst = largest_difference(whole, published);
+  std::printf("simulated drive on CUDA, tiles published to the device: %zu updates, %zu swaps, %zu tiles dropped, "
+              "largest difference from the whole map %.3g m\n",
+              published.stats.updates, published.swaps, published.stats.tiles_dropped, worst);
+  CHECK(published.stats.tiles_dropped > 10);
+  CHECK(worst <= 1e-3);
+  // The device twin's versions are the joined maps, bit for bit.
+  for (std::size_t k = 0; k < d.scans.size(); ++k) {
+    CAPTURE(k);
+    CHECK(published.poses[k] == joined.poses[k]);
+  }
+}
+
+TEST_CASE("BALM at 1 Hz on CUDA in 10 m tiles published to the device within 30 m: the whole map's poses",
+          "[gpu][data][localization][tiles]") {
+  NDTCU_REQUIRE_GPU();
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const fs::path balm = dir / "balm_os0";
+  std::vector<ScanEntry> scans = list_scans((balm / "odd_scans_1hz.txt").string());
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  match_to_reference(scans, reference);
+  const std::string map = (balm / "map_even_frames_0-58_voxel0.1.pcd").string();
+  const fs::path tiles = test::temp_dir("balm_tiles_gpu");
+  write_tiled_map(read_point_cloud(map), 10.0, tiles.string());
+  TiledMapStreamOptions o;
+  o.radius = 30.0;
+  o.update_distance = 2.0;
+  o.publish = true;
+  const Drive whole = drive(scans, reference[1].pose.matrix(), map, "", {}, Backend::Cuda);
+  const Drive published = drive(scans, reference[1].pose.matrix(), "", tiles.string(), o, Backend::Cuda);
+  const double worst = largest_difference(whole, published);
+  std::printf("balm_os0 odd scans on CUDA, 10 m tiles published within 30 m: %zu updates, %zu swaps, largest "
+              "difference from the whole map %.3g m\n",
+              published.stats.updates, published.swaps, worst);
+  CHECK(published.stats.updates >= 3);
+  CHECK(worst <= 1e-3);
 }

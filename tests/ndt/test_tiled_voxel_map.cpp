@@ -4,6 +4,7 @@
 // leave the map as it was.
 #include "../support/test_support.hpp"
 
+#include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/tiled_voxel_map.hpp>
@@ -220,4 +221,71 @@ TEST_CASE("tiled map errors name the tile and leave the map as it was", "[unit][
   m.remove_tiles({first});
   CHECK(m.map()->empty());
   CHECK(m.stats().tiles == 0);
+}
+
+TEST_CASE("an aligner following a tiled map aligns on its last publish, taken between two calls", "[unit][tiles]") {
+  const PointCloud cloud = read_point_cloud((kSample / "map.pcd").string());
+  const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
+  const auto tiles = split(cloud, 20.0);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  s.threads = 2;
+  VoxelMapOptions o = voxel_map_options(s);
+  auto tiled = std::make_shared<TiledVoxelMap>(o, cloud.origin);
+  REQUIRE_FALSE(tiled->publishes_on_device());
+  for (const auto& [id, t] : tiles) tiled->add_tile(id, t);
+
+  Aligner follower(s);
+  // Nothing published yet: refused, and the aligner keeps no target.
+  REQUIRE_THROWS_WITH(follower.set_target(tiled), Catch::Matchers::Contains("published nothing yet"));
+  CHECK_FALSE(follower.has_target());
+  const TiledVoxelMapPublish first = tiled->publish();
+  CHECK(first.version == 1);
+  CHECK_FALSE(first.on_device);
+  CHECK(first.voxels == tiled->map()->size());
+  follower.set_target(tiled);
+  CHECK(follower.has_target());
+  CHECK(follower.tiled_target() == tiled);
+  REQUIRE(follower.target() == tiled->map());
+
+  Aligner reference(s);
+  const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
+  const auto same = [](const AlignResult& a, const AlignResult& b) {
+    CHECK(a.transform == b.transform);
+    CHECK(a.nvtl == b.nvtl);
+    CHECK(a.iterations == b.iterations);
+    CHECK(a.target_voxels == b.target_voxels);
+  };
+  reference.set_target(tiled->map());
+  const AlignResult whole = reference.align(scan, guess);
+  same(follower.align(scan, guess), whole);
+
+  // A change is not seen until published; then the next call takes it.
+  const std::string dropped = tiles.begin()->first;
+  tiled->remove_tiles({dropped});
+  same(follower.align(scan, guess), whole);
+  CHECK(tiled->publish().version == 2);
+  CHECK(tiled->published_version() == 2);
+  reference.set_target(tiled->map());
+  const AlignResult fewer = reference.align(scan, guess);
+  CHECK(fewer.target_voxels < whole.target_voxels);
+  same(follower.align(scan, guess), fewer);
+  same(follower.evaluate(scan, fewer.transform), reference.evaluate(scan, fewer.transform));
+
+  // Another resolution or covariance mode than the aligner's is refused.
+  VoxelMapOptions coarse = o;
+  coarse.resolution = 3.0;
+  auto other = std::make_shared<TiledVoxelMap>(coarse, cloud.origin);
+  other->add_tile(dropped, tiles.at(dropped));
+  other->publish();
+  REQUIRE_THROWS_WITH(follower.set_target(other), Catch::Matchers::Contains("resolution"));
+  // ...and the aligner still follows the map it had.
+  CHECK(follower.tiled_target() == tiled);
+  REQUIRE_THROWS_AS(follower.set_target(std::shared_ptr<TiledVoxelMap>()), Error);
+  // A plain map set afterwards ends the following.
+  follower.set_target(tiled->map());
+  CHECK(follower.tiled_target() == nullptr);
+  tiled->add_tile(dropped, tiles.at(dropped));
+  tiled->publish();
+  same(follower.align(scan, guess), fewer);
 }

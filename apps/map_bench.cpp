@@ -2,12 +2,14 @@
 // on the CPU (all threads) and on the GPU, in both covariance conventions, next to PCL's
 // pcl::VoxelGridCovariance (as pcl::NormalDistributionsTransform builds its target: leaf
 // size, minimum points, filter(true) with its kd-tree of centroids) when built with PCL.
-// Then a live tile update, as `ndtcu localize --map DIR` makes them: a simulator city cut
-// into 20 m tiles, the tiles within --radius of its centre loaded into a TiledVoxelMap,
-// and --updates times one tile removed and added again (voxelized), the map joined,
-// staged on the aligner (Aligner::stage_target) and swapped in, while another thread
-// aligns a scan on CUDA without pause; once with the tiles voxelized on the CPU (all
-// threads), once on the GPU. See BENCHMARK.md, "Voxel-map build" and "Live tile updates".
+// Then live tile updates: a simulator city cut into 20 m tiles, the tiles within --radius
+// of its centre loaded into a TiledVoxelMap, and --updates times one tile removed and
+// added again (voxelized) while another thread aligns a scan on CUDA without pause. Three
+// ways: the tiles voxelized on the CPU (--map-threads) or the GPU, the map joined on the
+// host, staged on the aligner (Aligner::stage_target) and swapped in; or voxelized on the
+// GPU and published to the tiled map's device twin, which the aligner follows (what
+// `ndtcu localize --map DIR` does on CUDA). See BENCHMARK.md, "Voxel-map build" and "Live
+// tile updates".
 //
 //   ndtcu_map_bench [--points 10000000] [--resolution 2.0] [--repeats 5] [--no-pcl]
 //                   [--tile-points 200000] [--radius 100] [--updates 20] [--map-threads 4]

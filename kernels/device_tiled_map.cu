@@ -69,24 +69,51 @@ struct LookupBuffers {
   }
 };
 
-// Freed slots: their key becomes kEmptyKey, so no later lookup build finds them.
-__global__ void free_slots_kernel(const std::uint32_t* slots, std::size_t n, std::uint64_t* keys) {
+// A slot's key set: a freed slot's becomes kEmptyKey (no later lookup build finds it), an
+// adopted staged slot's its cell.
+struct SlotKey {
+  std::uint64_t key;
+  std::uint32_t slot;
+  std::uint32_t pad;
+};
+
+__global__ void set_keys_kernel(const SlotKey* keys, std::size_t n, std::uint64_t* out) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) keys[slots[i]] = math::kEmptyKey;
+  if (i < n) out[keys[i].slot] = keys[i].key;
 }
 
-// The written voxels into their slots, the structure of arrays the kernels read.
+// Slot s's statistics, in the structure of arrays the kernels read.
+__device__ void write_slot(const VoxelResult& r, std::uint32_t s, const SlotPointers& out) {
+  for (int a = 0; a < 3; ++a) {
+    out.mean[a][s] = r.mean[a];
+    out.centroid[a][s] = r.centroid[a];
+  }
+  for (int e = 0; e < 6; ++e) out.icov[e][s] = r.icov[e];
+}
+
+// The written voxels into their slots, with their keys.
 __global__ void write_slots_kernel(const SlotWrite* writes, std::size_t n, SlotPointers out) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const SlotWrite& w = writes[i];
-  const std::uint32_t s = w.slot;
-  for (int a = 0; a < 3; ++a) {
-    out.mean[a][s] = w.stats.mean[a];
-    out.centroid[a][s] = w.stats.centroid[a];
-  }
-  for (int e = 0; e < 6; ++e) out.icov[e][s] = w.stats.icov[e];
-  out.keys[s] = w.key;
+  write_slot(writes[i].stats, writes[i].slot, out);
+  out.keys[writes[i].slot] = writes[i].key;
+}
+
+// A staged cell: which of a voxelize's cells goes to which slot.
+struct StagePair {
+  std::uint32_t cell;
+  std::uint32_t slot;
+};
+
+// Staged cells' statistics into their slots, straight from the voxelizer's memory; their
+// keys stay kEmptyKey until a publish adopts them.
+__global__ void stage_slots_kernel(const math::VoxelStatistics* stats, const StagePair* pairs, std::size_t n,
+                                   SlotPointers out) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  VoxelResult r;
+  to_voxel_result(stats[pairs[i].cell], r);
+  write_slot(r, pairs[i].slot, out);
 }
 
 // The occupied lattice box of the used slots: per axis the lowest and highest cell
@@ -126,10 +153,12 @@ struct DeviceTiledMap::Impl {
   std::vector<std::pair<std::uint64_t, std::shared_ptr<SlotArrays>>> retired;  // (version that replaced them, arrays)
   std::uint32_t used_slots = 0;  // slots [0, used_slots) have been handed out
   PinnedBuffer<SlotWrite> pinned_writes;
-  PinnedBuffer<std::uint32_t> pinned_frees;
+  PinnedBuffer<SlotKey> pinned_keys;
+  PinnedBuffer<StagePair> pinned_stage;
   PinnedBuffer<int> pinned_box;
   DeviceBuffer<SlotWrite> writes;
-  DeviceBuffer<std::uint32_t> frees;
+  DeviceBuffer<SlotKey> keys;
+  DeviceBuffer<StagePair> stage_pairs;
   DeviceBuffer<int> box;
   bool broken = false;  // a device error left the slots and the record apart
 
@@ -213,8 +242,45 @@ DeviceTiledMap::DeviceTiledMap(double resolution, float inverse_resolution, floa
 
 DeviceTiledMap::~DeviceTiledMap() = default;
 
+std::vector<std::uint32_t> DeviceTiledMap::stage(const DeviceOccupiedCells& from,
+                                                 const std::vector<std::uint32_t>& cells) {
+  Impl& m = *impl_;
+  if (m.broken) throw CudaError("tiled map: its device map was left unusable by an earlier device error");
+  std::vector<std::uint32_t> slots;
+  if (cells.empty()) return slots;
+  slots.reserve(cells.size());
+  m.pinned_stage.reserve_with_headroom(cells.size());
+  m.stage_pairs.resize_with_headroom(cells.size());
+  // New arrays, if they must grow, are first read by the next version.
+  const std::size_t fresh = cells.size() > m.free_list.size() ? cells.size() - m.free_list.size() : 0;
+  m.ensure_capacity(static_cast<std::size_t>(m.used_slots) + fresh, m.next_version);
+  try {
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      const std::uint32_t slot = m.take_slot();
+      m.pinned_stage.data()[i] = StagePair{cells[i], slot};
+      slots.push_back(slot);
+    }
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.stage_pairs.data(), m.pinned_stage.data(), cells.size() * sizeof(StagePair),
+                                     cudaMemcpyHostToDevice, m.stream));
+    stage_slots_kernel<<<grid_blocks(cells.size(), kThreads), kThreads, 0, m.stream>>>(
+        from.stats, m.stage_pairs.data(), cells.size(), pointers(*m.arrays));
+    NDTCU_CUDA_CHECK_LAUNCH();
+    NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  } catch (const CudaError&) {
+    m.broken = true;
+    throw;
+  }
+  return slots;
+}
+
+void DeviceTiledMap::release_staged(const std::vector<std::uint32_t>& slots) {
+  // In no lookup (their keys stayed kEmptyKey): free at once.
+  impl_->free_list.insert(impl_->free_list.end(), slots.begin(), slots.end());
+}
+
 DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& erased,
-                                           const std::vector<VoxelWrite>& written) {
+                                           const std::vector<VoxelWrite>& written,
+                                           const std::vector<VoxelAdopt>& adopted) {
   NDTCU_NVTX_RANGE("tiled map publish");
   Impl& m = *impl_;
   if (m.broken) throw CudaError("tiled map: its device map was left unusable by an earlier device error");
@@ -252,35 +318,46 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
   try {
     // Staging first, then the growth: running out of memory in either leaves the record
     // and the device as they were.
-    m.pinned_frees.reserve_with_headroom(std::max<std::size_t>(1, erased.size() + written.size()));
+    const std::size_t key_writes = erased.size() + written.size() + 2 * adopted.size();
+    m.pinned_keys.reserve_with_headroom(std::max<std::size_t>(1, key_writes));
     m.pinned_writes.reserve_with_headroom(std::max<std::size_t>(1, written.size()));
-    m.frees.resize_with_headroom(std::max<std::size_t>(1, erased.size() + written.size()));
+    m.keys.resize_with_headroom(std::max<std::size_t>(1, key_writes));
     m.writes.resize_with_headroom(std::max<std::size_t>(1, written.size()));
     // Every written voxel takes a slot (a rewritten one too: its old slot is still read by
     // the version in use): free ones first, then new ones at the end.
     const std::size_t fresh = written.size() > m.free_list.size() ? written.size() - m.free_list.size() : 0;
     st.grown = m.ensure_capacity(static_cast<std::size_t>(m.used_slots) + fresh, st.version);
-    // A removed or rewritten voxel's old slot is freed: reused once this version is the
+    // A removed or replaced voxel's old slot is freed: reused once this version is the
     // consumer's.
     recorded = true;
-    std::size_t n_frees = 0;
+    std::size_t n_keys = 0;
+    const auto retire = [&](std::uint32_t slot) {
+      m.pinned_keys.data()[n_keys++] = SlotKey{math::kEmptyKey, slot, 0};
+      m.pending.emplace_back(st.version, slot);
+    };
     for (const std::uint64_t key : erased) {
       const auto it = m.slot_of.find(key);
       if (it == m.slot_of.end()) continue;
-      m.pinned_frees.data()[n_frees++] = it->second;
-      m.pending.emplace_back(st.version, it->second);
+      retire(it->second);
       m.slot_of.erase(it);
       ++st.erased;
     }
+    const auto place = [&](std::uint64_t key, std::uint32_t slot) {
+      auto [it, inserted] = m.slot_of.try_emplace(key, slot);
+      if (!inserted) {
+        retire(it->second);
+        it->second = slot;
+      }
+    };
+    for (const VoxelAdopt& a : adopted) {
+      place(a.key, a.slot);
+      m.pinned_keys.data()[n_keys++] = SlotKey{a.key, a.slot, 0};
+    }
+    st.adopted = adopted.size();
     for (std::size_t i = 0; i < written.size(); ++i) {
       const VoxelWrite& w = written[i];
       const std::uint32_t slot = m.take_slot();
-      auto [it, inserted] = m.slot_of.try_emplace(w.key, slot);
-      if (!inserted) {
-        m.pinned_frees.data()[n_frees++] = it->second;
-        m.pending.emplace_back(st.version, it->second);
-        it->second = slot;
-      }
+      place(w.key, slot);
       SlotWrite& out = m.pinned_writes.data()[i];
       out.key = w.key;
       out.slot = slot;
@@ -289,11 +366,10 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
     }
     st.written = written.size();
     SlotArrays& a = *m.arrays;
-    if (n_frees) {
-      NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.frees.data(), m.pinned_frees.data(), n_frees * sizeof(std::uint32_t),
+    if (n_keys) {
+      NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.keys.data(), m.pinned_keys.data(), n_keys * sizeof(SlotKey),
                                        cudaMemcpyHostToDevice, m.stream));
-      free_slots_kernel<<<grid_blocks(n_frees, kThreads), kThreads, 0, m.stream>>>(m.frees.data(), n_frees,
-                                                                                  a.keys.data());
+      set_keys_kernel<<<grid_blocks(n_keys, kThreads), kThreads, 0, m.stream>>>(m.keys.data(), n_keys, a.keys.data());
       NDTCU_CUDA_CHECK_LAUNCH();
     }
     if (!written.empty()) {
@@ -303,7 +379,7 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
                                                                                            written.size(), pointers(a));
       NDTCU_CUDA_CHECK_LAUNCH();
     }
-    st.bytes_up = n_frees * sizeof(std::uint32_t) + written.size() * sizeof(SlotWrite);
+    st.bytes_up = n_keys * sizeof(SlotKey) + written.size() * sizeof(SlotWrite);
 
     // The lookup of every used slot, into the buffer no version in use reads.
     const std::size_t voxels = m.slot_of.size();
@@ -384,8 +460,10 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
     throw;
   }
   st.ms = ms_since(t0);
-  log().debug("tiled map: device version {}: {} voxels ({} written, {} removed, {} lookup) in {:.2f} ms", st.version,
-              st.voxels, st.written, st.erased, st.lookup == VoxelLookup::Dense ? "dense" : "hash", st.ms);
+  log().debug("tiled map: device version {}: {} voxels ({} sent up, {} staged on the device, {} removed, {} lookup) in "
+              "{:.2f} ms",
+              st.version, st.voxels, st.written, st.adopted, st.erased, st.lookup == VoxelLookup::Dense ? "dense" : "hash",
+              st.ms);
   return st;
 }
 
@@ -437,7 +515,8 @@ std::size_t DeviceTiledMap::voxels() const {
 std::size_t DeviceTiledMap::device_bytes() const {
   const Impl& m = *impl_;
   std::size_t b = m.arrays->bytes() + m.lookups[0].bytes() + m.lookups[1].bytes() +
-                  m.writes.capacity() * sizeof(SlotWrite) + m.frees.capacity() * sizeof(std::uint32_t);
+                  m.writes.capacity() * sizeof(SlotWrite) + m.keys.capacity() * sizeof(SlotKey) +
+                  m.stage_pairs.capacity() * sizeof(StagePair);
   for (const auto& r : m.retired) b += r.second->bytes();
   return b;
 }

@@ -248,8 +248,9 @@ VoxelCells CudaVoxelizer::usable_cells(PointCloudView cloud, float inverse_resol
 }
 
 OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView cloud, float inverse_resolution,
-                                            const VoxelMapOptions& options) {
+                                            const VoxelMapOptions& options, DeviceOccupiedCells* on_device) {
   OccupiedCells out;
+  if (on_device) *on_device = DeviceOccupiedCells{};
   if (cloud.size() == 0) return out;
   Impl& m = *impl_;
   const cudaStream_t stream = m.stream;
@@ -270,6 +271,7 @@ OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView cloud, float inverse_
   m.sums.download(out.sums.data(), runs_n, stream);
   m.stats.download(out.stats.data(), runs_n, stream);
   NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (on_device) *on_device = DeviceOccupiedCells{m.run_keys.data(), m.stats.data(), runs_n};
   return out;
 }
 

@@ -22,8 +22,14 @@ namespace {
 // One tile's cells: every occupied cell (sparse ones too: two tiles' sparse parts of a
 // shared cell can make a usable voxel), in cell order, with its sums and, where it has
 // min_points points, its statistics.
+constexpr std::uint32_t kNoSlot = ~std::uint32_t(0);
+
 struct TileCells : detail::OccupiedCells {
   std::size_t points = 0;
+  // On the GPU, once the map has a device twin: per cell, the twin's slot that the tile's
+  // own voxel was staged in, straight from the voxelizer (kNoSlot for a cell that is not
+  // usable, or whose slot a publish has taken); empty otherwise.
+  std::vector<std::uint32_t> staged;
   std::int32_t lo[3] = {INT_MAX, INT_MAX, INT_MAX};  // the lattice box of its cells
   std::int32_t hi[3] = {INT_MIN, INT_MIN, INT_MIN};
 
@@ -54,7 +60,7 @@ struct TileCells : detail::OccupiedCells {
 
   std::size_t bytes() const noexcept {
     return keys.capacity() * sizeof(std::uint64_t) + sums.capacity() * sizeof(math::VoxelSums) +
-           stats.capacity() * sizeof(math::VoxelStatistics);
+           stats.capacity() * sizeof(math::VoxelStatistics) + staged.capacity() * sizeof(std::uint32_t);
   }
 };
 
@@ -75,7 +81,7 @@ struct CellPart {
 // and which one when it is one (null when not known: found again at the publish).
 struct CellOwners {
   std::uint32_t count = 0;
-  const TileCells* only = nullptr;
+  TileCells* only = nullptr;
   std::uint32_t cell = 0;
 };
 
@@ -131,14 +137,28 @@ struct TiledVoxelMap::Impl {
     t.points = points->size();
     if (on_gpu) {
       if (!voxelizer) voxelizer = std::make_unique<detail::CudaVoxelizer>(true);
+      // With a device twin, the tile's voxels go from the voxelizer into free slots of the
+      // twin on the device; a publish adopts them.
+      const bool stage = device && tracking;
+      detail::DeviceOccupiedCells on_device;
       try {
-        static_cast<detail::OccupiedCells&>(t) = voxelizer->occupied_cells(*points, inverse, options);
+        static_cast<detail::OccupiedCells&>(t) =
+            voxelizer->occupied_cells(*points, inverse, options, stage ? &on_device : nullptr);
       } catch (const CudaError&) {
         throw;
       } catch (const Error& e) {
         throw Error(fmt::format("tiled map: tile '{}': {}", id, e.what()));
       }
       t.set_box();
+      if (stage) {
+        std::vector<std::uint32_t> usable;
+        for (std::uint32_t c = 0; c < t.keys.size(); ++c) {
+          if (t.stats[c].usable) usable.push_back(c);
+        }
+        const std::vector<std::uint32_t> slots = device->stage(on_device, usable);
+        t.staged.assign(t.keys.size(), kNoSlot);
+        for (std::size_t i = 0; i < usable.size(); ++i) t.staged[usable[i]] = slots[i];
+      }
       return t;
     }
     detail::SortedCells sorted;
@@ -187,10 +207,25 @@ struct TiledVoxelMap::Impl {
     return &s;
   }
 
+  // Frees the twin's slots staged for tile `t` that no publish took. When memory runs out
+  // for the list, the slots stay taken (unused device capacity), nothing else.
+  void release_staged(TileCells& t) noexcept {
+    if (t.staged.empty() || !device) return;
+    try {
+      std::vector<std::uint32_t> slots;
+      for (const std::uint32_t s : t.staged) {
+        if (s != kNoSlot) slots.push_back(s);
+      }
+      device->release_staged(slots);
+    } catch (...) {
+    }
+    t.staged.clear();
+  }
+
   // The device twin's record: tile `t`'s cells added (+1) or removed (-1). The record is
   // a cache of the tiles: when memory runs out it is dropped, and the next publish makes
   // it again from the tiles (and the device map's own keys).
-  void track(const TileCells& t, int sign) noexcept {
+  void track(TileCells& t, int sign) noexcept {
     if (!tracking) return;
     try {
       track_cells(t, sign);
@@ -205,7 +240,7 @@ struct TiledVoxelMap::Impl {
     touched = {};
   }
 
-  void track_cells(const TileCells& t, int sign) {
+  void track_cells(TileCells& t, int sign) {
     for (std::uint32_t c = 0; c < t.keys.size(); ++c) {
       const std::uint64_t key = t.keys[c];
       touched.push_back(key);
@@ -241,7 +276,7 @@ struct TiledVoxelMap::Impl {
     if (!tracking) {  // the first publish (or the record was dropped): every cell, and every voxel the device holds
       try {
         owners.reserve(stats_cells() + stats_cells() / 4);
-        for (const auto& entry : tiles) track_cells(entry.second, +1);
+        for (auto& entry : tiles) track_cells(entry.second, +1);
         const std::vector<std::uint64_t> held = device->keys();
         touched.insert(touched.end(), held.begin(), held.end());
       } catch (...) {
@@ -254,7 +289,8 @@ struct TiledVoxelMap::Impl {
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     std::vector<std::uint64_t> erased;
     std::vector<detail::VoxelWrite> written;
-    written.reserve(touched.size());
+    std::vector<detail::VoxelAdopt> adopted;
+    adopted.reserve(touched.size());
     std::vector<CellPart> parts;
     math::VoxelStatistics scratch;
     for (const std::uint64_t key : touched) {
@@ -265,34 +301,41 @@ struct TiledVoxelMap::Impl {
       }
       CellOwners& o = it->second;
       parts.clear();
-      if (o.only) {
-        parts.push_back({o.only, o.cell});
-      } else {
-        for (const auto& entry : tiles) {
+      if (!o.only) {
+        for (auto& entry : tiles) {
           const std::int64_t c = entry.second.find(key);
           if (c >= 0) parts.push_back({&entry.second, static_cast<std::uint32_t>(c)});
+          if (c >= 0 && o.count == 1) {
+            o.only = &entry.second;
+            o.cell = static_cast<std::uint32_t>(c);
+          }
         }
-        if (parts.size() == 1) {
-          o.only = parts[0].tile;
-          o.cell = parts[0].cell;
-        }
+      } else {
+        parts.push_back({o.only, o.cell});
       }
       const math::VoxelStatistics* st =
           joined_statistics(parts.size(), [&](std::size_t m) { return parts[m]; }, scratch);
-      if (st && st->usable) {
-        written.emplace_back();
-        written.back().key = key;
-        detail::to_voxel_result(*st, written.back().stats);
-      } else {
+      if (!st || !st->usable) {
         erased.push_back(key);
+        continue;
       }
+      // A cell of one tile whose voxel was staged on the device: taken from there.
+      if (o.only && !o.only->staged.empty() && o.only->staged[o.cell] != kNoSlot) {
+        adopted.push_back({key, o.only->staged[o.cell]});
+        o.only->staged[o.cell] = kNoSlot;  // the map's now
+        continue;
+      }
+      written.emplace_back();
+      written.back().key = key;
+      detail::to_voxel_result(*st, written.back().stats);
     }
     out.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const detail::DevicePublishStats d = device->publish(erased, written);  // on a throw, touched stays for the next
+    const detail::DevicePublishStats d = device->publish(erased, written, adopted);  // on a throw, touched stays
     touched.clear();
     out.version = d.version;
     out.voxels = d.voxels;
-    out.written = d.written;
+    out.written = d.written + d.adopted;
+    out.staged = d.adopted;
     out.removed = d.erased;
     out.bytes_up = d.bytes_up;
     out.device_ms = d.ms;
@@ -416,7 +459,12 @@ void TiledVoxelMap::add_tiles(const std::vector<std::pair<std::string, const Poi
   }
   std::vector<TileCells> built;
   built.reserve(tiles.size());
-  for (const auto& [id, cloud] : tiles) built.push_back(m.build(id, *cloud));
+  try {
+    for (const auto& [id, cloud] : tiles) built.push_back(m.build(id, *cloud));
+  } catch (...) {
+    for (TileCells& t : built) m.release_staged(t);
+    throw;
+  }
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     const auto it = m.tiles.emplace(tiles[i].first, std::move(built[i])).first;
     m.track(it->second, +1);
@@ -434,12 +482,14 @@ void TiledVoxelMap::remove_tiles(const std::vector<std::string>& ids) {
   for (const std::string& id : ids) {
     const auto it = m.tiles.find(id);
     m.track(it->second, -1);
+    m.release_staged(it->second);
     m.tiles.erase(it);
   }
   if (!ids.empty()) m.joined.reset();
 }
 
 void TiledVoxelMap::clear() noexcept {
+  for (auto& entry : impl_->tiles) impl_->release_staged(entry.second);
   impl_->drop_record();  // the next publish removes every voxel the device holds
   impl_->tiles.clear();
   impl_->joined.reset();

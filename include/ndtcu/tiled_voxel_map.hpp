@@ -78,6 +78,7 @@ struct TiledVoxelMapPublish {
   std::size_t voxels = 0;      ///< voxels of the published map
   bool on_device = false;      ///< published to the device twin (else joined on the host)
   std::size_t written = 0;     ///< device voxels written (new or changed since the last publish)
+  std::size_t staged = 0;      ///< of them, taken from the device, where add_tile staged them
   std::size_t removed = 0;     ///< device voxels removed
   std::uint64_t bytes_up = 0;  ///< bytes sent to the device
   double host_ms = 0.0;        ///< the host's part: the changed cells' voxels (or the join)

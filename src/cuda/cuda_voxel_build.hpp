@@ -77,6 +77,16 @@ struct OccupiedCells {
   std::vector<math::VoxelStatistics> stats;
 };
 
+/// Every occupied cell of a GPU voxelize where it lies in the voxelizer's device memory
+/// (OccupiedCells' keys and statistics, the same order): what a tiled map's device twin
+/// copies a tile's voxels from (valid until the voxelizer's next call or its destruction;
+/// the work that wrote them has finished).
+struct DeviceOccupiedCells {
+  const std::uint64_t* keys = nullptr;
+  const math::VoxelStatistics* stats = nullptr;
+  std::size_t cells = 0;
+};
+
 /// The GPU voxelizer: cell keys, a stable radix sort of (key, point index), the runs of
 /// equal keys, each run's points summed in input order and its statistics
 /// (kernels/voxel_statistics.hpp), on the current CUDA device and a non-blocking stream of
@@ -102,7 +112,9 @@ class CudaVoxelizer {
                           DeviceVoxelCells* on_device = nullptr);
   /// Every occupied cell of `cloud` (OccupiedCells), with the same bits as the CPU's
   /// cell_sums and voxel_statistics. Throws as usable_cells does.
-  OccupiedCells occupied_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options);
+  /// With `on_device`, also where the cells lie on the device (DeviceOccupiedCells).
+  OccupiedCells occupied_cells(PointCloudView cloud, float inverse_resolution, const VoxelMapOptions& options,
+                               DeviceOccupiedCells* on_device = nullptr);
 
  private:
   struct Impl;

@@ -43,11 +43,18 @@ struct VoxelWrite {
   VoxelResult stats{};
 };
 
+/// A voxel a publish takes from a slot that stage() wrote: its cell and the slot.
+struct VoxelAdopt {
+  std::uint64_t key = 0;
+  std::uint32_t slot = 0;
+};
+
 /// What a publish did, and the version it made.
 struct DevicePublishStats {
   std::uint64_t version = 0;     ///< the version made (1 for the first publish)
   std::size_t voxels = 0;        ///< voxels in it
-  std::size_t written = 0;       ///< voxels written (new or changed)
+  std::size_t written = 0;       ///< voxels sent up and written (new or changed)
+  std::size_t adopted = 0;       ///< voxels taken from staged slots (written on the device)
   std::size_t erased = 0;        ///< voxels removed
   std::size_t slots = 0;         ///< slots the arrays hold (capacity)
   std::uint64_t bytes_up = 0;    ///< bytes sent to the device
@@ -78,13 +85,25 @@ class DeviceTiledMap {
   DeviceTiledMap(const DeviceTiledMap&) = delete;
   DeviceTiledMap& operator=(const DeviceTiledMap&) = delete;
 
+  /// Writes the statistics of cells `cells` (indices into `from`, each a usable cell) of a
+  /// GPU voxelize into free slots, device to device (nothing goes up but the indices), and
+  /// returns the slots, in the same order: staged, in no lookup until a publish adopts
+  /// them. How a tile's voxels go from the voxelizer into the device map without the host.
+  /// Returns when the copy is done (the voxelizer may run again). Throws CudaError as
+  /// publish() does.
+  std::vector<std::uint32_t> stage(const DeviceOccupiedCells& from, const std::vector<std::uint32_t>& cells);
+  /// Frees staged slots that no publish adopted (their tile went first).
+  void release_staged(const std::vector<std::uint32_t>& slots);
+
   /// Makes the next version: the current one with the voxels of `erased` removed (a key not
-  /// in the map is ignored) and those of `written` added or replaced. Each key at most once
-  /// over both lists. Returns when the version is complete on the device; a bound consumer
+  /// in the map is ignored), those of `written` added or replaced, and those of `adopted`
+  /// added or replaced by the staged slot named (which the map then owns). Each key at
+  /// most once over the three lists. Returns when the version is complete on the device; a bound consumer
   /// takes it at its next acquire. Throws CudaError for a device failure: when memory runs
   /// out the map is as it was; after any other device error it refuses every later
   /// publish (the consumer keeps the version it reads).
-  DevicePublishStats publish(const std::vector<std::uint64_t>& erased, const std::vector<VoxelWrite>& written);
+  DevicePublishStats publish(const std::vector<std::uint64_t>& erased, const std::vector<VoxelWrite>& written,
+                             const std::vector<VoxelAdopt>& adopted = {});
 
   /// Consumer side, on the consumer's thread: binds `consumer` (a second consumer while
   /// one is bound is an Error) and fills `out` with the newest published version,

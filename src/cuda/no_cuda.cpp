@@ -25,7 +25,9 @@ CudaVoxelizer::CudaVoxelizer(bool) {
 }
 CudaVoxelizer::~CudaVoxelizer() = default;
 VoxelCells CudaVoxelizer::usable_cells(PointCloudView, float, const VoxelMapOptions&, DeviceVoxelCells*) { return {}; }
-OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView, float, const VoxelMapOptions&) { return {}; }
+OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView, float, const VoxelMapOptions&, DeviceOccupiedCells*) {
+  return {};
+}
 }  // namespace detail
 
 }  // namespace ndtcu
@@ -78,9 +80,14 @@ DeviceTiledMap::DeviceTiledMap(double, float, float, std::size_t) {
   throw CudaError("a tiled map on the GPU was requested, but " + cuda_unavailable_reason());
 }
 DeviceTiledMap::~DeviceTiledMap() = default;
-DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>&, const std::vector<VoxelWrite>&) {
+DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>&, const std::vector<VoxelWrite>&,
+                                           const std::vector<VoxelAdopt>&) {
   return {};
 }
+std::vector<std::uint32_t> DeviceTiledMap::stage(const DeviceOccupiedCells&, const std::vector<std::uint32_t>&) {
+  return {};
+}
+void DeviceTiledMap::release_staged(const std::vector<std::uint32_t>&) {}
 bool DeviceTiledMap::acquire(const void*, CUstream_st*, std::uint64_t, DeviceMapVersion&) { return false; }
 void DeviceTiledMap::release(const void*, CUstream_st*) noexcept {}
 std::vector<std::uint64_t> DeviceTiledMap::keys() const { return {}; }

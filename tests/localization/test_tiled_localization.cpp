@@ -126,22 +126,38 @@ SimDrive simulated_drive() {
   return d;
 }
 
+// BALM's 30 odd scans at 1 Hz, from the reference pose of the first, its map and the map
+// cut into 10 m tiles (in `folder`), streamed within 30 m.
+struct BalmTiles {
+  std::vector<ScanEntry> scans;
+  Eigen::Matrix4d start;
+  std::string map;
+  fs::path tiles;
+  TiledMapStreamOptions options;
+};
+
+BalmTiles balm_tiles(const fs::path& data, const std::string& folder) {
+  BalmTiles b;
+  const fs::path balm = data / "balm_os0";
+  b.scans = list_scans((balm / "odd_scans_1hz.txt").string());
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  match_to_reference(b.scans, reference);
+  b.start = reference[1].pose.matrix();
+  b.map = (balm / "map_even_frames_0-58_voxel0.1.pcd").string();
+  b.tiles = test::temp_dir(folder);
+  write_tiled_map(read_point_cloud(b.map), 10.0, b.tiles.string());
+  b.options.radius = 30.0;
+  b.options.update_distance = 2.0;  // the sequence spans about 10 m: update often
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("BALM at 1 Hz in 10 m tiles streamed within 30 m: the whole map's poses", "[data][localization][tiles]") {
   NDTCU_REQUIRE_DATA_DIR(dir);
-  const fs::path balm = dir / "balm_os0";
-  std::vector<ScanEntry> scans = list_scans((balm / "odd_scans_1hz.txt").string());
-  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
-  match_to_reference(scans, reference);
-  const std::string map = (balm / "map_even_frames_0-58_voxel0.1.pcd").string();
-  const fs::path tiles = test::temp_dir("balm_tiles");
-  write_tiled_map(read_point_cloud(map), 10.0, tiles.string());
-  TiledMapStreamOptions o;
-  o.radius = 30.0;
-  o.update_distance = 2.0;  // the sequence spans about 10 m: update often
-  const Drive whole = drive(scans, reference[1].pose.matrix(), map, "");
-  const Drive tiled = drive(scans, reference[1].pose.matrix(), "", tiles.string(), o);
+  const BalmTiles b = balm_tiles(dir, "balm_tiles");
+  const Drive whole = drive(b.scans, b.start, b.map, "");
+  const Drive tiled = drive(b.scans, b.start, "", b.tiles.string(), b.options);
   const double worst = largest_difference(whole, tiled);
   std::printf("balm_os0 odd scans, 10 m tiles within 30 m: %zu updates, %zu swaps, %zu tiles read, %zu dropped, "
               "largest difference from the whole map %.3g m\n",
@@ -261,19 +277,10 @@ TEST_CASE("BALM at 1 Hz on CUDA in 10 m tiles published to the device within 30 
           "[gpu][data][localization][tiles]") {
   NDTCU_REQUIRE_GPU();
   NDTCU_REQUIRE_DATA_DIR(dir);
-  const fs::path balm = dir / "balm_os0";
-  std::vector<ScanEntry> scans = list_scans((balm / "odd_scans_1hz.txt").string());
-  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
-  match_to_reference(scans, reference);
-  const std::string map = (balm / "map_even_frames_0-58_voxel0.1.pcd").string();
-  const fs::path tiles = test::temp_dir("balm_tiles_gpu");
-  write_tiled_map(read_point_cloud(map), 10.0, tiles.string());
-  TiledMapStreamOptions o;
-  o.radius = 30.0;
-  o.update_distance = 2.0;
-  o.publish = true;
-  const Drive whole = drive(scans, reference[1].pose.matrix(), map, "", {}, Backend::Cuda);
-  const Drive published = drive(scans, reference[1].pose.matrix(), "", tiles.string(), o, Backend::Cuda);
+  BalmTiles b = balm_tiles(dir, "balm_tiles_gpu");
+  b.options.publish = true;
+  const Drive whole = drive(b.scans, b.start, b.map, "", {}, Backend::Cuda);
+  const Drive published = drive(b.scans, b.start, "", b.tiles.string(), b.options, Backend::Cuda);
   const double worst = largest_difference(whole, published);
   std::printf("balm_os0 odd scans on CUDA, 10 m tiles published within 30 m: %zu updates, %zu swaps, largest "
               "difference from the whole map %.3g m\n",

@@ -217,18 +217,19 @@ struct DeviceTiledMap::Impl {
     grown->keys.resize_discard(capacity);
     grown->capacity = capacity;
     const std::size_t old = arrays->capacity;
-    if (old) {
-      const auto copy = [&](auto& to, const auto& from) {
-        NDTCU_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), old * sizeof(*from.data()), cudaMemcpyDeviceToDevice,
-                                         stream));
-      };
-      for (int a = 0; a < 3; ++a) {
-        copy(grown->mean[a], arrays->mean[a]);
-        copy(grown->centroid[a], arrays->centroid[a]);
-      }
-      for (int e = 0; e < 6; ++e) copy(grown->icov[e], arrays->icov[e]);
-      copy(grown->keys, arrays->keys);
+    // The statistics of the slots handed out so far (each written when it was), and every
+    // key (free ones preset to kEmptyKey): no byte never written is copied.
+    const auto copy = [&](auto& to, const auto& from, std::size_t n) {
+      if (n == 0) return;
+      NDTCU_CUDA_CHECK(
+          cudaMemcpyAsync(to.data(), from.data(), n * sizeof(*from.data()), cudaMemcpyDeviceToDevice, stream));
+    };
+    for (int a = 0; a < 3; ++a) {
+      copy(grown->mean[a], arrays->mean[a], used_slots);
+      copy(grown->centroid[a], arrays->centroid[a], used_slots);
     }
+    for (int e = 0; e < 6; ++e) copy(grown->icov[e], arrays->icov[e], used_slots);
+    copy(grown->keys, arrays->keys, old);
     NDTCU_CUDA_CHECK(cudaMemsetAsync(grown->keys.data() + old, 0xff, (capacity - old) * sizeof(std::uint64_t), stream));
     retired.emplace_back(version, std::move(arrays));
     arrays = std::move(grown);

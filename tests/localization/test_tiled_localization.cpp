@@ -189,7 +189,10 @@ TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's
   CHECK(tiled.stats.peak_loaded < meta.tiles.size() / 2);
   CHECK(worst <= 1e-3);
 
-  SECTION("published to the tiled map the localizer follows instead of joined and handed over: the same poses") {
+  // The three checks below share the drives above (sections would simulate and drive
+  // again for each, three times the work under the sanitizers).
+  {
+    INFO("published to the tiled map the localizer follows instead of joined and handed over: the same poses");
     TiledMapStreamOptions p = o;
     p.publish = true;
     const Drive published = drive(d.scans, start, "", tiles.string(), p);
@@ -200,7 +203,8 @@ TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's
       CHECK(published.poses[k] == tiled.poses[k]);
     }
   }
-  SECTION("a memory budget evicts the least recently used tiles and keeps the bytes under it") {
+  {
+    INFO("a memory budget evicts the least recently used tiles and keeps the bytes under it");
     // A budget a quarter above what the radius needs: tiles beyond it stay until the
     // budget needs their room.
     TiledMapStreamOptions b = o;
@@ -213,7 +217,8 @@ TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's
     CHECK(budgeted.stats.tiles_dropped < tiled.stats.tiles_dropped);  // some were kept for later
     CHECK(budgeted.stats.peak_loaded > tiled.stats.peak_loaded);
   }
-  SECTION("a budget smaller than the radius needs is an error naming the sizes") {
+  {
+    INFO("a budget smaller than the radius needs is an error naming the sizes");
     TiledMapStreamOptions b = o;
     b.memory_budget = 100000;
     TiledMapStreamer streamer(tiles.string(), voxel_map_options(settings().align), b);

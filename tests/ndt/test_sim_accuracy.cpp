@@ -464,7 +464,7 @@ std::vector<double> optimum_offsets(const SimScene& scene, const std::vector<Eig
 
 // Issue 4's requirement on os1-64: it holds (20/20; see the file comment).
 TEST_CASE("Simulator scenes: Autoware mode lands within 2 cm and 0.1 deg in 19 of 20 trials on os1-64 (issue 4)",
-          "[unit][accuracy][sim]") {
+          "[unit][accuracy][sim][heavy]") {
   const Summary& s = mode_trials(scene_index("os1-64"));
   INFO("os1-64: " << s.within_bound << "/" << kTrials);
   CHECK(s.within_bound >= kRequired);
@@ -473,7 +473,7 @@ TEST_CASE("Simulator scenes: Autoware mode lands within 2 cm and 0.1 deg in 19 o
 // Issue 4's requirement on hdl32-utm: it holds (19/20; one trial goes back and forth near
 // the optimum, see the file comment).
 TEST_CASE("Simulator scenes: Autoware mode lands within 2 cm and 0.1 deg in 19 of 20 trials on hdl32-utm (issue 4)",
-          "[unit][accuracy][sim]") {
+          "[unit][accuracy][sim][heavy]") {
   const Summary& s = mode_trials(scene_index("hdl32-utm"));
   INFO("hdl32-utm: " << s.within_bound << "/" << kTrials);
   CHECK(s.within_bound >= kRequired);
@@ -542,7 +542,7 @@ TEST_CASE("Simulator scenes: where the Autoware score's optimum lies on the surv
 // PCL's covariance S/(n - 1) at the same resolution also keeps it within 2 cm on every
 // frame (0.4-0.8 cm).
 TEST_CASE("Simulator scenes: the survey map beats sample_map; PCL's covariance puts the optimum within 2 cm",
-          "[unit][accuracy][sim]") {
+          "[unit][accuracy][sim][heavy]") {
   for (const SimScene& scene : scenes()) {
     sim::MapSettings ms;
     ms.seed = scene.seed + 200;
@@ -665,7 +665,7 @@ TEST_CASE("Simulator scenes: Autoware's score with saddle-free Newton steps need
 // truth on frame 0 (PCL's covariance: 1.4 cm), which no step rule can undo: a property of
 // the score on that scene, pinned here (see the file comment).
 TEST_CASE("Simulator scenes: on a 120 m park block Autoware's score puts the optimum over 2 cm from the truth",
-          "[unit][accuracy][sim]") {
+          "[unit][accuracy][sim][heavy]") {
   const SimScene park = build_scene({"hdl32-utm-120", 5, "hdl32", kUtmOrigin, 120.0});
   REQUIRE(park.world.scene().contents.buildings == 0);
   std::vector<Eigen::Matrix4d> autoware;

@@ -177,7 +177,10 @@ TEST_CASE("stop-and-go at 1 Hz: the prediction overshoots into a stop and lags b
   check_outcome(seq, run, events);
 }
 
-TEST_CASE("kidnap at 1 Hz: a 20 m jump is found again by the wide search within two frames", "[unit][localization]") {
+// [heavy]: the wide search screens some 87,000 hypotheses and aligns 1,600 (minutes under
+// the sanitizers); the position search and rough-start cases run the same search code.
+TEST_CASE("kidnap at 1 Hz: a 20 m jump is found again by the wide search within two frames",
+          "[unit][localization][heavy]") {
   const int frames = 12, kidnap = frames / 2;
   const Sequence seq = make_sequence("kidnap", sim::Scenario::Kidnap, frames, 3);
   const double jump = (seq.truth[kidnap].pose.translation() - seq.truth[kidnap - 1].pose.translation()).head<2>().norm();

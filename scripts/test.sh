@@ -3,7 +3,7 @@
 # real-data folder (../shared/data, or $NDTCU_DATA_DIR) are reported as skipped without it.
 # Then the sanitizer builds (scripts/sanitize.sh: AddressSanitizer and
 # UndefinedBehaviorSanitizer over the unit and data tests, ThreadSanitizer over the
-# threaded ones; any report fails): about 35 minutes more on 2 cores.
+# threaded ones; any report fails): about 40 minutes more on 2 cores.
 # NDTCU_SANITIZE_TESTS=0 leaves them out.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -198,6 +198,36 @@ CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& 
                              "Unknown keys and values of the wrong type are warnings, values out of range errors");
 }
 
+nlohmann::json localizability_json(const Localizability& l) {
+  nlohmann::json j;
+  j["valid"] = l.valid;
+  j["eigenvalues"] = std::vector<double>(l.eigenvalues.data(), l.eigenvalues.data() + 6);
+  auto& rows = j["directions"] = nlohmann::json::array();
+  for (int i = 0; i < 6; ++i) {
+    const Eigen::Matrix<double, 6, 1> d = l.directions.col(i);
+    rows.push_back(std::vector<double>(d.data(), d.data() + 6));
+  }
+  j["condition"] = std::isfinite(l.condition) ? nlohmann::json(l.condition) : nlohmann::json(nullptr);
+  j["weakest_ratio"] = l.weakest_ratio;
+  j["weak"] = l.weak;
+  j["degenerate"] = l.degenerate;
+  return j;
+}
+
+std::string localizability_text(const Localizability& l) {
+  if (!l.valid) return "not available (no Hessian at this pose)";
+  const Eigen::Matrix<double, 6, 1> d = l.directions.col(0);
+  const std::string weakest = fmt::format("[x {:+.3f} y {:+.3f} z {:+.3f} roll {:+.4f} pitch {:+.4f} yaw {:+.4f}]",
+                                          d(0), d(1), d(2), d(3), d(4), d(5));
+  if (l.degenerate) {
+    return fmt::format("DEGENERATE: {} weak direction{}; the weakest holds {:.2e} of the strongest, along {} "
+                       "(m, rad: 1 m of point motion)",
+                       l.weak, l.weak == 1 ? "" : "s", l.weakest_ratio, weakest);
+  }
+  return fmt::format("the weakest direction holds {:.3f} of the strongest, along {} (m, rad: 1 m of point motion)",
+                     l.weakest_ratio, weakest);
+}
+
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config) {
   return {{"preset", preset},
           {"config", config.empty() ? nlohmann::json(nullptr) : json_text(config)},

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <ndtcu/localizability.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -81,6 +83,14 @@ CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& 
 /// JSON of the NDT settings in use (with the preset they started from, and the --config
 /// file, null without one).
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config = {});
+
+/// JSON of an alignment's localizability: valid, eigenvalues (ascending), directions (row
+/// i: the pose change [x y z roll pitch yaw] of eigenvalue i, moving the points 1 m RMS),
+/// condition (null when infinite), weakest_ratio, weak, degenerate.
+nlohmann::json localizability_json(const Localizability& l);
+
+/// One line of text for it: "degenerate: 1 weak direction (...)" or the condition.
+std::string localizability_text(const Localizability& l);
 
 /// The preset, then the NDT values of `config` (Autoware's parameter file, when given),
 /// then every option given on the command line, names parsed and the result checked by

@@ -92,6 +92,7 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
   j["target_points_read"] = c.target_points_read;
   j["target_voxels"] = r.target_voxels;
   j["oscillation_count"] = r.oscillation_count;
+  j["localizability"] = localizability_json(r.localizability);
   j["backend"] = r.backend;
   j["time_ms"] = r.timings.total_ms;
   j["per_iteration_ms"] = r.timings.per_iteration_ms;
@@ -151,6 +152,7 @@ std::string result_text(const AlignResult& r, const AlignContext& c) {
                      r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5));
   out += fmt::format("  fitness     score {:.3f}, TP {:.4f}, NVTL {:.4f}, {} correspondences, oscillation {}\n",
                      r.score, r.tp, r.nvtl, r.correspondences, r.oscillation_count);
+  out += "  directions  " + localizability_text(r.localizability) + "\n";
   out += fmt::format("  time        align {:.2f} ms ({:.2f} ms/iteration, {} evaluations, backend {}), map {:.1f} ms, "
                      "load {:.1f} ms\n",
                      r.timings.total_ms, r.timings.per_iteration_ms, r.timings.evaluations, r.backend, c.map_ms,

@@ -53,6 +53,7 @@ struct LocalizeOptions {
   std::size_t queue = 4;
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
+  double degeneracy_probe = 2.0, degeneracy_margin = 0.1;
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -110,6 +111,9 @@ Eigen::Matrix4d first_scan_pose(const std::string& path, const Trajectory& traje
 
 // A frame succeeds when its pose lies within this of its reference pose (m).
 constexpr double kSuccessRadius = 0.10;
+// A valid frame farther than this from its reference pose is a wrong pose accepted (m):
+// the worst outcome, counted apart.
+constexpr double kWrongRadius = 0.30;
 
 // Progress on stderr: a bar redrawn in place on a terminal, a plain line now and then otherwise.
 class Progress {
@@ -216,6 +220,24 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   } else {
     row += ",,,,,";
   }
+  // How well the scan held each direction at the frame's alignment (ndtcu/localizability.hpp):
+  // the weakest eigenvalue's share of the strongest, the weak directions, and the weakest
+  // direction as a pose change [x y z roll pitch yaw] (m, rad) that moves the points 1 m RMS;
+  // empty without an analysis.
+  const Localizability* l = result && result->alignment.localizability.valid ? &result->alignment.localizability : nullptr;
+  if (l) {
+    row += fmt::format(",{:.6e},{},{}", l->weakest_ratio, l->weak, l->degenerate ? 1 : 0);
+    for (int i = 0; i < 6; ++i) row += fmt::format(",{:.5f}", l->directions(i, 0));
+  } else {
+    row += ",,,,,,,,,";
+  }
+  // The localizer's degeneracy probe (LocalizerSettings::degeneracy_probe_m): the directions
+  // it found the scan does not pin, and the accepted pose's NVTL minus its best probe's.
+  if (result && !std::isnan(result->probe_nvtl_drop)) {
+    row += fmt::format(",{},{:.6f}", result->degenerate_directions, result->probe_nvtl_drop);
+  } else {
+    row += ",,";
+  }
   return row + "\n";
 }
 
@@ -232,7 +254,8 @@ class FrameFiles {
     frames_.stream << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,"
                       "iterations_total,evaluations,tp,nvtl,converged,read_ms,preprocess_ms,align_ms,total_ms,x,y,z,"
                       "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy,stage,hypotheses,"
-                      "screened,ambiguity_nvtl,ambiguous\n";
+                      "screened,ambiguity_nvtl,ambiguous,weakest_ratio,weak_directions,degenerate,weak_x,weak_y,weak_z,"
+                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop\n";
   }
 
   void frame(const std::string& row) {
@@ -453,6 +476,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   "... and at least this share of the scan's points found a map voxel")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--degeneracy-probe", o->degeneracy_probe,
+                  "score each accepted pose again a step of this many metres (RMS point motion) along each of its six "
+                  "directions; a direction whose probe stays within --degeneracy-margin of its NVTL is one the scan does "
+                  "not pin (a tunnel's axis), and the frame is degenerate (0 = no probe)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--degeneracy-margin", o->degeneracy_margin, "... within this NVTL of the pose's")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--accept-max-iterations", o->accept_max_iterations,
                 "accept an alignment that used every iteration when its NVTL passes (by default it is retried)");
   cmd->add_option("--recovery", o->recovery,
@@ -546,6 +578,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.max_speed = o->max_speed;
     ls.max_turn_rate_deg = o->max_turn_rate;
     ls.max_search_radius = o->max_search_radius;
+    ls.degeneracy_probe_m = o->degeneracy_probe;
+    ls.degeneracy_margin = o->degeneracy_margin;
     validate(ls);
 
     // A rosbag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml): scan k is
@@ -679,7 +713,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0;
     // The success rate: frames with a reference pose, and those of them localized within
     // kSuccessRadius of it (lost and skipped frames count as failures).
-    std::size_t judged = 0, within = 0;
+    std::size_t judged = 0, within = 0, accepted_wrong = 0, degenerate = 0;
     Trajectory estimate;  // the localized poses, for ATE and RPE
     if (!reference.empty()) estimate.reserve(frame_count);
     TimeAssociation association(reference, o->max_time_difference);
@@ -742,6 +776,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                                          r.attempts == 1 ? "" : "s", lost_reason(r, ls)));
           } else if (r.status == FrameStatus::Recovered) {
             ++recovered;
+          } else if (r.status == FrameStatus::Degenerate) {
+            ++degenerate;
           }
           latency.push_back(static_cast<float>(scan->read_ms + scan->preprocess_ms + r.align_ms));
           align_ms.push_back(static_cast<float>(r.align_ms));
@@ -772,6 +808,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
             }
           }
           within += matched && error_m && *error_m <= kSuccessRadius;
+          if (error_m && *error_m > kWrongRadius) {
+            ++accepted_wrong;
+            progress.message(fmt::format("ndtcu: warning: frame {} ({}) was accepted {:.2f} m from its reference pose",
+                                         scan->index, fs::path(scan->entry.path).filename().string(), *error_m));
+          }
           files.frame(frames_csv_row(*scan, &r, matched, error_m));
         }
         progress.update(++done, lost, skipped);
@@ -788,6 +829,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["localized"] = localized;
     j["lost"] = lost;
     j["recovered"] = recovered;
+    j["degenerate"] = degenerate;
     j["skipped"] = skipped;
     j["fps"] = loop_s > 0 ? static_cast<double>(aligned) / loop_s : 0.0;
     j["wall_s"] = loop_s;
@@ -862,6 +904,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"reject_max_iterations", ls.reject_max_iterations},
                      {"recovery_attempts", ls.recovery_attempts},
                      {"min_matched_ratio", ls.min_matched_ratio},
+                     {"degeneracy_probe_m", ls.degeneracy_probe_m},
+                     {"degeneracy_margin", ls.degeneracy_margin},
                      {"recovery", to_string(ls.recovery)},
                      {"search_nvtl_ratio", ls.search_nvtl_ratio},
                      {"rotation_search_range_deg", ls.rotation_search_range_deg},
@@ -890,13 +934,16 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       j["success"] = {{"within_m", kSuccessRadius},
                       {"frames", judged},
                       {"succeeded", within},
+                      {"accepted_wrong", accepted_wrong},
+                      {"wrong_beyond_m", kWrongRadius},
                       {"rate", judged > 0 ? nlohmann::json(static_cast<double>(within) / static_cast<double>(judged))
                                           : nlohmann::json(nullptr)}};
       eval_text += judged == 0 ? std::string("  success     none: no frame has a reference pose\n")
                                : fmt::format("  success     {} of {} frames ({:.1f}%) within {} m of the reference "
-                                             "(lost and skipped frames count as failures)\n",
+                                             "(lost, degenerate and skipped frames count as failures); {} accepted "
+                                             "more than {} m off\n",
                                              within, judged, 100.0 * static_cast<double>(within) / static_cast<double>(judged),
-                                             kSuccessRadius);
+                                             kSuccessRadius, accepted_wrong, kWrongRadius);
       if (ate.pairs > 0) {
         j["ate"] = {{"pairs", ate.pairs}, {"rmse_m", ate.rmse_m}, {"mean_m", ate.mean_m},
                     {"median_m", ate.median_m}, {"max_m", ate.max_m}};
@@ -976,8 +1023,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     } else {
       std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o->scans, o->out, o->map,
                                      map_points, map_voxels, s.resolution);
-      text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} skipped of {}\n", localized,
-                          recovered, lost, skipped, done);
+      text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} skipped of {}\n",
+                          localized, recovered, lost, degenerate, skipped, done);
       if (streamer) {
         const TiledMapStreamStats ts = streamer->stats();
         text += fmt::format("  tiles       {} of {} loaded at the end (at most {}, {:.1f} MB); {} updates, {} swapped in, "

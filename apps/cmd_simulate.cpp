@@ -146,7 +146,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                   "also write the scans as a ROS 2 bag (a new folder: metadata.yaml and an MCAP file; topic /points, "
                   "sensor_msgs/msg/PointCloud2, each scan at its time in poses_tum.txt)");
   cmd->add_option("--seed", o->seed, "seed: the same seed and options give the same bytes")->capture_default_str();
-  auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64 or os0-64")->capture_default_str();
+  auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64, os0-64 or vlp16")->capture_default_str();
   cmd->add_option("--frames", o->frames, "scans to make, at --rate")->capture_default_str();
   auto* rate = cmd->add_option("--rate", o->rate, "scans per second (default: the scenario's; 10 for drive)");
   cmd->add_option("--scenario", o->scenario,

@@ -50,6 +50,10 @@ struct BatchOptions {
   /// Attach each result's pose covariance when the aligner's settings ask for one; false
   /// skips it (results that are only ranked do not pay for it).
   bool pose_covariance = true;
+  /// Fill each result's localizability (AlignResult::localizability, a 6x6 eigen
+  /// decomposition per hypothesis); false skips it (a coarse pass whose results are only
+  /// ranked).
+  bool localizability = true;
 };
 
 /// Aligns source scans to one target. Holds the voxel map and the worker threads, so

@@ -142,6 +142,25 @@ struct LocalizerSettings {
   /// Largest prediction step, in multiples of the last inter-frame motion (a long gap after
   /// lost frames would otherwise extrapolate the velocity without limit).
   double max_prediction_scale = 5.0;
+  /// The degeneracy probe (0: none). A pose that passes the check is scored again (no
+  /// iteration, one batch of 32 evaluations) at poses around it: along the six directions of
+  /// its localizability (AlignResult::localizability, the Hessian's eigenvectors) and the
+  /// sensor's forward and left axes, steps of 1 and 1.5 times this many metres of RMS point
+  /// motion, both ways. A direction
+  /// along which a probe still scores within degeneracy_margin of the pose's NVTL is one the
+  /// scan does not pin: a tunnel's or a walled road's axis, an open lot's plane. The
+  /// Hessian alone cannot say so, since an NDT map curves the score along a flat wall too
+  /// (each voxel's Gaussian, with a false optimum at every voxel): the simulator's walled
+  /// road holds its axis at 0.03 of its strongest direction and its tunnel at 0.15, while
+  /// correct Livox Avia alignments reach down to 0.009. Such a frame is Degenerate: see
+  /// FrameStatus. 2 m (Autoware's resolution) steps the points a whole voxel, past the
+  /// false optima of a flat wall.
+  double degeneracy_probe_m = 2.0;
+  /// ... within this NVTL of the pose's (see degeneracy_probe_m). A wrong place scores
+  /// 0.5 or more below a right one on the simulator's streets; BALM's and the Livox set's
+  /// correct poses drop by more than this at 2 m in every direction (see BENCHMARK.md,
+  /// "Degeneracy").
+  double degeneracy_margin = 0.1;
 };
 
 /// Throws Error naming the first setting out of range (ranges, leaf, NVTL threshold,
@@ -153,9 +172,16 @@ enum class FrameStatus {
   Tracked,    ///< the first attempt (from the prediction) passed the check
   Recovered,  ///< the first attempt failed, a retry passed
   Lost,       ///< no attempt passed: the pose is the prediction and must not be trusted
+  /// An attempt passed the check, but the degeneracy probe found directions the scan does
+  /// not pin (LocalizerSettings::degeneracy_probe_m): the pose takes the alignment's
+  /// correction along the directions it holds and the prediction along the others (solution
+  /// remapping, Zhang et al. 2016), and its covariance is widened along those. Not valid:
+  /// along the weak directions it is the motion model's guess. The motion model goes on
+  /// from it.
+  Degenerate,
 };
 
-/// "tracked", "recovered", "lost".
+/// "tracked", "recovered", "lost", "degenerate".
 const char* to_string(FrameStatus status);
 
 /// The outcome of one Localizer::localize call.
@@ -176,6 +202,14 @@ struct LocalizationResult {
   /// What gave the pose: "prediction", "continuation", "last-good", "rotation search",
   /// "position search", "wide search", "initial search"; for a lost frame, the last thing tried.
   const char* stage = "prediction";
+  /// Directions the degeneracy probe found the scan does not pin (0 without a probe or when
+  /// it found none), and the accepted alignment's NVTL minus the best of its 32 probes' (NaN
+  /// without a probe; at most degeneracy_margin for a degenerate frame).
+  int degenerate_directions = 0;
+  double probe_nvtl_drop = std::numeric_limits<double>::quiet_NaN();
+  /// The pose change [x y z roll pitch yaw] (m, rad) of the probe's least-held direction,
+  /// moving the points 1 m RMS (zero without a probe).
+  Eigen::Matrix<double, 6, 1> weakest_direction = Eigen::Matrix<double, 6, 1>::Zero();
   /// The NVTL of the best distinct rival of the last search (NaN when no search ran or it
   /// had none), and whether it was within the ambiguity margin (the search's winner was then refused).
   double ambiguity_nvtl = std::numeric_limits<double>::quiet_NaN();

@@ -3,6 +3,7 @@
 /// What an alignment returns. Not converging, or not being able to start, is a result
 /// with a reason, never an exception.
 
+#include <ndtcu/localizability.hpp>
 #include <ndtcu/settings.hpp>
 
 #include <Eigen/Core>
@@ -88,6 +89,11 @@ struct AlignResult {
   /// scale factor and diagonal floor: -(H_xy)^-1 for Laplace (which is not the x-y block of
   /// (-H)^-1), the x-y block of `covariance` for the two multi-NDT modes.
   Eigen::Matrix2d covariance_xy = Eigen::Matrix2d::Zero();
+  /// How well the scan constrains each direction of `pose`: the eigen-structure of
+  /// `hessian`, rotations scaled by the scan's RMS range (see ndtcu/localizability.hpp).
+  /// Filled by every alignment and by evaluate(); left invalid by evaluate_batch() (a
+  /// screen of 10^5 poses) and by batches run with BatchOptions::localizability false.
+  Localizability localizability;
   std::vector<IterationTrace> trace;  ///< one entry per iteration
   AlignTimings timings;               ///< where the time went
   std::string backend;                ///< which backend ran ("cpu" or "cuda")

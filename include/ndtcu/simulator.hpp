@@ -245,8 +245,8 @@ const std::vector<std::string>& lidar_preset_names();
 /// A preset: "hdl32" (HDL-32E: 32 rings, -30.67 to +10.67 deg, 2250 columns, 1-100 m,
 /// 2 cm noise), "hdl64" (HDL-64E: 64 rings, +2 to -24.9 deg in two blocks, 2000 columns,
 /// 1-120 m, 2 cm), "os1-64" (64 rings, +/-22.5 deg uniform, 1024 columns, 0.5-120 m,
-/// 1 cm), "os0-64" (64 rings, +/-45 deg uniform, 1024 columns, 0.3-50 m, 1 cm); no
-/// dropout. Throws Error for another name, listing these.
+/// 1 cm), "os0-64" (64 rings, +/-45 deg uniform, 1024 columns, 0.3-50 m, 1 cm), "vlp16"
+/// (VLP-16: 16 rings, +/-15 deg uniform, 1800 columns, 0.5-100 m, 3 cm); no dropout. Throws Error for another name, listing these.
 LidarModel lidar_preset(const std::string& name);
 
 /// Checks a model; throws Error naming the field (and its CLI option) and value.
@@ -325,6 +325,48 @@ struct TrajectorySample {
 /// Poses are at times frame / rate_hz. Throws Error when the scene has no road network,
 /// or when no street lies at the kidnap distance.
 std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& settings);
+
+// ---------------------------------------------------------------------------------------
+// Degenerate places
+// ---------------------------------------------------------------------------------------
+
+/// Places where a scan cannot pin every direction of its pose, for testing what a
+/// localizer does there (their weak directions are known exactly).
+enum class Place {
+  Corridor,    ///< a tunnel 4 m wide and 3 m high, flat walls, floor and ceiling: nothing along its axis
+  WalledRoad,  ///< a straight road between two flat 4 m walls 14 m apart, open above: nothing along it
+  OpenLot,     ///< an empty flat lot 120 m wide: only height, roll and pitch are held
+};
+
+/// "corridor", "walled-road", "open-lot" (in Place's order).
+const std::vector<std::string>& place_names();
+/// The name of a place.
+const char* to_string(Place place);
+/// The place of a name of place_names(); throws Error naming --place and listing them.
+Place place_from_string(const std::string& name);
+
+/// Options of a degenerate place.
+struct PlaceSettings {
+  Place place = Place::Corridor;  ///< which place
+  double length = 300.0;          ///< length along its axis (m), 50 to 2000
+  /// World position of the scene frame's origin (the middle of the place).
+  Eigen::Vector3d origin = Eigen::Vector3d::Zero();
+  /// Rotation of the scene frame about world z (rad): the place's axis is (cos, sin, 0), off
+  /// the voxel lattice's axes by default.
+  double yaw = 0.5;
+};
+
+/// Checks PlaceSettings; throws Error naming the field and value.
+void validate(const PlaceSettings& settings);
+/// The scene of a place: its ground, walls and ceiling as the place says, running 10 m
+/// past both ends of its drive. No road network (place_drive() gives the trajectory).
+Scene generate_place(const PlaceSettings& settings);
+/// The unit axis of a place's scene in the world frame (the scene frame's x turned by its yaw).
+Eigen::Vector3d place_axis(const Scene& scene);
+/// `frames` poses at `rate_hz` along the place's axis (sensor level, x forward), at a speed
+/// that swings between 2 and 8 m/s every 6 s, so a constant-velocity prediction misses
+/// along the axis. Throws Error when the drive would leave the place.
+std::vector<TrajectorySample> place_drive(const PlaceSettings& settings, int frames, double rate_hz);
 
 // ---------------------------------------------------------------------------------------
 // Map

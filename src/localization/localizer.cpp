@@ -5,12 +5,14 @@
 #include <ndtcu/pose_covariance.hpp>
 
 #include "../cuda/cuda_filter.hpp"
+#include "../ndt/pose_search.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
 #include "../voxel_lattice.hpp"
 
 #include <Eigen/Geometry>
 #include <Eigen/LU>
+#include <Eigen/QR>
 
 #include <algorithm>
 #include <chrono>
@@ -65,6 +67,78 @@ double rotation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
 AlignSettings without_pose_covariance(AlignSettings s) {
   s.pose_covariance = PoseCovariance::None;
   return s;
+}
+
+// The pose `d` away from `p` in the 6-vector [x y z roll pitch yaw] (a probe's step: small
+// enough in angle for the sum of Euler angles to be the turn meant).
+Pose6 stepped(const Pose6& p, const Eigen::Matrix<double, 6, 1>& d, double s) { return p + s * d; }
+
+// The angles of a pose difference brought into (-pi, pi].
+Pose6 wrapped(Pose6 d) {
+  for (int a = 3; a < 6; ++a) d(a) = std::remainder(d(a), 2.0 * kPi);
+  return d;
+}
+
+// What the degeneracy probe found about an accepted alignment (LocalizerSettings::
+// degeneracy_probe_m). The directions probed: the six of its localizability (the Hessian's
+// eigenvectors, weakest first, each moving the points 1 m RMS), then the sensor's forward
+// and left axes. The Hessian's eigenvectors mix a tunnel's axis with the voxels' own
+// curvature (its weakest was 0.04-0.6 along the axis on some frames of the simulator's
+// tunnel), while a vehicle drives along the tunnel, road or aisle that holds it, so its
+// forward axis is the direction most worth probing. Each is stepped by 1 and 1.5 times
+// `probe_m` both ways (the score ripples along a flat wall with the voxel lattice, which
+// the scene need not be aligned with): 32 poses and the pose itself, one evaluation batch
+// of at most kProbePoints of the scan (every k-th), each probe compared with the pose
+// scored on the same points. NVTL is a mean over points, so 512 of them estimate it to a few
+// hundredths, well inside the drops that separate held directions (0.24 and more on the
+// real sets) from unheld ones (under 0.05 in the simulator's places).
+constexpr int kProbeDirections = 8;
+constexpr std::size_t kProbePoints = 512;
+struct Probe {
+  bool weak[kProbeDirections] = {};
+  Eigen::Matrix<double, 6, kProbeDirections> directions;
+  int count = 0;
+  double drop = std::numeric_limits<double>::quiet_NaN();  // the NVTL drop of the best probe
+  int least_held = -1;                                       // the direction of that probe
+};
+
+Probe probe_degeneracy(Aligner& aligner, PointCloudView scan, const AlignResult& r, double probe_m, double margin) {
+  Probe out;
+  const Localizability& l = r.localizability;
+  if (!l.valid || probe_m <= 0.0) return out;
+  out.directions.leftCols<6>() = l.directions;
+  const Eigen::Matrix3d rotation = r.transform.topLeftCorner<3, 3>();
+  for (int k = 0; k < 2; ++k) {
+    out.directions.col(6 + k).setZero();
+    out.directions.col(6 + k).head<3>() = rotation.col(k);  // 1 m of translation moves every point 1 m
+  }
+  constexpr double kSteps[4] = {1.0, -1.0, 1.5, -1.5};
+  std::vector<Pose6> poses;
+  poses.reserve(4 * kProbeDirections + 1);
+  for (int i = 0; i < kProbeDirections; ++i) {
+    for (double s : kSteps) poses.push_back(stepped(r.pose, out.directions.col(i), s * probe_m));
+  }
+  poses.push_back(r.pose);
+  PointCloud storage;
+  const std::vector<AlignResult> scores = aligner.evaluate_batch(detail::thinned(scan, kProbePoints, storage), poses);
+  const AlignResult& centre = scores.back();
+  const double matched = static_cast<double>(centre.matched_points);
+  for (int i = 0; i < kProbeDirections; ++i) {
+    for (int step = 0; step < 4; ++step) {
+      const AlignResult& e = scores[static_cast<std::size_t>(4 * i + step)];
+      // A probe that loses most of the points the pose matched is no rival, however well
+      // its few remaining points fit (NVTL averages over the matched ones).
+      const bool overlaps = static_cast<double>(e.matched_points) >= 0.8 * matched;
+      const double drop = overlaps ? centre.nvtl - e.nvtl : std::numeric_limits<double>::infinity();
+      if (std::isnan(out.drop) || drop < out.drop) {
+        out.drop = drop;
+        out.least_held = i;
+      }
+      if (drop <= margin) out.weak[i] = true;
+    }
+    out.count += out.weak[i] ? 1 : 0;
+  }
+  return out;
 }
 
 // A failed NDT run (empty source, no voxel, no correspondence, singular Hessian) gives no
@@ -177,6 +251,13 @@ void validate(const LocalizerSettings& s) {
   if (s.recovery_attempts < 0 || s.recovery_attempts > 10) {
     throw Error("localizer recovery_attempts must be in [0, 10], got " + std::to_string(s.recovery_attempts));
   }
+  if (!(s.degeneracy_probe_m >= 0.0 && s.degeneracy_probe_m <= 100.0)) {
+    throw Error("localizer degeneracy_probe_m must be in [0, 100] m (0: no probe), got " +
+                std::to_string(s.degeneracy_probe_m));
+  }
+  if (!(s.degeneracy_margin >= 0.0) || !std::isfinite(s.degeneracy_margin)) {
+    throw Error("localizer degeneracy_margin must be finite and >= 0, got " + std::to_string(s.degeneracy_margin));
+  }
   if (!(s.max_prediction_scale >= 1.0) || !std::isfinite(s.max_prediction_scale)) {
     throw Error("localizer max_prediction_scale must be finite and >= 1, got " +
                 std::to_string(s.max_prediction_scale));
@@ -204,6 +285,7 @@ const char* to_string(FrameStatus status) {
     case FrameStatus::Tracked: return "tracked";
     case FrameStatus::Recovered: return "recovered";
     case FrameStatus::Lost: return "lost";
+    case FrameStatus::Degenerate: return "degenerate";
   }
   return "?";
 }
@@ -535,7 +617,64 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
   out.align_ms = ms_since(t0);
   out.alignment = std::move(best);
 
-  if (ok) {
+  Probe probe;
+  if (ok && m.settings.degeneracy_probe_m > 0.0) {
+    probe = probe_degeneracy(m.aligner, filtered, out.alignment, m.settings.degeneracy_probe_m,
+                             m.settings.degeneracy_margin);
+    out.degenerate_directions = probe.count;
+    out.probe_nvtl_drop = probe.drop;
+    if (probe.least_held >= 0) out.weakest_direction = probe.directions.col(probe.least_held);
+  }
+  if (ok && probe.count > 0) {
+    // Solution remapping (Zhang, Kaess and Singh 2016): the correction from the prediction
+    // is kept along the directions the scan holds and dropped along the weak ones, where the
+    // pose stays the motion model's: the correction minus its G-orthogonal projection onto
+    // the span of the weak directions (G the displacement metric, so the share removed is
+    // the one that moves the points along them).
+    // The weak directions overlap (the sensor's forward axis and a Hessian eigenvector that
+    // mixes the same axis with a little of a held direction): each is taken only for what
+    // it adds to the ones before, G-orthogonally, and only when that is most of it, so a
+    // held direction's share is never dropped with a near-duplicate (the tunnel's sideways
+    // position drifted 0.7 m when both were removed whole).
+    const Pose6 predicted = matrix_to_pose(out.prediction);
+    const Pose6 delta = wrapped(out.alignment.pose - predicted);
+    const Eigen::Matrix<double, 6, 6> g =
+        displacement_metric(out.alignment.pose, point_moments(filtered.points, filtered.size()));
+    std::vector<Eigen::Matrix<double, 6, 1>> basis;  // G-orthonormal
+    for (int i = 0; i < kProbeDirections; ++i) {
+      if (!probe.weak[i]) continue;
+      const Eigen::Matrix<double, 6, 1> d = probe.directions.col(i) / std::sqrt(probe.directions.col(i).dot(g * probe.directions.col(i)));
+      Eigen::Matrix<double, 6, 1> rest = d;
+      for (const auto& b : basis) rest -= b.dot(g * d) * b;
+      const double left = std::sqrt(std::max(0.0, rest.dot(g * rest)));
+      if (left > 0.5) basis.push_back(rest / left);
+    }
+    out.degenerate_directions = static_cast<int>(basis.size());
+    Pose6 kept = delta;
+    for (const auto& b : basis) kept -= b.dot(g * delta) * b;
+    out.status = FrameStatus::Degenerate;
+    out.valid = false;
+    out.pose = pose_to_matrix(predicted + kept);
+    // The Laplace covariance of the alignment, widened along each weak direction by the
+    // probe's step (the scan cannot tell poses that far apart): an honest floor, not an
+    // estimate of the prediction's own error.
+    attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
+    out.covariance = out.alignment.covariance;
+    for (int i = 0; i < kProbeDirections; ++i) {
+      if (!probe.weak[i]) continue;
+      const Eigen::Matrix<double, 6, 1> d = 1.5 * m.settings.degeneracy_probe_m * probe.directions.col(i);
+      out.covariance += d * d.transpose();
+    }
+    // The motion model goes on from it: along the weak directions that is dead reckoning.
+    m.before_last = m.last;
+    m.before_last_time = m.last_time;
+    m.last = out.pose;
+    m.last_time = time;
+    m.known = std::min(m.known + 1, 2);
+    m.consecutive_lost = 0;
+    detail::log().debug("localizer: frame at t={} degenerate in {} direction{} (NVTL {:.3f}, best probe {:.3f} below)",
+                        time, probe.count, probe.count == 1 ? "" : "s", out.alignment.nvtl, probe.drop);
+  } else if (ok) {
     out.valid = true;
     out.pose = out.alignment.transform;
     // The covariance of the accepted alignment only (settings.align.pose_covariance).

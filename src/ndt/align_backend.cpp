@@ -35,6 +35,10 @@ std::size_t AlignBackend::use_device_tiled_map(DeviceTiledMap&, bool) {
 
 namespace {
 
+// Hypotheses or poses per CUDA launch: a grid dimension holds at most 65535 blocks, and
+// a batch larger than this runs in parts of this size.
+constexpr std::size_t kBatchPart = 32768;
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -171,9 +175,8 @@ class CudaAlignBackend final : public AlignBackend {
     if (wants_device_loop(s) && cuda_.device_loop_supported()) {
       // The grid holds at most 65535 running hypotheses; larger batches run in parts, which
       // changes no bit (a hypothesis's result does not depend on the others).
-      constexpr std::size_t kPart = 32768;
-      for (std::size_t first = 0; first < hypotheses.size(); first += kPart) {
-        const std::size_t count = std::min(kPart, hypotheses.size() - first);
+      for (std::size_t first = 0; first < hypotheses.size(); first += kBatchPart) {
+        const std::size_t count = std::min(kBatchPart, hypotheses.size() - first);
         std::vector<DeviceHypothesis> device(count);
         for (std::size_t k = 0; k < count; ++k) device[k] = {hypotheses[first + k].start, hypotheses[first + k].source};
         std::vector<DeviceLoopOutput> r = cuda_.run_fixed_step(device, step_rules(s), keep_trace);
@@ -202,7 +205,21 @@ class CudaAlignBackend final : public AlignBackend {
 
   std::vector<math::DerivativeSums> evaluate_batch(int source, const std::vector<Pose6>& poses,
                                                    bool with_hessian) override {
-    return cuda_.evaluate_batch(poses, with_hessian, source);
+    // As align_batch: the grid holds at most 65535 poses, so a larger batch (a wide
+    // recovery search screens about 87,000) runs in parts; each pose's sums do not depend
+    // on the others, so the parts change no bit.
+    if (poses.size() <= kBatchPart) return cuda_.evaluate_batch(poses, with_hessian, source);
+    std::vector<math::DerivativeSums> out;
+    out.reserve(poses.size());
+    std::vector<Pose6> part;
+    for (std::size_t first = 0; first < poses.size(); first += kBatchPart) {
+      const std::size_t count = std::min(kBatchPart, poses.size() - first);
+      part.assign(poses.begin() + static_cast<std::ptrdiff_t>(first),
+                  poses.begin() + static_cast<std::ptrdiff_t>(first + count));
+      std::vector<math::DerivativeSums> r = cuda_.evaluate_batch(part, with_hessian, source);
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
   }
 
   void reset_telemetry() noexcept override {

@@ -313,6 +313,12 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
     }
   }
   if (!hypotheses.empty()) {
+    // Each source's point moments, from which a pose's displacement metric follows (the
+    // localizability's yardstick; one pass over the points per source, not per hypothesis).
+    std::vector<PointMoments> moments(sources.size());
+    if (options.localizability) {
+      for (std::size_t b = 0; b < sources.size(); ++b) moments[b] = point_moments(sources[b].points, sources[b].size());
+    }
     m.backend->set_sources(points);
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<detail::OptimizerOutput> outs = m.backend->align_batch(hypotheses, call_settings, keep_trace);
@@ -331,6 +337,9 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
       r.pose = to_world(out.pose, source.origin, map.origin);
       r.transform = pose_to_matrix(r.pose);
       fill_from_evaluation(r, out.final);
+      if (options.localizability) {
+        r.localizability = analyze_localizability(r.hessian, displacement_metric(out.pose, moments[slot[h].first]));
+      }
       if (keep_trace) {
         std::vector<Eigen::Vector3d> positions{guess.head<3>()};
         for (auto& it : out.trace) {
@@ -359,7 +368,12 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
 
 AlignResult Aligner::evaluate(PointCloudView source, const Eigen::Matrix4d& transform) {
   check_inputs(has_target(), source, transform);
-  return evaluate_poses(source, {matrix_to_pose(transform)}).front();
+  AlignResult r = evaluate_poses(source, {matrix_to_pose(transform)}).front();
+  if (r.matched_points > 0) {
+    r.localizability =
+        analyze_localizability(r.hessian, displacement_metric(r.pose, point_moments(source.points, source.size())));
+  }
+  return r;
 }
 
 std::vector<AlignResult> Aligner::evaluate_batch(PointCloudView source, const std::vector<Pose6>& poses) {

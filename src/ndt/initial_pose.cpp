@@ -137,18 +137,6 @@ std::vector<Pose6> sweep(const Pose6& around, const InitialPoseOptions& o, const
   return out;
 }
 
-// Every k-th point of `scan`, k the smallest that leaves at most `limit` (0: the scan):
-// `scan` itself when k is 1, else the points gathered into `storage` (the view is of it).
-PointCloudView thinned(PointCloudView scan, std::size_t limit, PointCloud& storage) {
-  if (limit == 0 || scan.size() <= limit) return scan;
-  const std::size_t k = (scan.size() + limit - 1) / limit;
-  storage.origin = scan.origin;
-  storage.points.clear();
-  storage.points.reserve(scan.size() / k + 1);
-  for (std::size_t i = 0; i < scan.size(); i += k) storage.points.push_back(scan[i]);
-  return storage;
-}
-
 }  // namespace
 
 std::vector<Pose6> initial_pose_hypotheses(const Pose6& around, const InitialPoseOptions& o) {
@@ -325,6 +313,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
   // Coarse pass: the same aligner (map and backend) with fewer iterations and no pose
   // covariance (only the refined winner's would be used).
   BatchOptions coarse;
+  coarse.localizability = false;  // ranked only
   coarse.max_iterations = o.coarse_iterations;
   coarse.pose_covariance = false;
 
@@ -337,7 +326,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
   PointCloud thinned_points;  // the screen's and the coarse pass's points, when the scan is thinned
   if (o.screen_above > 0 && hypotheses.size() > o.screen_above && hypotheses.size() > o.screen_keep) {
     const std::vector<AlignResult> scores =
-        aligner.evaluate_batch(thinned(scan, o.screen_points, thinned_points), hypotheses);
+        aligner.evaluate_batch(detail::thinned(scan, o.screen_points, thinned_points), hypotheses);
     const auto coverage_nvtl = [](const AlignResult& r) {
       if (std::isnan(r.nvtl) || r.matched_points == 0 || r.source_points == 0) return -1.0;
       return r.nvtl * static_cast<double>(r.matched_points) / static_cast<double>(r.source_points);
@@ -359,7 +348,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
     t = std::chrono::steady_clock::now();
   }
   const std::vector<AlignResult> coarse_results =
-      aligner.align_batch(thinned(scan, o.coarse_points, thinned_points), *coarse_starts, coarse);
+      aligner.align_batch(detail::thinned(scan, o.coarse_points, thinned_points), *coarse_starts, coarse);
   result.coarse_ms = detail::ms_since(t);
   result.coarse_hypotheses = coarse_starts->size();
 

@@ -21,6 +21,18 @@ inline bool distinct_poses(const Pose6& a, const Pose6& b, double distance, doub
   return Eigen::AngleAxisd(ra.transpose() * rb).angle() > angle_rad;
 }
 
+/// Every k-th point of `scan`, k the smallest that leaves at most `limit` (0: the scan):
+/// `scan` itself when k is 1, else the points gathered into `storage` (the view is of it).
+inline PointCloudView thinned(PointCloudView scan, std::size_t limit, PointCloud& storage) {
+  if (limit == 0 || scan.size() <= limit) return scan;
+  const std::size_t k = (scan.size() + limit - 1) / limit;
+  storage.origin = scan.origin;
+  storage.points.clear();
+  storage.points.reserve(scan.size() / k + 1);
+  for (std::size_t i = 0; i < scan.size(); i += k) storage.points.push_back(scan[i]);
+  return storage;
+}
+
 /// a ranks above b: a higher NVTL; a NaN NVTL never ranks above a number.
 inline bool nvtl_ranks_above(const AlignResult& a, const AlignResult& b) {
   if (std::isnan(a.nvtl)) return false;

@@ -41,6 +41,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -212,6 +213,19 @@ nb::list trace_list(const AlignResult& r) {
   return out;
 }
 
+// Localizability as a dict with the CLI's JSON names (condition None when infinite).
+nb::dict localizability_dict(const Localizability& l) {
+  nb::dict d;
+  d["valid"] = l.valid;
+  d["eigenvalues"] = Eigen::VectorXd(l.eigenvalues);
+  d["directions"] = Eigen::Matrix<double, 6, 6>(l.directions.transpose());
+  d["condition"] = std::isfinite(l.condition) ? nb::cast(l.condition) : nb::none();
+  d["weakest_ratio"] = l.weakest_ratio;
+  d["weak"] = l.weak;
+  d["degenerate"] = l.degenerate;
+  return d;
+}
+
 // AlignResult as a dict with the CLI's JSON names.
 nb::dict result_dict(const AlignResult& r) {
   nb::dict d;
@@ -228,6 +242,7 @@ nb::dict result_dict(const AlignResult& r) {
   d["source_points"] = r.source_points;
   d["target_voxels"] = r.target_voxels;
   d["oscillation_count"] = r.oscillation_count;
+  d["localizability"] = localizability_dict(r.localizability);
   d["backend"] = r.backend;
   d["time_ms"] = r.timings.total_ms;
   d["per_iteration_ms"] = r.timings.per_iteration_ms;
@@ -466,6 +481,10 @@ NB_MODULE(_ndtcu, m) {
       .def_ro("source_points", &AlignResult::source_points)
       .def_ro("target_voxels", &AlignResult::target_voxels)
       .def_ro("oscillation_count", &AlignResult::oscillation_count)
+      .def_prop_ro("localizability", [](const AlignResult& r) { return localizability_dict(r.localizability); },
+                   "How well the scan constrains each direction (ndtcu/localizability.hpp): eigenvalues "
+                   "ascending, directions one row per eigenvalue (the pose change [x y z roll pitch yaw] moving the points 1 m RMS), degenerate")
+      .def_prop_ro("degenerate", [](const AlignResult& r) { return r.localizability.degenerate; })
       .def_ro("backend", &AlignResult::backend)
       .def_prop_ro("time_ms", [](const AlignResult& r) { return r.timings.total_ms; })
       .def_prop_ro("per_iteration_ms", [](const AlignResult& r) { return r.timings.per_iteration_ms; })
@@ -728,14 +747,20 @@ NB_MODULE(_ndtcu, m) {
       .def_rw("max_turn_rate_deg", &LocalizerSettings::max_turn_rate_deg)
       .def_rw("max_search_radius", &LocalizerSettings::max_search_radius)
       .def_rw("search_nvtl_ratio", &LocalizerSettings::search_nvtl_ratio)
-      .def_rw("max_prediction_scale", &LocalizerSettings::max_prediction_scale);
+      .def_rw("max_prediction_scale", &LocalizerSettings::max_prediction_scale)
+      .def_rw("degeneracy_probe_m", &LocalizerSettings::degeneracy_probe_m)
+      .def_rw("degeneracy_margin", &LocalizerSettings::degeneracy_margin);
 
   nb::class_<LocalizationResult>(m, "LocalizationResult", "One frame of Localizer.localize.")
       .def_prop_ro("pose", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.pose); }, "4x4 T_map_sensor")
       .def_prop_ro("xyzrpy", [](const LocalizationResult& r) { return Eigen::VectorXd(matrix_to_pose(r.pose)); })
       .def_ro("valid", &LocalizationResult::valid)
       .def_prop_ro("status", [](const LocalizationResult& r) { return std::string(to_string(r.status)); },
-                   "'tracked', 'recovered' or 'lost'")
+                   "'tracked', 'recovered', 'lost' or 'degenerate'")
+      .def_ro("degenerate_directions", &LocalizationResult::degenerate_directions)
+      .def_ro("probe_nvtl_drop", &LocalizationResult::probe_nvtl_drop)
+      .def_prop_ro("weakest_direction",
+                   [](const LocalizationResult& r) { return Eigen::VectorXd(r.weakest_direction); })
       .def_prop_ro("prediction", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.prediction); })
       .def_ro("alignment", &LocalizationResult::alignment)
       .def_ro("attempts", &LocalizationResult::attempts)

@@ -171,6 +171,41 @@ TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one",
   }
 }
 
+TEST_CASE("A CUDA evaluation batch of more poses than a grid holds runs in parts, with the bits of small batches",
+          "[gpu]") {
+  NDTCU_REQUIRE_GPU();
+  const PointCloud target = test::synthetic_scene(80, 60000);
+  const PointCloud source = test::synthetic_scene(81, 256);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cuda;
+  Aligner gpu(s);
+  gpu.set_target(target);
+  s.backend = Backend::Cpu;
+  Aligner cpu(s);
+  cpu.set_target(target);
+  // 86,712 poses: what the localizer's widest recovery search screens (it used to stop a
+  // run with "at most 65535 poses in one evaluation batch").
+  const std::vector<Pose6> poses = test::guesses_around(Pose6::Zero(), 86712, 33, 3.0, 30.0);
+  const std::vector<AlignResult> all = gpu.evaluate_batch(source, poses);
+  REQUIRE(all.size() == poses.size());
+  // Poses on both sides of each part's border and at the ends, scored again in small batches.
+  for (std::size_t first : {std::size_t{0}, std::size_t{32760}, std::size_t{65530}, poses.size() - 9}) {
+    const std::vector<Pose6> few(poses.begin() + static_cast<std::ptrdiff_t>(first),
+                                 poses.begin() + static_cast<std::ptrdiff_t>(first + 9));
+    const std::vector<AlignResult> small = gpu.evaluate_batch(source, few);
+    const std::vector<AlignResult> on_cpu = cpu.evaluate_batch(source, few);
+    for (std::size_t k = 0; k < few.size(); ++k) {
+      CAPTURE(first + k);
+      test::check_same_bits(all[first + k], small[k]);
+      CHECK(all[first + k].correspondences == on_cpu[k].correspondences);
+      CHECK(all[first + k].score == Approx(on_cpu[k].score).epsilon(1e-9));
+    }
+  }
+  std::size_t matched = 0;
+  for (const AlignResult& r : all) matched += r.matched_points > 0;
+  CHECK(matched > poses.size() / 10);  // the poses met the map: the parts were really scored
+}
+
 TEST_CASE("A view of a caller's buffer aligns on CUDA with the bits of its PointCloud", "[gpu][view]") {
   NDTCU_REQUIRE_GPU();
   const PointCloud target = test::synthetic_scene(81, 40000);

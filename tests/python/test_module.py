@@ -77,6 +77,13 @@ def test_align_equals_cli(sample, cli, truth_poses, backend):
                 "source_points", "target_voxels", "oscillation_count", "backend", "evaluations"):
         assert d[key] == j[key], key
         assert getattr(r, key) == j[key], key
+    loc, jloc = d["localizability"], j["localizability"]
+    assert loc["valid"] and jloc["valid"]
+    assert loc["eigenvalues"].tolist() == jloc["eigenvalues"]
+    assert loc["directions"].tolist() == jloc["directions"]
+    for key in ("condition", "weakest_ratio", "weak", "degenerate"):
+        assert loc[key] == jloc[key], key
+    assert r.degenerate == jloc["degenerate"]
     assert len(r.trace) == len(j["trace"])
     for a, b in zip(r.trace, j["trace"]):
         assert a["xyzrpy"].tolist() == b["xyzrpy"] and a["score"] == b["score"] and a["step"] == b["step"]

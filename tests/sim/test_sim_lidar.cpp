@@ -76,14 +76,19 @@ TEST_CASE("sensor presets have the datasheet ring tables", "[unit][sim]") {
     CHECK(m.ring_elevations_deg.back() == Approx(half_fov));
     CHECK(m.columns == 1024);
   }
-  CHECK(lidar_preset_names().size() == 4);
-  CHECK_THROWS_WITH(lidar_preset("vlp16"), Catch::Contains("--sensor") && Catch::Contains("'vlp16'") &&
-                                               Catch::Contains("hdl32, hdl64, os1-64, os0-64"));
+  const auto vlp16 = lidar_preset("vlp16");
+  REQUIRE(vlp16.ring_elevations_deg.size() == 16);
+  CHECK(vlp16.ring_elevations_deg.front() == Approx(-15.0));
+  CHECK(vlp16.ring_elevations_deg[1] - vlp16.ring_elevations_deg[0] == Approx(2.0));
+  CHECK(vlp16.ring_elevations_deg.back() == Approx(15.0));
+  CHECK(lidar_preset_names().size() == 5);
+  CHECK_THROWS_WITH(lidar_preset("vlp32"), Catch::Contains("--sensor") && Catch::Contains("'vlp32'") &&
+                                               Catch::Contains("hdl32, hdl64, os1-64, os0-64, vlp16"));
 }
 
 TEST_CASE("every ring returns one point per column at its elevation in a closed room", "[unit][sim]") {
   const World w = room();
-  for (const char* name : {"hdl32", "hdl64", "os0-64"}) {
+  for (const char* name : {"hdl32", "hdl64", "os0-64", "vlp16"}) {
     CAPTURE(name);
     LidarModel m = lidar_preset(name);
     m.columns = 360;

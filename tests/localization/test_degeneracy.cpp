@@ -183,3 +183,34 @@ TEST_CASE("the localizability of an alignment: the displacement metric and the H
   const Eigen::Matrix<double, 6, 6> g1 = displacement_metric(pose, point_moments(&origin, 1));
   CHECK(analyze_localizability(-1000.0 * Eigen::Matrix<double, 6, 6>::Identity(), g1).valid);
 }
+
+TEST_CASE("degenerate places on CUDA: the CPU's verdicts, and the same localizability", "[gpu]") {
+  NDTCU_REQUIRE_GPU();
+  for (sim::Place place : {sim::Place::WalledRoad, sim::Place::OpenLot, sim::Place::Corridor}) {
+    const PlaceRun run = make_place(place, 12, 10.0, "hdl32");
+    LocalizerSettings s = cpu_settings();
+    Localizer cpu(s);
+    s.align.backend = Backend::Cuda;
+    Localizer gpu(s);
+    for (Localizer* l : {&cpu, &gpu}) {
+      l->set_map(run.map);
+      l->set_initial_pose(run.truth.front().matrix());
+    }
+    for (std::size_t k = 0; k < run.scans.size(); ++k) {
+      const LocalizationResult a = cpu.localize(run.scans[k], run.times[k]);
+      const LocalizationResult b = gpu.localize(run.scans[k], run.times[k]);
+      CAPTURE(sim::to_string(place), k, to_string(a.status), to_string(b.status), a.probe_nvtl_drop, b.probe_nvtl_drop);
+      CHECK(a.status == b.status);
+      CHECK(a.degenerate_directions == b.degenerate_directions);
+      CHECK((a.pose.topRightCorner<3, 1>() - b.pose.topRightCorner<3, 1>()).norm() < 0.01);
+      // The same alignment to rounding (the GPU sums a point's pairs in another order), so
+      // the same analysis of its Hessian: eigenvalues to 1e-3, weakest direction parallel.
+      const Localizability& la = a.alignment.localizability;
+      const Localizability& lb = b.alignment.localizability;
+      REQUIRE(la.valid);
+      REQUIRE(lb.valid);
+      for (int i = 0; i < 6; ++i) CHECK(lb.eigenvalues(i) == Approx(la.eigenvalues(i)).epsilon(1e-3));
+      CHECK(std::abs(la.directions.col(0).normalized().dot(lb.directions.col(0).normalized())) > 0.999);
+    }
+  }
+}

@@ -54,6 +54,7 @@ struct LocalizeOptions {
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
   double degeneracy_probe = 2.0, degeneracy_margin = 0.1;
+  std::size_t min_scan_points = LocalizerSettings{}.min_scan_points;
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -463,6 +464,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--max-range", o->max_range, "drop scan points farther than this (m)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--voxel", o->voxel, "scan voxel-filter leaf (m; 0 = no filter)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--min-scan-points", o->min_scan_points,
+                  "when --voxel leaves fewer points than this, filter again with the leaf shrunk by 0.7, at most 4 "
+                  "times (a sparse or already downsampled scan keeps enough to align; 0 = the fixed leaf)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{10000000}));
   cmd->add_flag("--gpu-filter-in-line", o->gpu_filter_in_line,
                 "with the GPU filter: run it just before each alignment instead of on the reader threads");
   cmd->add_flag("--cpu-preprocess", o->cpu_preprocess,
@@ -565,6 +571,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.min_range = o->min_range;
     ls.max_range = o->max_range;
     ls.voxel_leaf = o->voxel;
+    ls.min_scan_points = o->min_scan_points;
     ls.gpu_preprocess = !o->cpu_preprocess;
     ls.nvtl_threshold = o->nvtl_threshold;
     ls.reject_max_iterations = !o->accept_max_iterations;
@@ -897,6 +904,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["settings"].update({{"min_range", ls.min_range},
                      {"max_range", ls.max_range},
                      {"voxel", ls.voxel_leaf},
+                     {"min_scan_points", ls.min_scan_points},
                      {"gpu_preprocess", ls.gpu_preprocess},
                      {"preprocess", localizer.preprocess_backend()},
                      {"map_voxel", o->map_voxel},

@@ -67,6 +67,16 @@ struct LocalizerSettings {
   /// Voxel-filter leaf for the scan (m; 0 keeps every point). 1.0 m brings a 64-ring scan
   /// (~70-120k points) to a few thousand, the size Autoware's NDT input is tuned for.
   double voxel_leaf = 1.0;
+  /// The filter can adapt to sparse scans: when voxel_leaf leaves fewer than this many
+  /// points (and the crop left more), the leaf is shrunk by 0.7 and the scan filtered again,
+  /// at most 4 times (down to 0.24 x voxel_leaf), so a sparse or already downsampled scan is
+  /// not starved (0, the default: the fixed leaf). Not the default yet, by measurement: at
+  /// 1,200 (or 2,000) points BALM's 1 Hz case stays 30 of 30 and the sample 10 of 10, but the
+  /// Livox Avia set (keyframes of 5,000 points, about 800 left at 1 m) loses 97 of 114
+  /// frames instead of 6: from its frame 21 on no recovery search finds it again, as in its
+  /// CUDA run, while the fixed leaves of 0.5 and 0.25 m lose 4 and 2 (BENCHMARK.md,
+  /// "Robustness across sensors").
+  std::size_t min_scan_points = 0;
   /// Crop and voxel-filter scans on the GPU when the aligner's backend is CUDA (ignored on
   /// the CPU backend). The GPU filter keeps the CPU filter's points, cells and cell order;
   /// a centroid may differ from the CPU's in the last float bits (its points are summed in

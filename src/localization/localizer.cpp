@@ -160,7 +160,7 @@ class GpuFilterPool {
     device_ = idle_.back()->device();
   }
 
-  PointCloud run(PointCloudView scan, const float* intensity, const LocalizerSettings& s) {
+  PointCloud run(PointCloudView scan, const float* intensity, const LocalizerSettings& s, double leaf) {
     std::unique_ptr<detail::CudaScanFilter> filter = take();
     // Back to the pool on every exit: after an Error (a leaf too small for the scan) the
     // filter is intact, and after a CudaError its next call first waits for what it left
@@ -170,7 +170,7 @@ class GpuFilterPool {
       std::unique_ptr<detail::CudaScanFilter>& filter;
       ~GiveBack() { pool.give(std::move(filter)); }
     } give_back{*this, filter};
-    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, s.voxel_leaf);
+    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, leaf);
   }
 
  private:
@@ -437,9 +437,25 @@ PointCloud Localizer::preprocess(PointCloudView scan) const { return preprocess_
 PointCloud Localizer::preprocess_points(PointCloudView scan, const float* intensity) const {
   NDTCU_NVTX_RANGE("preprocess");
   const auto& s = impl_->settings;
-  if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, s);
-  PointCloud cropped = detail::crop_points(scan, intensity, s.min_range, s.max_range);
-  return s.voxel_leaf > 0.0 ? voxel_downsample(cropped, s.voxel_leaf) : cropped;
+  // The filter at `leaf`: on the GPU (crop included), or the CPU's crop done once.
+  std::optional<PointCloud> cropped;
+  const auto filter = [&](double leaf) {
+    if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, s, leaf);
+    if (!cropped) cropped = detail::crop_points(scan, intensity, s.min_range, s.max_range);
+    return leaf > 0.0 ? voxel_downsample(*cropped, leaf) : *cropped;
+  };
+  double leaf = s.voxel_leaf;
+  PointCloud out = filter(leaf);
+  // Sparse scans: a smaller leaf until min_scan_points survive (or every point the crop
+  // kept has), bounded (see LocalizerSettings::min_scan_points).
+  for (int k = 0; k < 4 && leaf > 0.0 && out.size() < s.min_scan_points; ++k) {
+    const std::size_t before = out.size();
+    leaf *= 0.7;
+    PointCloud finer = filter(leaf);
+    if (finer.size() <= before) break;  // every point the crop kept is in its own cell already
+    out = std::move(finer);
+  }
+  return out;
 }
 
 Eigen::Matrix4d Localizer::predict(double time) const {

@@ -214,3 +214,38 @@ TEST_CASE("degenerate places on CUDA: the CPU's verdicts, and the same localizab
     }
   }
 }
+
+TEST_CASE("the scan filter shrinks its leaf for a sparse scan until min_scan_points survive, bounded", "[unit]") {
+  // A VLP-16 scan in the walled road: sparse rings, a few thousand returns.
+  sim::PlaceSettings ps;
+  ps.place = sim::Place::WalledRoad;
+  const sim::World world(sim::generate_place(ps));
+  sim::LidarModel lidar = sim::lidar_preset("vlp16");
+  lidar.columns = 450;
+  const PointCloud scan =
+      sim::cast_scan(world, lidar, sim::place_drive(ps, 1, 10.0).front().scene_from_sensor, 3, 0, 2).cloud;
+  LocalizerSettings s = cpu_settings();
+  s.gpu_preprocess = false;
+  const std::size_t fixed = Localizer(s).preprocess(scan).size();
+  s.min_scan_points = fixed * 2;
+  const PointCloud adapted = Localizer(s).preprocess(scan);
+  CAPTURE(scan.size(), fixed, adapted.size());
+  CHECK(adapted.size() >= s.min_scan_points);
+  // The leaf it took is one of 1 x 0.7^k, k <= 4: the same points as the fixed filter at it.
+  bool matched = false;
+  for (int k = 1; k <= 4 && !matched; ++k) {
+    LocalizerSettings f = cpu_settings();
+    f.gpu_preprocess = false;
+    f.voxel_leaf = std::pow(0.7, k);
+    matched = Localizer(f).preprocess(scan).points == adapted.points;
+  }
+  CHECK(matched);
+  // Never below 0.24 x the leaf, whatever it asks for; and 0 keeps the fixed leaf.
+  s.min_scan_points = 10000000;
+  LocalizerSettings floor = cpu_settings();
+  floor.gpu_preprocess = false;
+  floor.voxel_leaf = std::pow(0.7, 4);
+  CHECK(Localizer(s).preprocess(scan).points == Localizer(floor).preprocess(scan).points);
+  s.min_scan_points = 0;
+  CHECK(Localizer(s).preprocess(scan).size() == fixed);
+}

@@ -342,7 +342,7 @@ enum class Place {
 const std::vector<std::string>& place_names();
 /// The name of a place.
 const char* to_string(Place place);
-/// The place of a name of place_names(); throws Error naming --place and listing them.
+/// The place of a name of place_names(); throws Error naming it and listing them.
 Place place_from_string(const std::string& name);
 
 /// Options of a degenerate place.

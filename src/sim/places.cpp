@@ -5,6 +5,8 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/simulator.hpp>
 
+#include "names.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -43,18 +45,12 @@ const std::vector<std::string>& place_names() {
 const char* to_string(Place place) { return place_names()[static_cast<std::size_t>(place)].c_str(); }
 
 Place place_from_string(const std::string& name) {
-  const auto& names = place_names();
-  for (std::size_t k = 0; k < names.size(); ++k) {
-    if (names[k] == name) return static_cast<Place>(k);
-  }
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw Error("place (--place) '" + name + "' is not one of " + list);
+  return static_cast<Place>(detail::index_of_name(place_names(), name, "place"));
 }
 
 void validate(const PlaceSettings& s) {
   if (s.place != Place::Corridor && s.place != Place::WalledRoad && s.place != Place::OpenLot) {
-    throw Error("place (--place) holds no known place (" + std::to_string(static_cast<int>(s.place)) + ")");
+    throw Error("place settings: place holds no known place (" + std::to_string(static_cast<int>(s.place)) + ")");
   }
   if (!(s.length >= 50.0 && s.length <= 2000.0)) {
     throw Error("place length must be in [50, 2000] m, got " + std::to_string(s.length));

@@ -1,5 +1,6 @@
 // `ndtcu simulate` as a library call: world, trajectory, map and scans into one folder,
 // plus the pose files and world.json that describe them.
+#include "names.hpp"
 #include "random.hpp"
 #include "world_data.hpp"
 
@@ -87,13 +88,7 @@ const char* to_string(Scenario scenario) {
 }
 
 Scenario scenario_from_string(const std::string& name) {
-  const auto& names = scenario_names();
-  for (std::size_t k = 0; k < names.size(); ++k) {
-    if (names[k] == name) return static_cast<Scenario>(k);
-  }
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw Error("scenario (--scenario) '" + name + "' is not one of " + list);
+  return static_cast<Scenario>(detail::index_of_name(scenario_names(), name, "scenario (--scenario)"));
 }
 
 void apply_scenario(SimulationSettings& settings, Scenario scenario) {

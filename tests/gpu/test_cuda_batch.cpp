@@ -26,6 +26,20 @@ std::vector<Pose6> random_guesses(const Pose6& centre, int k, std::uint32_t seed
   return test::guesses_around(centre, k, seed, 0.6, 6.0);
 }
 
+// A CUDA and a CPU aligner (Autoware's settings) on one target.
+struct Backends {
+  Aligner gpu, cpu;
+  explicit Backends(const PointCloud& target) : gpu(on(Backend::Cuda)), cpu(on(Backend::Cpu)) {
+    gpu.set_target(target);
+    cpu.set_target(target);
+  }
+  static AlignSettings on(Backend backend) {
+    AlignSettings s = autoware_preset();
+    s.backend = backend;
+    return s;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("A CUDA batch gives every hypothesis the bits of align(), for any K and order", "[gpu]") {
@@ -149,15 +163,10 @@ TEST_CASE("A CUDA batch allocates nothing once sized, and memory errors are clea
 
 TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
-  const PointCloud target = test::synthetic_scene(78, 60000);
   const PointCloud source = test::synthetic_scene(79, 5000);
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  Aligner gpu(s);
-  gpu.set_target(target);
-  s.backend = Backend::Cpu;
-  Aligner cpu(s);
-  cpu.set_target(target);
+  Backends b(test::synthetic_scene(78, 60000));
+  Aligner& gpu = b.gpu;
+  Aligner& cpu = b.cpu;
   const std::vector<Pose6> poses = random_guesses(Pose6::Zero(), 300, 21);
   const std::vector<AlignResult> batch = gpu.evaluate_batch(source, poses);
   const std::vector<AlignResult> on_cpu = cpu.evaluate_batch(source, poses);
@@ -174,15 +183,10 @@ TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one",
 TEST_CASE("A CUDA evaluation batch of more poses than a grid holds runs in parts, with the bits of small batches",
           "[gpu]") {
   NDTCU_REQUIRE_GPU();
-  const PointCloud target = test::synthetic_scene(80, 60000);
   const PointCloud source = test::synthetic_scene(81, 256);
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  Aligner gpu(s);
-  gpu.set_target(target);
-  s.backend = Backend::Cpu;
-  Aligner cpu(s);
-  cpu.set_target(target);
+  Backends b(test::synthetic_scene(80, 60000));
+  Aligner& gpu = b.gpu;
+  Aligner& cpu = b.cpu;
   // 86,712 poses: what the localizer's widest recovery search screens (it used to stop a
   // run with "at most 65535 poses in one evaluation batch").
   const std::vector<Pose6> poses = test::guesses_around(Pose6::Zero(), 86712, 33, 3.0, 30.0);

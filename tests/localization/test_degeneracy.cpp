@@ -3,6 +3,7 @@
 // CPU backend against their exact truth: every alignment says which directions it did not
 // hold (AlignResult::localizability), and the weakest is the place's axis.
 #include "../support/test_support.hpp"
+#include "localizer_settings.hpp"
 
 #include <ndtcu/localizability.hpp>
 #include <ndtcu/localizer.hpp>
@@ -51,12 +52,7 @@ PlaceRun make_place(sim::Place place, int frames, double rate, const std::string
   return out;
 }
 
-LocalizerSettings cpu_settings() {
-  LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  return s;
-}
+LocalizerSettings cpu_settings() { return test::cpu_localizer_settings(); }
 
 }  // namespace
 

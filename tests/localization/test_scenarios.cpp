@@ -8,6 +8,7 @@
 // the same 2 cm range noise; 3 cm leaves room for the coarser map (0.5 m voxels) and the
 // scans of 360 columns.
 #include "../support/test_support.hpp"
+#include "localizer_settings.hpp"
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/localizer.hpp>
@@ -127,12 +128,7 @@ void check_outcome(const Sequence& seq, const Outcome& run, const std::set<std::
 /// score 3.3-3.4 (as the sample's do); on these scenes Autoware's threshold of 2.3 alone
 /// passes poses metres off (NVTL 2.5-2.7 at 2-20 m in the turns sequence), which the
 /// localizer's search_nvtl_ratio (0.85 of what the accepted frames score) refuses.
-LocalizerSettings cpu_settings() {
-  LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  return s;
-}
+LocalizerSettings cpu_settings() { return test::cpu_localizer_settings(); }
 
 }  // namespace
 

@@ -510,11 +510,13 @@ TEST_CASE("ndtcu localize keeps a few bytes per frame, not the frames' results",
     return;
   }
   // The list's ~100 bytes a scan (a 40-byte entry and its path) and 4 floats a frame; one
-  // kept AlignResult alone is over 1 KB. Peak resident memory also moves with how many
-  // scans the readers hold in the queue at the peak, which depends on the timing: on a
-  // loaded 2-core machine the same build measured 160-220 bytes a frame. 400 leaves room
-  // for that and still fails for any per-frame record.
-  CHECK(per_frame < 400.0);
+  // kept AlignResult alone is 1,408 bytes (its Hessian, covariance and localizability).
+  // Peak resident memory also moves with how many scans the readers hold in the queue at
+  // the peak, which depends on the timing: on the 2-core machine the same build measured
+  // 114-159 bytes a frame alone and 441 once under ctest -j 2 (160-220 before each frame
+  // had its degeneracy probe's transient batch). 700 leaves room for that and still fails
+  // for any per-frame record.
+  CHECK(per_frame < 700.0);
 }
 
 namespace {

@@ -12,7 +12,6 @@
 
 #include <Eigen/Geometry>
 #include <Eigen/LU>
-#include <Eigen/QR>
 
 #include <algorithm>
 #include <chrono>
@@ -358,6 +357,16 @@ struct Localizer::Impl {
     if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) gpu_filters = std::make_unique<GpuFilterPool>();
   }
 
+  // The motion model takes `pose` at `time` as its newest pose (a valid or a degenerate frame).
+  void advance(const Eigen::Matrix4d& pose, double time) {
+    before_last = last;
+    before_last_time = last_time;
+    last = pose;
+    last_time = time;
+    known = std::min(known + 1, 2);  // before_last is meaningful from the second pose on
+    consecutive_lost = 0;
+  }
+
   // Whether `nvtl` reaches settings.search_nvtl_ratio of what the accepted frames score.
   bool typical(double nvtl) const {
     return std::isnan(typical_nvtl) || nvtl >= settings.search_nvtl_ratio * typical_nvtl;
@@ -682,12 +691,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
       out.covariance += d * d.transpose();
     }
     // The motion model goes on from it: along the weak directions that is dead reckoning.
-    m.before_last = m.last;
-    m.before_last_time = m.last_time;
-    m.last = out.pose;
-    m.last_time = time;
-    m.known = std::min(m.known + 1, 2);
-    m.consecutive_lost = 0;
+    m.advance(out.pose, time);
     detail::log().debug("localizer: frame at t={} degenerate in {} direction{} (NVTL {:.3f}, best probe {:.3f} below)",
                         time, probe.count, probe.count == 1 ? "" : "s", out.alignment.nvtl, probe.drop);
   } else if (ok) {
@@ -696,13 +700,8 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
     // The covariance of the accepted alignment only (settings.align.pose_covariance).
     attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
     out.covariance = out.alignment.covariance;
-    m.before_last = m.last;
-    m.before_last_time = m.last_time;
-    m.last = out.pose;
-    m.last_time = time;
-    m.known = std::min(m.known + 1, 2);  // before_last is meaningful from the second pose on
+    m.advance(out.pose, time);
     m.typical_nvtl = std::isnan(m.typical_nvtl) ? out.alignment.nvtl : 0.8 * m.typical_nvtl + 0.2 * out.alignment.nvtl;
-    m.consecutive_lost = 0;
   } else {
     out.status = FrameStatus::Lost;
     out.valid = false;

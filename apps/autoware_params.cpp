@@ -46,6 +46,8 @@ const char* const kUsedKeys[] = {
     "covariance.covariance_estimation.covariance_estimation_type",
     "dynamic_map_loading.map_radius",
     "dynamic_map_loading.update_distance",
+    "ndt.regularization.enable",
+    "ndt.regularization.scale_factor",
 };
 
 // The file's other keys: ndtcu has no equivalent (ROS frames and topics' timeouts,
@@ -58,8 +60,6 @@ const char* const kNotUsedKeys[] = {
     "frame.map_frame",
     "sensor_points.timeout_sec",
     "sensor_points.required_distance",
-    "ndt.regularization.enable",
-    "ndt.regularization.scale_factor",
     "validation.initial_pose_distance_tolerance_m",
     "validation.initial_to_result_distance_tolerance_m",
     "validation.critical_upper_bound_exe_time_ms",
@@ -140,6 +140,7 @@ class Reader {
     }
     for (const auto& [key, node] : entries_) take(key, node);
     check_together();
+    settle_regularization();
     if (out_.converged_param_type == 0) {
       warnings_.emplace_back(INT_MAX, fmt::format(
           "{}: score_estimation.converged_param_type 0 (transform probability): ndtcu judges poses by NVTL only "
@@ -377,6 +378,14 @@ class Reader {
         }
         out_.map_update_distance = v;
       }
+    } else if (key == "ndt.regularization.enable") {
+      regularization_enabled_ = boolean(node, key);
+    } else if (key == "ndt.regularization.scale_factor") {
+      if (const auto v = number(node, key)) {
+        // The rule of PosePrior::regularization_scale_factor (--regularization), which it sets.
+        if (!(std::isfinite(*v) && *v >= 0.0)) out_of_range(node, key, "the scale factor must be finite and >= 0");
+        regularization_scale_ = v;
+      }
     } else {
       inspect_unused(key, node);
       out_.not_used.push_back(key);
@@ -385,11 +394,7 @@ class Reader {
 
   // Keys ndtcu does not use whose value would ask for what it does not do.
   void inspect_unused(const std::string& key, const YAML::Node& node) {
-    if (key == "ndt.regularization.enable") {
-      if (boolean(node, key).value_or(false)) {
-        warn(node, key, "true: ndtcu's NDT has no regularization term; aligning without it");
-      }
-    } else if (key == "score_estimation.no_ground_points.enable") {
+    if (key == "score_estimation.no_ground_points.enable") {
       if (boolean(node, key).value_or(false)) {
         warn(node, key, "true: ndtcu scores every scan point (no ground removal)");
       }
@@ -440,7 +445,16 @@ class Reader {
     }
   }
 
+  // Autoware's regularization: its scale factor counts only when enabled (0.01, Autoware's
+  // default, when the file enables it without one); a file that disables it sets 0.
+  void settle_regularization() {
+    if (!regularization_enabled_) return;
+    out_.regularization_scale_factor = *regularization_enabled_ ? regularization_scale_.value_or(0.01) : 0.0;
+  }
+
   AutowareParams out_;
+  std::optional<bool> regularization_enabled_;
+  std::optional<double> regularization_scale_;
   std::vector<std::pair<int, std::string>> warnings_;  // (line, message); INT_MAX: no line
   std::vector<std::pair<std::string, YAML::Node>> entries_;
   YAML::Node step_node_, epsilon_node_, particles_node_, startup_node_;

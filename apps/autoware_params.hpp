@@ -27,6 +27,11 @@ struct AutowareParams {
   /// 1 LAPLACE_APPROXIMATION -> Laplace, 2 MULTI_NDT -> MultiNdt, 3 MULTI_NDT_SCORE ->
   /// MultiNdtScore (AlignSettings::pose_covariance, --pose-covariance).
   std::optional<PoseCovariance> pose_covariance;
+  /// ndt.regularization.enable and .scale_factor -> PosePrior::regularization_scale_factor
+  /// (--regularization): the scale factor when enabled (Autoware's 0.01 when the file has
+  /// none), 0 when disabled. Its pose is the frame's prediction in localize (from
+  /// --odometry when given, where Autoware takes a GNSS pose) and --prior in align.
+  std::optional<double> regularization_scale_factor;
 
   /// score_estimation.converged_param_type: 0 transform probability, 1 NVTL. ndtcu judges
   /// poses by NVTL only; 0 is kept here and warned about.

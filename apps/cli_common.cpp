@@ -188,6 +188,47 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       ->check(CLI::IsMember({"device", "host"}));
 }
 
+CLI::Option* add_regularization_option(CLI::App* cmd, std::optional<double>& scale, const std::string& pose_from) {
+  return cmd
+      ->add_option("--regularization", scale,
+                   "Autoware's GNSS regularization scale factor (its default 0.01; 0 = off): the score loses SCALE x "
+                   "point-voxel pairs x the squared longitudinal distance from " +
+                       pose_from + "; overrides --config's ndt.regularization")
+      ->check(CLI::NonNegativeNumber);
+}
+
+double regularization_scale(const std::optional<double>& option, const AutowareParams* config) {
+  if (option) return *option;
+  if (config && config->regularization_scale_factor) return *config->regularization_scale_factor;
+  return 0.0;
+}
+
+Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::string>& sigmas, const std::string& option) {
+  static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
+  if (sigmas.size() != 6) {
+    throw Error(fmt::format("{}: expected 6 standard deviations (x,y,z,roll,pitch,yaw; m, rad), got {}", option,
+                            sigmas.size()));
+  }
+  Eigen::Matrix<double, 6, 6> info = Eigen::Matrix<double, 6, 6>::Zero();
+  for (int i = 0; i < 6; ++i) {
+    const std::string& text = sigmas[static_cast<std::size_t>(i)];
+    if (text == "inf") continue;  // nothing known in this direction: zero information
+    double sigma = 0.0;
+    std::size_t used = 0;
+    try {
+      sigma = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty() || !std::isfinite(sigma) || !(sigma > 0.0)) {
+      throw Error(fmt::format("{}: {} standard deviation '{}' (must be a finite number > 0, or inf for none)", option,
+                              kNames[i], text));
+    }
+    info(i, i) = 1.0 / (sigma * sigma);
+  }
+  return info;
+}
+
 CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& keys) {
   return cmd->add_option("--config", o.config,
                          "Autoware's ndt_scan_matcher.param.yaml (/**: ros__parameters:): its ndt section "
@@ -228,6 +269,16 @@ std::string localizability_text(const Localizability& l) {
                      l.weakest_ratio, weakest);
 }
 
+nlohmann::json prior_json(const PosePrior& p) {
+  if (!p.active()) return nullptr;
+  std::vector<double> info;
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 6; ++c) info.push_back(p.information(r, c));
+  return {{"pose", std::vector<double>(p.pose.data(), p.pose.data() + 6)},
+          {"information", info},
+          {"regularization_scale_factor", p.regularization_scale_factor}};
+}
+
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config) {
   return {{"preset", preset},
           {"config", config.empty() ? nlohmann::json(nullptr) : json_text(config)},
@@ -243,7 +294,8 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"pose_covariance", to_string(s.pose_covariance)},
           {"threads", s.threads},
           {"backend", to_string(s.backend)},
-          {"gpu_loop", to_string(s.gpu_loop)}};
+          {"gpu_loop", to_string(s.gpu_loop)},
+          {"prior", prior_json(s.prior)}};
 }
 
 AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config) {

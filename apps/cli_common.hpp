@@ -80,6 +80,24 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 /// ndt section and covariance_estimation_type, for its --help.
 CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& keys);
 
+/// Registers --regularization SCALE (Autoware's ndt.regularization.scale_factor) on a
+/// command whose prior pose comes from `pose_from` (for its --help).
+CLI::Option* add_regularization_option(CLI::App* cmd, std::optional<double>& scale, const std::string& pose_from);
+
+/// The regularization scale factor in effect: --regularization when given, else the
+/// --config file's (ndt.regularization), else 0 (off).
+double regularization_scale(const std::optional<double>& option, const AutowareParams* config);
+
+/// A prior's information matrix from six standard deviations [x y z roll pitch yaw] (m,
+/// rad) as given on the command line: diag(1 / sigma^2), and zero information where a
+/// sigma is "inf" (nothing known in that direction). Throws Error naming `option` and the
+/// entry for a count other than 6, or a sigma that is not a finite number > 0 or "inf".
+Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::string>& sigmas, const std::string& option);
+
+/// JSON of a pose prior: pose, information (36, row-major), regularization_scale_factor;
+/// null when it adds nothing.
+nlohmann::json prior_json(const PosePrior& prior);
+
 /// JSON of the NDT settings in use (with the preset they started from, and the --config
 /// file, null without one).
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config = {});

@@ -26,6 +26,9 @@ namespace {
 struct AlignOptions {
   std::string target, source, output, init_matrix, guesses;
   std::vector<double> init;
+  std::vector<double> prior;                // --prior
+  std::vector<std::string> prior_sigma;     // --prior-sigma (numbers or "inf")
+  std::optional<double> regularization;    // --regularization
   double target_voxel = 0.0, source_voxel = 0.0;
   bool best = false;  // --guesses: print only the best hypothesis
   NdtOptions ndt;
@@ -140,6 +143,19 @@ std::string inputs_text(const AlignContext& c, std::size_t source_points, std::s
   out += fmt::format("  settings    preset {}{}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
                      c.preset, c.config.empty() ? "" : ", --config " + c.config, s.resolution, to_string(s.search),
                      to_string(s.line_search), s.step_size, s.epsilon, to_string(s.covariance));
+  if (s.prior.active()) {
+    const PosePrior& p = s.prior;
+    std::string sigma;
+    for (int i = 0; i < 6; ++i) {
+      const double info = p.information(i, i);
+      sigma += fmt::format("{}{}", i ? "," : "", info > 0.0 ? fmt::format("{:.4g}", 1.0 / std::sqrt(info)) : "inf");
+    }
+    out += fmt::format("  prior       x {:.4f}  y {:.4f}  z {:.4f}  roll {:.5f}  pitch {:.5f}  yaw {:.5f}, sigma {}{}\n",
+                       p.pose(0), p.pose(1), p.pose(2), p.pose(3), p.pose(4), p.pose(5), sigma,
+                       p.regularization_scale_factor > 0.0
+                           ? fmt::format(", regularization {}", p.regularization_scale_factor)
+                           : std::string());
+  }
   return out;
 }
 
@@ -312,6 +328,33 @@ int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
   return 0;
 }
 
+// The prior of --prior, --prior-sigma and the regularization (--regularization or the
+// file's); none without --prior. A regularization asked for on the command line without a
+// pose is an error, one from the file a warning.
+PosePrior align_prior(const AlignOptions& o, const AutowareParams* config) {
+  PosePrior p;
+  p.regularization_scale_factor = regularization_scale(o.regularization, config);
+  if (o.prior.empty()) {
+    if (o.regularization && *o.regularization > 0.0) {
+      throw Error("--regularization needs a pose to regularize towards: give it with --prior x,y,z,roll,pitch,yaw");
+    }
+    if (p.regularization_scale_factor > 0.0) {
+      std::cerr << fmt::format("ndtcu: warning: {}: ndt.regularization is enabled, but align has no regularization "
+                               "pose (give one with --prior); aligning without it\n",
+                               config->path);
+    }
+    return PosePrior{};
+  }
+  for (int i = 0; i < 6; ++i) p.pose(i) = o.prior[static_cast<std::size_t>(i)];
+  if (!o.prior_sigma.empty()) p.information = information_from_sigmas(o.prior_sigma, "--prior-sigma");
+  if (!p.active()) {
+    throw Error("--prior needs --prior-sigma (its standard deviations) or a regularization scale factor "
+                "(--regularization, or ndt.regularization in --config)");
+  }
+  validate(p);
+  return p;
+}
+
 }  // namespace
 
 Command add_align(CLI::App& app, const GlobalOptions& global) {
@@ -330,7 +373,19 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--source-voxel", o->source_voxel, "voxel-filter the source first (leaf, m; 0 = no)")
       ->check(CLI::NonNegativeNumber);
   add_ndt_options(cmd, o->ndt);
-  add_config_option(cmd, o->ndt, "");
+  add_config_option(cmd, o->ndt, ", ndt.regularization (its pose: --prior)");
+  auto* prior = cmd->add_option("--prior", o->prior,
+                                "a pose prior x,y,z,roll,pitch,yaw (m, rad) added to the NDT objective: the result "
+                                "follows it where the scan does not pin the pose; with --prior-sigma and/or "
+                                "--regularization")
+                    ->delimiter(',')
+                    ->expected(6);
+  cmd->add_option("--prior-sigma", o->prior_sigma,
+                  "the prior's standard deviations x,y,z,roll,pitch,yaw (m, rad; inf: none in that direction)")
+      ->delimiter(',')
+      ->expected(6)
+      ->needs(prior);
+  add_regularization_option(cmd, o->regularization, "--prior");
   cmd->add_option("--output", o->output,
                   "write the source, aligned into the target's frame (.pcd or .bin); with --guesses by the best");
   auto* guesses =
@@ -345,6 +400,7 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   return [o, &global]() {
     const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
     AlignSettings s = ndt_settings(o->ndt, config ? &*config : nullptr);
+    s.prior = align_prior(*o, config ? &*config : nullptr);
     if (!o->guesses.empty()) return align_guesses(*o, s, global.json);
 
     Pose6 guess = Pose6::Zero();

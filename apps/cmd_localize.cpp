@@ -54,6 +54,12 @@ struct LocalizeOptions {
   bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
   double degeneracy_probe = 2.0, degeneracy_margin = 0.1;
+  std::string odometry;                                     // --odometry FILE (TUM)
+  std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};
+  std::vector<double> motion_sigma = {1.0, 0.35};
+  double gate_chi2 = LocalizerSettings{}.gate_chi2;
+  bool prediction_prior = false;
+  std::optional<double> regularization;
   std::size_t min_scan_points = LocalizerSettings{}.min_scan_points;
 };
 
@@ -239,8 +245,51 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   } else {
     row += ",,";
   }
+  // Which check decided the frame, and the correction's Mahalanobis distance (squared)
+  // under the prediction's covariance (empty without one).
+  if (result) {
+    row += fmt::format(",{},{}", result->decided_by,
+                       std::isnan(result->mahalanobis2) ? std::string() : fmt::format("{:.4f}", result->mahalanobis2));
+  } else {
+    row += ",,";
+  }
   return row + "\n";
 }
+
+// A prediction from wheel, inertial or LiDAR-inertial odometry (--odometry): the motion
+// the odometry measured between the previous frame and this one, applied to the previous
+// frame's pose; its covariance is the previous frame's plus the odometry's drift over that
+// motion (--odometry-noise: standard deviations of a per metre and b per second in each
+// axis of the position, c per radian turned and d per second in each angle).
+class OdometryPredictor {
+ public:
+  OdometryPredictor(Trajectory odometry, const std::vector<double>& noise)
+      : odometry_(std::move(odometry)), noise_(noise) {}
+
+  // The prediction at `time` from the previous frame (`pose` at `last_time`, `covariance`),
+  // or nullopt where the odometry does not cover both times.
+  std::optional<std::pair<Eigen::Matrix4d, Eigen::Matrix<double, 6, 6>>> predict(const Eigen::Matrix4d& pose,
+                                                                               double last_time,
+                                                                               const Eigen::Matrix<double, 6, 6>& cov,
+                                                                               double time) const {
+    const auto from = interpolate_pose(odometry_, last_time), to = interpolate_pose(odometry_, time);
+    if (!from || !to) return std::nullopt;
+    const Eigen::Isometry3d motion = from->inverse() * *to;
+    const double dt = std::abs(time - last_time);
+    const double metres = motion.translation().norm();
+    const double radians = Eigen::AngleAxisd(motion.rotation()).angle();
+    const double st = noise_[0] * metres + noise_[1] * dt, sr = noise_[2] * radians + noise_[3] * dt;
+    Eigen::Matrix<double, 6, 6> c = cov;
+    c.diagonal() += (Eigen::Matrix<double, 6, 1>() << st * st, st * st, st * st, sr * sr, sr * sr, sr * sr).finished();
+    return std::make_pair(Eigen::Matrix4d(pose * motion.matrix()), c);
+  }
+
+  std::size_t size() const { return odometry_.size(); }
+
+ private:
+  Trajectory odometry_;
+  std::vector<double> noise_;
+};
 
 // The per-frame files (frames.csv and the trajectories), written as frames finish rather
 // than kept for the end: memory stays flat over any number of frames, and a run that is
@@ -256,7 +305,7 @@ class FrameFiles {
                       "iterations_total,evaluations,tp,nvtl,converged,read_ms,preprocess_ms,align_ms,total_ms,x,y,z,"
                       "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy,stage,hypotheses,"
                       "screened,ambiguity_nvtl,ambiguous,weakest_ratio,weak_directions,degenerate,weak_x,weak_y,weak_z,"
-                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop\n";
+                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop,decided_by,mahalanobis2\n";
   }
 
   void frame(const std::string& row) {
@@ -491,6 +540,32 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
   cmd->add_option("--degeneracy-margin", o->degeneracy_margin, "... within this NVTL of the pose's")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--odometry", o->odometry,
+                  "TUM trajectory of odometry (wheel, IMU integration, LiDAR-inertial) in any fixed frame: the motion "
+                  "it measured since the previous frame, interpolated to each scan's time, replaces the "
+                  "constant-velocity prediction (frames outside it fall back to the latter)");
+  cmd->add_option("--odometry-noise", o->odometry_noise,
+                  "the odometry's drift as standard deviations a,b,c,d: a m per metre travelled and b m per second "
+                  "(each position axis), c rad per radian turned and d rad per second (each angle)")
+      ->delimiter(',')
+      ->expected(4)
+      ->capture_default_str();
+  cmd->add_option("--motion-sigma", o->motion_sigma,
+                  "the constant-velocity prediction's standard deviations per second since the last good pose: "
+                  "position (m/s), angles (rad/s)")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
+  cmd->add_option("--gate-chi2", o->gate_chi2,
+                  "Mahalanobis gate: a first attempt whose correction from the prediction exceeds this d' C^-1 d "
+                  "under the prediction's covariance must be confirmed by a search (22.46: chi-square 99.9%, 6 "
+                  "degrees of freedom; 0 = no gate)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--prediction-prior", o->prediction_prior,
+                "align the first attempt with the prediction as a pose prior (its covariance's inverse as "
+                "information): where the scan does not pin the pose, the result stays near the prediction");
+  add_regularization_option(cmd, o->regularization, "the frame's prediction (--odometry's when given)");
   cmd->add_flag("--accept-max-iterations", o->accept_max_iterations,
                 "accept an alignment that used every iteration when its NVTL passes (by default it is retried)");
   cmd->add_option("--recovery", o->recovery,
@@ -587,6 +662,17 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.max_search_radius = o->max_search_radius;
     ls.degeneracy_probe_m = o->degeneracy_probe;
     ls.degeneracy_margin = o->degeneracy_margin;
+    ls.gate_chi2 = o->gate_chi2;
+    ls.prediction_prior = o->prediction_prior;
+    ls.regularization_scale_factor = regularization_scale(o->regularization, config ? &*config : nullptr);
+    ls.motion_translation_sigma = o->motion_sigma[0];
+    ls.motion_rotation_sigma = o->motion_sigma[1];
+    for (std::size_t i = 0; i < o->odometry_noise.size(); ++i) {
+      if (!(o->odometry_noise[i] >= 0.0) || !std::isfinite(o->odometry_noise[i])) {
+        throw Error(fmt::format("--odometry-noise: value {} is {} (each must be finite and >= 0)", i + 1,
+                                o->odometry_noise[i]));
+      }
+    }
     validate(ls);
 
     // A rosbag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml): scan k is
@@ -614,6 +700,20 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       reference = read_trajectory(o->reference, ref_format, o->period);
       matching = reference.size() == scans.size() ? "index" : "time";
       matches = match_to_reference(scans, reference, o->max_time_difference);
+    }
+
+    std::optional<OdometryPredictor> odometry;
+    if (!o->odometry.empty()) {
+      Trajectory t = read_trajectory(o->odometry, TrajectoryFormat::Tum);
+      if (t.size() < 2) throw IoError(o->odometry, "odometry needs at least two poses");
+      for (std::size_t i = 1; i < t.size(); ++i) {
+        if (!(t[i].time > t[i - 1].time)) {
+          throw IoError(o->odometry, fmt::format("pose {} at time {} does not come after pose {} at {} (odometry must "
+                                                 "be in time order, without repeated stamps)",
+                                                 i + 1, t[i].time, i, t[i - 1].time));
+        }
+      }
+      odometry.emplace(std::move(t), o->odometry_noise);
     }
 
     Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();
@@ -718,6 +818,13 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     const std::size_t frame_count = scans.size();
     Progress progress(frame_count, show_progress);
     std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0;
+    // The odometry chain: the previous frame's pose, time and covariance (the initial pose,
+    // with its time unknown, starts no chain: the first frame predicts as without odometry).
+    Eigen::Matrix4d chain_pose = initial;
+    Eigen::Matrix<double, 6, 6> chain_covariance = Eigen::Matrix<double, 6, 6>::Zero();
+    double chain_time = 0.0;
+    bool have_chain = false;
+    std::size_t odometry_used = 0, odometry_missing = 0;
     // The success rate: frames with a reference pose, and those of them localized within
     // kSuccessRadius of it (lost and skipped frames count as failures).
     std::size_t judged = 0, within = 0, accepted_wrong = 0, degenerate = 0;
@@ -771,8 +878,32 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
               ++map_swaps;
             }
           }
-          LocalizationResult r = filter_in_line ? localizer.localize(scan->cloud, scan->entry.time)
-                                                : localizer.localize_preprocessed(scan->cloud, scan->entry.time);
+          // The odometry's prediction from the previous frame, where it covers both times.
+          std::optional<std::pair<Eigen::Matrix4d, Eigen::Matrix<double, 6, 6>>> predicted;
+          if (odometry && have_chain) predicted = odometry->predict(chain_pose, chain_time, chain_covariance, scan->entry.time);
+          if (odometry && have_chain && !predicted && ++odometry_missing == 1) {
+            progress.message(fmt::format("ndtcu: warning: frame {} at time {:.6f}: {} does not cover it and the frame "
+                                         "before; predicting at constant velocity where it does not (counted in "
+                                         "summary.json, odometry.frames_outside)",
+                                         scan->index, scan->entry.time, o->odometry));
+          }
+          LocalizationResult r =
+              predicted ? (filter_in_line ? localizer.localize(scan->cloud, scan->entry.time, predicted->first,
+                                                               predicted->second)
+                                          : localizer.localize_preprocessed(scan->cloud, scan->entry.time,
+                                                                            predicted->first, predicted->second))
+                        : (filter_in_line ? localizer.localize(scan->cloud, scan->entry.time)
+                                          : localizer.localize_preprocessed(scan->cloud, scan->entry.time));
+          if (predicted) ++odometry_used;
+          // The next frame's odometry prediction starts from this frame: its pose and
+          // covariance when it has one (valid or degenerate), else its prediction's.
+          if (odometry && (localizer.initialized())) {
+            const bool has_pose = r.status != FrameStatus::Lost;
+            chain_pose = has_pose ? r.pose : r.prediction;
+            chain_covariance = has_pose ? r.covariance : r.prediction_covariance;
+            chain_time = scan->entry.time;
+            have_chain = true;
+          }
           if (filter_in_line) scan->preprocess_ms = r.preprocess_ms;
           r.points_in = scan->points_read;
           if (r.status == FrameStatus::Lost) {
@@ -838,6 +969,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["recovered"] = recovered;
     j["degenerate"] = degenerate;
     j["skipped"] = skipped;
+    j["odometry"] = odometry ? nlohmann::json{{"file", json_text(o->odometry)},
+                                              {"poses", odometry->size()},
+                                              {"frames_predicted", odometry_used},
+                                              {"frames_outside", odometry_missing}}
+                             : nlohmann::json(nullptr);
     j["fps"] = loop_s > 0 ? static_cast<double>(aligned) / loop_s : 0.0;
     j["wall_s"] = loop_s;
     j["latency_ms"] = stats_json(latency);
@@ -914,6 +1050,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"min_matched_ratio", ls.min_matched_ratio},
                      {"degeneracy_probe_m", ls.degeneracy_probe_m},
                      {"degeneracy_margin", ls.degeneracy_margin},
+                     {"gate_chi2", ls.gate_chi2},
+                     {"motion_sigma", {ls.motion_translation_sigma, ls.motion_rotation_sigma}},
+                     {"prediction_prior", ls.prediction_prior},
+                     {"regularization_scale_factor", ls.regularization_scale_factor},
+                     {"odometry", o->odometry.empty() ? nlohmann::json(nullptr) : json_text(o->odometry)},
+                     {"odometry_noise", o->odometry_noise},
                      {"recovery", to_string(ls.recovery)},
                      {"search_nvtl_ratio", ls.search_nvtl_ratio},
                      {"rotation_search_range_deg", ls.rotation_search_range_deg},
@@ -1033,6 +1175,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                                      map_points, map_voxels, s.resolution);
       text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} skipped of {}\n",
                           localized, recovered, lost, degenerate, skipped, done);
+      if (!j["odometry"].is_null()) {
+        text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", odometry_used, o->odometry,
+                            odometry_missing);
+      }
       if (streamer) {
         const TiledMapStreamStats ts = streamer->stats();
         text += fmt::format("  tiles       {} of {} loaded at the end (at most {}, {:.1f} MB); {} updates, {} swapped in, "

@@ -99,6 +99,7 @@ struct DeviceHyp {
   math::StepState state;
   math::PoseFrame frame;
   int source;
+  double prior_center[6];  ///< the pose prior's centre (read when the rules have a prior)
 };
 
 /// Per-map and per-source constants, in device memory (uploaded when they change).
@@ -256,11 +257,13 @@ __global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a) {
   reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, a.sums[h].v);
 }
 
-/// Hypothesis h's fixed step from its sums at the current pose (one thread): true when it
+/// Hypothesis h's fixed step from its sums at the current pose (one thread), the pose prior
+/// added to them first (so the sums read back include it, as the host loops' do): true when it
 /// goes on, with the pose frame of its next evaluation written to hyps[h].frame.
-__device__ bool hypothesis_step(const BatchArgs& a, int h, const double* sums) {
+__device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums) {
   DeviceHyp& hyp = a.hyps[h];
-  const math::StepRules rules = *a.rules;
+  const math::StepRules& rules = *a.rules;
+  math::add_prior(rules.prior, hyp.prior_center, hyp.state.pose, true, sums);
   math::StepTrace* trace = a.trace ? a.trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
   const bool more = math::fixed_step(sums, rules, hyp.state, trace,
                                      [](const double* v, double* dp) { return math::lu_direction(v, dp); });
@@ -1096,6 +1099,7 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
     h.state = math::start_state(p);
     h.frame = math::pose_frame(p, true);
     h.source = hypotheses[i].source;
+    for (int j = 0; j < 6; ++j) h.prior_center[j] = hypotheses[i].prior_center(j);
   }
 
   NDTCU_NVTX_RANGE("device loop");

@@ -22,6 +22,62 @@ enum StepReason : int {
   kSingularHessian = 3,
 };
 
+/// A quadratic prior on the pose, added to the NDT score (which is maximised):
+///   score -= 1/2 r' L r,  r = pose - center (angle entries wrapped into [-pi, pi]),
+///   L = information + 2 c N u u',
+/// where `information` is the prior's 6x6 information matrix, N the evaluation's
+/// point-voxel pairs (sums[kCorrespondences]), c `longitudinal` and u the unit heading
+/// (cos yaw, sin yaw) of the prior pose in x-y. The second term is Autoware's GNSS
+/// regularization (regularization_scale_factor c: the squared longitudinal distance to the
+/// regularization pose, weighted by the pairs), with u fixed at the prior's heading where
+/// Autoware takes the current pose's yaw without differentiating it: the term is then an
+/// exact quadratic, its gradient and Hessian exact. Poses are map-relative (the optimizer's).
+struct PriorTerms {
+  int active;               ///< 0: no prior (the sums are left as they are, bit for bit)
+  double information[21];   ///< upper triangle of the information matrix, row by row
+  double longitudinal;      ///< c >= 0: weight of the longitudinal term per point-voxel pair
+  double heading[2];        ///< u: cos and sin of the prior pose's yaw
+};
+
+/// Wraps an angle difference into [-pi, pi].
+NDTCU_HD inline double wrap_angle(double a) {
+  constexpr double kPi = 3.141592653589793, kTwoPi = 6.283185307179586;
+  if (a > kPi || a < -kPi) a -= kTwoPi * floor((a + kPi) / kTwoPi);
+  return a;
+}
+
+/// Adds the prior `p` centred at `center` to the derivative sums `sums` evaluated at
+/// `pose`: its score, gradient and (`with_hessian`) Hessian (PriorTerms). Nothing when the
+/// prior is not active. The one copy of the prior's math, for the host loops and the
+/// device loop.
+NDTCU_HD inline void add_prior(const PriorTerms& p, const double* center, const double* pose, bool with_hessian,
+                               double* sums) {
+  if (!p.active) return;
+  double r[6];
+  for (int i = 0; i < 6; ++i) r[i] = i < 3 ? pose[i] - center[i] : wrap_angle(pose[i] - center[i]);
+  const double w = 2.0 * p.longitudinal * sums[kCorrespondences];
+  double lr[6];  // L r
+  for (int i = 0; i < 6; ++i) {
+    double s = 0.0;
+    for (int j = 0; j < 6; ++j) s += p.information[upper_index(i < j ? i : j, i < j ? j : i)] * r[j];
+    lr[i] = s;
+  }
+  const double along = p.heading[0] * r[0] + p.heading[1] * r[1];  // u' r
+  lr[0] += w * p.heading[0] * along;
+  lr[1] += w * p.heading[1] * along;
+  double quadratic = 0.0;
+  for (int i = 0; i < 6; ++i) quadratic += r[i] * lr[i];
+  sums[kScore] -= 0.5 * quadratic;
+  for (int i = 0; i < 6; ++i) sums[kGradient + i] -= lr[i];
+  if (!with_hessian) return;
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i; j < 6; ++j) sums[kHessian + upper_index(i, j)] -= p.information[upper_index(i, j)];
+  }
+  sums[kHessian + upper_index(0, 0)] -= w * p.heading[0] * p.heading[0];
+  sums[kHessian + upper_index(0, 1)] -= w * p.heading[0] * p.heading[1];
+  sums[kHessian + upper_index(1, 1)] -= w * p.heading[1] * p.heading[1];
+}
+
 /// The rules of the fixed step, the same for every hypothesis of a batch.
 struct StepRules {
   double step_min;      ///< shortest step: epsilon / 2 (PCL's and Autoware's)
@@ -29,6 +85,9 @@ struct StepRules {
   double epsilon;       ///< convergence threshold
   int max_iterations;   ///< Newton iterations at most
   int pcl_convergence;  ///< 1: PCL 1.13's stopping rule, 0: Autoware's
+  /// The pose prior, added to every evaluation's sums before the step (add_prior); each
+  /// hypothesis has its own centre.
+  PriorTerms prior;
 };
 
 /// One iteration as the loop records it: the pose after the step, the score there and the

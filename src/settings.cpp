@@ -2,6 +2,8 @@
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 
+#include <Eigen/Eigenvalues>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -144,6 +146,39 @@ void validate(const AlignSettings& s) {
   }
   if (std::string(to_string(s.pose_covariance)) == "?") {
     fail("pose_covariance (must be none, laplace, multi-ndt or multi-ndt-score)", static_cast<int>(s.pose_covariance));
+  }
+  validate(s.prior);
+}
+
+void validate(const PosePrior& prior) {
+  static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
+  for (int i = 0; i < 6; ++i) {
+    if (!std::isfinite(prior.pose(i))) {
+      throw Error(fmt::format("invalid prior: pose {} is {} (must be finite)", kNames[i], prior.pose(i)));
+    }
+  }
+  const Eigen::Matrix<double, 6, 6>& l = prior.information;
+  if (!l.allFinite()) throw Error("invalid prior: the information matrix has an entry that is not finite");
+  const double largest = l.cwiseAbs().maxCoeff();
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i + 1; j < 6; ++j) {
+      if (std::abs(l(i, j) - l(j, i)) > 1e-9 * largest) {
+        throw Error(fmt::format("invalid prior: the information matrix is not symmetric ({},{} is {}, {},{} is {})",
+                                kNames[i], kNames[j], l(i, j), kNames[j], kNames[i], l(j, i)));
+      }
+    }
+  }
+  if (!(prior.regularization_scale_factor >= 0.0) || !std::isfinite(prior.regularization_scale_factor)) {
+    throw Error(fmt::format("invalid prior: regularization_scale_factor {} (must be finite and >= 0)",
+                            prior.regularization_scale_factor));
+  }
+  if (largest > 0.0) {
+    const Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>> eig(l);
+    const double lowest = eig.eigenvalues()(0);
+    if (lowest < -1e-9 * largest) {
+      throw Error(fmt::format("invalid prior: the information matrix is not positive semi-definite (eigenvalue {})",
+                              lowest));
+    }
   }
 }
 

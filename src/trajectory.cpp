@@ -213,4 +213,22 @@ std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Traj
   return out;
 }
 
+std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& t, double time, double max_gap) {
+  if (t.empty() || !std::isfinite(time) || time < t.front().time || time > t.back().time) return std::nullopt;
+  // The first pose at or after `time`.
+  const auto after = std::lower_bound(t.begin(), t.end(), time,
+                                      [](const StampedPose& p, double v) { return p.time < v; });
+  if (after->time == time) return after->pose;
+  const StampedPose& b = *after;
+  const StampedPose& a = *(after - 1);
+  const double gap = b.time - a.time;
+  if (!(gap > 0.0) || gap > max_gap) return std::nullopt;
+  const double f = (time - a.time) / gap;
+  const Eigen::Quaterniond qa(a.pose.rotation()), qb(b.pose.rotation());
+  Eigen::Isometry3d out = Eigen::Isometry3d::Identity();
+  out.linear() = qa.slerp(f, qb).toRotationMatrix();
+  out.translation() = (1.0 - f) * a.pose.translation() + f * b.pose.translation();
+  return out;
+}
+
 }  // namespace ndtcu

@@ -43,6 +43,9 @@ struct BatchOptions {
   /// Keep each hypothesis's per-iteration trace (AlignResult::trace). Off by default: a
   /// batch of thousands of hypotheses would otherwise read back and store every iteration.
   bool trace = false;
+  /// Apply the settings' pose prior (AlignSettings::prior); false aligns
+  /// every hypothesis without it, e.g. a search whose hypotheses are far from the prior.
+  bool prior = true;
   /// Newton iterations per hypothesis at most: 0 takes the aligner's max_iterations; a
   /// smaller number runs a coarse pass (hypotheses moved a little, to be ranked) on the same
   /// map and backend. Must be 0 or at least 1 (Error otherwise).
@@ -79,6 +82,10 @@ class Aligner {
 
   /// The settings in use.
   const AlignSettings& settings() const noexcept;
+  /// Replaces the settings' pose prior (AlignSettings::prior) for the calls that follow:
+  /// a localization loop moves it to each frame's prediction. Throws Error, keeping the
+  /// prior in use, when `prior` is invalid (validate(PosePrior)). PosePrior{} removes it.
+  void set_prior(const PosePrior& prior);
   /// The backend align() runs on: "cpu" or "cuda" (Backend::Auto resolved).
   const char* backend() const noexcept;
   /// The same as a Backend: Cpu or Cuda, never Auto.

@@ -171,6 +171,29 @@ struct LocalizerSettings {
   /// correct poses drop by more than this at 2 m in every direction (see BENCHMARK.md,
   /// "Degeneracy").
   double degeneracy_margin = 0.1;
+  /// The covariance of the constant-velocity prediction (when localize() is given no
+  /// prediction of its own): standard deviations that grow with the time since the last
+  /// good pose (with one good pose only, no velocity yet: max_speed and max_turn_rate_deg
+  /// per second instead), this many metres per second in each axis of the position ...
+  double motion_translation_sigma = 1.0;
+  /// ... and this many radians per second in roll, pitch and yaw (0.35: 20 deg/s).
+  double motion_rotation_sigma = 0.35;
+  /// The Mahalanobis gate: an alignment whose correction from the prediction, d' C^-1 d
+  /// with C the prediction's covariance, exceeds this is not taken from the first attempt
+  /// or a retry; it must be confirmed by a search (whose winner must also be unambiguous).
+  /// 22.46 is the chi-square 99.9% bound of 6 degrees of freedom; 0: no gate. No gate
+  /// before the first good pose (the initial pose's uncertainty is not known).
+  double gate_chi2 = 22.46;
+  /// Align the first attempt and its retries with the prediction as a pose prior
+  /// (AlignSettings::prior), its information the inverse of the prediction's covariance:
+  /// along directions the scan does not pin, the result then stays near the prediction.
+  /// Off by default: the degeneracy probe's remapping does that after the alignment
+  /// (BENCHMARK.md, "Pose prior", compares the two). The searches never use it.
+  bool prediction_prior = false;
+  /// Autoware's GNSS regularization (PosePrior::regularization_scale_factor; 0: off) about
+  /// the prediction (from localize()'s own prediction when given, e.g. odometry), in the
+  /// first attempt and its retries.
+  double regularization_scale_factor = 0.0;
 };
 
 /// Throws Error naming the first setting out of range (ranges, leaf, NVTL threshold,
@@ -200,7 +223,18 @@ struct LocalizationResult {
   Eigen::Matrix4d pose = Eigen::Matrix4d::Identity();
   bool valid = false;                         ///< the pose passed the check (Tracked or Recovered)
   FrameStatus status = FrameStatus::Lost;     ///< tracked, recovered or lost
-  Eigen::Matrix4d prediction = Eigen::Matrix4d::Identity();  ///< the constant-velocity guess
+  /// The prediction: the constant-velocity guess, or the one given to localize().
+  Eigen::Matrix4d prediction = Eigen::Matrix4d::Identity();
+  /// Its covariance, [x y z roll pitch yaw] (m, rad): the one given, or the motion model's
+  /// (LocalizerSettings::motion_translation_sigma); zero before the first good pose.
+  Eigen::Matrix<double, 6, 6> prediction_covariance = Eigen::Matrix<double, 6, 6>::Zero();
+  /// d' C^-1 d of the reported alignment's correction from the prediction (NaN without a
+  /// covariance): see LocalizerSettings::gate_chi2.
+  double mahalanobis2 = std::numeric_limits<double>::quiet_NaN();
+  /// Which check decided the frame: "passed" (valid), "degeneracy probe" (degenerate), or
+  /// for a lost frame the check its best attempt failed: "no pose", "not converged",
+  /// "matched ratio", "nvtl", "typical nvtl", "mahalanobis gate", "ambiguous".
+  const char* decided_by = "passed";
   /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
   AlignResult alignment;
   int attempts = 0;                 ///< alignments run for this frame (1 + retries + search hypotheses)
@@ -312,6 +346,17 @@ class Localizer {
   /// The same for a scan already passed through preprocess() (or filtered by the caller),
   /// read where it lies: nothing is copied before the alignments.
   LocalizationResult localize_preprocessed(PointCloudView filtered, double time);
+  /// localize() from a prediction of the caller's (a stack's filter, wheel or inertial
+  /// odometry: T_map_sensor at `time`) and its covariance ([x y z roll pitch yaw], m and
+  /// rad, symmetric positive semi-definite; a zero row: unknown in that direction) instead
+  /// of the constant-velocity one. The covariance sets the Mahalanobis gate and, with
+  /// prediction_prior, the alignment's prior. Throws Error for a non-rigid prediction or an
+  /// invalid covariance, naming it.
+  LocalizationResult localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
+                              const Eigen::Matrix<double, 6, 6>& covariance);
+  /// The same for a scan already passed through preprocess().
+  LocalizationResult localize_preprocessed(PointCloudView filtered, double time, const Eigen::Matrix4d& prediction,
+                                           const Eigen::Matrix<double, 6, 6>& covariance);
 
   /// The constant-velocity prediction for a scan at `time` (the last good pose when fewer
   /// than two are known). Throws Error before set_initial_pose.
@@ -324,6 +369,9 @@ class Localizer {
   // preprocess and localize of `scan` with `intensity` (one per point) or none (null).
   PointCloud preprocess_points(PointCloudView scan, const float* intensity) const;
   LocalizationResult localize_points(PointCloudView scan, const float* intensity, double time);
+  // One frame from `prediction` with `covariance` (both null: the motion model's).
+  LocalizationResult localize_frame(PointCloudView filtered, double time, const Eigen::Matrix4d* prediction,
+                                    const Eigen::Matrix<double, 6, 6>* covariance);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

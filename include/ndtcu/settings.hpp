@@ -3,6 +3,8 @@
 /// Settings of an NDT alignment: plain structs with documented defaults, and the two
 /// presets (`autoware`, the default, and `pcl`).
 
+#include <Eigen/Core>
+
 #include <string>
 
 namespace ndtcu {
@@ -106,6 +108,35 @@ enum class PoseCovariance {
 /// mistyped 100000 would exhaust the system's thread limit before any work starts.
 inline constexpr int kMaxThreads = 1024;
 
+/// A prior on the pose an alignment returns: a quadratic term added to the NDT score
+/// (which is maximised), score - 1/2 r' L r with r the difference of the pose and `pose`
+/// (angles wrapped) and L = `information` + Autoware's longitudinal regularization term.
+/// Where the scan pins the pose, a weak prior changes little; along a direction the scan
+/// does not constrain (a corridor, a road between flat walls) the solution follows the
+/// prior. Applied in every Newton iteration of align(), align_from_pose() and align_batch()
+/// on both backends; the result's score and Hessian (so its localizability and Laplace
+/// covariance) then include the prior's term, its NVTL does not, and evaluate() never does.
+///
+/// The translation part holds the world position at which the transform puts the source
+/// cloud's origin: the sensor's position for a scan in its sensor frame (origin zero, as
+/// the readers leave a cloud whose coordinates stay within 10 km).
+struct PosePrior {
+  /// Centre [x y z roll pitch yaw] (m, rad), world frame, as align_from_pose's guess.
+  Eigen::Matrix<double, 6, 1> pose = Eigen::Matrix<double, 6, 1>::Zero();
+  /// Information (inverse covariance) in the pose's units, symmetric positive
+  /// semi-definite; zero (the default) adds nothing. Directions the prior does not know
+  /// get zero information, not the inverse of a huge variance.
+  Eigen::Matrix<double, 6, 6> information = Eigen::Matrix<double, 6, 6>::Zero();
+  /// Autoware's GNSS regularization (ndt.regularization.scale_factor c; 0: off, Autoware's
+  /// default 0.01): the score loses c * N * d^2, N the point-voxel pairs and d the
+  /// longitudinal distance from `pose` (along its heading, in x-y). Autoware weights it
+  /// the same way but takes the heading of the current pose.
+  double regularization_scale_factor = 0.0;
+
+  /// Whether the prior adds anything: non-zero information or regularization.
+  bool active() const { return regularization_scale_factor > 0.0 || !(information.array() == 0.0).all(); }
+};
+
 /// Everything an alignment needs besides the clouds.
 struct AlignSettings {
   /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
@@ -133,6 +164,9 @@ struct AlignSettings {
   /// None costs nothing, MultiNdt six more alignments per result, MultiNdtScore six more
   /// score evaluations.
   PoseCovariance pose_covariance = PoseCovariance::None;
+  /// The pose prior (PosePrior); none by default (PosePrior::active() false), the results
+  /// then bit for bit those without one. Aligner::set_prior replaces it between calls.
+  PosePrior prior;
 };
 
 /// Whether settings ask for a Newton loop the device can run (GpuNewtonLoop::Device with
@@ -190,7 +224,11 @@ PoseCovariance pose_covariance_from_string(const std::string& name);
 /// kMaxThreads]), an epsilon above twice the step size (step lengths are kept in
 /// [epsilon / 2, step_size], an empty range then: the steps would be epsilon / 2 long and
 /// "converge" anywhere), or an enum holding a value that is none of its names (e.g. a
-/// PoseCovariance cast from an int).
+/// PoseCovariance cast from an int), a prior whose pose is not finite or whose
+/// information is not finite, not symmetric or not positive semi-definite, or whose
+/// regularization scale factor is negative or not finite.
 void validate(const AlignSettings& settings);
+/// Throws Error naming what is wrong with `prior` (see validate(AlignSettings)).
+void validate(const PosePrior& prior);
 
 }  // namespace ndtcu

@@ -8,6 +8,7 @@
 #include <Eigen/Geometry>
 
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,13 @@ std::string kitti_line(const StampedPose& pose);
 
 /// Parses "tum", "kitti" or "auto"; throws Error otherwise.
 TrajectoryFormat trajectory_format_from_string(const std::string& name);
+
+/// The pose of `trajectory` (time-ordered) at `time`: the two poses around it, the
+/// translation interpolated linearly and the rotation by slerp; the pose itself at an exact
+/// stamp. Nullopt for an empty trajectory, a time outside its span or not finite, or two
+/// neighbours further apart than `max_gap` seconds (a gap the interpolation cannot bridge).
+std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& trajectory, double time,
+                                                  double max_gap = std::numeric_limits<double>::infinity());
 
 /// Absolute trajectory error: translation differences of associated poses, in the frame
 /// both are given in (no alignment is applied).

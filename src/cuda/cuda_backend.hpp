@@ -44,6 +44,7 @@ enum class VoxelLookup {
 struct DeviceHypothesis {
   Pose6 start = Pose6::Zero();
   int source = 0;  ///< index into the sources of set_sources
+  Pose6 prior_center = Pose6::Zero();  ///< the pose prior's centre (when the rules have one)
 };
 
 /// What the device-resident loop produced for one hypothesis (poses map-relative).

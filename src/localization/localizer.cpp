@@ -10,6 +10,7 @@
 #include "../nvtx.hpp"
 #include "../voxel_lattice.hpp"
 
+#include <Eigen/Eigenvalues>
 #include <Eigen/Geometry>
 #include <Eigen/LU>
 
@@ -76,6 +77,36 @@ Pose6 stepped(const Pose6& p, const Eigen::Matrix<double, 6, 1>& d, double s) { 
 Pose6 wrapped(Pose6 d) {
   for (int a = 3; a < 6; ++a) d(a) = std::remainder(d(a), 2.0 * kPi);
   return d;
+}
+
+// A covariance's pseudo-inverse: directions of (numerically) zero variance get zero
+// information, so they are left out of the gate and the prior rather than taken as certain.
+Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6, 6>& covariance) {
+  const Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>> eig(covariance);
+  const Eigen::Matrix<double, 6, 1> v = eig.eigenvalues();
+  const double floor = 1e-12 * std::max(v.cwiseAbs().maxCoeff(), 0.0);
+  Eigen::Matrix<double, 6, 1> inv = Eigen::Matrix<double, 6, 1>::Zero();
+  for (int i = 0; i < 6; ++i) {
+    if (v(i) > floor && v(i) > 0.0) inv(i) = 1.0 / v(i);
+  }
+  Eigen::Matrix<double, 6, 6> out = eig.eigenvectors() * inv.asDiagonal() * eig.eigenvectors().transpose();
+  return 0.5 * (out + out.transpose());
+}
+
+// Throws Error naming what is wrong with a caller's prediction covariance.
+void check_prediction_covariance(const Eigen::Matrix<double, 6, 6>& c) {
+  if (!c.allFinite()) throw Error("localize: the prediction's covariance has an entry that is not finite");
+  const double largest = c.cwiseAbs().maxCoeff();
+  if (!c.isApprox(c.transpose(), 1e-9) && largest > 0.0) {
+    throw Error("localize: the prediction's covariance is not symmetric");
+  }
+  if (largest > 0.0) {
+    const double lowest = Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>>(c).eigenvalues()(0);
+    if (lowest < -1e-9 * largest) {
+      throw Error("localize: the prediction's covariance is not positive semi-definite (eigenvalue " +
+                  std::to_string(lowest) + ")");
+    }
+  }
 }
 
 // What the degeneracy probe found about an accepted alignment (LocalizerSettings::
@@ -261,6 +292,19 @@ void validate(const LocalizerSettings& s) {
     throw Error("localizer max_prediction_scale must be finite and >= 1, got " +
                 std::to_string(s.max_prediction_scale));
   }
+  const std::pair<const char*, double> non_negative[] = {{"motion_translation_sigma", s.motion_translation_sigma},
+                                                         {"motion_rotation_sigma", s.motion_rotation_sigma},
+                                                         {"gate_chi2", s.gate_chi2},
+                                                         {"regularization_scale_factor", s.regularization_scale_factor}};
+  for (const auto& [name, v] : non_negative) {
+    if (!(v >= 0.0) || !std::isfinite(v)) {
+      throw Error(std::string("localizer ") + name + " must be finite and >= 0, got " + std::to_string(v));
+    }
+  }
+  if (s.align.prior.active()) {
+    throw Error("localizer: align.prior is set, but the localizer sets each frame's prior itself (prediction_prior, "
+                "regularization_scale_factor); leave align.prior empty");
+  }
 }
 
 const char* to_string(Recovery recovery) {
@@ -372,14 +416,82 @@ struct Localizer::Impl {
     return std::isnan(typical_nvtl) || nvtl >= settings.search_nvtl_ratio * typical_nvtl;
   }
 
-  bool accept(const AlignResult& r) const {
-    if (!has_pose(r)) return false;
-    if (settings.reject_max_iterations && !r.converged) return false;
+  // The score check an alignment fails first ("no pose", "not converged", "matched
+  // ratio", "nvtl"), or null when it passes.
+  const char* failed_check(const AlignResult& r) const {
+    if (!has_pose(r)) return "no pose";
+    if (settings.reject_max_iterations && !r.converged) return "not converged";
     if (!(static_cast<double>(r.matched_points) >= settings.min_matched_ratio * static_cast<double>(r.source_points))) {
-      return false;
+      return "matched ratio";
     }
-    return r.nvtl >= settings.nvtl_threshold;
+    return r.nvtl >= settings.nvtl_threshold ? nullptr : "nvtl";
   }
+
+  bool accept(const AlignResult& r) const { return failed_check(r) == nullptr; }
+
+  // The constant-velocity prediction's covariance at `time`: standard deviations of
+  // motion_*_sigma per second since the last good pose (one frame gap, or 1 s, when the
+  // stamps do not increase). With one good pose only there is no velocity, and the
+  // prediction (that pose) can be off by whatever the sensor can move: max_speed and
+  // max_turn_rate_deg per second. Zero before the first good pose (no gate, no prior).
+  Eigen::Matrix<double, 6, 6> motion_covariance(double time) const {
+    Eigen::Matrix<double, 6, 6> c = Eigen::Matrix<double, 6, 6>::Zero();
+    if (known == 0) return c;
+    double dt = since_last_good(time);
+    if (!(dt > 0.0)) dt = known == 2 && last_time > before_last_time ? last_time - before_last_time : 1.0;
+    const bool velocity = known == 2;
+    const double t = (velocity ? settings.motion_translation_sigma : settings.max_speed) * dt;
+    const double r = (velocity ? settings.motion_rotation_sigma : settings.max_turn_rate_deg * kPi / 180.0) * dt;
+    c.diagonal() << t * t, t * t, t * t, r * r, r * r, r * r;
+    return c;
+  }
+};
+
+// The frame's prediction and what the checks and the prior take from it.
+struct FramePrediction {
+  Eigen::Matrix4d pose;
+  Pose6 pose6;
+  Eigen::Matrix<double, 6, 6> covariance;
+  Eigen::Matrix<double, 6, 6> information;  // its pseudo-inverse
+  bool has_covariance;
+
+  FramePrediction(const Eigen::Matrix4d& p, const Eigen::Matrix<double, 6, 6>& c)
+      : pose(p), pose6(matrix_to_pose(p)), covariance(c), information(information_of(c)),
+        has_covariance(!(c.array() == 0.0).all()) {}
+
+  // d' C^+ d of `r`'s correction from the prediction; NaN without a covariance or a pose.
+  double mahalanobis2(const AlignResult& r) const {
+    if (!has_covariance || !has_pose(r)) return std::numeric_limits<double>::quiet_NaN();
+    const Pose6 d = wrapped(r.pose - pose6);
+    return d.dot(information * d);
+  }
+};
+
+// Sets the aligner's prior for a frame's first attempt and retries, and removes it when the
+// frame goes on to its searches (or leaves, by an exception).
+class FramePrior {
+ public:
+  FramePrior(Aligner& aligner, const LocalizerSettings& s, const FramePrediction& p) : aligner_(aligner) {
+    PosePrior prior;
+    prior.pose = p.pose6;
+    if (s.prediction_prior && p.has_covariance) prior.information = p.information;
+    prior.regularization_scale_factor = s.regularization_scale_factor;
+    if (prior.active()) {
+      aligner_.set_prior(prior);
+      set_ = true;
+    }
+  }
+  ~FramePrior() { release(); }
+  FramePrior(const FramePrior&) = delete;
+  FramePrior& operator=(const FramePrior&) = delete;
+  void release() {
+    if (set_) aligner_.set_prior(PosePrior{});
+    set_ = false;
+  }
+
+ private:
+  Aligner& aligner_;
+  bool set_ = false;
 };
 
 Localizer::Localizer(const LocalizerSettings& settings, CUstream_st* cuda_stream) {
@@ -498,6 +610,32 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
 }
 
 LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, double time) {
+  return localize_frame(filtered, time, nullptr, nullptr);
+}
+
+LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
+                                       const Eigen::Matrix<double, 6, 6>& covariance) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_rigid(prediction, "localize: the prediction");
+  check_prediction_covariance(covariance);
+  PointCloud filtered = preprocess_points(scan, scan.intensity_or_null());
+  const double pre_ms = ms_since(t0);
+  LocalizationResult r = localize_frame(filtered, time, &prediction, &covariance);
+  r.points_in = scan.size();
+  r.preprocess_ms = pre_ms;
+  return r;
+}
+
+LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, double time,
+                                                    const Eigen::Matrix4d& prediction,
+                                                    const Eigen::Matrix<double, 6, 6>& covariance) {
+  check_rigid(prediction, "localize: the prediction");
+  check_prediction_covariance(covariance);
+  return localize_frame(filtered, time, &prediction, &covariance);
+}
+
+LocalizationResult Localizer::localize_frame(PointCloudView filtered, double time, const Eigen::Matrix4d* given,
+                                             const Eigen::Matrix<double, 6, 6>* given_covariance) {
   NDTCU_NVTX_RANGE("localize");
   Impl& m = *impl_;
   if (!m.aligner.has_target()) throw Error("localizer: no map (call set_map first)");
@@ -505,7 +643,12 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
   LocalizationResult out;
   out.points_in = filtered.size();
   out.points_used = filtered.size();
-  out.prediction = predict(time);
+  const FramePrediction predicted(given ? *given : predict(time),
+                                  given_covariance ? *given_covariance : m.motion_covariance(time));
+  out.prediction = predicted.pose;
+  out.prediction_covariance = predicted.covariance;
+  // The gate holds once a good pose is known (the initial pose's uncertainty is not).
+  const bool gated = m.settings.gate_chi2 > 0.0 && predicted.has_covariance && m.known > 0;
 
   if (std::isnan(m.first_time)) m.first_time = time;
 
@@ -531,8 +674,9 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
     out.iterations_total += r.iterations;
     out.evaluations += r.timings.evaluations;
     // Held to the scene's scores too (settings.search_nvtl_ratio): an attempt that passes
-    // the fixed threshold far below them goes on to the retries and searches.
-    const bool ok = m.accept(r) && m.typical(r.nvtl);
+    // the fixed threshold far below them goes on to the retries and searches; and to the
+    // prediction's covariance (the gate): a larger jump must be confirmed by a search.
+    const bool ok = m.accept(r) && m.typical(r.nvtl) && !(gated && predicted.mahalanobis2(r) > m.settings.gate_chi2);
     if (ok || !have_best || (has_pose(r) && (!has_pose(best) || r.nvtl > best.nvtl))) {
       best = std::move(r);
       have_best = true;
@@ -571,6 +715,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
 
   bool ok = false;
   out.status = FrameStatus::Tracked;
+  FramePrior prior(m.aligner, m.settings, predicted);
   // No good pose yet and only a region to start from (set_initial_region).
   const bool from_region = m.initial_search && m.known == 0;
   if (from_region) {
@@ -600,6 +745,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
     out.status = FrameStatus::Recovered;
     ok = run(guess);
   }
+  prior.release();  // the searches' hypotheses are far from the prediction by design
   const bool searching = !ok && mode == Recovery::Hypotheses && !from_region;
   if (searching) {
     // Stage 1: rotations about the prediction and the last good pose.
@@ -641,6 +787,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
   }
   out.align_ms = ms_since(t0);
   out.alignment = std::move(best);
+  out.mahalanobis2 = predicted.mahalanobis2(out.alignment);
 
   Probe probe;
   if (ok && m.settings.degeneracy_probe_m > 0.0) {
@@ -661,8 +808,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
     // it adds to the ones before, G-orthogonally, and only when that is most of it, so a
     // held direction's share is never dropped with a near-duplicate (the tunnel's sideways
     // position drifted 0.7 m when both were removed whole).
-    const Pose6 predicted = matrix_to_pose(out.prediction);
-    const Pose6 delta = wrapped(out.alignment.pose - predicted);
+    const Pose6 delta = wrapped(out.alignment.pose - predicted.pose6);
     const Eigen::Matrix<double, 6, 6> g =
         displacement_metric(out.alignment.pose, point_moments(filtered.points, filtered.size()));
     std::vector<Eigen::Matrix<double, 6, 1>> basis;  // G-orthonormal
@@ -678,8 +824,9 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
     Pose6 kept = delta;
     for (const auto& b : basis) kept -= b.dot(g * delta) * b;
     out.status = FrameStatus::Degenerate;
+    out.decided_by = "degeneracy probe";
     out.valid = false;
-    out.pose = pose_to_matrix(predicted + kept);
+    out.pose = pose_to_matrix(predicted.pose6 + kept);
     // The Laplace covariance of the alignment, widened along each weak direction by the
     // probe's step (the scan cannot tell poses that far apart): an honest floor, not an
     // estimate of the prediction's own error.
@@ -706,6 +853,16 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
     out.status = FrameStatus::Lost;
     out.valid = false;
     out.pose = out.prediction;
+    // The check its best attempt failed.
+    if (const char* failed = m.failed_check(out.alignment)) {
+      out.decided_by = failed;
+    } else if (!m.typical(out.alignment.nvtl)) {
+      out.decided_by = "typical nvtl";
+    } else if (out.ambiguous) {
+      out.decided_by = "ambiguous";
+    } else {
+      out.decided_by = "mahalanobis gate";
+    }
     ++m.consecutive_lost;
     // The scene's typical NVTL is kept however many frames are lost: forgetting it let the
     // fixed threshold alone take a wrong pose after a kidnapping (11 m off at NVTL 2.5-2.7

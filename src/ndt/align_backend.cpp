@@ -76,12 +76,12 @@ class CpuAlignBackend final : public AlignBackend {
     if (hypotheses.size() >= static_cast<std::size_t>(pool_.size()) && hypotheses.size() > 1) {
       pool_.parallel_for(hypotheses.size(), [&](std::size_t k) {
         CpuEvaluator e = evaluator(hypotheses[k].source, nullptr);
-        out[k] = optimize(e, hypotheses[k].start, s, keep_trace);
+        out[k] = optimize(e, hypotheses[k].start, s, keep_trace, hypotheses[k].prior_center);
       });
     } else {
       for (std::size_t k = 0; k < hypotheses.size(); ++k) {
         CpuEvaluator e = evaluator(hypotheses[k].source, &pool_);
-        out[k] = optimize(e, hypotheses[k].start, s, keep_trace);
+        out[k] = optimize(e, hypotheses[k].start, s, keep_trace, hypotheses[k].prior_center);
       }
     }
     return out;
@@ -178,7 +178,10 @@ class CudaAlignBackend final : public AlignBackend {
       for (std::size_t first = 0; first < hypotheses.size(); first += kBatchPart) {
         const std::size_t count = std::min(kBatchPart, hypotheses.size() - first);
         std::vector<DeviceHypothesis> device(count);
-        for (std::size_t k = 0; k < count; ++k) device[k] = {hypotheses[first + k].start, hypotheses[first + k].source};
+        for (std::size_t k = 0; k < count; ++k) {
+          const Hypothesis& h = hypotheses[first + k];
+          device[k] = {h.start, h.source, h.prior_center};
+        }
         std::vector<DeviceLoopOutput> r = cuda_.run_fixed_step(device, step_rules(s), keep_trace);
         for (std::size_t k = 0; k < r.size(); ++k) {
           OptimizerOutput& o = out[first + k];
@@ -194,7 +197,7 @@ class CudaAlignBackend final : public AlignBackend {
     }
     for (std::size_t k = 0; k < hypotheses.size(); ++k) {
       CudaEvaluator e(cuda_, hypotheses[k].source);
-      out[k] = optimize(e, hypotheses[k].start, s, keep_trace);
+      out[k] = optimize(e, hypotheses[k].start, s, keep_trace, hypotheses[k].prior_center);
     }
     return out;
   }

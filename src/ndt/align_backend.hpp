@@ -26,6 +26,7 @@ class DeviceTiledMap;  // ../cuda/device_tiled_map.hpp
 struct Hypothesis {
   Pose6 start = Pose6::Zero();
   int source = 0;
+  Pose6 prior_center = Pose6::Zero();  ///< the pose prior's centre, map-relative (when the settings have one)
 };
 
 /// What a backend did during the last batch or evaluation (AlignTimings' backend part).

@@ -132,6 +132,11 @@ Aligner::Aligner(Aligner&&) noexcept = default;
 Aligner& Aligner::operator=(Aligner&&) noexcept = default;
 
 const AlignSettings& Aligner::settings() const noexcept { return impl_->settings; }
+
+void Aligner::set_prior(const PosePrior& prior) {
+  validate(prior);
+  impl_->settings.prior = prior;
+}
 const char* Aligner::backend() const noexcept { return impl_->backend->name(); }
 Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind(); }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
@@ -284,6 +289,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
   const bool keep_trace = options.trace;
   AlignSettings call_settings = m.settings;
   if (options.max_iterations > 0) call_settings.max_iterations = options.max_iterations;
+  if (!options.prior) call_settings.prior = PosePrior{};
   for (const PointCloudView& source : sources) check_inputs(true, source, Eigen::Matrix4d::Identity());
   m.backend->reset_telemetry();
   const TargetNow map = m.take_target();
@@ -307,7 +313,8 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
       if (!runs) r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
       results[b].push_back(std::move(r));
       if (runs) {
-        hypotheses.push_back({to_internal(guess, source.origin, map.origin), static_cast<int>(points.size() - 1)});
+        hypotheses.push_back({to_internal(guess, source.origin, map.origin), static_cast<int>(points.size() - 1),
+                              to_internal(call_settings.prior.pose, source.origin, map.origin)});
         slot.emplace_back(b, k);
       }
     }

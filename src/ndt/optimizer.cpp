@@ -217,10 +217,40 @@ math::StepRules step_rules(const AlignSettings& s) {
   r.epsilon = s.epsilon;
   r.max_iterations = s.max_iterations;
   r.pcl_convergence = s.convergence == ConvergenceRule::Pcl ? 1 : 0;
+  r.prior = math::PriorTerms{};
+  if (s.prior.active()) {
+    r.prior.active = 1;
+    for (int i = 0; i < 6; ++i) {
+      for (int j = i; j < 6; ++j) r.prior.information[math::upper_index(i, j)] = s.prior.information(i, j);
+    }
+    r.prior.longitudinal = s.prior.regularization_scale_factor;
+    r.prior.heading[0] = std::cos(s.prior.pose(5));
+    r.prior.heading[1] = std::sin(s.prior.pose(5));
+  }
   return r;
 }
 
 namespace {
+
+// An evaluator's sums with the pose prior added (math::add_prior), for the host loops.
+class PriorEvaluator final : public DerivativeEvaluator {
+ public:
+  PriorEvaluator(DerivativeEvaluator& inner, const math::PriorTerms& prior, const Pose6& center)
+      : inner_(inner), prior_(prior) {
+    for (int i = 0; i < 6; ++i) center_[i] = center(i);
+  }
+  math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) override {
+    math::DerivativeSums sums = inner_.evaluate_sums(pose, with_hessian);
+    const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
+    math::add_prior(prior_, center_, p, with_hessian, sums.v);
+    return sums;
+  }
+
+ private:
+  DerivativeEvaluator& inner_;
+  const math::PriorTerms& prior_;
+  double center_[6];
+};
 
 Pose6 to_pose(const double* p) {
   Pose6 out;
@@ -282,8 +312,11 @@ std::vector<IterationTrace> to_trace(const math::StepTrace* entries, int count) 
   return out;
 }
 
-OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s,
-                         bool keep_trace) {
+OptimizerOutput optimize(DerivativeEvaluator& inner, const Pose6& initial, const AlignSettings& s, bool keep_trace,
+                         const Pose6& prior_center) {
+  const math::StepRules rules = step_rules(s);
+  PriorEvaluator with_prior(inner, rules.prior, prior_center);
+  DerivativeEvaluator& evaluator = rules.prior.active ? static_cast<DerivativeEvaluator&>(with_prior) : inner;
   if (s.line_search == LineSearch::Fixed) return optimize_fixed_step(evaluator, initial, s, keep_trace);
   // PCL's loop with More-Thuente (host only): SVD solve, the line search, the shared
   // stopping rule.
@@ -292,7 +325,6 @@ OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, c
   Evaluation current = evaluator.evaluate(initial, true);
   out.evaluations = 1;
   StepContext ctx{evaluator, current, out.evaluations};
-  const math::StepRules rules = step_rules(s);
 
   for (;;) {
     NDTCU_NVTX_RANGE("iteration");

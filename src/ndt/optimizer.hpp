@@ -32,9 +32,10 @@ bool newton_direction(const Eigen::Matrix<double, 6, 6>& hessian, const Eigen::M
 /// Runs the Newton iterations from `initial` with the step rule, line search and
 /// convergence rule of `settings`; the trace is kept when `keep_trace`. The fixed step runs
 /// the shared update of kernels/ndt_step.hpp (the device loop's code), More-Thuente PCL's
-/// line search here.
+/// line search here. A prior of `settings` (PosePrior::active) is added to every evaluation
+/// (math::add_prior), centred at `prior_center` (map-relative).
 OptimizerOutput optimize(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& settings,
-                         bool keep_trace = true);
+                         bool keep_trace = true, const Pose6& prior_center = Pose6::Zero());
 
 /// The fixed-step rules of `settings`: steps in [epsilon / 2, step_size], its stopping rule.
 math::StepRules step_rules(const AlignSettings& settings);

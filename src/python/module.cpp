@@ -439,6 +439,24 @@ NB_MODULE(_ndtcu, m) {
       .def_rw("min_points_per_voxel", &AlignSettings::min_points_per_voxel)
       .def_rw("eigenvalue_ratio", &AlignSettings::eigenvalue_ratio)
       .def_rw("threads", &AlignSettings::threads)
+      .def_prop_rw(
+          "prior_pose", [](const AlignSettings& s) { return Eigen::VectorXd(s.prior.pose); },
+          [](AlignSettings& s, const Eigen::VectorXd& v) {
+            if (v.size() != 6) throw nb::value_error("prior_pose: expected 6 values [x y z roll pitch yaw]");
+            s.prior.pose = v;
+          },
+          "the pose prior's centre [x y z roll pitch yaw] (m, rad)")
+      .def_prop_rw(
+          "prior_information", [](const AlignSettings& s) { return Eigen::MatrixXd(s.prior.information); },
+          [](AlignSettings& s, const Eigen::MatrixXd& v) {
+            if (v.rows() != 6 || v.cols() != 6) throw nb::value_error("prior_information: expected a 6x6 matrix");
+            s.prior.information = v;
+          },
+          "the pose prior's 6x6 information matrix (zero: no prior)")
+      .def_prop_rw(
+          "regularization_scale_factor", [](const AlignSettings& s) { return s.prior.regularization_scale_factor; },
+          [](AlignSettings& s, double v) { s.prior.regularization_scale_factor = v; },
+          "Autoware's GNSS regularization about prior_pose (0: off)")
       .def("__copy__", [](const AlignSettings& s) { return s; })
       .def("__repr__", [](nb::handle self) {
         // Every property by name, as keywords Aligner(...) takes.
@@ -446,7 +464,7 @@ NB_MODULE(_ndtcu, m) {
         const char* names[] = {"resolution", "step_size", "epsilon", "max_iterations", "outlier_ratio",
                                "search", "line_search", "convergence", "newton_direction", "covariance",
                                "min_points_per_voxel", "eigenvalue_ratio", "threads", "backend", "gpu_loop",
-                               "pose_covariance"};
+                               "pose_covariance", "prior_pose", "prior_information", "regularization_scale_factor"};
         bool first = true;
         for (const char* n : names) {
           out += (first ? "" : ", ") + std::string(n) + "=" + nb::cast<std::string>(nb::repr(self.attr(n)));
@@ -750,7 +768,12 @@ NB_MODULE(_ndtcu, m) {
       .def_rw("search_nvtl_ratio", &LocalizerSettings::search_nvtl_ratio)
       .def_rw("max_prediction_scale", &LocalizerSettings::max_prediction_scale)
       .def_rw("degeneracy_probe_m", &LocalizerSettings::degeneracy_probe_m)
-      .def_rw("degeneracy_margin", &LocalizerSettings::degeneracy_margin);
+      .def_rw("degeneracy_margin", &LocalizerSettings::degeneracy_margin)
+      .def_rw("motion_translation_sigma", &LocalizerSettings::motion_translation_sigma)
+      .def_rw("motion_rotation_sigma", &LocalizerSettings::motion_rotation_sigma)
+      .def_rw("gate_chi2", &LocalizerSettings::gate_chi2)
+      .def_rw("prediction_prior", &LocalizerSettings::prediction_prior)
+      .def_rw("regularization_scale_factor", &LocalizerSettings::regularization_scale_factor);
 
   nb::class_<LocalizationResult>(m, "LocalizationResult", "One frame of Localizer.localize.")
       .def_prop_ro("pose", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.pose); }, "4x4 T_map_sensor")
@@ -763,6 +786,11 @@ NB_MODULE(_ndtcu, m) {
       .def_prop_ro("weakest_direction",
                    [](const LocalizationResult& r) { return Eigen::VectorXd(r.weakest_direction); })
       .def_prop_ro("prediction", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.prediction); })
+      .def_prop_ro("prediction_covariance",
+                   [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.prediction_covariance); })
+      .def_ro("mahalanobis2", &LocalizationResult::mahalanobis2)
+      .def_prop_ro("decided_by", [](const LocalizationResult& r) { return std::string(r.decided_by); },
+                   "which check decided the frame")
       .def_ro("alignment", &LocalizationResult::alignment)
       .def_ro("attempts", &LocalizationResult::attempts)
       .def_ro("hypotheses", &LocalizationResult::hypotheses)
@@ -829,14 +857,29 @@ NB_MODULE(_ndtcu, m) {
                    })
       .def(
           "localize",
-          [](PyLocalizer& l, nb::handle scan, double time) {
+          [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance) {
             CloudArg c(scan, "scan");
+            if (prediction.is_none() != covariance.is_none()) {
+              throw nb::value_error("localize: give prediction and covariance together");
+            }
+            if (prediction.is_none()) {
+              Working working(l.mutex);
+              return c.given() ? l.localize(*c.given(), time) : l.localize(c.view(), time);
+            }
+            const Eigen::Matrix4d p = matrix_arg(prediction, "prediction");
+            const auto cov = nb::cast<Eigen::MatrixXd>(covariance);
+            if (cov.rows() != 6 || cov.cols() != 6) throw nb::value_error("localize: covariance must be 6x6");
+            const Eigen::Matrix<double, 6, 6> c6 = cov;
             Working working(l.mutex);
-            return c.given() ? l.localize(*c.given(), time) : l.localize(c.view(), time);
+            if (c.given()) return l.localize(*c.given(), time, p, c6);
+            const PointCloud filtered = l.preprocess(c.view());
+            return l.localize_preprocessed(filtered, time, p, c6);
           },
-          "scan"_a, "time"_a,
+          "scan"_a, "time"_a, "prediction"_a = nb::none(), "covariance"_a = nb::none(),
           "Preprocesses and localizes one scan (sensor frame) taken at `time` (s). The preprocessing crops and "
-          "downsamples the scan into a new cloud; an array is read where it lies.")
+          "downsamples the scan into a new cloud; an array is read where it lies. With `prediction` (4x4 "
+          "T_map_sensor, e.g. from odometry) and its 6x6 `covariance` ([x y z roll pitch yaw]), they replace the "
+          "constant-velocity prediction.")
       .def(
           "predict",
           [](PyLocalizer& l, double time) {

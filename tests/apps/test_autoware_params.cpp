@@ -77,8 +77,11 @@ TEST_CASE("Autoware's shipped ndt_scan_matcher.param.yaml gives its values, with
   REQUIRE(p.map_update_distance);
   CHECK(*p.map_update_distance == 20.0);
   // Every other key of the file is an Autoware key without an ndtcu equivalent.
-  CHECK(p.not_used.size() == 20);
-  for (const char* key : {"frame.base_frame", "sensor_points.required_distance", "ndt.regularization.enable",
+  CHECK(p.not_used.size() == 18);
+  // The file disables the regularization: a scale factor of 0 (off).
+  REQUIRE(p.regularization_scale_factor);
+  CHECK(*p.regularization_scale_factor == 0.0);
+  for (const char* key : {"frame.base_frame", "sensor_points.required_distance",
                           "validation.initial_to_result_distance_tolerance_m", "validation.skipping_publish_num",
                           "validation.critical_upper_bound_exe_time_ms", "covariance.output_pose_covariance",
                           "dynamic_map_loading.lidar_radius"}) {
@@ -207,7 +210,6 @@ TEST_CASE("unknown keys and values of the wrong type are warnings naming the fil
       f + ": line 7: ndt.max_iterations: expected an integer, got '30.5'; ignored",
       f + ": line 8: ndt.num_threads: expected an integer, got 'four'; ignored",
       f + ": line 9: ndt.trans_epsilon: expected a number, got a list; ignored",
-      f + ": line 11: ndt.regularization.enable: true: ndtcu's NDT has no regularization term; aligning without it",
       f + ": line 12: score_estimation: expected a section (a mapping of keys), got '2.3'; ignored",
       f + ": line 15: ndt_omp: unknown key (not an ndt_scan_matcher parameter ndtcu knows); ignored",
       f + ": line 18: covariance.covariance_estimation.temperature: ndtcu's MULTI_NDT_SCORE covariance uses "
@@ -222,6 +224,30 @@ TEST_CASE("unknown keys and values of the wrong type are warnings naming the fil
   CHECK_FALSE(p.epsilon);
   CHECK_FALSE(p.nvtl_threshold);
   CHECK(has(p.not_used, "sensor_points.timeout_sec"));
+  // Enabled without a scale factor: Autoware's default, 0.01.
+  REQUIRE(p.regularization_scale_factor);
+  CHECK(*p.regularization_scale_factor == 0.01);
+}
+
+TEST_CASE("the regularization keys set the prior's scale factor, within its range", "[unit][cli][config]") {
+  const fs::path on = params_file("regularization_on", R"(
+    ndt:
+      regularization:
+        scale_factor: 0.05
+        enable: true
+)");
+  const cli::AutowareParams p = cli::read_autoware_params(on.string());
+  REQUIRE(p.regularization_scale_factor);
+  CHECK(*p.regularization_scale_factor == 0.05);
+  CHECK(p.warnings.empty());
+  const fs::path bad = params_file("regularization_bad", R"(
+    ndt:
+      regularization:
+        enable: true
+        scale_factor: -0.5
+)");
+  CHECK_THROWS_WITH(cli::read_autoware_params(bad.string()),
+                    Catch::Matchers::Contains("ndt.regularization.scale_factor") && Catch::Matchers::Contains("-0.5"));
 }
 
 TEST_CASE("a transform-probability check in the file is a warning: ndtcu judges by NVTL", "[unit][cli][config]") {

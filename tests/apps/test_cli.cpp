@@ -9,8 +9,12 @@
 #include "cli_app.hpp"
 #include "cli_common.hpp"
 
+#include <ndtcu/aligner.hpp>
 #include <ndtcu/log.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <Eigen/Geometry>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -679,4 +683,87 @@ TEST_CASE("ndtcu initpose --config takes the NVTL threshold and the TPE's partic
   CHECK(jb.at("nvtl_threshold") == 2.4);
   CHECK(jb.at("search").at("particles") == 12);
   CHECK(jb.at("search").at("startup_trials") == 8);  // not given: the file's
+}
+
+TEST_CASE("ndtcu localize --odometry predicts from the odometry's motion; align --prior holds a pose", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_odometry");
+  // The truth in another fixed frame (odometry starts wherever it starts): only its motion
+  // between two frames is used.
+  const Trajectory truth = read_trajectory(sample("poses_tum.txt"));
+  Eigen::Isometry3d odom_from_map = Eigen::Isometry3d::Identity();
+  odom_from_map.linear() = Eigen::AngleAxisd(0.7, Eigen::Vector3d::UnitZ()).toRotationMatrix();
+  odom_from_map.translation() << 100.0, -50.0, 2.0;
+  Trajectory odometry;
+  for (const StampedPose& p : truth) odometry.push_back({p.time, odom_from_map * p.pose});
+  write_trajectory_tum((dir / "odom.txt").string(), odometry);
+  std::vector<std::string> args = localize_args((dir / "run").string(), {"--odometry", (dir / "odom.txt").string(),
+                                                                          "--reference", sample("poses_tum.txt")});
+  args.insert(args.begin(), "--json");
+  const CliRun r = run(args);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["localized"] == 10);
+  CHECK(j["lost"] == 0);
+  CHECK(j["odometry"]["frames_predicted"] == 9);  // the first frame has no frame before it
+  CHECK(j["odometry"]["frames_outside"] == 0);
+  CHECK(j["settings"]["gate_chi2"] == 22.46);
+  std::ifstream frames(dir / "run" / "frames.csv");
+  std::string header, row;
+  std::getline(frames, header);
+  CHECK(header.find(",decided_by,mahalanobis2") != std::string::npos);
+  std::getline(frames, row);
+  CHECK(row.find(",passed,") != std::string::npos);
+
+  // Odometry out of time order is an error naming the file and the pose.
+  {
+    std::ofstream bad(dir / "bad.txt");
+    bad << "2.0 0 0 0 0 0 0 1\n1.0 0 0 0 0 0 0 1\n";
+  }
+  const CliRun b = run(localize_args((dir / "bad").string(), {"--odometry", (dir / "bad.txt").string()}));
+  CHECK(b.rc != 0);
+  CHECK(b.err.find("bad.txt") != std::string::npos);
+  CHECK(b.err.find("time order") != std::string::npos);
+
+  // align --prior: a prior 0.4 m up held at 0.1 mm moves the result there; without
+  // --prior-sigma or --regularization it is an error, and --regularization needs --prior.
+  const std::vector<std::string> align = {"--json", "align", sample("map.pcd"), sample("scans/000000.pcd"),
+                                          "--backend", "cpu", "--threads", "2", "--init-matrix",
+                                          (dir / "init.txt").string()};
+  {
+    std::ofstream init(dir / "init.txt");
+    init << truth.front().pose.matrix() << "\n";
+  }
+  const CliRun free = run(align);
+  REQUIRE(free.rc == 0);
+  const auto jf = nlohmann::json::parse(free.out);
+  CHECK(jf["settings"]["prior"].is_null());
+  const double z = jf["xyzrpy"][2];
+  Pose6 p = matrix_to_pose(truth.front().pose.matrix());
+  const std::string prior = fmt::format("{},{},{},{},{},{}", p(0), p(1), p(2) + 0.4, p(3), p(4), p(5));
+  std::vector<std::string> with = align;
+  for (const char* a : {"--prior", "", "--prior-sigma", "inf,inf,0.0001,inf,inf,inf"}) with.push_back(a);
+  with[with.size() - 3] = prior;
+  const CliRun held = run(with);
+  CAPTURE(held.err);
+  REQUIRE(held.rc == 0);
+  const auto jh = nlohmann::json::parse(held.out);
+  CHECK(double(jh["xyzrpy"][2]) == Approx(p(2) + 0.4).margin(0.01));
+  CHECK(std::abs(z - p(2)) < 0.05);
+  CHECK(jh["settings"]["prior"]["information"][14] == Approx(1e8));
+  std::vector<std::string> zero_sigma = align;
+  zero_sigma.insert(zero_sigma.end(), {"--prior", prior, "--prior-sigma", "0,inf,inf,inf,inf,nan"});
+  const CliRun zs = run(zero_sigma);
+  CHECK(zs.rc != 0);
+  CHECK(zs.err.find("x standard deviation '0'") != std::string::npos);
+  std::vector<std::string> no_sigma = align;
+  no_sigma.insert(no_sigma.end(), {"--prior", prior});
+  const CliRun ns = run(no_sigma);
+  CHECK(ns.rc != 0);
+  CHECK(ns.err.find("--prior-sigma") != std::string::npos);
+  std::vector<std::string> no_prior = align;
+  no_prior.insert(no_prior.end(), {"--regularization", "0.01"});
+  const CliRun np = run(no_prior);
+  CHECK(np.rc != 0);
+  CHECK(np.err.find("--prior") != std::string::npos);
 }

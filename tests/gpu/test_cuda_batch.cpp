@@ -248,3 +248,55 @@ TEST_CASE("A view of a caller's buffer aligns on CUDA with the bits of its Point
   std::memcpy(raw.data() + 3 * kGuard, moved.points.data(), moved.size() * 3 * sizeof(float));
   test::check_same_bits(aligner.align_from_pose(view, guesses[0]), aligner.align_from_pose(moved, guesses[0]));
 }
+
+// The pose prior runs in the device loop's step kernel (math::add_prior on the reduced
+// sums) and in the host loops over device evaluations: both give the CPU's result, a batch
+// keeps each hypothesis's bits, and zero information keeps the bits of no prior.
+TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with batch bits", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(81, 60000);
+  Pose6 truth;
+  truth << 0.3, -0.2, 0.03, 0.01, -0.01, 0.04;
+  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(82, 5000), truth);
+  PosePrior prior;
+  prior.pose = truth;
+  prior.pose(0) += 0.3;  // pulls x 0.3 m off the scan's optimum
+  prior.information.diagonal() << 2e4, 1e2, 1e2, 1e3, 1e3, 1e3;
+  for (GpuNewtonLoop loop : {GpuNewtonLoop::Device, GpuNewtonLoop::Host}) {
+    for (double regularization : {0.0, 0.05}) {
+      AlignSettings s = autoware_preset();
+      s.gpu_loop = loop;
+      s.prior = prior;
+      s.prior.regularization_scale_factor = regularization;
+      s.backend = Backend::Cuda;
+      Aligner gpu(s);
+      gpu.set_target(target);
+      s.backend = Backend::Cpu;
+      Aligner cpu(s);
+      cpu.set_target(target);
+      const std::vector<Pose6> guesses = random_guesses(truth, 20, 31);
+      const std::vector<AlignResult> batch = gpu.align_batch(source, guesses);
+      const std::vector<AlignResult> on_cpu = cpu.align_batch(source, guesses);
+      for (std::size_t k = 0; k < guesses.size(); ++k) {
+        CAPTURE(to_string(loop), regularization, k, batch[k].pose.transpose(), on_cpu[k].pose.transpose());
+        test::check_same_bits(batch[k], gpu.align_from_pose(source, guesses[k]));
+        CHECK((batch[k].pose - on_cpu[k].pose).head<3>().norm() < 1e-3);
+        CHECK(std::abs(batch[k].iterations - on_cpu[k].iterations) <= 1);
+        CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(1e-4));
+      }
+      // The prior moved the result: x sits between the scan's optimum and the prior's.
+      CHECK(batch[0].pose(0) > truth(0) + 0.05);
+    }
+  }
+  // Zero information: the bits of no prior.
+  AlignSettings plain = autoware_preset();
+  plain.backend = Backend::Cuda;
+  AlignSettings zero = plain;
+  zero.prior.pose = prior.pose;
+  Aligner a(plain), b(zero);
+  a.set_target(target);
+  b.set_target(target);
+  const std::vector<Pose6> guesses = random_guesses(truth, 8, 33);
+  const std::vector<AlignResult> ra = a.align_batch(source, guesses), rb = b.align_batch(source, guesses);
+  for (std::size_t k = 0; k < guesses.size(); ++k) test::check_same_bits(ra[k], rb[k]);
+}

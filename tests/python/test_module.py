@@ -472,3 +472,47 @@ def test_settings_presets_and_keywords():
     assert "max_iterations=5, " in repr(got) and "search='direct7'" in repr(got)
     with pytest.raises(ndtcu.Error, match="direct8"):
         s.search = "direct8"
+
+
+def test_localizer_takes_a_prediction_and_the_aligner_a_prior(sample, truth_poses):
+    """A caller's prediction and covariance replace the motion model (the frame reports them
+    and its Mahalanobis distance); a pose prior set through the settings pulls the result."""
+    loc = ndtcu.Localizer(ndtcu.LocalizerSettings(), voxel_leaf=1.0)
+    loc.set_map(ndtcu.read_point_cloud(str(sample / "map.pcd")))
+    loc.set_initial_pose(truth_poses[0])
+    times = np.loadtxt(sample / "poses_tum.txt")[:, 0]
+    cov = np.diag([0.5**2] * 3 + [0.05**2] * 3)
+    for i, truth in enumerate(truth_poses[:4]):
+        predicted = truth.copy()
+        predicted[0, 3] += 0.3
+        f = loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / f"{i:06d}.pcd")), float(times[i]), predicted, cov)
+        assert f.valid and f.decided_by == "passed", (i, f.status, f.decided_by)
+        assert np.allclose(f.prediction, predicted) and np.allclose(f.prediction_covariance, cov)
+        if i > 0:  # gated once a good pose is known: about (0.3 / 0.5)^2
+            assert 0.2 < f.mahalanobis2 < 0.6, (i, f.mahalanobis2)
+    with pytest.raises(ValueError, match="together"):
+        loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]), truth_poses[4])
+    with pytest.raises(ndtcu.Error, match="positive semi-definite"):
+        loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]), truth_poses[4],
+                     -np.eye(6))
+
+    scan = ndtcu.read_point_cloud(str(sample / "scans" / "000002.pcd"))
+    target = ndtcu.read_point_cloud(str(sample / "map.pcd"))
+    free = ndtcu.Aligner(backend="cpu")
+    free.set_target(target)
+    start = truth_poses[2]
+    r_free = free.align(scan, start)
+    pulled_pose = ndtcu.matrix_to_pose(start)
+    pulled_pose[2] += 0.5  # half a metre up, held at 1 mm
+    info = np.zeros((6, 6))
+    info[2, 2] = 1e8
+    held = ndtcu.Aligner(backend="cpu", prior_pose=pulled_pose, prior_information=info)
+    assert np.allclose(held.settings.prior_information, info) and "prior_pose=" in repr(held.settings)
+    held.set_target(target)
+    r_held = held.align(scan, start)
+    assert abs(r_held.xyzrpy[2] - pulled_pose[2]) < 0.01
+    assert abs(r_free.xyzrpy[2] - pulled_pose[2]) > 0.4
+    with pytest.raises(ndtcu.Error, match="symmetric"):
+        bad = info.copy()
+        bad[0, 1] = 1.0
+        ndtcu.Aligner(backend="cpu", prior_information=bad)

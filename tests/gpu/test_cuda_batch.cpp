@@ -29,12 +29,12 @@ std::vector<Pose6> random_guesses(const Pose6& centre, int k, std::uint32_t seed
 // A CUDA and a CPU aligner (Autoware's settings) on one target.
 struct Backends {
   Aligner gpu, cpu;
-  explicit Backends(const PointCloud& target) : gpu(on(Backend::Cuda)), cpu(on(Backend::Cpu)) {
+  explicit Backends(const PointCloud& target, const AlignSettings& s = autoware_preset())
+      : gpu(on(s, Backend::Cuda)), cpu(on(s, Backend::Cpu)) {
     gpu.set_target(target);
     cpu.set_target(target);
   }
-  static AlignSettings on(Backend backend) {
-    AlignSettings s = autoware_preset();
+  static AlignSettings on(AlignSettings s, Backend backend) {
     s.backend = backend;
     return s;
   }
@@ -93,15 +93,10 @@ TEST_CASE("A CUDA batch of several scans, and the CPU backend's numbers", "[gpu]
   const std::vector<PointCloud> sources = {test::moved_by_inverse(test::synthetic_scene(74, 6000), truth),
                                            test::moved_by_inverse(test::synthetic_scene(75, 1200), truth)};
   const std::vector<std::vector<Pose6>> guesses = {random_guesses(truth, 9, 5), random_guesses(truth, 12, 6)};
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  Aligner gpu(s);
-  gpu.set_target(target);
-  s.backend = Backend::Cpu;
-  Aligner cpu(s);
-  cpu.set_target(target);
+  Backends both(target);
+  Aligner& gpu = both.gpu;
   const auto all = gpu.align_batch(sources, guesses);
-  const auto on_cpu = cpu.align_batch(sources, guesses);
+  const auto on_cpu = both.cpu.align_batch(sources, guesses);
   for (std::size_t b = 0; b < sources.size(); ++b) {
     const auto each = gpu.align_batch(sources[b], guesses[b]);
     for (std::size_t k = 0; k < each.size(); ++k) {
@@ -254,10 +249,7 @@ TEST_CASE("A view of a caller's buffer aligns on CUDA with the bits of its Point
 // keeps each hypothesis's bits, and zero information keeps the bits of no prior.
 TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with batch bits", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
-  const PointCloud target = test::synthetic_scene(81, 60000);
-  Pose6 truth;
-  truth << 0.3, -0.2, 0.03, 0.01, -0.01, 0.04;
-  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(82, 5000), truth);
+  const auto [target, source, truth] = test::synthetic_pair(81, 60000, 5000, test::pose6(0.3, -0.2, 0.03, 0.01, -0.01, 0.04));
   PosePrior prior;
   prior.pose = truth;
   prior.pose(0) += 0.3;  // pulls x 0.3 m off the scan's optimum
@@ -268,15 +260,11 @@ TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with 
       s.gpu_loop = loop;
       s.prior = prior;
       s.prior.regularization_scale_factor = regularization;
-      s.backend = Backend::Cuda;
-      Aligner gpu(s);
-      gpu.set_target(target);
-      s.backend = Backend::Cpu;
-      Aligner cpu(s);
-      cpu.set_target(target);
+      Backends b(target, s);
+      Aligner& gpu = b.gpu;
       const std::vector<Pose6> guesses = random_guesses(truth, 20, 31);
       const std::vector<AlignResult> batch = gpu.align_batch(source, guesses);
-      const std::vector<AlignResult> on_cpu = cpu.align_batch(source, guesses);
+      const std::vector<AlignResult> on_cpu = b.cpu.align_batch(source, guesses);
       for (std::size_t k = 0; k < guesses.size(); ++k) {
         CAPTURE(to_string(loop), regularization, k, batch[k].pose.transpose(), on_cpu[k].pose.transpose());
         test::check_same_bits(batch[k], gpu.align_from_pose(source, guesses[k]));
@@ -287,7 +275,7 @@ TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with 
       // The prior moved the result towards its centre (the scene holds x stiffly: about
       // a centimetre against 0.3 m at this information).
       s.prior = PosePrior{};
-      Aligner free(s);
+      Aligner free(Backends::on(s, Backend::Cpu));
       free.set_target(target);
       CHECK(batch[0].pose(0) > free.align_from_pose(source, guesses[0]).pose(0) + 0.005);
     }

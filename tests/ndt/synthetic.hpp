@@ -50,4 +50,23 @@ inline PointCloud moved_by_inverse(const PointCloud& cloud, const Pose6& pose) {
   return out;
 }
 
+/// A target scene and a source scene (seeds `seed` and `seed` + 1) moved by the inverse of
+/// `truth`: aligning the source to the target from near the identity should give `truth`.
+struct SyntheticPair {
+  PointCloud target, source;
+  Pose6 truth;
+};
+
+inline SyntheticPair synthetic_pair(std::uint32_t seed, int target_points, int source_points, const Pose6& truth) {
+  return {synthetic_scene(seed, target_points), moved_by_inverse(synthetic_scene(seed + 1, source_points), truth),
+          truth};
+}
+
+/// A pose [x y z roll pitch yaw] from its six numbers.
+inline Pose6 pose6(double x, double y, double z, double roll, double pitch, double yaw) {
+  Pose6 p;
+  p << x, y, z, roll, pitch, yaw;
+  return p;
+}
+
 }  // namespace ndtcu::test

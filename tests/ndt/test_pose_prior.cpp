@@ -134,10 +134,7 @@ TEST_CASE("pose prior: score, gradient and Hessian match finite differences of t
 }
 
 TEST_CASE("pose prior: zero information gives the bits of no prior, on every loop and in batches", "[unit]") {
-  const PointCloud target = test::synthetic_scene(11, 40000);
-  Pose6 truth;
-  truth << 0.3, -0.2, 0.04, 0.01, -0.015, 0.05;
-  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(12, 3000), truth);
+  const auto [target, source, truth] = test::synthetic_pair(11, 40000, 3000, test::pose6(0.3, -0.2, 0.04, 0.01, -0.015, 0.05));
   for (LineSearch search : {LineSearch::Fixed, LineSearch::MoreThuente}) {
     AlignSettings plain = cpu();
     plain.line_search = search;
@@ -212,10 +209,7 @@ TEST_CASE("pose prior: in a corridor the unconstrained axis follows the prior, t
 }
 
 TEST_CASE("pose prior: a weak prior leaves a well-constrained alignment where the scan puts it", "[unit]") {
-  const PointCloud target = test::synthetic_scene(31, 60000);
-  Pose6 truth;
-  truth << 0.35, -0.25, 0.05, 0.01, -0.02, 0.06;
-  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(32, 5000), truth);
+  const auto [target, source, truth] = test::synthetic_pair(31, 60000, 5000, test::pose6(0.35, -0.25, 0.05, 0.01, -0.02, 0.06));
   Aligner aligner(cpu());
   aligner.set_target(target);
   const AlignResult free = aligner.align_from_pose(source, Pose6::Zero());

@@ -208,7 +208,9 @@ enum class FrameStatus {
   /// An attempt passed the check, but the degeneracy probe found directions the scan does
   /// not pin (LocalizerSettings::degeneracy_probe_m): the pose takes the alignment's
   /// correction along the directions it holds and the prediction along the others (solution
-  /// remapping, Zhang et al. 2016), and its covariance is widened along those. Not valid:
+  /// remapping, Zhang et al. 2016), and so does its covariance: the prediction's along the
+  /// weak directions, the alignment's along the others (before the first good pose, when
+  /// the prediction has none, the probe's step along the weak ones). Not valid:
   /// along the weak directions it is the motion model's guess. The motion model goes on
   /// from it.
   Degenerate,

@@ -344,6 +344,9 @@ struct Localizer::Impl {
   Eigen::Matrix4d last = Eigen::Matrix4d::Identity(), before_last = Eigen::Matrix4d::Identity();
   double last_time = 0.0, before_last_time = 0.0;
   int known = 0;
+  // The covariance of `last` (the frame's reported one): the motion model's prediction
+  // starts from it, so along a degenerate stretch's weak directions it keeps growing.
+  Eigen::Matrix<double, 6, 6> last_covariance = Eigen::Matrix<double, 6, 6>::Zero();
   // The time of the first frame since set_initial_pose (NaN before it): before the first
   // good pose, the searches widen with the time since then.
   double first_time = std::numeric_limits<double>::quiet_NaN();
@@ -402,7 +405,8 @@ struct Localizer::Impl {
   }
 
   // The motion model takes `pose` at `time` as its newest pose (a valid or a degenerate frame).
-  void advance(const Eigen::Matrix4d& pose, double time) {
+  void advance(const Eigen::Matrix4d& pose, double time, const Eigen::Matrix<double, 6, 6>& covariance) {
+    last_covariance = covariance;
     before_last = last;
     before_last_time = last_time;
     last = pose;
@@ -429,10 +433,10 @@ struct Localizer::Impl {
 
   bool accept(const AlignResult& r) const { return failed_check(r) == nullptr; }
 
-  // The constant-velocity prediction's covariance at `time`: standard deviations of
-  // motion_*_sigma per second since the last good pose (one frame gap, or 1 s, when the
-  // stamps do not increase). With one good pose only there is no velocity, and the
-  // prediction (that pose) can be off by whatever the sensor can move: max_speed and
+  // The constant-velocity prediction's covariance at `time`: the last pose's covariance
+  // plus standard deviations of motion_*_sigma per second since it (one frame gap, or 1 s,
+  // when the stamps do not increase). With one good pose only there is no velocity, and
+  // the prediction (that pose) can be off by whatever the sensor can move: max_speed and
   // max_turn_rate_deg per second. Zero before the first good pose (no gate, no prior).
   Eigen::Matrix<double, 6, 6> motion_covariance(double time) const {
     Eigen::Matrix<double, 6, 6> c = Eigen::Matrix<double, 6, 6>::Zero();
@@ -443,7 +447,7 @@ struct Localizer::Impl {
     const double t = (velocity ? settings.motion_translation_sigma : settings.max_speed) * dt;
     const double r = (velocity ? settings.motion_rotation_sigma : settings.max_turn_rate_deg * kPi / 180.0) * dt;
     c.diagonal() << t * t, t * t, t * t, r * r, r * r, r * r;
-    return c;
+    return last_covariance + c;
   }
 };
 
@@ -530,6 +534,7 @@ void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   check_rigid(pose, "initial pose");
   impl_->initial = pose;
   impl_->known = 0;
+  impl_->last_covariance.setZero();
   impl_->initialized = true;
   impl_->consecutive_lost = 0;
   impl_->first_time = std::numeric_limits<double>::quiet_NaN();
@@ -827,18 +832,29 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
     out.decided_by = "degeneracy probe";
     out.valid = false;
     out.pose = pose_to_matrix(predicted.pose6 + kept);
-    // The Laplace covariance of the alignment, widened along each weak direction by the
-    // probe's step (the scan cannot tell poses that far apart): an honest floor, not an
-    // estimate of the prediction's own error.
+    // The covariance follows the remapping: the pose is prediction + (I - P) delta, P the
+    // G-orthogonal projector onto the weak span, so its error is P e_prediction +
+    // (I - P) e_alignment, and with the two independent its covariance is
+    // P C_prediction P' + (I - P) C_alignment (I - P)': the prediction's along the weak
+    // directions (the pose is the prediction's there), the alignment's Laplace estimate
+    // along the others. Without a prediction covariance (no good pose yet), each weak
+    // direction gets the probe's step instead: the scan cannot tell poses that far apart.
     attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
-    out.covariance = out.alignment.covariance;
-    for (int i = 0; i < kProbeDirections; ++i) {
-      if (!probe.weak[i]) continue;
-      const Eigen::Matrix<double, 6, 1> d = 1.5 * m.settings.degeneracy_probe_m * probe.directions.col(i);
-      out.covariance += d * d.transpose();
+    Eigen::Matrix<double, 6, 6> p = Eigen::Matrix<double, 6, 6>::Zero();
+    for (const auto& b : basis) p += b * (g * b).transpose();
+    const Eigen::Matrix<double, 6, 6> held = Eigen::Matrix<double, 6, 6>::Identity() - p;
+    if (predicted.has_covariance) {
+      out.covariance = held * out.alignment.covariance * held.transpose() + p * predicted.covariance * p.transpose();
+    } else {
+      out.covariance = out.alignment.covariance;
+      for (int i = 0; i < kProbeDirections; ++i) {
+        if (!probe.weak[i]) continue;
+        const Eigen::Matrix<double, 6, 1> d = 1.5 * m.settings.degeneracy_probe_m * probe.directions.col(i);
+        out.covariance += d * d.transpose();
+      }
     }
     // The motion model goes on from it: along the weak directions that is dead reckoning.
-    m.advance(out.pose, time);
+    m.advance(out.pose, time, out.covariance);
     detail::log().debug("localizer: frame at t={} degenerate in {} direction{} (NVTL {:.3f}, best probe {:.3f} below)",
                         time, probe.count, probe.count == 1 ? "" : "s", out.alignment.nvtl, probe.drop);
   } else if (ok) {
@@ -847,7 +863,7 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
     // The covariance of the accepted alignment only (settings.align.pose_covariance).
     attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
     out.covariance = out.alignment.covariance;
-    m.advance(out.pose, time);
+    m.advance(out.pose, time, out.covariance);
     m.typical_nvtl = std::isnan(m.typical_nvtl) ? out.alignment.nvtl : 0.8 * m.typical_nvtl + 0.2 * out.alignment.nvtl;
   } else {
     out.status = FrameStatus::Lost;

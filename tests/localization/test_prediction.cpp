@@ -7,15 +7,21 @@
 
 #include <ndtcu/error.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/localizability.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/scan_sequence.hpp>
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/trajectory.hpp>
 
+#include <Eigen/Cholesky>
 #include <Eigen/Geometry>
 
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
 #include <string>
+#include <vector>
 
 using namespace ndtcu;
 namespace fs = std::filesystem;
@@ -94,13 +100,15 @@ TEST_CASE("a caller's prediction replaces the motion model, and the gate sends a
     Localizer ungated = tracking(d, s);
     CHECK(ungated.localize(scan, time, off, isotropic(0.02, 0.01)).status == FrameStatus::Tracked);
   }
-  {  // The motion model's own covariance grows with the time since the last good pose.
+  {  // The motion model's own covariance: the last pose's (a Laplace estimate of a few
+     // mm^2) plus growth with the time since it.
     LocalizerSettings s = test::cpu_localizer_settings();
     Localizer localizer = tracking(d, s);
     const LocalizationResult r = localizer.localize(scan, time);
     const double dt = d.scans[3].time - d.scans[2].time;
-    CHECK(r.prediction_covariance(0, 0) == Approx(std::pow(s.motion_translation_sigma * dt, 2)));
-    CHECK(r.prediction_covariance(5, 5) == Approx(std::pow(s.motion_rotation_sigma * dt, 2)));
+    CHECK(r.prediction_covariance(0, 0) == Approx(std::pow(s.motion_translation_sigma * dt, 2)).margin(1e-3));
+    CHECK(r.prediction_covariance(5, 5) == Approx(std::pow(s.motion_rotation_sigma * dt, 2)).margin(1e-5));
+    CHECK(r.prediction_covariance(0, 0) > std::pow(s.motion_translation_sigma * dt, 2));
     CHECK(r.mahalanobis2 < 1.0);
   }
 }
@@ -130,10 +138,17 @@ TEST_CASE("a caller's prediction is checked: rigid, and a symmetric positive sem
   CHECK_THROWS_WITH(Localizer(bad), Catch::Matchers::Contains("gate_chi2"));
 }
 
-// A tunnel: along its axis the scan holds nothing, so with the prediction as a prior the
-// alignment stays at the prediction there (and the frame is still found degenerate), while
-// across it the scan corrects the prediction.
-TEST_CASE("the prediction as a prior holds the alignment along a tunnel's axis", "[unit][sim]") {
+// A 200 m tunnel (the simulator's corridor place), its map at 0.2 m and `frames` scans of
+// an HDL-32 (360 columns) driving along it at 10 Hz, with their truth.
+struct Tunnel {
+  PointCloud map;
+  std::vector<PointCloud> scans;
+  std::vector<Eigen::Isometry3d> truth;
+  std::vector<double> times;
+  Eigen::Vector3d axis;
+};
+
+Tunnel make_tunnel(int frames) {
   sim::PlaceSettings ps;
   ps.place = sim::Place::Corridor;
   ps.length = 200.0;
@@ -141,36 +156,114 @@ TEST_CASE("the prediction as a prior holds the alignment along a tunnel's axis",
   sim::MapSettings ms;
   ms.voxel = 0.2;
   ms.threads = 2;
-  const PointCloud map = sim::sample_map(world, ms);
+  Tunnel t;
+  t.map = sim::sample_map(world, ms);
   sim::LidarModel lidar = sim::lidar_preset("hdl32");
   lidar.columns = 360;
-  const std::vector<sim::TrajectorySample> drive = sim::place_drive(ps, 3, 10.0);
   const Eigen::Isometry3d from_scene = sim::world_from_scene(world.scene());
-  const Eigen::Vector3d axis = sim::place_axis(world.scene());
-  const Eigen::Isometry3d truth = from_scene * drive[2].scene_from_sensor;
-  const PointCloud scan = sim::cast_scan(world, lidar, drive[2].scene_from_sensor, 7, 2, 2).cloud;
+  t.axis = sim::place_axis(world.scene());
+  for (const sim::TrajectorySample& d : sim::place_drive(ps, frames, 10.0)) {
+    t.scans.push_back(sim::cast_scan(world, lidar, d.scene_from_sensor, 7, t.scans.size(), 2).cloud);
+    t.truth.push_back(from_scene * d.scene_from_sensor);
+    t.times.push_back(d.time);
+  }
+  return t;
+}
+
+Pose6 wrapped_difference(const Pose6& a, const Pose6& b) {
+  Pose6 d = a - b;
+  for (int i = 3; i < 6; ++i) d(i) = std::remainder(d(i), 2.0 * M_PI);
+  return d;
+}
+
+// Along its axis the tunnel's scan holds nothing, so with the prediction as a prior the
+// alignment stays at the prediction there (and the frame is still found degenerate), while
+// across it the scan corrects the prediction.
+TEST_CASE("the prediction as a prior holds the alignment along a tunnel's axis", "[unit][sim]") {
+  const Tunnel t = make_tunnel(3);
+  const Eigen::Isometry3d& truth = t.truth[2];
   // The prediction: 0.5 m along the axis and 0.2 m across it.
-  const Eigen::Vector3d across = axis.cross(Eigen::Vector3d::UnitZ()).normalized();
+  const Eigen::Vector3d across = t.axis.cross(Eigen::Vector3d::UnitZ()).normalized();
   Eigen::Matrix4d predicted = truth.matrix();
-  predicted.topRightCorner<3, 1>() += 0.5 * axis + 0.2 * across;
+  predicted.topRightCorner<3, 1>() += 0.5 * t.axis + 0.2 * across;
   for (bool prior : {false, true}) {
     LocalizerSettings s = test::cpu_localizer_settings();
     s.prediction_prior = prior;
     Localizer localizer(s);
-    localizer.set_map(map);
+    localizer.set_map(t.map);
     localizer.set_initial_pose(truth.matrix());
-    const LocalizationResult r = localizer.localize(scan, drive[2].time, predicted, isotropic(0.05, 0.01));
+    const LocalizationResult r = localizer.localize(t.scans[2], t.times[2], predicted, isotropic(0.05, 0.01));
     const Eigen::Vector3d err = r.alignment.transform.topRightCorner<3, 1>() - truth.translation();
-    CAPTURE(prior, to_string(r.status), err.dot(axis), err.dot(across), r.decided_by);
+    CAPTURE(prior, to_string(r.status), err.dot(t.axis), err.dot(across), r.decided_by);
     CHECK(std::abs(err.dot(across)) < 0.1);  // the scan holds it either way
     if (prior) {
-      CHECK(err.dot(axis) == Approx(0.5).margin(0.05));  // the prior holds it
+      CHECK(err.dot(t.axis) == Approx(0.5).margin(0.05));  // the prior holds it
       CHECK(r.alignment.localizability.weakest_ratio > 0.0);
     }
     // Either way the frame is not a valid pose: the probe finds the axis unpinned.
     CHECK_FALSE(r.valid);
     CHECK(r.status == FrameStatus::Degenerate);
   }
+}
+
+// A degenerate frame's pose is the prediction's along its weak directions, and so is its
+// covariance there: over 200 predictions drawn from their stated covariance (an odometry's:
+// 0.3 m in x-y, 5 cm in z, 0.3 deg in roll and pitch, 1.1 deg in yaw), the true error along
+// the weakest direction, against the reported covariance, gives a chi-square of one degree
+// of freedom: the mean NEES within its 95% bounds (1 +- 1.96 sqrt(2 / N)). Along the held
+// directions the covariance is the alignment's Laplace estimate, which BENCHMARK.md
+// ("Pose covariance against exact truth") finds 2-3 times too confident in sigma: printed,
+// not held to the bound.
+// [heavy]: 200 localizations (about 5 s here, a minute or more under the sanitizers).
+TEST_CASE("a degenerate frame's covariance covers its error along the weak direction: NEES over 200 trials",
+          "[unit][sim][heavy]") {
+  const int kFrames = 4, kTrials = 200;
+  const Tunnel t = make_tunnel(kFrames);
+  Matrix6d c = Matrix6d::Zero();
+  c.diagonal() << 0.09, 0.09, 0.0025, 2.5e-5, 2.5e-5, 4e-4;
+  const Matrix6d l = c.llt().matrixL();
+  Localizer localizer(test::cpu_localizer_settings());
+  localizer.set_map(t.map);
+  std::vector<PointMoments> moments;
+  for (const PointCloud& scan : t.scans) {
+    const PointCloud f = localizer.preprocess(scan);
+    moments.push_back(point_moments(f.points.data(), f.size()));
+  }
+  std::mt19937 rng(17);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  double weak_sum = 0.0, full_sum = 0.0;
+  int degenerate = 0;
+  std::map<std::string, int> other;  // the other verdicts
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const std::size_t k = static_cast<std::size_t>(trial % kFrames);
+    const Pose6 truth = matrix_to_pose(t.truth[k].matrix());
+    Pose6 z;
+    for (int i = 0; i < 6; ++i) z(i) = normal(rng);
+    localizer.set_initial_pose(t.truth[k].matrix());  // each trial on its own
+    const LocalizationResult r = localizer.localize(t.scans[k], t.times[k], pose_to_matrix(truth + l * z), c);
+    const double miss = (r.pose.topRightCorner<3, 1>() - t.truth[k].translation()).norm();
+    CAPTURE(trial, to_string(r.status), r.decided_by, miss, z.transpose());
+    if (r.valid) CHECK(miss < 0.10);  // a frame taken as valid must not be a wrong pose
+    if (r.status != FrameStatus::Degenerate) {
+      ++other[to_string(r.status)];
+      continue;
+    }
+    ++degenerate;
+    const Pose6 err = wrapped_difference(matrix_to_pose(r.pose), truth);
+    const Matrix6d g = displacement_metric(matrix_to_pose(r.pose), moments[k]);
+    const Eigen::Matrix<double, 6, 1> b = r.weakest_direction / std::sqrt(r.weakest_direction.dot(g * r.weakest_direction));
+    const double along = b.dot(g * err), variance = b.dot(g * r.covariance * g * b);
+    weak_sum += along * along / variance;
+    full_sum += err.dot(r.covariance.ldlt().solve(err));
+  }
+  const double weak = weak_sum / degenerate, bound = 1.96 * std::sqrt(2.0 / degenerate);
+  std::printf("tunnel: %d of %d trials degenerate (%d tracked, %d recovered, %d lost); NEES along the weakest "
+              "direction %.3f (95%% bounds %.3f-%.3f), over all six %.1f (honest: 6)\n",
+              degenerate, kTrials, other["tracked"], other["recovered"], other["lost"], weak, 1.0 - bound,
+              1.0 + bound, full_sum / degenerate);
+  CHECK(degenerate >= 180);
+  CHECK(weak > 1.0 - bound);
+  CHECK(weak < 1.0 + bound);
 }
 
 TEST_CASE("interpolate_pose: linear in position, slerp in rotation, nothing outside the span or across a gap",

@@ -2,6 +2,8 @@
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 
+#include "pose_matrix_check.hpp"
+
 #include <Eigen/Eigenvalues>
 
 #include <fmt/format.h>
@@ -150,6 +152,30 @@ void validate(const AlignSettings& s) {
   validate(s.prior);
 }
 
+namespace detail {
+
+void check_pose_matrix(const Eigen::Matrix<double, 6, 6>& m, const std::string& what) {
+  static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
+  if (!m.allFinite()) throw Error(what + " has an entry that is not finite");
+  const double largest = m.cwiseAbs().maxCoeff();
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i + 1; j < 6; ++j) {
+      if (std::abs(m(i, j) - m(j, i)) > 1e-9 * largest) {
+        throw Error(fmt::format("{} is not symmetric ({},{} is {}, {},{} is {})", what, kNames[i], kNames[j], m(i, j),
+                                kNames[j], kNames[i], m(j, i)));
+      }
+    }
+  }
+  if (largest > 0.0) {
+    const double lowest = Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>>(m).eigenvalues()(0);
+    if (lowest < -1e-9 * largest) {
+      throw Error(fmt::format("{} is not positive semi-definite (eigenvalue {})", what, lowest));
+    }
+  }
+}
+
+}  // namespace detail
+
 void validate(const PosePrior& prior) {
   static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
   for (int i = 0; i < 6; ++i) {
@@ -157,28 +183,10 @@ void validate(const PosePrior& prior) {
       throw Error(fmt::format("invalid prior: pose {} is {} (must be finite)", kNames[i], prior.pose(i)));
     }
   }
-  const Eigen::Matrix<double, 6, 6>& l = prior.information;
-  if (!l.allFinite()) throw Error("invalid prior: the information matrix has an entry that is not finite");
-  const double largest = l.cwiseAbs().maxCoeff();
-  for (int i = 0; i < 6; ++i) {
-    for (int j = i + 1; j < 6; ++j) {
-      if (std::abs(l(i, j) - l(j, i)) > 1e-9 * largest) {
-        throw Error(fmt::format("invalid prior: the information matrix is not symmetric ({},{} is {}, {},{} is {})",
-                                kNames[i], kNames[j], l(i, j), kNames[j], kNames[i], l(j, i)));
-      }
-    }
-  }
+  detail::check_pose_matrix(prior.information, "invalid prior: the information matrix");
   if (!(prior.regularization_scale_factor >= 0.0) || !std::isfinite(prior.regularization_scale_factor)) {
     throw Error(fmt::format("invalid prior: regularization_scale_factor {} (must be finite and >= 0)",
                             prior.regularization_scale_factor));
-  }
-  if (largest > 0.0) {
-    const Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>> eig(l);
-    const double lowest = eig.eigenvalues()(0);
-    if (lowest < -1e-9 * largest) {
-      throw Error(fmt::format("invalid prior: the information matrix is not positive semi-definite (eigenvalue {})",
-                              lowest));
-    }
   }
 }
 

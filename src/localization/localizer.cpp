@@ -8,6 +8,7 @@
 #include "../ndt/pose_search.hpp"
 #include "../log.hpp"
 #include "../nvtx.hpp"
+#include "../pose_matrix_check.hpp"
 #include "../voxel_lattice.hpp"
 
 #include <Eigen/Eigenvalues>
@@ -91,22 +92,6 @@ Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6, 6>& co
   }
   Eigen::Matrix<double, 6, 6> out = eig.eigenvectors() * inv.asDiagonal() * eig.eigenvectors().transpose();
   return 0.5 * (out + out.transpose());
-}
-
-// Throws Error naming what is wrong with a caller's prediction covariance.
-void check_prediction_covariance(const Eigen::Matrix<double, 6, 6>& c) {
-  if (!c.allFinite()) throw Error("localize: the prediction's covariance has an entry that is not finite");
-  const double largest = c.cwiseAbs().maxCoeff();
-  if (!c.isApprox(c.transpose(), 1e-9) && largest > 0.0) {
-    throw Error("localize: the prediction's covariance is not symmetric");
-  }
-  if (largest > 0.0) {
-    const double lowest = Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>>(c).eigenvalues()(0);
-    if (lowest < -1e-9 * largest) {
-      throw Error("localize: the prediction's covariance is not positive semi-definite (eigenvalue " +
-                  std::to_string(lowest) + ")");
-    }
-  }
 }
 
 // What the degeneracy probe found about an accepted alignment (LocalizerSettings::
@@ -622,7 +607,7 @@ LocalizationResult Localizer::localize(const PointCloud& scan, double time, cons
                                        const Eigen::Matrix<double, 6, 6>& covariance) {
   const auto t0 = std::chrono::steady_clock::now();
   check_rigid(prediction, "localize: the prediction");
-  check_prediction_covariance(covariance);
+  detail::check_pose_matrix(covariance, "localize: the prediction's covariance");
   PointCloud filtered = preprocess_points(scan, scan.intensity_or_null());
   const double pre_ms = ms_since(t0);
   LocalizationResult r = localize_frame(filtered, time, &prediction, &covariance);
@@ -635,7 +620,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
                                                     const Eigen::Matrix4d& prediction,
                                                     const Eigen::Matrix<double, 6, 6>& covariance) {
   check_rigid(prediction, "localize: the prediction");
-  check_prediction_covariance(covariance);
+  detail::check_pose_matrix(covariance, "localize: the prediction's covariance");
   return localize_frame(filtered, time, &prediction, &covariance);
 }
 

@@ -262,8 +262,7 @@ Pose6 to_pose(const double* p) {
 // (kernels/ndt_step.hpp), the same code the device loop runs, with PCL's direction by LU
 // there; the saddle-free direction is taken here from H's eigen-decomposition.
 OptimizerOutput optimize_fixed_step(DerivativeEvaluator& evaluator, const Pose6& initial, const AlignSettings& s,
-                                    bool keep_trace) {
-  const math::StepRules rules = step_rules(s);
+                                    const math::StepRules& rules, bool keep_trace) {
   const double start[6] = {initial(0), initial(1), initial(2), initial(3), initial(4), initial(5)};
   math::StepState state = math::start_state(start);
   std::vector<math::StepTrace> trace(keep_trace ? static_cast<std::size_t>(s.max_iterations) : 0);
@@ -317,7 +316,7 @@ OptimizerOutput optimize(DerivativeEvaluator& inner, const Pose6& initial, const
   const math::StepRules rules = step_rules(s);
   PriorEvaluator with_prior(inner, rules.prior, prior_center);
   DerivativeEvaluator& evaluator = rules.prior.active ? static_cast<DerivativeEvaluator&>(with_prior) : inner;
-  if (s.line_search == LineSearch::Fixed) return optimize_fixed_step(evaluator, initial, s, keep_trace);
+  if (s.line_search == LineSearch::Fixed) return optimize_fixed_step(evaluator, initial, s, rules, keep_trace);
   // PCL's loop with More-Thuente (host only): SVD solve, the line search, the shared
   // stopping rule.
   OptimizerOutput out;

@@ -21,6 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 base=${NDTCU_BUILD_DIR:-$root/build}
 jobs=${NDTCU_JOBS:-$(nproc)}
 modes=("$@")
+source "$root/scripts/ccache.sh"
 ((${#modes[@]})) || modes=(address thread)
 
 # Configures $1 with -DNDTCU_SANITIZE=$2 (less the checks in $3) and builds those of the
@@ -31,7 +32,7 @@ build() {
   mkdir -p "$dir"
   # The libFuzzer targets are sanitized builds of their own, made by the normal build.
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DNDTCU_WITH_CUDA=OFF -DNDTCU_BUILD_FUZZERS=OFF \
-    -DNDTCU_SANITIZE="$sanitize" -DNDTCU_SANITIZE_EXCLUDE="$exclude" >"$dir/configure.log" 2>&1 || {
+    "${ccache_flags[@]}" -DNDTCU_SANITIZE="$sanitize" -DNDTCU_SANITIZE_EXCLUDE="$exclude" >"$dir/configure.log" 2>&1 || {
     cat "$dir/configure.log" >&2
     echo "sanitize.sh: configure of $dir failed (log above)" >&2
     exit 1

@@ -15,7 +15,7 @@
 set -euo pipefail
 
 packages=(
-  cmake g++ make pkg-config
+  cmake g++ make pkg-config ccache
   libeigen3-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblzf-dev
   libyaml-cpp-dev libnanoflann-dev libboost-dev python3 python3-matplotlib
   libsqlite3-dev libzstd-dev liblz4-dev libbz2-dev python3-venv python3-dev

@@ -55,6 +55,7 @@ struct LocalizeOptions {
   double period = 0.1, max_time_difference = 0.01;
   double degeneracy_probe = 2.0, degeneracy_margin = 0.1;
   std::string odometry;                                     // --odometry FILE (TUM)
+  std::string odometry_topic;                               // --odometry-topic TOPIC (of the scans' bag)
   std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};
   std::vector<double> motion_sigma = {1.0, 0.35};
   double gate_chi2 = LocalizerSettings{}.gate_chi2;
@@ -544,6 +545,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   "TUM trajectory of odometry (wheel, IMU integration, LiDAR-inertial) in any fixed frame: the motion "
                   "it measured since the previous frame, interpolated to each scan's time, replaces the "
                   "constant-velocity prediction (frames outside it fall back to the latter)");
+  cmd->add_option("--odometry-topic", o->odometry_topic,
+                  "with --scans BAG: a nav_msgs/Odometry topic of that bag, read as --odometry reads its file (the "
+                  "message poses at the bag's record times, the clock of the scans)")
+      ->excludes("--odometry");
   cmd->add_option("--odometry-noise", o->odometry_noise,
                   "the odometry's drift as standard deviations a,b,c,d: a m per metre travelled and b m per second "
                   "(each position axis), c rad per radian turned and d rad per second (each angle)")
@@ -702,18 +707,45 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       matches = match_to_reference(scans, reference, o->max_time_difference);
     }
 
+    // The odometry: a TUM file, or a nav_msgs/Odometry topic of the scans' bag (its poses at
+    // the bag's record times, the scans' clock). `odometry_source` names it in messages.
     std::optional<OdometryPredictor> odometry;
+    std::string odometry_source;
+    Trajectory odometry_poses;
     if (!o->odometry.empty()) {
-      Trajectory t = read_trajectory(o->odometry, TrajectoryFormat::Tum);
-      if (t.size() < 2) throw IoError(o->odometry, "odometry needs at least two poses");
-      for (std::size_t i = 1; i < t.size(); ++i) {
-        if (!(t[i].time > t[i - 1].time)) {
-          throw IoError(o->odometry, fmt::format("pose {} at time {} does not come after pose {} at {} (odometry must "
-                                                 "be in time order, without repeated stamps)",
-                                                 i + 1, t[i].time, i, t[i - 1].time));
+      odometry_source = o->odometry;
+      odometry_poses = read_trajectory(o->odometry, TrajectoryFormat::Tum);
+    } else if (!o->odometry_topic.empty()) {
+      if (!bag) {
+        throw Error("--odometry-topic " + o->odometry_topic + ": " + o->scans +
+                    " is not a rosbag (--odometry-topic reads the scans' bag; give a TUM file with --odometry)");
+      }
+      const rosbag::TopicInfo& topic = bag->topic(o->odometry_topic);
+      if (!rosbag::is_odometry_type(topic.type)) {
+        throw Error("--odometry-topic " + o->odometry_topic + ": " + o->scans + ": the topic holds " +
+                    (topic.type.empty() ? "messages of no declared type" : topic.type) + ", not nav_msgs/Odometry");
+      }
+      odometry_source = o->scans + " topic " + o->odometry_topic;
+      const auto& messages = bag->messages(o->odometry_topic);
+      odometry_poses.reserve(messages.size());
+      for (std::size_t k = 0; k < messages.size(); ++k) {
+        const rosbag::OdometryMessage m = bag->read_odometry(o->odometry_topic, k);
+        odometry_poses.push_back({messages[k].time(), Eigen::Isometry3d(m.pose)});
+      }
+    }
+    if (!odometry_source.empty()) {
+      if (odometry_poses.size() < 2) {
+        throw IoError(odometry_source, fmt::format("odometry needs at least two poses, found {}", odometry_poses.size()));
+      }
+      for (std::size_t i = 1; i < odometry_poses.size(); ++i) {
+        if (!(odometry_poses[i].time > odometry_poses[i - 1].time)) {
+          throw IoError(odometry_source,
+                        fmt::format("pose {} at time {} does not come after pose {} at {} (odometry must be in time "
+                                    "order, without repeated stamps)",
+                                    i + 1, odometry_poses[i].time, i, odometry_poses[i - 1].time));
         }
       }
-      odometry.emplace(std::move(t), o->odometry_noise);
+      odometry.emplace(std::move(odometry_poses), o->odometry_noise);
     }
 
     Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();
@@ -885,7 +917,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
             progress.message(fmt::format("ndtcu: warning: frame {} at time {:.6f}: {} does not cover it and the frame "
                                          "before; predicting at constant velocity where it does not (counted in "
                                          "summary.json, odometry.frames_outside)",
-                                         scan->index, scan->entry.time, o->odometry));
+                                         scan->index, scan->entry.time, odometry_source));
           }
           LocalizationResult r =
               predicted ? (filter_in_line ? localizer.localize(scan->cloud, scan->entry.time, predicted->first,
@@ -969,7 +1001,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     j["recovered"] = recovered;
     j["degenerate"] = degenerate;
     j["skipped"] = skipped;
-    j["odometry"] = odometry ? nlohmann::json{{"file", json_text(o->odometry)},
+    j["odometry"] = odometry ? nlohmann::json{{"file", json_text(o->odometry.empty() ? o->scans : o->odometry)},
+                                              {"topic", o->odometry_topic.empty() ? nlohmann::json(nullptr)
+                                                                                  : json_text(o->odometry_topic)},
                                               {"poses", odometry->size()},
                                               {"frames_predicted", odometry_used},
                                               {"frames_outside", odometry_missing}}
@@ -1055,6 +1089,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"prediction_prior", ls.prediction_prior},
                      {"regularization_scale_factor", ls.regularization_scale_factor},
                      {"odometry", o->odometry.empty() ? nlohmann::json(nullptr) : json_text(o->odometry)},
+                     {"odometry_topic", o->odometry_topic.empty() ? nlohmann::json(nullptr) : json_text(o->odometry_topic)},
                      {"odometry_noise", o->odometry_noise},
                      {"recovery", to_string(ls.recovery)},
                      {"search_nvtl_ratio", ls.search_nvtl_ratio},
@@ -1176,7 +1211,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} skipped of {}\n",
                           localized, recovered, lost, degenerate, skipped, done);
       if (!j["odometry"].is_null()) {
-        text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", odometry_used, o->odometry,
+        text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", odometry_used, odometry_source,
                             odometry_missing);
       }
       if (streamer) {

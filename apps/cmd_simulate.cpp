@@ -41,6 +41,7 @@ struct SimulateOptions {
   double dropout = 0.0;
   std::size_t map_points = 0;
   std::size_t scan_points = 0;
+  std::size_t keep_every = 1;
   bool scale = false;
   double map_tile_size = 0.0;  // 0: map.pcd; else the tiled folder map/
   std::string encoding = "binary_compressed";
@@ -146,7 +147,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                   "also write the scans as a ROS 2 bag (a new folder: metadata.yaml and an MCAP file; topic /points, "
                   "sensor_msgs/msg/PointCloud2, each scan at its time in poses_tum.txt)");
   cmd->add_option("--seed", o->seed, "seed: the same seed and options give the same bytes")->capture_default_str();
-  auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64, os0-64 or vlp16")->capture_default_str();
+  auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64, os0-64, vlp16 or avia (a Livox Avia's non-repetitive 70 deg rosette, facing forward)")->capture_default_str();
   cmd->add_option("--frames", o->frames, "scans to make, at --rate")->capture_default_str();
   auto* rate = cmd->add_option("--rate", o->rate, "scans per second (default: the scenario's; 10 for drive)");
   cmd->add_option("--scenario", o->scenario,
@@ -171,12 +172,15 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                     ->capture_default_str();
   cmd->add_option("--relief", o->relief, "height of the rolling terrain in metres")->capture_default_str();
   auto* noise = cmd->add_option("--noise", o->noise, "range noise sigma in metres (default: the sensor's)");
-  auto* columns = cmd->add_option("--columns", o->columns, "azimuth steps per revolution (default: the sensor's)");
+  auto* columns = cmd->add_option("--columns", o->columns, "azimuth steps per revolution, or rays per scan of avia (default: the sensor's)");
   auto* max_range = cmd->add_option("--max-range", o->max_range, "maximum range in metres (default: the sensor's)");
   cmd->add_option("--dropout", o->dropout, "probability that a return is lost")->capture_default_str();
   auto* map_points = cmd->add_option("--map-points", o->map_points, "exact number of map points (no voxel filter)");
   map_points->excludes(voxel);
   auto* scan_points = cmd->add_option("--scan-points", o->scan_points, "choose the columns for about this many points per scan");
+  cmd->add_option("--keep-every", o->keep_every,
+                  "keep every N-th point of each scan (3: as sparse as thinned 32-ring keyframes)")
+      ->capture_default_str();
   cmd->add_option("--map-tile-size", o->map_tile_size,
                   "write the map as a tiled folder map/ of squares this many metres wide (Autoware's layout, "
                   "written tile by tile, never whole in memory) instead of map.pcd; 0: map.pcd")
@@ -215,6 +219,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     s.map.voxel = o->map_voxel;
     s.map.target_points = o->map_points;
     s.scan_points = o->scan_points;
+    s.keep_every = o->keep_every;
     s.encoding = pcd_encoding_from_string(o->encoding);
     s.threads = o->threads;
     s.map.threads = o->threads;

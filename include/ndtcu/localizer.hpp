@@ -38,7 +38,7 @@ namespace ndtcu {
 enum class Recovery {
   None,        ///< nothing: the frame is lost
   LastGood,    ///< the retries only: continue an attempt that ran out of iterations, else start from the last good pose
-  Hypotheses,  ///< the continuation, then batches of hypotheses in stages (rotations, nearby positions, wider positions)
+  Hypotheses,  ///< the retries of LastGood, then batches of hypotheses in stages (rotations, nearby positions, wider positions)
 };
 
 /// "none", "last-good", "hypotheses".
@@ -104,7 +104,8 @@ struct LocalizerSettings {
   Recovery recovery = Recovery::Hypotheses;
   /// Retries after a failed first attempt (0: none; Recovery::None makes none). A retry
   /// continues the best attempt from its end pose when that attempt ran out of iterations
-  /// (a long correction still under way), and with Recovery::LastGood otherwise starts
+  /// (a long correction still under way; again after a continuation that ran out in turn),
+  /// and otherwise starts
   /// from the last good pose. Bounds the time a bad frame takes.
   int recovery_attempts = 2;
   /// Recovery::Hypotheses, stage 1: one batch of hypotheses at the prediction's and the

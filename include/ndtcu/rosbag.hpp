@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Reading `sensor_msgs/PointCloud2` messages from rosbags without ROS: ROS 2 bags (a
+/// Reading `sensor_msgs/PointCloud2` (and `nav_msgs/Odometry`) messages from rosbags without ROS: ROS 2 bags (a
 /// folder with `metadata.yaml` and `sqlite3` `.db3` or `mcap` storage files, or one such
 /// file), and ROS 1 `.bag` files (format 2.0). Compressed MCAP chunks (zstd, lz4), ROS 1
 /// chunks (bz2, lz4) and rosbag2's per-message zstd compression are read. The library
@@ -20,6 +20,8 @@
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/point_cloud.hpp>
+
+#include <Eigen/Core>
 
 #include <cstddef>
 #include <cstdint>
@@ -111,6 +113,27 @@ struct PointCloud2Info {
 /// The sensor_msgs/PointCloud2 type names this reader decodes, in ROS 2 and ROS 1 spelling.
 bool is_point_cloud2_type(std::string_view type);
 
+/// One nav_msgs/Odometry message: the pose of `child_frame_id` in `frame_id` and its
+/// covariance (the twist is not read).
+struct OdometryMessage {
+  std::int64_t stamp_ns = 0;   ///< header stamp (ns)
+  std::string frame_id;        ///< header frame_id: the fixed frame of the pose
+  std::string child_frame_id;  ///< the body whose pose this is
+  /// T_frame_child (rotation from the message's quaternion, normalized).
+  Eigen::Matrix4d pose = Eigen::Matrix4d::Identity();
+  /// pose.covariance: x, y, z, then rotations about x, y, z (row major, as ROS writes it).
+  Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
+};
+
+/// The nav_msgs/Odometry type names this reader decodes, in ROS 2 and ROS 1 spelling.
+bool is_odometry_type(std::string_view type);
+
+/// Decodes one serialized nav_msgs/Odometry (the header, child frame and pose with its
+/// covariance; the twist that follows is not read). A non-finite position or covariance, or
+/// a quaternion that is not finite or not within 0.1% of unit length, is an IoError naming
+/// `context` and the field.
+OdometryMessage decode_odometry(std::string_view bytes, MessageEncoding encoding, const std::string& context);
+
 /// True when `path` names a bag: a `.bag`, `.mcap` or `.db3` file, or a folder holding a
 /// `metadata.yaml`.
 bool is_bag_path(const std::string& path);
@@ -153,6 +176,9 @@ class BagReader {
   /// Decodes message `index` of the PointCloud2 topic `topic`.
   PointCloud read_point_cloud(const std::string& topic, std::size_t index, const ReadOptions& options = {},
                               PointCloud2Info* info = nullptr) const;
+  /// Decodes message `index` of `topic`, which must hold nav_msgs/Odometry (an IoError
+  /// naming the type it holds otherwise).
+  OdometryMessage read_odometry(const std::string& topic, std::size_t index) const;
   /// "FILE: topic T: message K", the prefix of a message's errors.
   std::string message_context(const std::string& topic, std::size_t index) const;
 

@@ -224,19 +224,36 @@ Eigen::Vector3d parse_origin(const std::string& text);
 // LiDAR
 // ---------------------------------------------------------------------------------------
 
-/// A spinning multi-beam LiDAR: one laser per ring, fired at `columns` evenly spaced
-/// azimuths per revolution, all from the sensor origin.
+/// How a LiDAR lays out the rays of one scan.
+enum class ScanPattern {
+  /// A spinning multi-beam sensor: one laser per ring, fired at `columns` evenly spaced
+  /// azimuths per revolution; every revolution the same rays.
+  Spinning,
+  /// A solid-state sensor's rosette (a Livox's pair of Risley prisms): `columns` rays per
+  /// scan along two superposed circular motions of incommensurate rates, inside a cone of
+  /// fov_deg about the sensor's x axis. The curve goes on from one scan to the next, so no
+  /// two scans share their rays (non-repetitive): a single scan leaves gaps that later ones
+  /// fill. The ring list holds one entry, unused.
+  Rosette,
+};
+
+/// A LiDAR: its ray pattern, ranges and noise. All rays start at the sensor origin.
 struct LidarModel {
   std::string name = "custom";               ///< preset name or "custom"
+  ScanPattern pattern = ScanPattern::Spinning;
   std::vector<double> ring_elevations_deg;   ///< elevation of each ring (deg), ring index = position
-  int columns = 1800;                        ///< azimuth steps per revolution
+  int columns = 1800;                        ///< azimuth steps per revolution (Rosette: rays per scan)
+  double fov_deg = 70.4;                     ///< Rosette: full angle of the cone of view (deg)
   double min_range = 0.5;                    ///< returns closer than this are discarded (m)
   double max_range = 100.0;                  ///< nothing beyond this is seen (m)
   double range_noise_sigma = 0.02;           ///< Gaussian range noise, one sigma (m)
   double dropout = 0.0;                      ///< probability that a return is lost, in [0, 1)
 
-  /// Rays per revolution (rings * columns).
-  std::size_t rays() const noexcept { return ring_elevations_deg.size() * static_cast<std::size_t>(columns); }
+  /// Rays per scan (Spinning: rings * columns; Rosette: columns).
+  std::size_t rays() const noexcept {
+    return (pattern == ScanPattern::Rosette ? std::size_t{1} : ring_elevations_deg.size()) *
+           static_cast<std::size_t>(columns);
+  }
 };
 
 /// Names accepted by lidar_preset().
@@ -246,15 +263,18 @@ const std::vector<std::string>& lidar_preset_names();
 /// 2 cm noise), "hdl64" (HDL-64E: 64 rings, +2 to -24.9 deg in two blocks, 2000 columns,
 /// 1-120 m, 2 cm), "os1-64" (64 rings, +/-22.5 deg uniform, 1024 columns, 0.5-120 m,
 /// 1 cm), "os0-64" (64 rings, +/-45 deg uniform, 1024 columns, 0.3-50 m, 1 cm), "vlp16"
-/// (VLP-16: 16 rings, +/-15 deg uniform, 1800 columns, 0.5-100 m, 3 cm); no dropout. Throws Error for another name, listing these.
+/// (VLP-16: 16 rings, +/-15 deg uniform, 1800 columns, 0.5-100 m, 3 cm), "avia" (Livox
+/// Avia: a non-repetitive rosette in a 70.4 deg cone about x, 24,000 rays per 10 Hz scan,
+/// 1-190 m, 2 cm); no dropout. Throws Error for another name, listing these.
 LidarModel lidar_preset(const std::string& name);
 
 /// Checks a model; throws Error naming the field (and its CLI option) and value.
 void validate(const LidarModel& model);
 
-/// Unit direction of ring `ring` at column `column`, sensor frame. Azimuth is
-/// 2 pi column / columns, counter-clockwise from x.
-Eigen::Vector3d ray_direction(const LidarModel& model, int ring, int column);
+/// Unit direction of ring `ring` at column `column` of scan `frame`, sensor frame.
+/// Spinning: azimuth 2 pi column / columns, counter-clockwise from x (the frame does not
+/// matter). Rosette: ray `column` of scan `frame`, the ring ignored.
+Eigen::Vector3d ray_direction(const LidarModel& model, int ring, int column, std::uint64_t frame = 0);
 
 /// One simulated revolution.
 struct Scan {
@@ -458,6 +478,10 @@ struct SimulationSettings {
   /// When non-zero, the columns of `lidar` are chosen so that a scan has about this many
   /// points (--scan-points), from a pilot scan at the first pose.
   std::size_t scan_points = 0;
+  /// Keep every this-many-th point of each scan (1: all; --keep-every), as a keyframe store
+  /// that thins its scans does: 3 makes a 32-ring sensor's scans as sparse as a campus
+  /// robot's HDL-32E keyframes.
+  std::size_t keep_every = 1;
   PcdEncoding encoding = PcdEncoding::BinaryCompressed;  ///< PCD encoding of map and scans
   unsigned threads = 0;            ///< worker threads, at most kMaxThreads; 0: one per hardware thread
   Scenario scenario = Scenario::Drive;  ///< the name world.json records (apply_scenario() sets the rest)

@@ -378,16 +378,22 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
   std::vector<AlignResult> refined_results = aligner.align_batch(scan, starts);
   // A refinement that ran out of iterations is a long correction still under way (a coarse
   // pose a metre off takes more than 30 steps of 0.1 m when the steps zigzag): it goes on
-  // once from where it stopped, as the localizer's retry does, in one more batch.
-  std::vector<std::size_t> unfinished;
-  std::vector<Pose6> resumed;
-  for (std::size_t r = 0; r < refined_results.size(); ++r) {
-    if (refined_results[r].reason == StopReason::MaxIterations) {
-      unfinished.push_back(r);
-      resumed.push_back(refined_results[r].pose);
+  // from where it stopped, as the localizer's retries do, in one more batch of those still
+  // under way, up to kRefineContinuations times (the narrow Livox Avia scans' right
+  // rotation hypotheses can take more than twice Autoware's 30 iterations).
+  constexpr int kRefineContinuations = 3;
+  std::size_t resumed_total = 0;
+  for (int round = 0; round < kRefineContinuations; ++round) {
+    std::vector<std::size_t> unfinished;
+    std::vector<Pose6> resumed;
+    for (std::size_t r = 0; r < refined_results.size(); ++r) {
+      if (refined_results[r].reason == StopReason::MaxIterations) {
+        unfinished.push_back(r);
+        resumed.push_back(refined_results[r].pose);
+      }
     }
-  }
-  if (!resumed.empty()) {
+    if (resumed.empty()) break;
+    resumed_total += resumed.size();
     std::vector<AlignResult> more = aligner.align_batch(scan, resumed);
     for (std::size_t u = 0; u < unfinished.size(); ++u) {
       AlignResult& r = refined_results[unfinished[u]];
@@ -396,7 +402,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
     }
   }
   result.refine_ms = detail::ms_since(t);
-  result.refined_hypotheses = starts.size() + resumed.size();
+  result.refined_hypotheses = starts.size() + resumed_total;
   result.hypotheses_aligned = result.coarse_hypotheses + result.refined_hypotheses;
 
   // Winner: the refined result of highest NVTL, converged or not. A hypothesis that kept

@@ -1,4 +1,5 @@
 #include "bag_internal.hpp"
+#include "message_cursor.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -233,12 +234,21 @@ std::string BagReader::read_raw(const std::string& topic, std::size_t index) con
 PointCloud BagReader::read_point_cloud(const std::string& topic, std::size_t index, const ReadOptions& options,
                                        PointCloud2Info* info) const {
   const TopicInfo& t = point_cloud_topic(topic);
-  MessageEncoding encoding;
-  if (t.encoding == "cdr") encoding = MessageEncoding::Cdr;
-  else if (t.encoding == "ros1") encoding = MessageEncoding::Ros1;
-  else throw IoError(impl_->info.path, "topic " + topic + ": message encoding '" + t.encoding + "' is not read (cdr, ros1)");
+  const MessageEncoding encoding = detail::topic_encoding(t, impl_->info.path);
   const std::string bytes = read_raw(topic, index);
   return decode_point_cloud2(bytes, encoding, message_context(topic, index), options, info);
+}
+
+OdometryMessage BagReader::read_odometry(const std::string& topic, std::size_t index) const {
+  const TopicInfo& t = this->topic(topic);
+  if (!is_odometry_type(t.type)) {
+    throw IoError(impl_->info.path, "topic " + topic + " holds " +
+                                        (t.type.empty() ? "messages of no declared type" : t.type) +
+                                        ", not nav_msgs/Odometry");
+  }
+  const MessageEncoding encoding = detail::topic_encoding(t, impl_->info.path);
+  const std::string bytes = read_raw(topic, index);
+  return decode_odometry(bytes, encoding, message_context(topic, index));
 }
 
 }  // namespace ndtcu::rosbag

@@ -1,11 +1,10 @@
-// sensor_msgs/PointCloud2, serialized by ROS 2 (CDR: a 4-byte encapsulation header, then
-// each primitive aligned to its size from the end of that header, strings with their NUL)
-// or by ROS 1 (little endian, packed, strings without NUL; the header has a seq).
+// sensor_msgs/PointCloud2, serialized by ROS 2 (CDR) or ROS 1 (message_cursor.hpp).
 //   std_msgs/Header header      stamp (sec, nanosec), frame_id
 //   uint32 height, uint32 width
 //   PointField[] fields         string name, uint32 offset, uint8 datatype, uint32 count
 //   bool is_bigendian, uint32 point_step, uint32 row_step, uint8[] data, bool is_dense
 #include "bag_internal.hpp"
+#include "message_cursor.hpp"
 
 #include "io/bytes.hpp"
 #include "io/cloud_builder.hpp"
@@ -15,62 +14,6 @@
 namespace ndtcu::rosbag {
 
 namespace {
-
-// A reader of one serialized message: bounds-checked, CDR alignment and byte order.
-class MessageCursor {
- public:
-  MessageCursor(std::string_view bytes, std::size_t base, bool swap, bool align, const std::string& context)
-      : bytes_(bytes), base_(base), pos_(base), swap_(swap), align_(align), context_(context) {}
-
-  template <typename T>
-  T get(const char* field) {
-    align(sizeof(T));
-    need(sizeof(T), field);
-    T v = ndtcu::detail::load_raw<T>(bytes_.data() + pos_, swap_);
-    pos_ += sizeof(T);
-    return v;
-  }
-  std::string_view bytes(std::uint64_t n, const char* field) {
-    need(n, field);
-    std::string_view v = bytes_.substr(pos_, static_cast<std::size_t>(n));
-    pos_ += static_cast<std::size_t>(n);
-    return v;
-  }
-  std::string string(const char* field) {
-    const auto n = get<std::uint32_t>(field);
-    std::string_view s = bytes(n, field);
-    // CDR counts the terminating NUL; ROS 1 does not write one.
-    if (align_) {
-      if (s.empty() || s.back() != '\0') fail(std::string(field) + ": CDR string without its terminating NUL");
-      s.remove_suffix(1);
-    }
-    return std::string(s);
-  }
-  std::size_t remaining() const { return bytes_.size() - pos_; }
-  [[noreturn]] void fail(const std::string& why) const { throw IoError(context_, why); }
-
- private:
-  void align(std::size_t n) {
-    if (!align_) return;
-    const std::size_t rel = pos_ - base_;
-    const std::size_t pad = (n - rel % n) % n;
-    need(pad, "alignment padding");
-    pos_ += pad;
-  }
-  void need(std::uint64_t n, const char* field) const {
-    if (n > remaining()) {
-      fail(std::string("PointCloud2 message truncated in ") + field + ": needs " + std::to_string(n) + " bytes, " +
-           std::to_string(remaining()) + " remain of " + std::to_string(bytes_.size()));
-    }
-  }
-
-  std::string_view bytes_;
-  std::size_t base_;
-  std::size_t pos_;
-  bool swap_;
-  bool align_;
-  const std::string& context_;
-};
 
 // PointField datatypes 1..8 (INT8 .. FLOAT64) as 'I'/'U'/'F' and a size.
 bool field_type(std::uint8_t datatype, char& type, int& size) {
@@ -105,34 +48,10 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
   PointCloud2Info local;
   PointCloud2Info& out = info ? *info : local;
   out = PointCloud2Info{};
-  std::size_t base = 0;
-  bool swap = false;
-  const bool cdr = encoding == MessageEncoding::Cdr;
-  if (cdr) {
-    if (bytes.size() < 4) {
-      throw IoError(context, "CDR message of " + std::to_string(bytes.size()) + " bytes, shorter than its 4-byte encapsulation header");
-    }
-    const auto kind = static_cast<std::uint8_t>(bytes[1]);
-    if (bytes[0] != 0 || kind > 1) {
-      static const char* digits = "0123456789abcdef";
-      std::string id = "0x";
-      for (int i = 0; i < 2; ++i) {
-        const auto b = static_cast<std::uint8_t>(bytes[i]);
-        id += digits[b >> 4];
-        id += digits[b & 15];
-      }
-      throw IoError(context, "CDR encapsulation " + id + " is not plain CDR (0x0000 big endian, 0x0001 little endian)");
-    }
-    out.big_endian_cdr = kind == 0;
-    swap = out.big_endian_cdr;  // this reader runs on little-endian hosts (x86-64, aarch64)
-    base = 4;
-  }
-  MessageCursor c(bytes, base, swap, cdr, context);
-  if (!cdr) c.get<std::uint32_t>("header.seq");
-  const std::int64_t sec = cdr ? c.get<std::int32_t>("header.stamp.sec") : c.get<std::uint32_t>("header.stamp.sec");
-  const std::uint32_t nsec = c.get<std::uint32_t>("header.stamp.nanosec");
-  out.stamp_ns = sec * 1000000000 + nsec;
-  out.frame_id = c.string("header.frame_id");
+  const detail::MessageStart start = detail::message_start(bytes, encoding, context);
+  out.big_endian_cdr = start.big_endian_cdr;
+  detail::MessageCursor c(bytes, start, "PointCloud2", context);
+  out.stamp_ns = c.header(out.frame_id);
   out.height = c.get<std::uint32_t>("height");
   out.width = c.get<std::uint32_t>("width");
   const std::uint32_t field_count = c.get<std::uint32_t>("fields length");

@@ -32,6 +32,19 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// Points 0, n, 2n, ... of `cloud`, intensities with them.
+PointCloud every_nth_point(const PointCloud& cloud, std::size_t n) {
+  PointCloud out;
+  const bool with_intensity = cloud.intensity.size() == cloud.points.size();
+  out.origin = cloud.origin;
+  out.points.reserve(cloud.points.size() / n + 1);
+  for (std::size_t i = 0; i < cloud.points.size(); i += n) {
+    out.points.push_back(cloud.points[i]);
+    if (with_intensity) out.intensity.push_back(cloud.intensity[i]);
+  }
+  return out;
+}
+
 constexpr double kPi = 3.14159265358979323846;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -188,6 +201,9 @@ void validate(const SimulationSettings& s) {
   if (s.scan_points > 100000000) {
     throw Error("scan points (--scan-points) must be at most 100000000, got " + std::to_string(s.scan_points));
   }
+  if (s.keep_every < 1 || s.keep_every > 1000) {
+    throw Error("keep every (--keep-every) must be between 1 and 1000, got " + std::to_string(s.keep_every));
+  }
   if (s.rough_start && !(s.rough_start_offset >= 0.0 && s.rough_start_offset <= 1000.0 &&
                          s.rough_start_yaw_deg >= 0.0 && s.rough_start_yaw_deg <= 180.0)) {
     throw Error("rough start must be 0 to 1000 m and 0 to 180 deg off, got " + fmt::format("{:g}", s.rough_start_offset) +
@@ -277,7 +293,8 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   std::vector<TimedPose> poses;
   summary.scan_points_min = std::numeric_limits<std::size_t>::max();
   for (std::size_t f = 0; f < trajectory.size(); ++f) {
-    const Scan scan = cast_scan(world, lidar, trajectory[f].scene_from_sensor, noise_seed, f, settings.threads);
+    Scan scan = cast_scan(world, lidar, trajectory[f].scene_from_sensor, noise_seed, f, settings.threads);
+    if (settings.keep_every > 1) scan.cloud = every_nth_point(scan.cloud, settings.keep_every);
     write_pcd((scans_dir / fmt::format("{:06d}.pcd", f)).string(), scan.cloud, write);
     summary.scan_points_min = std::min(summary.scan_points_min, scan.cloud.size());
     summary.scan_points_max = std::max(summary.scan_points_max, scan.cloud.size());
@@ -345,6 +362,7 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                   {"cylinders", scene.cylinders.size()},
                   {"spheres", scene.spheres.size()}}}};
   j["sensor"] = {{"name", lidar.name},
+                 {"pattern", lidar.pattern == ScanPattern::Rosette ? "rosette" : "spinning"},
                  {"rings", lidar.ring_elevations_deg.size()},
                  {"ring_elevations_deg", lidar.ring_elevations_deg},
                  {"columns", lidar.columns},
@@ -356,6 +374,8 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                  {"scan_points_requested", settings.scan_points},
                  {"intensity", "255 * reflectivity * |cos(incidence)|"},
                  {"motion_distortion", false}};
+  if (lidar.pattern == ScanPattern::Rosette) j["sensor"]["fov_deg"] = lidar.fov_deg;
+  if (settings.keep_every > 1) j["sensor"]["keep_every"] = settings.keep_every;
   const TrajectorySettings& ts = trajectory_settings;
   j["trajectory"] = {{"scenario", to_string(settings.scenario)},
                      {"frames", trajectory.size()},

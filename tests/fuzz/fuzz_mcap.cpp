@@ -1,4 +1,4 @@
-// libFuzzer target for the MCAP reader and the CDR PointCloud2 decoder: any bytes either
+// libFuzzer target for the MCAP reader and the CDR PointCloud2 and Odometry decoders: any bytes either
 // index and decode or throw ndtcu::Error.
 #include <ndtcu/log.hpp>
 #include <ndtcu/rosbag.hpp>
@@ -19,6 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         try {
           if (ndtcu::rosbag::is_point_cloud2_type(topic.type)) {
             reader.read_point_cloud(topic.name, k);
+          } else if (ndtcu::rosbag::is_odometry_type(topic.type)) {
+            reader.read_odometry(topic.name, k);
           } else {
             reader.read_raw(topic.name, k);
           }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the bag fuzzers' seed corpus (tests/fuzz/corpus/{mcap,ros1bag}): tiny bags of two
-3-point clouds in every container, compression and point layout the reader takes, written
+3-point clouds in every container, compression and point layout the reader takes (and
+two nav_msgs/Odometry messages beside them), written
 by the rosbags and mcap packages (tests/rosbag/write_bags.py). Run with the interpreter
 scripts/setup.sh installs:
     ~/.cache/ndtcu/venv/bin/python tests/fuzz/make_bag_seeds.py
@@ -37,6 +38,13 @@ with tempfile.TemporaryDirectory() as tmp:
             folder = os.path.join(tmp, name)
             write_bags.write_bag(folder, fmt, compression, layout, clouds, times)
             shutil.copy(os.path.join(folder, name + ".mcap"), os.path.join(out["mcap"], name + ".mcap"))
+    # Odometry beside the clouds (nav_msgs/Odometry on /odom): ROS 1, and ROS 2 MCAP in
+    # big-endian CDR.
+    odom = [[1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 1.0], [1.5, 2.0, 3.0, 0.0, 0.0, 0.0998334, 0.9950042]]
+    write_bags.write_odometry_bag(os.path.join(out["ros1bag"], "odometry.bag"), "ros1", clouds, times, odom)
+    folder = os.path.join(tmp, "odometry")
+    write_bags.write_odometry_bag(folder, "ros2_mcap", clouds, times, odom, big_endian=True)
+    shutil.copy(os.path.join(folder, "odometry.mcap"), os.path.join(out["mcap"], "odometry.mcap"))
     # Broken ones: cut in the middle.
     for kind, ext in (("mcap", ".mcap"), ("ros1bag", ".bag")):
         src = os.path.join(out[kind], sorted(os.listdir(out[kind]))[0])

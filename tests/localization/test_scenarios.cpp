@@ -38,15 +38,25 @@ struct Sequence {
   fs::path dir;  // where the simulator wrote it
 };
 
+/// The sensor of a sequence: a preset, its columns (rays per scan for a rosette), and the
+/// share of each scan kept (SimulationSettings::keep_every).
+struct Sensor {
+  std::string preset = "hdl32";
+  int columns = 360;
+  std::size_t keep_every = 1;
+};
+
 /// A small world of the scenario: 150 m (one block and its streets, or two), an HDL-32 of
-/// 360 columns (about 8,000 points a scan), a map voxelized to 0.5 m.
+/// 360 columns (about 8,000 points a scan) unless told otherwise, a map voxelized to 0.5 m.
 Sequence make_sequence(const std::string& name, sim::Scenario scenario, int frames, std::uint64_t seed,
-                       double world_size = 150.0) {
+                       double world_size = 150.0, const Sensor& sensor = {}) {
   const fs::path dir = ndtcu::test::temp_dir("scenario_" + name);
   sim::SimulationSettings s;
   s.world.seed = seed;
   s.world.size = world_size;
-  s.lidar.columns = 360;
+  s.lidar = sim::lidar_preset(sensor.preset);
+  s.lidar.columns = sensor.columns;
+  s.keep_every = sensor.keep_every;
   s.map.voxel = 0.5;
   s.trajectory.frames = frames;
   sim::apply_scenario(s, scenario);
@@ -109,7 +119,8 @@ double prediction_miss(const Trajectory& truth, std::size_t k) {
 
 /// The checks of the file comment: lost frames only at an event or the frame after it,
 /// every valid frame within 10 cm, ATE under 3 cm over the valid ones.
-void check_outcome(const Sequence& seq, const Outcome& run, const std::set<std::size_t>& events) {
+void check_outcome(const Sequence& seq, const Outcome& run, const std::set<std::size_t>& events,
+                   double ate_bound = 0.03) {
   for (std::size_t k = 0; k < run.results.size(); ++k) {
     const LocalizationResult& r = run.results[k];
     const double err = (r.pose.topRightCorner<3, 1>() - seq.truth[k].pose.translation()).norm();
@@ -122,7 +133,7 @@ void check_outcome(const Sequence& seq, const Outcome& run, const std::set<std::
     }
   }
   REQUIRE(run.ate.pairs == run.estimate.size());
-  CHECK(run.ate.rmse_m < 0.03);
+  CHECK(run.ate.rmse_m < ate_bound);
 }
 
 /// The default settings on the CPU backend with 2 threads. The simulator's correct poses
@@ -150,6 +161,55 @@ TEST_CASE("turns at 1 Hz: 45 deg and more between two scans, localized with the 
   REQUIRE(sharpest >= 45.0);
   const Outcome run = localize(seq, cpu_settings(), "turns");
   check_outcome(seq, run, events);
+}
+
+// Sensors other than the 32-ring one the scenarios were tuned with, at 1 Hz through turns:
+// a 16-ring VLP-16; an HDL-32 thinned to every third point (as a campus robot's keyframes
+// are: about 2,600 points a scan, 600-900 after the scan filter); and a Livox Avia's narrow
+// forward rosette. The 16-ring and the thinned 32-ring meet the scenarios' checks; the
+// Avia, whose 70 deg view shows little of a street it turns into, may lose frames anywhere
+// (BENCHMARK.md, "Sparse and narrow sensors"), but never passes a wrong pose as valid, and
+// at 10 Hz on a straight drive it loses none.
+TEST_CASE("sparse and narrow sensors at 1 Hz: no wrong pose accepted", "[unit][localization][heavy]") {
+  struct Case {
+    const char* name;
+    Sensor sensor;
+    sim::Scenario scenario;
+    int frames;
+    double ate_bound;  // > 0: the checks of check_outcome() with this ATE bound; else only
+                       // that no valid frame is more than 0.3 m off
+  };
+  // The VLP-16's range noise is 3 cm (the HDL-32's 2 cm): 4 cm ATE.
+  for (const Case& c : {Case{"vlp16", {"vlp16", 900, 1}, sim::Scenario::Turns, 20, 0.04},
+                        Case{"hdl32_third", {"hdl32", 360, 3}, sim::Scenario::Turns, 20, 0.03},
+                        Case{"avia_turns", {"avia", 12000, 1}, sim::Scenario::Turns, 20, 0.0},
+                        Case{"avia_drive", {"avia", 12000, 1}, sim::Scenario::Drive, 20, 0.0}}) {
+    CAPTURE(c.name);
+    const Sequence seq = make_sequence(std::string("sensor_") + c.name, c.scenario, c.frames, 3, 150.0, c.sensor);
+    std::set<std::size_t> events;
+    double sharpest = 0.0;
+    for (std::size_t k = 1; k < seq.truth.size(); ++k) {
+      const double turn = turn_deg(seq.truth[k - 1].pose, seq.truth[k].pose);
+      sharpest = std::max(sharpest, turn);
+      if (turn >= 30.0) events.insert(k);
+    }
+    if (c.scenario == sim::Scenario::Turns) REQUIRE(sharpest >= 45.0);
+    const Outcome run = localize(seq, cpu_settings(), c.name);
+    if (c.ate_bound > 0.0) {
+      check_outcome(seq, run, events, c.ate_bound);
+      continue;
+    }
+    std::size_t within_10cm = 0;
+    for (std::size_t k = 0; k < run.results.size(); ++k) {
+      const LocalizationResult& r = run.results[k];
+      const double err = (r.pose.topRightCorner<3, 1>() - seq.truth[k].pose.translation()).norm();
+      CAPTURE(k, to_string(r.status), err, r.alignment.nvtl, r.decided_by);
+      if (r.valid) CHECK(err < 0.3);
+      within_10cm += r.valid && err < 0.1;
+    }
+    std::printf("%s: %zu of %zu frames valid and within 10 cm\n", c.name, within_10cm, run.results.size());
+    if (c.scenario == sim::Scenario::Drive) CHECK(run.lost == 0);
+  }
 }
 
 TEST_CASE("stop-and-go at 1 Hz: the prediction overshoots into a stop and lags behind the start",

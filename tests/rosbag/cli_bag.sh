@@ -39,3 +39,25 @@ expect 1 "^ndtcu: error: [^ ]*sample_mcap: topic /notes holds std_msgs/msg/Strin
   localize --scans "$bags/sample_mcap" --topic /notes $common --out "$work/notes"
 expect 1 "^ndtcu: error: --topic /points: [^ ]*scans is not a rosbag" -- \
   localize --scans "$sample/scans" --topic /points $common --out "$work/folder_topic"
+# Odometry from the bag (nav_msgs/Odometry on /odom; ROS 1, and ROS 2 MCAP in big-endian CDR)
+# predicts as the same poses from a TUM file do.
+for bag in sample_odometry.bag sample_odometry_mcap; do
+  expect 0 "10 localized, 0 recovered, 0 lost.*odometry +9 frames predicted from [^ ]*$bag topic /odom, 0 outside it" -- \
+    localize --scans "$bags/$bag" --odometry-topic /odom $common --out "$work/odom_$bag"
+done
+cmp "$work/odom_sample_odometry.bag/trajectory_tum.txt" "$work/odom_sample_odometry_mcap/trajectory_tum.txt" ||
+  fail "the ROS 1 and ROS 2 odometry bags gave different trajectories"
+expect 0 "odometry +9 frames predicted from [^ ]*sample_odometry_tum.txt, 0 outside it" -- \
+  localize --scans "$sample/scans" --odometry "$bags/sample_odometry_tum.txt" $common --out "$work/odom_file"
+# The TUM file holds the poses to 9 decimals: the two trajectories agree to 1e-6.
+paste "$work/odom_file/trajectory_tum.txt" "$work/odom_sample_odometry.bag/trajectory_tum.txt" | awk '
+  { for (i = 2; i <= 8; i++) { d = $i - $(i + 8); if (d < 0) d = -d; if (d > worst) worst = d } }
+  END { if (NR != 10 || worst > 1e-6) { print "odometry file and topic differ: " NR " lines, " worst; exit 1 } }' ||
+  fail "--odometry FILE and --odometry-topic gave different trajectories"
+echo "ok: --odometry-topic gives --odometry FILE's trajectory"
+expect 1 "^ndtcu: error: --odometry-topic /points: [^ ]*sample_odometry.bag: the topic holds sensor_msgs/PointCloud2, not nav_msgs/Odometry $" -- \
+  localize --scans "$bags/sample_odometry.bag" --odometry-topic /points $common --out "$work/odom_points"
+expect 1 "no topic '/odometry' in the bag; its topics: /odom \(nav_msgs/Odometry\), /points" -- \
+  localize --scans "$bags/sample_odometry.bag" --odometry-topic /odometry $common --out "$work/odom_missing"
+expect 1 "^ndtcu: error: --odometry-topic /odom: [^ ]*scans is not a rosbag" -- \
+  localize --scans "$sample/scans" --odometry-topic /odom $common --out "$work/odom_folder"

@@ -422,3 +422,66 @@ TEST_CASE("rosbag: PointCloud2 decoding of layouts and bad fields", "[rosbag][un
   CHECK_THROWS_WITH(decode_point_cloud2(std::string_view("\x00", 1), MessageEncoding::Cdr, "m"),
                     Catch::Contains("shorter than its 4-byte encapsulation header"));
 }
+
+TEST_CASE("rosbag: nav_msgs/Odometry from independent writers and by hand; bad values are errors naming the field",
+          "[rosbag]") {
+  auto m = manifest();
+  if (!m) NDTCU_SKIP("no bags written");
+  const fs::path dir = fs::path(std::getenv("NDTCU_ROSBAG_DIR"));
+  // write_bags.py --odometry: the sample's poses in another fixed frame, on /odom, in a ROS 1
+  // bag and a ROS 2 MCAP bag (big-endian CDR), and as a TUM file.
+  const Trajectory expected = read_trajectory((dir / "sample_odometry_tum.txt").string(), TrajectoryFormat::Tum);
+  REQUIRE(expected.size() == 10);
+  for (const char* name : {"sample_odometry.bag", "sample_odometry_mcap"}) {
+    INFO(name);
+    const BagReader reader((dir / name).string());
+    REQUIRE(is_odometry_type(reader.topic("/odom").type));
+    const auto& refs = reader.messages("/odom");
+    REQUIRE(refs.size() == expected.size());
+    for (std::size_t k = 0; k < refs.size(); ++k) {
+      const OdometryMessage o = reader.read_odometry("/odom", k);
+      CHECK(o.frame_id == "odom");
+      CHECK(o.child_frame_id == "base_link");
+      CHECK(o.stamp_ns == refs[k].time_ns);
+      CHECK(std::abs(refs[k].time() - expected[k].time) < 1e-9);
+      CHECK((o.pose - expected[k].pose.matrix()).cwiseAbs().maxCoeff() < 1e-8);
+      CHECK(o.covariance(0, 0) == 0.01);
+      CHECK(o.covariance(5, 5) == 0.001);
+      CHECK(o.covariance(0, 1) == 0.0);
+    }
+    CHECK_THROWS_WITH(reader.read_odometry("/points", 0),
+                      Catch::Contains("topic /points holds sensor_msgs/") && Catch::Contains("not nav_msgs/Odometry"));
+  }
+
+  // ROS 1 serialization by hand: seq, stamp, frame_id, child_frame_id, position, quaternion
+  // (x y z w), covariance; the twist is not read.
+  auto make = [](double px, double qw, int covariance_values = 36) {
+    Msg msg;
+    msg.put<std::uint32_t>(0);
+    msg.put<std::uint32_t>(7);
+    msg.put<std::uint32_t>(500);
+    msg.str("odom");
+    msg.str("base_link");
+    for (double v : {px, 2.0, 3.0, 0.0, 0.0, 0.0, qw}) msg.put<double>(v);
+    for (int i = 0; i < covariance_values; ++i) msg.put<double>(i == 0 ? 0.5 : 0.0);
+    return msg.b;
+  };
+  const OdometryMessage o = decode_odometry(make(1.0, 1.0), MessageEncoding::Ros1, "by hand");
+  CHECK(o.stamp_ns == 7000000500);
+  CHECK(o.frame_id == "odom");
+  CHECK(o.child_frame_id == "base_link");
+  CHECK(o.pose.isApprox(Eigen::Matrix4d(Eigen::Affine3d(Eigen::Translation3d(1.0, 2.0, 3.0)).matrix())));
+  CHECK(o.covariance(0, 0) == 0.5);
+  CHECK_THROWS_WITH(decode_odometry(make(1.0, 0.0), MessageEncoding::Ros1, "by hand"),
+                    Catch::Contains("by hand") && Catch::Contains("pose.pose.orientation: quaternion norm 0 is not 1"));
+  CHECK_THROWS_WITH(decode_odometry(make(std::nan(""), 1.0), MessageEncoding::Ros1, "by hand"),
+                    Catch::Contains("pose.pose.position.x is nan"));
+  CHECK_THROWS_WITH(decode_odometry(make(1.0, 1.0, 20), MessageEncoding::Ros1, "by hand"),
+                    Catch::Contains("Odometry message truncated in pose.covariance"));
+  // Read as CDR, the ROS 1 bytes (a seq of 0: big-endian encapsulation) make a string
+  // length beyond the message: an error, not an allocation.
+  CHECK_THROWS_WITH(decode_odometry(make(1.0, 1.0), MessageEncoding::Cdr, "by hand"),
+                    Catch::Contains("by hand") && Catch::Contains("Odometry message truncated in header.frame_id"));
+  CHECK_THROWS_WITH(decode_odometry(std::string("\x02\x00", 2), MessageEncoding::Cdr, "by hand"),
+                    Catch::Contains("shorter than its 4-byte encapsulation header"));
+}

@@ -17,6 +17,7 @@ Exits 77 (skipped) when rosbags, numpy or mcap cannot be imported.
 import argparse
 import decimal
 import json
+import math
 import os
 import struct
 import sys
@@ -246,6 +247,82 @@ def write_bag(bag, fmt, compression, layout, clouds, times_ns, copy_topic=None):
                 w.write(conns[topic], t, raw)
 
 
+def read_tum(path):
+    """(time text, [x y z qx qy qz qw]) per pose line of a TUM file."""
+    poses = []
+    with open(path) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                v = line.split()
+                poses.append((v[0], [float(x) for x in v[1:8]]))
+    return poses
+
+
+def odometry_poses(poses):
+    """The poses in another fixed frame, as an odometry reports them: T_odom_world (30 deg
+    about z, then 100, -50, 2 m) times each T_world_body, as [x y z qx qy qz qw]."""
+    c, s = math.cos(math.radians(30.0)), math.sin(math.radians(30.0))
+    out = []
+    for _, (x, y, z, qx, qy, qz, qw) in poses:
+        px, py, pz = c * x - s * y + 100.0, s * x + c * y - 50.0, z + 2.0
+        # The frame's rotation (15 deg half angle about z) composed before the body's.
+        hc, hs = math.cos(math.radians(15.0)), math.sin(math.radians(15.0))
+        rw = hc * qw - hs * qz
+        rx = hc * qx - hs * qy
+        ry = hc * qy + hs * qx
+        rz = hc * qz + hs * qw
+        out.append([px, py, pz, rx, ry, rz, rw])
+    return out
+
+
+def write_odometry_bag(bag, fmt, clouds, times_ns, odom, big_endian=False):
+    """The float32 clouds on /points and nav_msgs/Odometry on /odom at the same record
+    times (poses `odom`, frame odom, child base_link)."""
+    store = ROS1 if fmt == "ros1" else ROS2
+    t = store.types
+    odom_type = "nav_msgs/msg/Odometry"
+    messages = []
+    for (xyz, inten), stamp, (x, y, z, qx, qy, qz, qw) in zip(clouds, times_ns, odom):
+        cloud = make_cloud(store, xyz, inten, stamp, "float32")
+        sec, nsec = divmod(stamp, 10**9)
+        time = t["builtin_interfaces/msg/Time"](sec=sec, nanosec=nsec)
+        header = (t["std_msgs/msg/Header"](stamp=time, frame_id="odom") if store is ROS2 else
+                  t["std_msgs/msg/Header"](seq=0, stamp=time, frame_id="odom"))
+        vec = t["geometry_msgs/msg/Vector3"]
+        cov = np.zeros(36, np.float64)
+        cov[0::7] = [0.01, 0.01, 0.01, 0.001, 0.001, 0.001]
+        msg = t[odom_type](
+            header=header, child_frame_id="base_link",
+            pose=t["geometry_msgs/msg/PoseWithCovariance"](
+                pose=t["geometry_msgs/msg/Pose"](position=t["geometry_msgs/msg/Point"](x=x, y=y, z=z),
+                                                 orientation=t["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw)),
+                covariance=cov),
+            twist=t["geometry_msgs/msg/TwistWithCovariance"](
+                twist=t["geometry_msgs/msg/Twist"](linear=vec(x=0.0, y=0.0, z=0.0), angular=vec(x=0.0, y=0.0, z=0.0)),
+                covariance=np.zeros(36, np.float64)))
+        if store is ROS1:
+            messages.append(("/points", PC2, stamp, bytes(store.serialize_ros1(cloud, PC2))))
+            messages.append(("/odom", odom_type, stamp, bytes(store.serialize_ros1(msg, odom_type))))
+        else:
+            messages.append(("/points", PC2, stamp, bytes(store.serialize_cdr(cloud, PC2))))
+            messages.append(("/odom", odom_type, stamp,
+                             bytes(store.serialize_cdr(msg, odom_type, little_endian=not big_endian))))
+    if fmt == "ros1":
+        with Ros1Writer(bag) as w:
+            conns = {}
+            for topic, typ, stamp, raw in messages:
+                if topic not in conns:
+                    conns[topic] = w.add_connection(topic, typ, typestore=ROS1)
+                w.write(conns[topic], stamp, raw)
+    else:
+        with Ros2Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+            conns = {}
+            for topic, typ, stamp, raw in messages:
+                if topic not in conns:
+                    conns[topic] = w.add_connection(topic, typ, typestore=ROS2)
+                w.write(conns[topic], stamp, raw)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -253,6 +330,9 @@ def main():
     p.add_argument("--times", required=True)
     p.add_argument("--prefix", default="sample")
     p.add_argument("--only", help="write only this bag (a name from the list below)")
+    p.add_argument("--odometry", help="also write PREFIX_odometry.bag (ROS 1) and PREFIX_odometry_mcap (ROS 2, "
+                   "big-endian CDR odometry): the scans on /points and these TUM poses, moved into another fixed "
+                   "frame, as nav_msgs/Odometry on /odom; and those poses as OUT/PREFIX_odometry_tum.txt")
     args = p.parse_args()
     files, stamps = read_scans(args.scans, args.times)
     if os.path.isdir(args.scans):
@@ -298,6 +378,18 @@ def main():
                                  "layout": layout, "topic": "/points", "scans": files, "times_ns": times_ns,
                                  "intensity": layout != "float64_padded"})
         print(f"wrote {bag} ({fmt}, {compression}, {layout}, {len(files)} scans)")
+    if args.odometry:
+        poses = read_tum(args.odometry)
+        if len(poses) != len(clouds):
+            sys.exit(f"write_bags.py: {len(clouds)} scans but {len(poses)} odometry poses")
+        odom = odometry_poses(poses)
+        write_odometry_bag(os.path.join(args.out, f"{args.prefix}_odometry.bag"), "ros1", clouds, times_ns, odom)
+        write_odometry_bag(os.path.join(args.out, f"{args.prefix}_odometry_mcap"), "ros2_mcap", clouds, times_ns, odom,
+                           big_endian=True)
+        with open(os.path.join(args.out, f"{args.prefix}_odometry_tum.txt"), "w") as f:
+            for (stamp, _), v in zip(poses, odom):
+                f.write(stamp + " " + " ".join(f"{x:.9f}" for x in v) + "\n")
+        print(f"wrote {args.prefix}_odometry.bag, {args.prefix}_odometry_mcap and {args.prefix}_odometry_tum.txt")
     if not args.only:
         # Two PointCloud2 topics (not in the manifest: a reader must be told which).
         write_bag(os.path.join(args.out, f"{args.prefix}_two_clouds.bag"), "ros1", "none", "float32", clouds[:2],

@@ -81,9 +81,16 @@ TEST_CASE("sensor presets have the datasheet ring tables", "[unit][sim]") {
   CHECK(vlp16.ring_elevations_deg.front() == Approx(-15.0));
   CHECK(vlp16.ring_elevations_deg[1] - vlp16.ring_elevations_deg[0] == Approx(2.0));
   CHECK(vlp16.ring_elevations_deg.back() == Approx(15.0));
-  CHECK(lidar_preset_names().size() == 5);
+  const auto avia = lidar_preset("avia");
+  CHECK(avia.pattern == ScanPattern::Rosette);
+  CHECK(avia.fov_deg == 70.4);
+  CHECK(avia.rays() == 24000u);
+  for (const char* name : {"hdl32", "hdl64", "os1-64", "os0-64", "vlp16"}) {
+    CHECK(lidar_preset(name).pattern == ScanPattern::Spinning);
+  }
+  CHECK(lidar_preset_names().size() == 6);
   CHECK_THROWS_WITH(lidar_preset("vlp32"), Catch::Contains("--sensor") && Catch::Contains("'vlp32'") &&
-                                               Catch::Contains("hdl32, hdl64, os1-64, os0-64, vlp16"));
+                                               Catch::Contains("hdl32, hdl64, os1-64, os0-64, vlp16, avia"));
 }
 
 TEST_CASE("every ring returns one point per column at its elevation in a closed room", "[unit][sim]") {
@@ -236,4 +243,53 @@ TEST_CASE("sensor models that make no sense are refused, naming the option and v
   straight_up.ring_elevations_deg[3] = 90;
   CHECK_THROWS_WITH(validate(straight_up), Catch::Contains("ring 3 elevation"));
   CHECK_THROWS_AS(validate(no_rings), Error);
+}
+
+TEST_CASE("the avia rosette: every ray inside its cone, filling it, never the same rays twice", "[unit][sim]") {
+  const World w = room();
+  LidarModel m = lidar_preset("avia");
+  REQUIRE(m.pattern == ScanPattern::Rosette);
+  m.range_noise_sigma = 0.0;
+  m.columns = 6000;
+  const Eigen::Isometry3d at = pose(0.3, 0.1, {1, -2, 0.5});
+  const Scan a = cast_scan(w, m, at, 1, 0), b = cast_scan(w, m, at, 1, 1);
+  REQUIRE(a.rays == 6000u);
+  REQUIRE(a.cloud.size() == a.rays);  // a closed room: every ray returns
+  const double half = 0.5 * m.fov_deg * kPi / 180.0;
+  double widest = 0.0, worst_dir = 0.0;
+  // Coverage of the cone: 10 x 10 cells of the deflection's tangent plane inside it.
+  std::vector<int> cells(100, 0);
+  for (std::size_t i = 0; i < a.cloud.size(); ++i) {
+    const Eigen::Vector3d p = a.cloud.points[i].cast<double>().normalized();
+    CHECK(a.ring[i] == 0);
+    widest = std::max(widest, std::acos(std::clamp(p.x(), -1.0, 1.0)));
+    worst_dir = std::max(worst_dir, (p - ray_direction(m, 0, static_cast<int>(a.column[i]), 0)).norm());
+    const double u = std::atan2(p.y(), p.x()) / half, v = std::atan2(p.z(), p.x()) / half;
+    ++cells[static_cast<std::size_t>(std::clamp(static_cast<int>((u + 1) * 5), 0, 9) * 10 +
+                                     std::clamp(static_cast<int>((v + 1) * 5), 0, 9))];
+  }
+  CHECK(widest <= half + 1e-6);
+  CHECK(widest > 0.95 * half);
+  CHECK(worst_dir < 1e-5);
+  // The cells whose centre lies well inside the cone (within 0.8 of its half angle) all get rays.
+  for (int cu = 0; cu < 10; ++cu) {
+    for (int cv = 0; cv < 10; ++cv) {
+      const double u = (cu + 0.5) / 5 - 1, v = (cv + 0.5) / 5 - 1;
+      if (std::hypot(u, v) < 0.8) CHECK(cells[static_cast<std::size_t>(cu * 10 + cv)] > 0);
+    }
+  }
+  // The next scan's rays fall elsewhere (the curve goes on): no direction repeats.
+  std::size_t repeated = 0;
+  for (int k = 0; k < m.columns; k += 7) {
+    repeated += (ray_direction(m, 0, k, 0) - ray_direction(m, 0, k, 1)).norm() < 1e-6;
+  }
+  CHECK(repeated == 0);
+  CHECK_FALSE(std::equal(a.cloud.points.begin(), a.cloud.points.end(), b.cloud.points.begin()));
+
+  LidarModel bad = lidar_preset("avia");
+  bad.fov_deg = 180.0;
+  CHECK_THROWS_WITH(validate(bad), Catch::Contains("field of view must be in (0, 180) deg, got 180"));
+  bad = lidar_preset("avia");
+  bad.ring_elevations_deg = {0.0, 1.0};
+  CHECK_THROWS_WITH(validate(bad), Catch::Contains("a rosette has one laser"));
 }

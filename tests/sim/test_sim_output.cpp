@@ -317,3 +317,27 @@ TEST_CASE("simulate refuses options that cannot work, naming them", "[unit][sim]
   ndtcu::test::write_bytes(file, "x");
   CHECK_THROWS_AS(simulate(small_settings(), file.string()), IoError);
 }
+
+TEST_CASE("keep_every thins each scan to every n-th point, as thinned keyframes are", "[unit][sim]") {
+  const fs::path full = ndtcu::test::temp_dir("sim_keep_all"), thin = ndtcu::test::temp_dir("sim_keep_third");
+  SimulationSettings s = small_settings();
+  s.trajectory.frames = 2;
+  simulate(s, full.string());
+  s.keep_every = 3;
+  simulate(s, thin.string());
+  for (const char* name : {"000000.pcd", "000001.pcd"}) {
+    CAPTURE(name);
+    const PointCloud a = read_point_cloud((full / "scans" / name).string());
+    const PointCloud b = read_point_cloud((thin / "scans" / name).string());
+    REQUIRE(b.size() == (a.size() + 2) / 3);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      REQUIRE(b.points[i] == a.points[3 * i]);
+      REQUIRE(b.intensity[i] == a.intensity[3 * i]);
+    }
+  }
+  const auto world = nlohmann::json::parse(ndtcu::test::read_bytes(thin / "world.json"));
+  CHECK(world["sensor"]["keep_every"] == 3);
+  s.keep_every = 0;
+  CHECK_THROWS_WITH(simulate(s, ndtcu::test::temp_dir("sim_keep_none").string()),
+                    Catch::Contains("--keep-every") && Catch::Contains("got 0"));
+}

@@ -312,3 +312,86 @@ TEST_CASE("BALM at 1 Hz with 16 of 64 rings and every third point: no wrong pose
   CHECK(wrong == 0);
   CHECK(within >= 28);
 }
+
+namespace {
+
+// The Livox Avia set (`livox_avia_hku_mb`): the 114 keyframes k % 4 == 1, 2 s apart, in the
+// map of the keyframes k % 4 == 3, from the first reference pose, with the default settings
+// on `backend`. The reference is the odometry's own, loop-closed (a GICP alignment to the
+// map moves its query poses by up to 6.7 cm).
+struct LivoxRun {
+  std::vector<LocalizationResult> results;
+  std::vector<double> errors;  // position error per frame (m)
+  int within = 0, lost = 0, degenerate = 0;
+  double worst_valid = 0.0;    // the largest error of a valid frame (m)
+};
+
+LivoxRun localize_livox(const std::filesystem::path& data, Backend backend) {
+  const std::filesystem::path livox = data / "livox_avia_hku_mb";
+  std::vector<ScanEntry> scans = list_scans((livox / "queries_2s.txt").string());
+  REQUIRE(scans.size() == 114);
+  const Trajectory reference = read_trajectory((livox / "poses_tum.txt").string());
+  const auto match = match_to_reference(scans, reference);
+  LocalizerSettings s = cpu_settings();
+  s.align.backend = backend;
+  Localizer localizer(s);
+  localizer.set_map(read_point_cloud((livox / "map_keyframes_3mod4_voxel0.05.pcd").string()));
+  REQUIRE(match[0]);
+  localizer.set_initial_pose(reference[*match[0]].pose.matrix());
+  LivoxRun run;
+  for (std::size_t k = 0; k < scans.size(); ++k) {
+    LocalizationResult r = localizer.localize(read_point_cloud(scans[k].path), scans[k].time);
+    REQUIRE(match[k]);
+    const double err = (r.pose.topRightCorner<3, 1>() - reference[*match[k]].pose.translation()).norm();
+    run.lost += r.status == FrameStatus::Lost;
+    run.degenerate += r.status == FrameStatus::Degenerate;
+    if (r.valid) {
+      run.within += err <= 0.10;
+      run.worst_valid = std::max(run.worst_valid, err);
+    }
+    run.errors.push_back(err);
+    run.results.push_back(std::move(r));
+  }
+  std::printf("livox_avia_hku_mb at 2 s (%s): %d of 114 within 10 cm, %d lost, %d degenerate, worst valid frame "
+              "%.3f m\n",
+              to_string(backend), run.within, run.lost, run.degenerate, run.worst_valid);
+  return run;
+}
+
+}  // namespace
+
+// A narrow (70 deg) hand-held sensor 2 s between scans: the constant-velocity prediction is
+// 5-55 deg off in rotation, and most frames are found by a retry or the rotation search.
+// Measured (BENCHMARK.md, "Narrow and sparse sensors"): 113 of 114 localized, 109 within
+// 10 cm, the others 11-12 cm from a reference that is itself good to a few centimetres.
+TEST_CASE("the Livox Avia set at 2 s: no wrong pose accepted, at most 2 of 114 lost, 105 within 10 cm",
+          "[data][heavy]") {
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const LivoxRun run = localize_livox(dir, Backend::Cpu);
+  for (std::size_t k = 0; k < run.results.size(); ++k) {
+    CAPTURE(k, to_string(run.results[k].status), run.errors[k], run.results[k].decided_by);
+    if (run.results[k].valid) CHECK(run.errors[k] < 0.15);
+  }
+  CHECK(run.lost <= 2);
+  CHECK(run.within >= 105);
+}
+
+TEST_CASE("the Livox Avia set on CUDA: the CPU's verdict on every frame, poses within 1 cm", "[gpu]") {
+  NDTCU_REQUIRE_GPU();
+  NDTCU_REQUIRE_DATA_DIR(dir);
+  const LivoxRun cpu = localize_livox(dir, Backend::Cpu);
+  const LivoxRun gpu = localize_livox(dir, Backend::Cuda);
+  for (std::size_t k = 0; k < cpu.results.size(); ++k) {
+    const LocalizationResult &c = cpu.results[k], &g = gpu.results[k];
+    CAPTURE(k, to_string(c.status), to_string(g.status), cpu.errors[k], gpu.errors[k]);
+    // The verdict: valid, degenerate or lost. Tracked and recovered may trade places (a first
+    // attempt that meets the convergence rule on its 30th iteration in one backend's rounding
+    // is continued in the other's; on the H200 two frames of 114 did).
+    CHECK(c.valid == g.valid);
+    CHECK((c.status == FrameStatus::Lost) == (g.status == FrameStatus::Lost));
+    CHECK((c.status == FrameStatus::Degenerate) == (g.status == FrameStatus::Degenerate));
+    if (c.valid && g.valid) CHECK((c.pose.topRightCorner<3, 1>() - g.pose.topRightCorner<3, 1>()).norm() < 0.01);
+    if (g.valid) CHECK(gpu.errors[k] < 0.15);
+  }
+  CHECK(gpu.lost <= 2);
+}

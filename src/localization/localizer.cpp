@@ -648,9 +648,9 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
   // under way), the best attempt continues from where it stopped, as long as each
   // continuation runs out of iterations in turn and retries are left (a narrow scan's
   // correction of 0.7 m and 3 deg took 64 of Autoware's 0.1 m steps on the simulator's
-  // Avia, where one continuation stopped 0.2 m short and the frame went to the searches); with
-  // Recovery::LastGood the retries then start from the last good pose (undoing a velocity
-  // that no longer holds). Guesses within 1 mm and 1e-4 rad of one already tried are
+  // Avia, where one continuation stopped 0.2 m short and the frame went to the searches); a
+  // retry left then starts from the last good pose (undoing a velocity that no longer
+  // holds), under Recovery::LastGood and Recovery::Hypotheses alike. Guesses within 1 mm and 1e-4 rad of one already tried are
   // skipped: they would give the same result.
   std::vector<Eigen::Matrix4d> tried;
   auto already_tried = [&](const Eigen::Matrix4d& guess) {

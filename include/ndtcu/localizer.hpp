@@ -168,7 +168,9 @@ struct LocalizerSettings {
   /// road holds its axis at 0.03 of its strongest direction and its tunnel at 0.15, while
   /// correct Livox Avia alignments reach down to 0.009. Such a frame is Degenerate: see
   /// FrameStatus. 2 m (Autoware's resolution) steps the points a whole voxel, past the
-  /// false optima of a flat wall.
+  /// false optima of a flat wall. A probe that scores more than degeneracy_margin above the
+  /// pose shows a false optimum: the attempt is refused ("probe found better") and the next
+  /// one starts from that probe (stage "probe").
   double degeneracy_probe_m = 2.0;
   /// ... within this NVTL of the pose's (see degeneracy_probe_m). A wrong place scores
   /// 0.5 or more below a right one on the simulator's streets; BALM's and the Livox set's
@@ -239,7 +241,9 @@ struct LocalizationResult {
   double mahalanobis2 = std::numeric_limits<double>::quiet_NaN();
   /// Which check decided the frame: "passed" (valid), "degeneracy probe" (degenerate), or
   /// for a lost frame the check its best attempt failed: "no pose", "not converged",
-  /// "matched ratio", "nvtl", "typical nvtl", "mahalanobis gate", "ambiguous".
+  /// "matched ratio", "nvtl", "typical nvtl", "mahalanobis gate", "ambiguous", "probe found
+  /// better" (every score check passed, but a degeneracy probe scored more than
+  /// degeneracy_margin above the pose: not the optimum, see degeneracy_probe_m).
   const char* decided_by = "passed";
   /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
   AlignResult alignment;
@@ -249,7 +253,8 @@ struct LocalizationResult {
   /// Hypotheses a wide search screened (scored without aligning; see
   /// InitialPoseOptions::screen_above).
   int screened = 0;
-  /// What gave the pose: "prediction", "continuation", "last-good", "rotation search",
+  /// What gave the pose: "prediction", "continuation", "last-good", "probe" (an alignment
+  /// from the pose of a probe that beat a refused one), "rotation search",
   /// "position search", "wide search", "initial search"; for a lost frame, the last thing tried.
   const char* stage = "prediction";
   /// Directions the degeneracy probe found the scan does not pin (0 without a probe or when

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -36,10 +37,14 @@ std::string read_holder(int fd) {
   return holder.empty() ? std::string("its pid not written yet") : holder;
 }
 
-volatile std::sig_atomic_t g_received = 0;
+// Written by the handler on whichever thread takes the signal, read by the run's loop: a
+// lock-free atomic is safe in a handler and orders the two threads.
+std::atomic<int> g_received{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic");
 
 extern "C" void note_signal(int signal) {
-  if (g_received == 0) g_received = signal;
+  int none = 0;
+  g_received.compare_exchange_strong(none, signal);  // the first signal counts
 }
 
 }  // namespace
@@ -127,7 +132,7 @@ void OutputFolder::remove_earlier(const std::vector<std::string>& names) const {
 }
 
 InterruptWatch::InterruptWatch() {
-  g_received = 0;
+  g_received.store(0);
   struct sigaction action {};
   action.sa_handler = note_signal;
   sigemptyset(&action.sa_mask);
@@ -146,7 +151,7 @@ InterruptWatch::~InterruptWatch() {
   ::sigaction(SIGTERM, &old_term_, nullptr);
 }
 
-int InterruptWatch::received() const noexcept { return g_received; }
+int InterruptWatch::received() const noexcept { return g_received.load(); }
 
 const char* InterruptWatch::name(int signal) noexcept {
   switch (signal) {

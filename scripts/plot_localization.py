@@ -14,31 +14,13 @@ import json
 import math
 import os
 import sys
-import tempfile
+
+from written_whole import written_whole
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def save_whole(fig, path):
-    """Saves `fig` as PNG to `path` written whole, as ndtcu writes its files: to a new
-    temporary file in the same folder, then renamed onto `path` (a reader never sees half
-    an image, and a link planted at `path` is replaced, not written through)."""
-    folder, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.ndtcu-tmp.")
-    try:
-        # mkstemp makes the file private (0600); the image gets a new file's usual mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=120)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def number(text):
@@ -109,7 +91,9 @@ def main():
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
     fig.tight_layout()
-    save_whole(fig, os.path.join(out, "trajectory.png"))
+    # Written whole (a reader never sees half an image; a link at the name is replaced).
+    with written_whole(os.path.join(out, "trajectory.png"), "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
 
     # Per frame.
@@ -146,7 +130,8 @@ def main():
         axes[0].set_title(f"{summary.get('aligned', len(rows))} frames, {summary['fps']:.1f} fps "
                           f"({summary.get('backend', '?')}, {summary.get('device', '?')})")
     fig.tight_layout()
-    save_whole(fig, os.path.join(out, "frames.png"))
+    with written_whole(os.path.join(out, "frames.png"), "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     print(f"plot_localization.py: wrote {os.path.join(out, 'trajectory.png')} and {os.path.join(out, 'frames.png')}")
 

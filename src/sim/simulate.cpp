@@ -233,6 +233,11 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   const fs::path dir(out_dir);
   const fs::path scans_dir = dir / "scans";
   std::error_code ec;
+  // The scans go into the folder's own scans/, never through a link out of it.
+  if (fs::is_symlink(scans_dir, ec)) {
+    throw IoError(scans_dir.string(), "is a symbolic link; the scans are written into a folder of the output's own "
+                                      "(remove the link)");
+  }
   fs::create_directories(scans_dir, ec);
   if (ec) throw IoError(scans_dir.string(), "cannot create folder: " + ec.message());
   // An earlier run's description and poses go before the first new scan is written: a

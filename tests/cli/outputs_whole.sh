@@ -17,8 +17,7 @@ set -m
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
-# 100 frames of one sample scan at its own pose (15-25 ms each on 2 cores): long enough
-# that a signal sent at frame 30 at the latest always finds frames left.
+# 100 frames of one sample scan at its own pose (3-25 ms each on 2 cores).
 frames=100
 k=0
 while [ $k -lt $frames ]; do
@@ -56,6 +55,7 @@ consistent() {
 
 # Starts a localize run into $1 in the background (stderr to $1.err); sets $pid.
 start() {
+  rm -f "$1.err"  # an earlier run's progress must not be taken for this one's
   "$exe" localize $common --out "$1" 2>"$1.err" >"$1.out" &
   pid=$!
 }
@@ -70,12 +70,33 @@ await() {
   done
 }
 
+# Stops process $1 (SIGSTOP) and waits until it is stopped (T); fails if it had ended (Z, a
+# zombie until waited for), which would make the checks that follow prove nothing.
+stop() {
+  kill -STOP "$1"
+  until state=$(sed 's/^[^)]*) \(.\).*/\1/' "/proc/$1/stat") && [ "$state" = T ]; do
+    [ "$state" != Z ] || fail "process $1 had ended before it could be stopped"
+    sleep 0.01
+  done
+}
+
+# Waits for process $1 to end and sets $rc to its exit code. With job control, wait also
+# returns 147 for a job that was stopped, until it has run again: waited for again then.
+finish() {
+  i=0
+  while wait "$1"; rc=$?; [ $rc = 147 ]; do
+    i=$((i + 1))
+    [ $i -lt 3000 ] || fail "process $1 still stopped 30 s after SIGCONT"
+    sleep 0.01
+  done
+}
+
 # The frame a signal follows: the progress line after frame 10, 20 or 30, drawn from a seeded
 # linear congruential generator (the same frames every run).
 seed=26
-draw() {
+draw() {  # sets $at (not run in a subshell: the seed must advance)
   seed=$(((seed * 1103515245 + 12345) % 2147483648))
-  echo $((10 * (1 + seed / 65536 % 3)))
+  at=$((10 * (1 + seed / 65536 % 3)))
 }
 
 for signal in INT TERM; do
@@ -84,12 +105,17 @@ for signal in INT TERM; do
   mkdir -p "$out"
   printf '{\n  "frames": 1181,\n  "status": "complete"\n}\n' >"$out/summary.json"
   echo "an earlier run's plot" >"$out/frames.png"
-  at=$(draw)
+  draw
   start "$out"
   await "$out.err" "^localize: $at/$frames frames"
+  # Stopped (SIGSTOP) while the signal is sent, so that it surely finds frames left: the run
+  # prints its progress every 10 frames, so at most 9 more than its last line are done.
+  stop $pid
+  seen=$(grep '^localize: ' "$out.err" | tail -n 1 | sed 's/^localize: \([0-9]*\)\/.*/\1/')
+  [ "$seen" -le $((frames - 20)) ] || fail "the run went on to frame $seen before it could be stopped"
   kill -$signal $pid
-  wait $pid
-  rc=$?
+  kill -CONT $pid
+  finish $pid
   expected=130
   [ $signal = TERM ] && expected=143
   [ $rc = $expected ] || fail "SIG$signal after frame $at: exit code $rc, expected $expected; stderr: $(cat "$out.err")"
@@ -121,13 +147,7 @@ out=shared
 start "$out"
 first=$pid
 await "$out/.ndtcu.lock" "^pid $first, ndtcu localize, started "
-kill -STOP $first
-# Stopped (T), not ended (Z, a zombie until waited for): a run that ended before the stop
-# would make the check prove nothing.
-until state=$(sed 's/^[^)]*) \(.\).*/\1/' "/proc/$first/stat") && [ "$state" = T ]; do
-  [ "$state" != Z ] || fail "the first run had ended when the second started"
-  sleep 0.01
-done
+stop $first
 if "$exe" localize $common --out "$out" >second.out 2>second.err; then
   kill -CONT $first
   fail "a second run into $out was not refused"
@@ -135,7 +155,8 @@ fi
 kill -CONT $first
 grep -Eq "^ndtcu: error: $out: the output folder is in use by another run \(pid $first, ndtcu localize, started [0-9T:-]+Z; lock file $out/.ndtcu.lock\); wait for it to end or choose another --out$" second.err ||
   fail "the second run's error does not name the first: $(cat second.err)"
-wait $first || fail "the first run failed after the second was refused: $(cat "$out.err")"
+finish $first
+[ $rc = 0 ] || fail "the first run failed after the second was refused (exit $rc): $(cat "$out.err")"
 [ "$(consistent "$out" complete)" = $frames ] || fail "the first run did not complete its $frames frames"
 echo "ok: the second run is refused naming the first (pid $first); the first completes"
 
@@ -160,5 +181,12 @@ for f in links/localize/trajectory_tum.txt links/localize/summary.json links/map
   links/tiles/pointcloud_map_metadata.yaml links/sim/world.json; do
   [ -f "$f" ] && [ ! -L "$f" ] || fail "$f is not a file of its own"
 done
+# A link at simulate's scans/ folder: refused before any scan, the folder it names untouched.
+mkdir -p outside/scans links/sim2 && ln -s ../../outside/scans links/sim2/scans
+if "$exe" simulate --out links/sim2 --world-size 60 --frames 2 --columns 90 --map-voxel 1 >/dev/null 2>sim2.err; then
+  fail "simulate wrote its scans through a link"
+fi
+grep -q "^ndtcu: error: links/sim2/scans: is a symbolic link" sim2.err || fail "simulate's error: $(cat sim2.err)"
+[ -z "$(ls -A outside/scans)" ] || fail "simulate wrote into outside/scans"
 [ "$(consistent links/localize complete)" = 10 ] || fail "links/localize does not hold the 10 sample frames"
 echo "ok: links at localize's, convert's, map tile's and simulate's outputs replaced, their targets untouched"

@@ -8,9 +8,7 @@
 
 #include <lzf.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 

@@ -5,6 +5,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/output_file.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/trajectory.hpp>
 #include <ndtcu/version.hpp>
@@ -450,10 +451,7 @@ int run_batch_bench(const BatchBenchOptions& o) {
   if (o.json_stdout) {
     std::cout << doc.dump(2) << "\n";
   } else if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    out << doc.dump(2) << "\n";
-    out.close();
-    if (!out) throw IoError(o.json_path, "cannot write the JSON");
+    write_file_whole(o.json_path, doc.dump(2) + "\n");
     std::cout << "JSON written to " << o.json_path << "\n";
   }
   return 0;

@@ -2,6 +2,7 @@
 // with per-frame records, a summary, evaluation against reference poses, and plots.
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "output_folder.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/cuda_device.hpp>
@@ -9,6 +10,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/log.hpp>
+#include <ndtcu/output_file.hpp>
 #include <ndtcu/rosbag.hpp>
 #include <ndtcu/scan_sequence.hpp>
 #include <ndtcu/tiled_map.hpp>
@@ -22,11 +24,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -292,9 +291,15 @@ class OdometryPredictor {
   std::vector<double> noise_;
 };
 
+// The files localize writes in its --out folder; an earlier run's go before the first frame.
+const std::vector<std::string> kLocalizeOutputs = {"summary.json",       "frames.csv", "trajectory_tum.txt",
+                                                   "trajectory_kitti.txt", "trajectory.png", "frames.png"};
+
 // The per-frame files (frames.csv and the trajectories), written as frames finish rather
-// than kept for the end: memory stays flat over any number of frames, and a run that is
-// stopped leaves what it did. Flushed at least once a second, so the files can be watched.
+// than kept for the end: memory stays flat over any number of frames. Each is written
+// whole (ndtcu/output_file.hpp): its temporary file is flushed at least once a second
+// (it can be watched), and commit() puts the three in place when the run ends or is
+// stopped, before the summary; a run killed outright leaves none of them.
 class FrameFiles {
  public:
   explicit FrameFiles(const fs::path& out)
@@ -302,55 +307,40 @@ class FrameFiles {
         tum_(open(out / "trajectory_tum.txt")),
         kitti_(open(out / "trajectory_kitti.txt")),
         last_flush_(std::chrono::steady_clock::now()) {
-    frames_.stream << "frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,"
+    frames_.write("frame,time,file,status,lost,recovered,skipped,points_read,points,iterations,attempts,"
                       "iterations_total,evaluations,tp,nvtl,converged,read_ms,preprocess_ms,align_ms,total_ms,x,y,z,"
                       "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy,stage,hypotheses,"
                       "screened,ambiguity_nvtl,ambiguous,weakest_ratio,weak_directions,degenerate,weak_x,weak_y,weak_z,"
-                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop,decided_by,mahalanobis2\n";
+                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop,decided_by,mahalanobis2\n");
   }
 
   void frame(const std::string& row) {
-    frames_.stream << row;
+    frames_.write(row);
     flush_if_due();
   }
 
   // A localized frame's pose (lost frames are in frames.csv only, flagged).
   void pose(const StampedPose& p) {
-    tum_.stream << tum_line(p);
-    kitti_.stream << kitti_line(p);
+    tum_.write(tum_line(p));
+    kitti_.write(kitti_line(p));
   }
 
-  // Closes the files; throws IoError for one that could not be written.
-  void close() {
-    for (File* f : {&frames_, &tum_, &kitti_}) {
-      f->stream.close();
-      if (!f->stream) throw IoError(f->path.string(), "write error");
-    }
+  // Puts the files in place; throws IoError for one that could not be written.
+  void commit() {
+    for (OutputFile* f : {&tum_, &kitti_, &frames_}) f->commit();
   }
 
  private:
-  struct File {
-    fs::path path;
-    std::ofstream stream;
-  };
-
-  static File open(const fs::path& path) {
-    File f{path, std::ofstream(path, std::ios::binary)};
-    if (!f.stream) throw IoError(path.string(), "cannot create");
-    return f;
-  }
+  static OutputFile open(const fs::path& path) { return OutputFile(path.string()); }
 
   void flush_if_due() {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_flush_ < std::chrono::seconds(1)) return;
     last_flush_ = now;
-    for (File* f : {&frames_, &tum_, &kitti_}) {
-      f->stream.flush();
-      if (!f->stream) throw IoError(f->path.string(), "write error");
-    }
+    for (OutputFile* f : {&frames_, &tum_, &kitti_}) f->flush();
   }
 
-  File frames_, tum_, kitti_;
+  OutputFile frames_, tum_, kitti_;
   std::chrono::steady_clock::time_point last_flush_;
 };
 
@@ -366,50 +356,6 @@ std::optional<fs::path> plot_script() {
     if (fs::is_regular_file(c / "plot_localization.py", ec)) return c / "plot_localization.py";
   }
   return std::nullopt;
-}
-
-// Creates `dir` (and its parents) and proves a file can be made in it, before any scan is
-// read: a run that would fail to write its results fails before it starts.
-void prepare_output_folder(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    throw IoError(dir, "cannot create output folder" + (ec ? ": " + ec.message() : std::string(": not a folder")));
-  }
-  const fs::path probe = fs::path(dir) / fmt::format(".ndtcu_write_probe_{}", ::getpid());
-  {
-    std::ofstream f(probe);
-    if (!f || !(f << "probe\n") || !(f.flush())) {
-      const int err = errno;
-      f.close();
-      fs::remove(probe, ec);
-      throw IoError(dir, fmt::format("output folder is not writable (cannot create a file in it: {})",
-                                     err ? std::strerror(err) : "write error"));
-    }
-  }
-  fs::remove(probe, ec);
-}
-
-// Writes `text` to `path` through a temporary file in the same folder and a rename, so the
-// file holds either its previous content or all of the new one.
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw IoError(path.string(), "write error");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw IoError(path.string(), "cannot replace: " + ec.message());
-  }
 }
 
 // Why a frame was lost, from its best attempt: the check that failed, in its own words.
@@ -763,8 +709,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       initial_source = "--init-from";
     }
 
-    // The output folder must take files before hours of scans are spent on it.
-    prepare_output_folder(o->out);
+    // The output folder is this run's alone, and must take files, before hours of scans
+    // are spent on it.
+    const OutputFolder folder(o->out, "ndtcu localize");
 
     // Map.
     auto t0 = std::chrono::steady_clock::now();
@@ -845,7 +792,14 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     // frame is written out as it finishes; what stays is what the summary needs: a few
     // numbers per frame and, when there is a reference to evaluate against, the poses.
     const fs::path out(o->out);
+    // From here the folder holds this run's results or none: an earlier run's go before
+    // the first frame, this run's are put in place when it ends or is stopped.
+    folder.remove_earlier(kLocalizeOutputs);
     FrameFiles files(out);
+    // SIGINT and SIGTERM stop the run between two frames: what is finished is written and
+    // the exit code says which signal (130, 143). Before this point nothing was written.
+    const InterruptWatch interrupt;
+    std::optional<std::size_t> last_frame;
     const bool show_progress = log_level() <= LogLevel::Info;
     const std::size_t frame_count = scans.size();
     Progress progress(frame_count, show_progress);
@@ -887,7 +841,9 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
         };
       }
       ScanPrefetcher prefetcher(std::move(scans), read_scan, on_reader, o->readers, o->queue);
-      while (auto scan = prefetcher.next()) {
+      while (interrupt.received() == 0) {
+        auto scan = prefetcher.next();
+        if (!scan) break;
         const std::optional<std::size_t> match = matches.empty() ? std::nullopt : matches[scan->index];
         const StampedPose* matched = match ? &reference[*match] : nullptr;
         judged += matched != nullptr;
@@ -985,15 +941,45 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
           }
           files.frame(frames_csv_row(*scan, &r, matched, error_m));
         }
+        last_frame = scan->index;
         progress.update(++done, lost, skipped);
       }
     }
     const double loop_s = ms_since(loop_start) / 1000.0;
     progress.finish();
-    files.close();
+    files.commit();
+    // Stopped by a signal with frames left (one that comes after the last frame stops
+    // nothing: the run is complete).
+    const int stopped_by = done < frame_count ? interrupt.received() : 0;
+    if (stopped_by != 0) {
+      progress.message(fmt::format("ndtcu: {} received: localize stopped after {} of {} frames{}; the results of "
+                                   "those are in {}",
+                                   InterruptWatch::name(stopped_by), done, frame_count,
+                                   last_frame ? fmt::format(" (the last, frame {})", *last_frame) : std::string(),
+                                   o->out));
+    }
 
     const std::size_t aligned = done - skipped;
     nlohmann::json j;
+    // The run: whether it ran to the end, and what it was run on (its settings below).
+    j["status"] = stopped_by != 0 ? "interrupted" : "complete";
+    j["last_frame"] = last_frame ? nlohmann::json(*last_frame) : nlohmann::json(nullptr);
+    j["run"] = {{"command", "ndtcu localize"},
+                {"pid", ::getpid()},
+                {"started", folder.started()},
+                {"ended", nullptr},
+                {"signal", stopped_by != 0 ? nlohmann::json(InterruptWatch::name(stopped_by)) : nlohmann::json(nullptr)},
+                {"frames_listed", frame_count},
+                {"out", json_text(o->out)}};
+    auto optional_text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : json_text(v); };
+    j["inputs"] = {{"map", json_text(o->map)},
+                   {"scans", json_text(o->scans)},
+                   {"topic", bag ? json_text(bag_topic) : nlohmann::json(nullptr)},
+                   {"reference", optional_text(o->reference)},
+                   {"init_from", optional_text(o->init_from)},
+                   {"odometry", optional_text(o->odometry)},
+                   {"odometry_topic", optional_text(o->odometry_topic)},
+                   {"config", optional_text(o->ndt.config)}};
     j["frames"] = done;
     j["aligned"] = aligned;
     j["localized"] = localized;
@@ -1169,8 +1155,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     // with the plots' paths once they exist.
     const auto script = plot_script();
     std::vector<std::string> pythons_passed_over;
+    // A run stopped by a signal (or one that came after its last frame) draws no plots:
+    // whoever sent it wants the program to end.
+    const bool signalled = interrupt.received() != 0;
     const std::optional<std::string> python =
-        o->no_plot || !script ? std::nullopt
+        o->no_plot || signalled || !script ? std::nullopt
                               : find_python_with_matplotlib({"python3", "/usr/bin/python3"}, &pythons_passed_over);
     const std::string plot_cmd =
         fmt::format("{} {} {}", python ? shell_quote(*python) : "python3",
@@ -1181,14 +1170,19 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   {"summary_json", json_text((out / "summary.json").string())},
                   {"plots", nlohmann::json::array()},
                   {"plot_command", json_text(plot_cmd)}};
+    // Written last, after the files it describes are in place.
     auto write_summary = [&] {
       j["total_s"] = ms_since(run_start) / 1000.0;
-      write_file_atomically(out / "summary.json", dump_json(j) + "\n");
+      j["run"]["ended"] = utc_now_iso8601();
+      write_file_whole((out / "summary.json").string(), dump_json(j) + "\n");
     };
     write_summary();
     std::string plot_note;
     if (o->no_plot) {
       plot_note = "plots: run " + plot_cmd;
+    } else if (signalled) {
+      plot_note = fmt::format("plots: not drawn ({} received); run {}", InterruptWatch::name(interrupt.received()),
+                              plot_cmd);
     } else if (!script) {
       plot_note = "plots: plot_localization.py not found (set NDTCU_SCRIPTS_DIR); run " + plot_cmd;
     } else if (!python) {
@@ -1236,12 +1230,16 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                             percentile(sigma_y, 0.5), percentile(covariance_ms, 0.5));
       }
       text += eval_text;
+      if (stopped_by != 0) {
+        text += fmt::format("  status      interrupted by {} after {} of {} frames\n", InterruptWatch::name(stopped_by),
+                            done, frame_count);
+      }
       text += fmt::format("  files       trajectory_tum.txt, trajectory_kitti.txt (localized frames only), frames.csv, "
                           "summary.json\n");
       text += "  " + plot_note + "\n";
       std::cout << text;
     }
-    return 0;
+    return stopped_by != 0 ? InterruptWatch::exit_code(stopped_by) : 0;
   };
 }
 

@@ -1,6 +1,7 @@
 // `ndtcu map tile MAP --tile-size 20 --out DIR`: a map split into Autoware's tiled layout.
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "output_folder.hpp"
 
 #include <ndtcu/error.hpp>
 #include <ndtcu/tiled_map.hpp>
@@ -36,6 +37,8 @@ Command add_map(CLI::App& app, const GlobalOptions& global) {
   return [o, &global]() {
     const auto t0 = std::chrono::steady_clock::now();
     const PointCloud map = read_point_cloud(o->in);
+    // One run at a time in a folder: a second is refused, naming the first.
+    const OutputFolder folder(o->out, "ndtcu map tile");
     WriteOptions w;
     w.pcd_encoding = pcd_encoding_from_string(o->encoding);
     const TiledMapMetadata meta = write_tiled_map(map, o->tile_size, o->out, w);

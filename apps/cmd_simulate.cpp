@@ -2,6 +2,7 @@
 // its scans; or, with --bench, timings of the ray caster and map sampler.
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "output_folder.hpp"
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/rosbag.hpp>
@@ -229,6 +230,9 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       return run_bench(s, o->bench_scans, o->map_points > 0, global.json);
     }
     if (o->out.empty()) throw Error("simulate: --out DIR is required (or use --bench)");
+    sim::validate(s);  // before the folder is made
+    // One run at a time in a folder: a second is refused, naming the first.
+    const OutputFolder folder(o->out, "ndtcu simulate");
     const sim::SimulationSummary r = sim::simulate(s, o->out);
     const std::size_t bag_messages = o->rosbag.empty() ? 0 : write_scans_as_bag(o->out, o->rosbag);
     if (global.json) {

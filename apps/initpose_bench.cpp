@@ -9,6 +9,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/output_file.hpp>
 #include <ndtcu/trajectory.hpp>
 
 #include <CLI/CLI.hpp>
@@ -139,9 +140,7 @@ int main(int argc, char** argv) {
     std::printf("\n  time per search: median %.1f ms, p95 %.1f ms, max %.1f ms\n", percentile(times, 0.5),
                 percentile(times, 0.95), percentile(times, 1.0));
     if (!json_path.empty()) {
-      std::ofstream f(json_path);
-      f << json;
-      if (!f) throw IoError(json_path, "cannot write");
+      write_file_whole(json_path, json);
     }
     return 0;
   } catch (const std::exception& e) {

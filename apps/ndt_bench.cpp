@@ -10,6 +10,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/output_file.hpp>
 #include <ndtcu/trajectory.hpp>
 #include <ndtcu/log.hpp>
 #include <ndtcu/version.hpp>
@@ -320,10 +321,10 @@ int main(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
       return 0;
     }
-    std::ofstream out(json_file);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::cerr << "ndtcu_bench: error: " << json_file << ": cannot write the JSON\n";
+    try {
+      write_file_whole(json_file, j.dump(2) + "\n");
+    } catch (const Error& e) {
+      std::cerr << "ndtcu_bench: error: " << e.what() << "\n";
       return 1;
     }
   }

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 import ndtcu
+from written_whole import written_whole
 
 
 def read_tum(path):
@@ -87,8 +88,9 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     xy, status = [], []
-    with open(os.path.join(args.out, "trajectory_tum.txt"), "w") as tum, \
-            open(os.path.join(args.out, "frames.csv"), "w") as csv:
+    # Both files written whole: in place once every frame is done, or not at all.
+    with written_whole(os.path.join(args.out, "trajectory_tum.txt")) as tum, \
+            written_whole(os.path.join(args.out, "frames.csv")) as csv:
         csv.write("index,time,status,stage,x,y,z,roll,pitch,yaw,nvtl,iterations,align_ms\n")
         t0 = time.perf_counter()
         for i, t in enumerate(times):
@@ -130,7 +132,8 @@ def main():
         ax.legend()
         fig.tight_layout()
         png = os.path.join(args.out, "trajectory.png")
-        fig.savefig(png, dpi=120)
+        with written_whole(png, "wb") as f:
+            fig.savefig(f, format="png", dpi=120)
         print(f"wrote {png}")
 
 

@@ -15,6 +15,8 @@ import math
 import os
 import sys
 
+from written_whole import written_whole
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -89,7 +91,9 @@ def main():
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "trajectory.png"), dpi=120)
+    # Written whole (a reader never sees half an image; a link at the name is replaced).
+    with written_whole(os.path.join(out, "trajectory.png"), "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
 
     # Per frame.
@@ -126,7 +130,8 @@ def main():
         axes[0].set_title(f"{summary.get('aligned', len(rows))} frames, {summary['fps']:.1f} fps "
                           f"({summary.get('backend', '?')}, {summary.get('device', '?')})")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "frames.png"), dpi=120)
+    with written_whole(os.path.join(out, "frames.png"), "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     print(f"plot_localization.py: wrote {os.path.join(out, 'trajectory.png')} and {os.path.join(out, 'frames.png')}")
 

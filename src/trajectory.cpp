@@ -1,5 +1,7 @@
 #include <ndtcu/trajectory.hpp>
 
+#include <ndtcu/output_file.hpp>
+
 #include "io/bytes.hpp"
 #include "io/file_contents.hpp"
 
@@ -7,9 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 
 namespace ndtcu {
 namespace {
@@ -30,14 +29,12 @@ std::vector<double> parse_numbers(const std::string& path, std::size_t line_no, 
   return values;
 }
 
-// Line by line through the stream's buffer: a long trajectory is never held as one text.
+// Line by line through the file's buffer: a long trajectory is never held as one text.
 template <typename Line>
 void write_lines(const std::string& path, const Trajectory& trajectory, Line line) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw IoError(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  for (const auto& p : trajectory) out << line(p);
-  out.close();
-  if (!out) throw IoError(path, "write failed");
+  OutputFile out(path);
+  for (const auto& p : trajectory) out.write(line(p));
+  out.commit();
 }
 
 }  // namespace

@@ -196,13 +196,16 @@ class McapBagWriter {
  public:
   /// Creates the folder (it must not exist, or be empty) and starts the MCAP file.
   McapBagWriter(const std::string& path, std::string topic, std::string frame_id);
-  /// Finishes the bag if close() was not called (errors are then logged, not thrown).
+  /// Finishes the bag if close() was not called (errors are then logged, not thrown),
+  /// unless an exception is unwinding through the writer: the unfinished bag is then
+  /// dropped (the folder holds neither the MCAP file nor metadata.yaml).
   ~McapBagWriter();
   McapBagWriter(const McapBagWriter&) = delete;
   McapBagWriter& operator=(const McapBagWriter&) = delete;
   /// Appends one cloud, recorded (and stamped) at `time_ns`. Times must not decrease.
   void write(std::int64_t time_ns, const PointCloud& cloud);
-  /// Writes the summary, the footer and metadata.yaml. Throws IoError.
+  /// Writes the footer, puts the MCAP file in place (written whole, ndtcu/output_file.hpp),
+  /// then writes metadata.yaml. Throws IoError.
   void close();
   /// Path of the MCAP file.
   const std::string& mcap_path() const { return mcap_path_; }

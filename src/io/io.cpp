@@ -4,12 +4,11 @@
 #include "file_contents.hpp"
 
 #include <ndtcu/io.hpp>
+#include <ndtcu/output_file.hpp>
 
 #include <lzf.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -24,30 +23,6 @@ std::string lower_extension(const std::string& path) {
   for (auto& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return ext;
 }
-
-// Writes to a file with every failure reported as IoError naming it.
-class OutFile {
- public:
-  explicit OutFile(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "wb")) {
-    if (!f_) throw IoError(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  }
-  ~OutFile() {
-    if (f_) std::fclose(f_);
-  }
-  void write(const void* data, std::size_t n) {
-    if (n && std::fwrite(data, 1, n, f_) != n) throw IoError(path_, std::string("write failed: ") + std::strerror(errno));
-  }
-  void write(std::string_view s) { write(s.data(), s.size()); }
-  void close() {
-    std::FILE* f = f_;
-    f_ = nullptr;
-    if (std::fclose(f) != 0) throw IoError(path_, std::string("write failed: ") + std::strerror(errno));
-  }
-
- private:
-  std::string path_;
-  std::FILE* f_;
-};
 
 void append_number(std::string& out, double v) {
   char buf[32];
@@ -162,7 +137,7 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
                                               std::to_string(cloud.origin.y()) + " " +
                                               std::to_string(cloud.origin.z()) + "\n");
   }
-  OutFile out(path);
+  OutputFile out(path);
   out.write(header);
   if (options.pcd_encoding == PcdEncoding::Ascii) {
     std::string text;
@@ -182,7 +157,7 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
       }
     }
     out.write(text);
-    out.close();
+    out.commit();
     return;
   }
   const std::size_t step = 3 * xyz_size + (with_intensity ? 4 : 0);
@@ -219,7 +194,7 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
     out.write(sizes, sizeof(sizes));
     out.write(packed.data(), got);
   }
-  out.close();
+  out.commit();
 }
 
 // The KITTI writer: world coordinates, `intensity` or 0 for each point.
@@ -232,9 +207,9 @@ void write_kitti_points(const std::string& path, PointCloudView cloud, const flo
     records[4 * i + 2] = static_cast<float>(w.z());
     records[4 * i + 3] = intensity ? intensity[i] : 0.f;
   }
-  OutFile out(path);
+  OutputFile out(path);
   out.write(records.data(), records.size() * sizeof(float));
-  out.close();
+  out.commit();
 }
 
 void write_points(const std::string& path, PointCloudView cloud, const float* intensity,

@@ -1,6 +1,7 @@
 // Tiled maps in Autoware's layout (see include/ndtcu/tiled_map.hpp).
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
+#include <ndtcu/output_file.hpp>
 #include <ndtcu/tiled_map.hpp>
 
 #include "../log.hpp"
@@ -180,6 +181,14 @@ TiledMapWriter::TiledMapWriter(std::string dir, double tile_size, TiledMapWriter
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec || !fs::is_directory(dir_)) throw IoError(dir_, "cannot create folder" + (ec ? ": " + ec.message() : ""));
+  // An earlier map's metadata goes before the first tile is written (finish() writes the
+  // new one last): a folder never lists another map's tiles beside new ones. Spill files
+  // of a writer killed before its finish() would be appended to: they go too.
+  const fs::path meta_file = fs::path(dir_) / kTiledMapMetadataFile;
+  fs::remove(meta_file, ec);
+  if (ec) throw IoError(meta_file.string(), "cannot remove an earlier map's metadata: " + ec.message());
+  fs::remove_all(fs::path(dir_) / kSpillFolder, ec);
+  if (ec) throw IoError((fs::path(dir_) / kSpillFolder).string(), "cannot remove old spill files: " + ec.message());
 }
 
 TiledMapWriter::~TiledMapWriter() {
@@ -294,11 +303,7 @@ TiledMapMetadata TiledMapWriter::finish() {
   stats_.tiles = meta.tiles.size();
   tiles_.clear();
   buffered_ = 0;
-  const fs::path meta_file = fs::path(dir_) / kTiledMapMetadataFile;
-  std::ofstream out(meta_file, std::ios::binary);
-  out << yaml;
-  out.close();
-  if (!out) throw IoError(meta_file.string(), "write error");
+  write_file_whole((fs::path(dir_) / kTiledMapMetadataFile).string(), yaml);
   std::error_code ec;
   fs::remove_all(fs::path(dir_) / kSpillFolder, ec);
   return meta;

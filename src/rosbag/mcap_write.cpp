@@ -4,10 +4,14 @@
 
 #include "log.hpp"
 
+#include <ndtcu/output_file.hpp>
+
 #include <cmath>
+#include <exception>
 #include <filesystem>
-#include <fstream>
 #include <limits>
+#include <optional>
+#include <sstream>
 
 namespace ndtcu::rosbag {
 
@@ -123,16 +127,21 @@ std::string serialize(std::int64_t time_ns, const std::string& frame_id, const P
 
 struct McapBagWriter::Impl {
   std::string folder, topic, frame_id;
-  std::ofstream out;
+  // The MCAP file, renamed into place by close() (written whole: a bag whose writer
+  // stopped half-way has no MCAP file and no metadata.yaml).
+  std::optional<OutputFile> out;
   std::uint64_t messages = 0;
   std::int64_t first_ns = 0, last_ns = 0;
   bool closed = false;
+  // Exceptions in flight when the writer was made: more at its destruction means one
+  // is unwinding through it, and the unfinished bag is dropped rather than finished.
+  int uncaught_at_start = std::uncaught_exceptions();
 
   void record(std::uint8_t op, const std::string& content) {
-    out.put(static_cast<char>(op));
+    out->write(&op, 1);
     const std::uint64_t n = content.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out->write(&n, 8);
+    out->write(content);
   }
 };
 
@@ -152,9 +161,8 @@ McapBagWriter::McapBagWriter(const std::string& path, std::string topic, std::st
   std::string stem = folder.filename().string();
   if (stem.empty()) stem = folder.parent_path().filename().string();
   mcap_path_ = (folder / (stem + "_0.mcap")).string();
-  m.out.open(mcap_path_, std::ios::binary | std::ios::trunc);
-  if (!m.out) throw IoError(mcap_path_, "cannot create");
-  m.out.write(kMagic, 8);
+  m.out.emplace(mcap_path_);
+  m.out->write(kMagic, 8);
   Buffer header;
   header.str32("ros2");
   header.str32("ndtcu");
@@ -175,10 +183,10 @@ McapBagWriter::McapBagWriter(const std::string& path, std::string topic, std::st
   metadata.str32("");
   channel.str32(metadata.bytes);
   m.record(0x04, channel.bytes);
-  if (!m.out) throw IoError(mcap_path_, "write error");
 }
 
 McapBagWriter::~McapBagWriter() {
+  if (impl_ && !impl_->closed && std::uncaught_exceptions() > impl_->uncaught_at_start) return;  // dropped
   if (impl_ && !impl_->closed) {
     try {
       close();
@@ -206,7 +214,6 @@ void McapBagWriter::write(std::int64_t time_ns, const PointCloud& cloud) {
   rec.put(static_cast<std::uint64_t>(time_ns));            // publish_time
   rec.bytes += serialize(time_ns, m.frame_id, cloud);
   m.record(0x05, rec.bytes);
-  if (!m.out) throw IoError(mcap_path_, "write error");
   if (m.messages == 0) m.first_ns = time_ns;
   m.last_ns = time_ns;
   ++m.messages;
@@ -224,11 +231,10 @@ void McapBagWriter::close() {
   footer.put(std::uint64_t{0});  // summary_offset_start
   footer.put(std::uint32_t{0});  // summary CRC
   m.record(0x02, footer.bytes);
-  m.out.write(kMagic, 8);
-  m.out.close();
-  if (!m.out) throw IoError(mcap_path_, "write error");
+  m.out->write(kMagic, 8);
+  m.out->commit();
   const std::string yaml_path = (fs::path(m.folder) / "metadata.yaml").string();
-  std::ofstream y(yaml_path, std::ios::trunc);
+  std::ostringstream y;
   const std::int64_t duration = m.messages ? m.last_ns - m.first_ns : 0;
   const std::string file = fs::path(mcap_path_).filename().string();
   y << "rosbag2_bagfile_information:\n"
@@ -252,8 +258,7 @@ void McapBagWriter::close() {
     << "      starting_time:\n        nanoseconds_since_epoch: " << m.first_ns << "\n"
     << "      duration:\n        nanoseconds: " << duration << "\n"
     << "      message_count: " << m.messages << "\n";
-  y.close();
-  if (!y) throw IoError(yaml_path, "write error");
+  write_file_whole(yaml_path, y.str());
 }
 
 }  // namespace ndtcu::rosbag

@@ -8,6 +8,7 @@
 #include "log.hpp"
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/output_file.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/tiled_map.hpp>
 #include <ndtcu/version.hpp>
@@ -49,13 +50,6 @@ constexpr double kPi = 3.14159265358979323846;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw IoError(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) throw IoError(path, std::string("write failed: ") + std::strerror(errno));
-}
-
 /// Unit quaternion of a rotation with w >= 0, so each rotation has one spelling.
 Eigen::Quaterniond canonical_quaternion(const Eigen::Matrix3d& r) {
   Eigen::Quaterniond q(r);
@@ -64,15 +58,16 @@ Eigen::Quaterniond canonical_quaternion(const Eigen::Matrix3d& r) {
   return q;
 }
 
-/// Removes scans/NNNNNN.pcd left by an earlier run, so the folder holds exactly this run's
-/// frames; nothing else in it is touched.
+/// Removes scans/NNNNNN.pcd left by an earlier run (and the temporary files of a run
+/// killed while writing one), so the folder holds exactly this run's frames; nothing else
+/// in it is touched.
 void clear_old_scans(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const bool numbered = name.size() == 10 && name.compare(6, 4, ".pcd") == 0 &&
                           std::all_of(name.begin(), name.begin() + 6, [](char c) { return c >= '0' && c <= '9'; });
-    if (numbered) fs::remove(entry.path(), ec);
+    if (numbered || is_output_temporary(name)) fs::remove(entry.path(), ec);
   }
 }
 
@@ -150,7 +145,7 @@ void write_tum_poses(const std::string& path, const std::vector<TimedPose>& pose
     text += fmt::format("{:.6f} {:.6f} {:.6f} {:.6f} {:.9f} {:.9f} {:.9f} {:.9f}\n", p.time, t.x(), t.y(), t.z(), q.x(),
                         q.y(), q.z(), q.w());
   }
-  write_text(path, text);
+  write_file_whole(path, text);
 }
 
 void write_kitti_poses(const std::string& path, const std::vector<TimedPose>& poses) {
@@ -161,7 +156,7 @@ void write_kitti_poses(const std::string& path, const std::vector<TimedPose>& po
     text += fmt::format("{:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f} {:.9f} {:.9f} {:.9f} {:.6f}\n", r(0, 0),
                         r(0, 1), r(0, 2), t.x(), r(1, 0), r(1, 1), r(1, 2), t.y(), r(2, 0), r(2, 1), r(2, 2), t.z());
   }
-  write_text(path, text);
+  write_file_whole(path, text);
 }
 
 std::vector<TimedPose> read_tum_poses(const std::string& path) {
@@ -238,8 +233,19 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   const fs::path dir(out_dir);
   const fs::path scans_dir = dir / "scans";
   std::error_code ec;
+  // The scans go into the folder's own scans/, never through a link out of it.
+  if (fs::is_symlink(scans_dir, ec)) {
+    throw IoError(scans_dir.string(), "is a symbolic link; the scans are written into a folder of the output's own "
+                                      "(remove the link)");
+  }
   fs::create_directories(scans_dir, ec);
   if (ec) throw IoError(scans_dir.string(), "cannot create folder: " + ec.message());
+  // An earlier run's description and poses go before the first new scan is written: a
+  // folder never holds new scans beside another run's world.json (written last) or truth.
+  for (const char* name : {"world.json", "poses_tum.txt", "poses_kitti.txt", "initial_pose_rough.txt"}) {
+    fs::remove(dir / name, ec);
+    if (ec) throw IoError((dir / name).string(), "cannot remove an earlier run's file: " + ec.message());
+  }
   clear_old_scans(scans_dir);
 
   SimulationSummary summary;
@@ -326,8 +332,6 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
     rough.pose.translation() += rough_shift;
     rough.pose.linear() = Eigen::AngleAxisd(rough_yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * rough.pose.linear();
     write_tum_poses(rough_path.string(), {rough});
-  } else {
-    fs::remove(rough_path, ec);  // an earlier run's would not belong to this one
   }
 
   // Every parameter, and nothing that changes from run to run (no times, paths, threads).
@@ -424,7 +428,7 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                         {"yaw_offset_deg", rough_yaw * 180.0 / kPi},
                         {"applied", "R = Rz(yaw offset) * R_first, t = t_first + offset"}};
   }
-  write_text((dir / "world.json").string(), j.dump(2) + "\n");
+  write_file_whole((dir / "world.json").string(), j.dump(2) + "\n");
   summary.seconds_total = seconds_since(t_start);
   return summary;
 }

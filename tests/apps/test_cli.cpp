@@ -8,6 +8,8 @@
 
 #include "cli_app.hpp"
 #include "cli_common.hpp"
+#include "io/file_contents.hpp"
+#include "output_folder.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/log.hpp>
@@ -25,10 +27,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -766,4 +770,162 @@ TEST_CASE("ndtcu localize --odometry predicts from the odometry's motion; align 
   const CliRun np = run(no_prior);
   CHECK(np.rc != 0);
   CHECK(np.err.find("--prior") != std::string::npos);
+}
+
+namespace {
+
+// The scan whose read (on a reader thread) raises g_interrupt_signal: the run's handler
+// notes it, and the run stops between two frames, at that scan's frame at the latest.
+std::string g_interrupt_scan;
+int g_interrupt_signal = 0;
+
+void raise_at_scan(const std::string& path) {
+  if (g_interrupt_signal != 0 && path == g_interrupt_scan) std::raise(g_interrupt_signal);
+}
+
+struct InterruptAtScan {
+  InterruptAtScan(const std::string& scan, int signal) {
+    g_interrupt_scan = scan;
+    g_interrupt_signal = signal;
+    detail::file_contents_before_read_hook = raise_at_scan;
+  }
+  ~InterruptAtScan() {
+    detail::file_contents_before_read_hook = nullptr;
+    g_interrupt_signal = 0;
+  }
+};
+
+std::vector<std::string> lines_of(const fs::path& path) {
+  std::vector<std::string> lines;
+  std::istringstream in(ndtcu::test::read_bytes(path));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Checks that a localize folder agrees with itself: summary.json's counts and last frame,
+// frames.csv's rows (frames 0, 1, ... in order), the trajectories' poses (one per localized
+// frame, at the times of frames.csv's rows), and nothing else in the folder but the lock.
+// Returns the summary.
+nlohmann::json check_consistent_folder(const fs::path& out) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{cli::kOutputLockFile, "frames.csv", "summary.json", "trajectory_kitti.txt",
+                                          "trajectory_tum.txt"});
+  const auto summary = nlohmann::json::parse(ndtcu::test::read_bytes(out / "summary.json"));
+  const std::vector<std::string> rows = lines_of(out / "frames.csv");
+  REQUIRE(!rows.empty());
+  const std::size_t frames = rows.size() - 1;
+  CHECK(summary["frames"] == frames);
+  std::vector<std::string> times;
+  for (std::size_t k = 0; k < frames; ++k) {
+    const std::string& row = rows[k + 1];
+    CHECK(row.substr(0, row.find(',')) == std::to_string(k));
+    const std::size_t a = row.find(',') + 1;
+    times.push_back(row.substr(a, row.find(',', a) - a));
+  }
+  CHECK(summary["last_frame"] == (frames == 0 ? nlohmann::json(nullptr) : nlohmann::json(frames - 1)));
+  const std::vector<std::string> tum = lines_of(out / "trajectory_tum.txt");
+  CHECK(tum.size() == summary["localized"].get<std::size_t>());
+  CHECK(lines_of(out / "trajectory_kitti.txt").size() == tum.size());
+  std::size_t next = 0;
+  for (const std::string& line : tum) {
+    const std::string time = line.substr(0, line.find(' '));
+    while (next < times.size() && times[next] != time) ++next;
+    CHECK(next < times.size());  // the pose of a frame in frames.csv, in order
+    ++next;
+  }
+  return summary;
+}
+
+}  // namespace
+
+TEST_CASE("ndtcu localize stopped by SIGINT or SIGTERM between frames leaves a folder that agrees with itself",
+          "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_localize_interrupted");
+  std::mt19937 rng(26);  // seeded: the same frames every run
+  for (int signal : {SIGINT, SIGTERM}) {
+    const int k = std::uniform_int_distribution<int>(1, 8)(rng);
+    const std::string name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+    CAPTURE(name, k);
+    const fs::path out = dir / name;
+    // An earlier run's results, as the report found them: a summary of 1,181 frames, its
+    // trajectory and plot. None may stay beside the new frames.
+    fs::create_directories(out);
+    ndtcu::test::write_bytes(out / "summary.json", R"({"frames": 1181, "localized": 1181, "status": "complete"})");
+    ndtcu::test::write_bytes(out / "trajectory_tum.txt", std::string(1181, '\n'));
+    ndtcu::test::write_bytes(out / "frames.png", "an earlier run's plot");
+    CliRun r;
+    {
+      const InterruptAtScan interrupt(sample(fmt::format("scans/{:06d}.pcd", k)), signal);
+      r = run(localize_args(out.string(), {"--readers", "1", "--queue", "1", "--reference", sample("poses_tum.txt")}));
+    }
+    CAPTURE(r.out, r.err);
+    CHECK(r.rc == (signal == SIGINT ? 130 : 143));
+    CHECK_THAT(r.err, Catch::Contains("ndtcu: " + name + " received: localize stopped after"));
+    CHECK_THAT(r.out, Catch::Contains("status      interrupted by " + name + " after"));
+    const auto summary = check_consistent_folder(out);
+    CHECK(summary["status"] == "interrupted");
+    CHECK(summary["run"]["signal"] == name);
+    CHECK(summary["run"]["frames_listed"] == 10);
+    CHECK(summary["run"]["started"].get<std::string>() <= summary["run"]["ended"].get<std::string>());
+    CHECK(summary["inputs"]["map"] == sample("map.pcd"));
+    CHECK(summary["settings"].contains("resolution"));
+    // Stopped at the scan's frame at the latest (the readers run at most a frame or two ahead).
+    const auto frames = summary["frames"].get<int>();
+    CHECK(frames >= 1);
+    CHECK(frames <= k + 1);
+    CHECK(summary["reference"]["matched_scans"] == 10);
+  }
+  // Uninterrupted, the same folder holds a complete run.
+  const CliRun r = run(localize_args((dir / "SIGINT").string()));
+  REQUIRE(r.rc == 0);
+  const auto summary = check_consistent_folder(dir / "SIGINT");
+  CHECK(summary["status"] == "complete");
+  CHECK(summary["frames"] == 10);
+  CHECK(summary["last_frame"] == 9);
+  CHECK(summary["run"]["signal"].is_null());
+}
+
+TEST_CASE("ndtcu localize into a folder another run holds fails at once, naming it, and changes nothing there",
+          "[unit][cli]") {
+  const fs::path out = ndtcu::test::temp_dir("cli_localize_locked") / "out";
+  REQUIRE(run(localize_args(out.string())).rc == 0);
+  const std::string frames = ndtcu::test::read_bytes(out / "frames.csv");
+  const std::string summary = ndtcu::test::read_bytes(out / "summary.json");
+  // The first run, holding the folder (a run of this process: flock refuses a second open
+  // of the lock file as it refuses another process).
+  const cli::OutputFolder first(out.string(), "ndtcu localize");
+  const CliRun second = run(localize_args(out.string()));
+  CHECK(second.rc == 1);
+  CHECK_THAT(second.err, Catch::StartsWith("ndtcu: error: " + out.string() +
+                                           ": the output folder is in use by another run (pid " +
+                                           std::to_string(::getpid()) + ", ndtcu localize, started " + first.started()));
+  CHECK_THAT(second.err, !Catch::Contains("frame 0"));
+  CHECK(ndtcu::test::read_bytes(out / "frames.csv") == frames);
+  CHECK(ndtcu::test::read_bytes(out / "summary.json") == summary);
+}
+
+TEST_CASE("ndtcu localize replaces links planted at its outputs and never writes through them", "[unit][cli]") {
+  const fs::path dir = ndtcu::test::temp_dir("cli_localize_links");
+  const fs::path out = dir / "out", outside = dir / "outside";
+  fs::create_directories(out);
+  fs::create_directories(outside);
+  for (const std::string name : {"trajectory_tum.txt", "frames.csv", "summary.json"}) {
+    ndtcu::test::write_bytes(outside / name, "the user's own file\n");
+    fs::create_symlink(outside / name, out / name);
+  }
+  // One into a folder that does not exist: the writer must not create it.
+  fs::create_symlink(dir / "nowhere" / "kitti.txt", out / "trajectory_kitti.txt");
+  const CliRun r = run(localize_args(out.string()));
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  for (const std::string name : {"trajectory_tum.txt", "frames.csv", "summary.json"}) {
+    CAPTURE(name);
+    CHECK(ndtcu::test::read_bytes(outside / name) == "the user's own file\n");
+    CHECK_FALSE(fs::is_symlink(out / name));
+  }
+  CHECK_FALSE(fs::exists(dir / "nowhere"));
+  const auto summary = check_consistent_folder(out);
+  CHECK(summary["localized"] == 10);
 }

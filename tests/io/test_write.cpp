@@ -66,7 +66,8 @@ TEST_CASE("KITTI .bin round trip", "[unit][io]") {
 
 TEST_CASE("writing to a folder that does not exist names the file", "[unit][io]") {
   PointCloud c = random_cloud(3, false, 1);
-  CHECK_THROWS_WITH(write_point_cloud("/nonexistent-dir/x.pcd", c), Catch::Contains("/nonexistent-dir/x.pcd: cannot open"));
+  CHECK_THROWS_WITH(write_point_cloud("/nonexistent-dir/x.pcd", c),
+                    Catch::Contains("/nonexistent-dir/x.pcd: its folder /nonexistent-dir does not exist"));
   CHECK_THROWS_AS(write_point_cloud("x.ply", c), IoError);
 }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <fstream>
 
 namespace fs = std::filesystem;
@@ -241,6 +242,26 @@ TEST_CASE("rosbag: the MCAP writer's bag reads back bit for bit, with its times"
   CHECK(file_only.messages("/sim/points").size() == 3);
   // Writing into a folder that holds files is refused.
   CHECK_THROWS_WITH(McapBagWriter(dir.string(), "/p", "f"), Catch::Contains("not an empty folder"));
+}
+
+TEST_CASE("rosbag: a bag whose writer stops half-way is no bag: no MCAP file, no metadata.yaml", "[rosbag][unit]") {
+  const fs::path dir = test::temp_dir("rosbag_writer_stopped") / "bag";
+  try {
+    McapBagWriter w(dir.string(), "/points", "lidar");
+    w.write(1'000'000'000, small_cloud(5, 0.0f));
+    throw std::runtime_error("the next scan cannot be read");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(fs::is_directory(dir));
+  CHECK(fs::is_empty(dir));
+  CHECK_FALSE(is_bag_path(dir.string()));
+  // Without an exception, the destructor finishes the bag (as close() does).
+  const fs::path finished = test::temp_dir("rosbag_writer_destructor") / "bag";
+  {
+    McapBagWriter w(finished.string(), "/points", "lidar");
+    w.write(1'000'000'000, small_cloud(5, 0.0f));
+  }
+  CHECK(BagReader(finished.string()).messages("/points").size() == 1);
 }
 
 TEST_CASE("rosbag: malformed MCAP bags are errors naming the file, topic and message", "[rosbag][unit]") {

@@ -169,7 +169,8 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
   cmd->add_option("--line-search", o.line_search, "step length rule")->check(CLI::IsMember({"more-thuente", "fixed"}));
   cmd->add_option("--step-size", o.step_size, "largest step |dp|")->check(CLI::PositiveNumber);
   cmd->add_option("--epsilon", o.epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-iterations", o.max_iterations, "Newton iterations at most")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-iterations", o.max_iterations, fmt::format("Newton iterations at most (at most {})", kMaxIterations))
+      ->check(CLI::Range(1, kMaxIterations));
   cmd->add_option("--convergence", o.convergence, "stopping rule")->check(CLI::IsMember({"pcl", "autoware"}));
   cmd->add_option("--newton-direction", o.newton_direction,
                   "Newton direction: H dp = -g as PCL and Autoware solve it, or saddle-free (|eigenvalues|)")

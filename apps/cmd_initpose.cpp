@@ -82,7 +82,7 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--coarse-iterations", o->search.coarse_iterations, "Newton iterations of the coarse pass")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->check(CLI::Range(1, kMaxIterations));
   cmd->add_option("--coarse-points", o->search.coarse_points,
                   "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
       ->capture_default_str();
@@ -93,15 +93,15 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({"sweep", "tpe"}));
   auto* particles_option = cmd->add_option("--particles", o->tpe.particles, "tpe: particles aligned in all")
                                ->capture_default_str()
-                               ->check(CLI::Range(1, 100000));
+                               ->check(CLI::Range(1, kMaxTpeParticles));
   auto* startup_trials_option =
       cmd->add_option("--startup-trials", o->tpe.startup_trials, "tpe: of which drawn from the prior, in one batch")
           ->capture_default_str()
-          ->check(CLI::Range(1, 100000));
+          ->check(CLI::Range(1, kMaxTpeParticles));
   cmd->add_option("--proposal-batch", o->tpe.proposal_batch,
                   "tpe: proposals aligned per batch after the startup (1 = Autoware's sequential search)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+      ->check(CLI::Range(1, kMaxTpeParticles));
   cmd->add_option("--seed", o->tpe.seed, "tpe: seed of the particles")->capture_default_str();
   cmd->add_option("--scan-voxel", o->scan_voxel, "voxel-filter the scan first (leaf, m; 0 = no)")
       ->capture_default_str()

@@ -647,10 +647,22 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     Trajectory reference;
     std::vector<std::optional<std::size_t>> matches;  // per scan, with a reference only
     std::string matching = "none";
+    ReferenceCheck reference_check;
+    std::size_t unmatched_frames = 0;  // frames with no reference pose (a counted warning)
     if (!o->reference.empty()) {
       reference = read_trajectory(o->reference, ref_format, o->period);
+      // In time order, each stamp once (two poses at one stamp are an error): the matching
+      // below and every error computed from it assume it.
+      reference_check = sort_reference(reference, o->reference);
+      if (reference_check.out_of_order > 0 && log_level() <= LogLevel::Warn) {
+        std::cerr << fmt::format("ndtcu: warning: --reference {}: {} pose{} out of time order; sorted by time before "
+                                 "matching (counted in summary.json, reference.out_of_order)\n",
+                                 o->reference, reference_check.out_of_order,
+                                 reference_check.out_of_order == 1 ? "" : "s");
+      }
       matching = reference.size() == scans.size() ? "index" : "time";
       matches = match_to_reference(scans, reference, o->max_time_difference);
+      for (const auto& m : matches) unmatched_frames += !m.has_value();
     }
 
     // The odometry: a TUM file, or a nav_msgs/Odometry topic of the scans' bag (its poses at
@@ -815,8 +827,10 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     // kSuccessRadius of it (lost and skipped frames count as failures).
     std::size_t judged = 0, within = 0, accepted_wrong = 0, degenerate = 0;
     Trajectory estimate;  // the localized poses, for ATE and RPE
+    // (estimate index, reference index): each frame's own match, so that the ATE and RPE
+    // cover exactly the frames that have an error.
+    std::vector<std::pair<std::size_t, std::size_t>> estimate_pairs;
     if (!reference.empty()) estimate.reserve(frame_count);
-    TimeAssociation association(reference, o->max_time_difference);
     Samples latency, align_ms, iterations, points, sigma_x, sigma_y, covariance_ms;
     // Reserved, not grown: no copy at each doubling (pages never written cost nothing).
     for (Samples* v : {&latency, &align_ms, &iterations, &points, &sigma_x, &sigma_y, &covariance_ms}) {
@@ -925,10 +939,11 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
             ++localized;
             if (streamer) streamer->request(r.pose.topRightCorner<2, 1>());
             if (!reference.empty()) {
-              // The frame's ATE: the pairing absolute_trajectory_error() makes below, made
-              // one pose at a time.
-              if (const auto ref = association.next(p.time)) {
-                error_m = (p.pose.translation() - reference[*ref].pose.translation()).norm();
+              if (matched) {
+                // The frame's error against the reference pose it was matched to: the same
+                // pair the ATE below is computed over.
+                error_m = (p.pose.translation() - matched->pose.translation()).norm();
+                estimate_pairs.emplace_back(estimate.size(), static_cast<std::size_t>(matched - reference.data()));
               }
               estimate.push_back(p);
             }
@@ -1095,12 +1110,26 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
 
     std::string eval_text;
     if (!o->reference.empty()) {
-      const AteStats ate = absolute_trajectory_error(estimate, reference, o->max_time_difference);
-      const auto rpe = relative_pose_error(estimate, reference, {1.0, 5.0, 10.0}, o->max_time_difference);
-      std::size_t matched = 0;
-      for (const auto& m : matches) matched += m.has_value();
+      const AteStats ate = absolute_trajectory_error(estimate, reference, estimate_pairs);
+      const auto rpe = relative_pose_error(estimate, reference, {1.0, 5.0, 10.0}, estimate_pairs);
+      const std::size_t matched = matches.size() - unmatched_frames;
       j["reference"] = {{"path", json_text(o->reference)}, {"poses", reference.size()}, {"matched_scans", matched},
-                        {"matching", matching}};
+                        {"matching", matching}, {"out_of_order", reference_check.out_of_order},
+                        {"unmatched_frames", unmatched_frames}};
+      if (reference_check.out_of_order > 0) {
+        eval_text += fmt::format("  WARNING     {} reference pose{} out of time order in {}; sorted by time\n",
+                                 reference_check.out_of_order, reference_check.out_of_order == 1 ? "" : "s",
+                                 o->reference);
+      }
+      if (unmatched_frames > 0) {
+        eval_text += fmt::format("  WARNING     {} of {} frames matched no reference pose (matching by {}{}); they "
+                                 "are not in the success rate, ATE or RPE\n",
+                                 unmatched_frames, matches.size(), matching,
+                                 matching == "time" ? fmt::format(", within {} s", o->max_time_difference) : "");
+        progress.message(fmt::format("ndtcu: warning: {} of {} frames matched no pose of {} (matching by {}; counted "
+                                     "in summary.json, reference.unmatched_frames)",
+                                     unmatched_frames, matches.size(), o->reference, matching));
+      }
       // Over every frame with a reference pose: the ATE below covers the localized ones only.
       j["success"] = {{"within_m", kSuccessRadius},
                       {"frames", judged},

@@ -183,17 +183,24 @@ NDTCU_HD inline bool small_step(const StepRules& r, double step_length, const do
   return fabs(step_length) < r.epsilon;
 }
 
+/// The trace entry of iteration `i` (from 0) in an array of max_iterations entries (the
+/// device loop's, sized before it starts), or null when the trace is not kept. The host
+/// loop passes a trace of its own type instead, with its own trace_entry (found by
+/// argument-dependent lookup) that grows the trace with the iterations actually run.
+NDTCU_HD inline StepTrace* trace_entry(StepTrace* trace, int i) { return trace ? trace + i : nullptr; }
+
 /// Records the iteration a step just completed (`score`: its evaluation's score) into
-/// `trace` (null: not kept) and applies the stopping rules in the host loop's order: a
-/// non-finite pose, the small step, the iteration count. True when the loop stops.
-NDTCU_HD inline bool finish_iteration(const StepRules& r, double score, StepState& s, StepTrace* trace) {
+/// `trace` (see trace_entry; null: not kept) and applies the stopping rules in the host
+/// loop's order: a non-finite pose, the small step, the iteration count. True when the
+/// loop stops.
+template <typename Trace>
+NDTCU_HD inline bool finish_iteration(const StepRules& r, double score, StepState& s, Trace trace) {
   bool finite = true;
   for (int k = 0; k < 6; ++k) finite = finite && isfinite(s.pose[k]);
-  if (trace) {
-    StepTrace& e = trace[s.iterations - 1];
-    for (int k = 0; k < 6; ++k) e.pose[k] = s.pose[k];
-    e.score = score;
-    e.step = fabs(s.last_step);
+  if (StepTrace* e = trace_entry(trace, s.iterations - 1)) {
+    for (int k = 0; k < 6; ++k) e->pose[k] = s.pose[k];
+    e->score = score;
+    e->step = fabs(s.last_step);
   }
   if (!finite) {
     s.reason = kSingularHessian;
@@ -217,8 +224,8 @@ NDTCU_HD inline bool finish_iteration(const StepRules& r, double score, StepStat
 /// the loop needs the evaluation at the new s.pose; false when it stopped (s.reason).
 /// A direction along which the score does not change is a zero step, recorded as an
 /// iteration without an evaluation, as Autoware's computeStepLengthMT returns 0 there.
-template <typename Direction>
-NDTCU_HD inline bool fixed_step(const double* sums, const StepRules& r, StepState& s, StepTrace* trace,
+template <typename Trace, typename Direction>
+NDTCU_HD inline bool fixed_step(const double* sums, const StepRules& r, StepState& s, Trace trace,
                                 Direction&& direction) {
   s.evaluations += 1;
   // After the first evaluation, every evaluation is at the pose the last step reached.

@@ -131,7 +131,9 @@ void validate(const AlignSettings& s) {
   if (!(s.resolution > 0.0) || !std::isfinite(s.resolution)) fail("resolution (must be > 0)", s.resolution);
   if (!(s.step_size > 0.0) || !std::isfinite(s.step_size)) fail("step_size (must be > 0)", s.step_size);
   if (!(s.epsilon >= 0.0) || !std::isfinite(s.epsilon)) fail("epsilon (must be >= 0)", s.epsilon);
-  if (s.max_iterations < 1) fail("max_iterations (must be >= 1)", s.max_iterations);
+  if (s.max_iterations < 1 || s.max_iterations > kMaxIterations) {
+    throw Error(fmt::format("invalid setting max_iterations: {} (must be in [1, {}])", s.max_iterations, kMaxIterations));
+  }
   if (!(s.outlier_ratio > 0.0 && s.outlier_ratio < 1.0)) fail("outlier_ratio (must be in (0, 1))", s.outlier_ratio);
   if (s.min_points_per_voxel < 3) fail("min_points_per_voxel (must be >= 3)", s.min_points_per_voxel);
   if (!(s.eigenvalue_ratio >= 0.0 && s.eigenvalue_ratio <= 1.0)) fail("eigenvalue_ratio (must be in [0, 1])", s.eigenvalue_ratio);

@@ -145,11 +145,42 @@ std::vector<std::pair<std::size_t, std::size_t>> associate(const Trajectory& est
   return pairs;
 }
 
+ReferenceCheck sort_reference(Trajectory& reference, const std::string& path) {
+  ReferenceCheck check;
+  for (std::size_t k = 1; k < reference.size(); ++k) check.out_of_order += reference[k].time < reference[k - 1].time;
+  // Each pose keeps its place in the file, for a message about two of them.
+  std::vector<std::size_t> order(reference.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return reference[a].time < reference[b].time; });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const std::size_t a = std::min(order[k - 1], order[k]), b = std::max(order[k - 1], order[k]);
+    if (reference[a].time == reference[b].time) {
+      throw Error(fmt::format("{}: poses {} and {} (in the file's order, from 1) have the same time stamp {:.9f}: a "
+                              "frame at that time could be matched to either; each reference pose needs a stamp of "
+                              "its own",
+                              path, a + 1, b + 1, reference[a].time));
+    }
+  }
+  if (check.out_of_order > 0) {
+    Trajectory sorted;
+    sorted.reserve(reference.size());
+    for (std::size_t k : order) sorted.push_back(reference[k]);
+    reference = std::move(sorted);
+  }
+  return check;
+}
+
 AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,
                                    double max_time_difference) {
+  return absolute_trajectory_error(estimate, reference, associate(estimate, reference, max_time_difference));
+}
+
+AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,
+                                   const std::vector<std::pair<std::size_t, std::size_t>>& pairs) {
   AteStats s;
   std::vector<double> errors;
-  for (auto [e, r] : associate(estimate, reference, max_time_difference)) {
+  for (auto [e, r] : pairs) {
     double err = (estimate[e].pose.translation() - reference[r].pose.translation()).norm();
     errors.push_back(err);
     s.per_pose.emplace_back(e, r, err);
@@ -172,7 +203,14 @@ AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory&
 
 std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Trajectory& reference,
                                           const std::vector<double>& segment_lengths, double max_time_difference) {
-  auto pairs = associate(estimate, reference, max_time_difference);
+  return relative_pose_error(estimate, reference, segment_lengths, associate(estimate, reference, max_time_difference));
+}
+
+std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Trajectory& reference,
+                                          const std::vector<double>& segment_lengths,
+                                          std::vector<std::pair<std::size_t, std::size_t>> pairs) {
+  // Along the reference path: in its order (associate()'s pairs are already).
+  std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   // Distance along the reference path at each associated pose.
   std::vector<double> along(pairs.size(), 0.0);
   for (std::size_t k = 1; k < pairs.size(); ++k) {

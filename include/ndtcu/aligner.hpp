@@ -48,7 +48,7 @@ struct BatchOptions {
   bool prior = true;
   /// Newton iterations per hypothesis at most: 0 takes the aligner's max_iterations; a
   /// smaller number runs a coarse pass (hypotheses moved a little, to be ranked) on the same
-  /// map and backend. Must be 0 or at least 1 (Error otherwise).
+  /// map and backend. Must be 0 or in [1, kMaxIterations] (Error otherwise).
   int max_iterations = 0;
   /// Attach each result's pose covariance when the aligner's settings ask for one; false
   /// skips it (results that are only ranked do not pay for it).

@@ -121,6 +121,14 @@ class TreeParzenEstimator {
   std::mt19937_64 engine_;
 };
 
+/// Most particles a TPE search may align (TpeOptions::particles, also the bound of
+/// proposal_batch and candidates): each is a full alignment, so 100,000 is minutes on a GPU
+/// and hours on the CPU against Autoware's 200, the same bound as a sweep's
+/// InitialPoseOptions::max_hypotheses. Checked by validate(TpeOptions) before anything is
+/// drawn, whether the value comes from the library, `initpose --particles`, an Autoware
+/// parameter file's initial_pose_estimation.particles_num or Python.
+inline constexpr int kMaxTpeParticles = 100000;
+
 /// What find_initial_pose_tpe() does. Lengths in metres, angles in degrees. The defaults
 /// are Autoware's: particles_num and n_startup_trials of ndt_scan_matcher.param.yaml, the
 /// spreads of pose_initializer.param.yaml's gnss_particle_covariance (variances 1, 1, 0.01
@@ -171,7 +179,9 @@ struct TpeOptions {
   double ambiguity_margin = 0.1;
 };
 
-/// Checks `options`; throws Error naming the field and the value.
+/// Checks `options`; throws Error naming the field, the value and the range (particles,
+/// proposal_batch and candidates in [1, kMaxTpeParticles], startup_trials in [1,
+/// particles], ...).
 void validate(const TpeOptions& options);
 
 /// Searches for the pose of `scan` in the aligner's map near `around` by Autoware's TPE

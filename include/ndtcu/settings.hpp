@@ -108,6 +108,14 @@ enum class PoseCovariance {
 /// mistyped 100000 would exhaust the system's thread limit before any work starts.
 inline constexpr int kMaxThreads = 1024;
 
+/// Most Newton iterations an alignment may ask for (AlignSettings::max_iterations,
+/// BatchOptions::max_iterations, InitialPoseOptions::coarse_iterations). Autoware runs 30
+/// and PCL's tutorial 35; 1,000 steps of Autoware's 0.1 m cover 100 m, far past any basin
+/// of convergence. The CUDA loop keeps a trace of max_iterations entries (64 bytes) per
+/// hypothesis, so the limit also bounds what a batch with a trace takes (64 KB each); a
+/// mistyped 1e8 would ask for gigabytes before the first iteration.
+inline constexpr int kMaxIterations = 1000;
+
 /// A prior on the pose an alignment returns: a quadratic term added to the NDT score
 /// (which is maximised), score - 1/2 r' L r with r the difference of the pose and `pose`
 /// (angles wrapped) and L = `information` + Autoware's longitudinal regularization term.
@@ -144,7 +152,7 @@ struct AlignSettings {
   double resolution = 2.0;
   double step_size = 0.1;     ///< largest step length |dp| per iteration
   double epsilon = 0.01;      ///< convergence threshold (see ConvergenceRule)
-  int max_iterations = 30;    ///< Newton iterations at most
+  int max_iterations = 30;    ///< Newton iterations at most, in [1, kMaxIterations]
   double outlier_ratio = 0.55;  ///< outlier ratio of the score's mixture (Magnusson eq. 6.7)
   SearchMethod search = SearchMethod::Radius;            ///< neighbour search
   LineSearch line_search = LineSearch::Fixed;            ///< step length rule
@@ -220,7 +228,7 @@ GpuNewtonLoop gpu_loop_from_string(const std::string& name);
 PoseCovariance pose_covariance_from_string(const std::string& name);
 
 /// Throws Error naming the first setting out of range (resolution, step size, epsilon,
-/// iterations, outlier ratio, points per voxel, eigenvalue ratio, threads in [0,
+/// iterations in [1, kMaxIterations], outlier ratio, points per voxel, eigenvalue ratio, threads in [0,
 /// kMaxThreads]), an epsilon above twice the step size (step lengths are kept in
 /// [epsilon / 2, step_size], an empty range then: the steps would be epsilon / 2 long and
 /// "converge" anywhere), or an enum holding a value that is none of its names (e.g. a

@@ -11,6 +11,8 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace ndtcu {
@@ -105,9 +107,29 @@ class TimeAssociation {
   std::size_t r_ = 0;  // the reference pose nearest the previous time
 };
 
+/// What sort_reference() found in a reference trajectory's stamps.
+struct ReferenceCheck {
+  /// Poses whose stamp lies before the stamp of the pose above them in the file. The
+  /// trajectory was sorted; a caller counts it as a warning (`ndtcu localize` prints it and
+  /// writes it to summary.json as reference.out_of_order).
+  std::size_t out_of_order = 0;
+};
+
+/// Puts a reference trajectory read from `path` in time order (a stable sort: the matching
+/// and the association that follow assume it) and checks its stamps. Throws Error naming
+/// `path`, the two poses (their order in the file) and the stamp when two poses share one
+/// stamp: a frame at that time could be paired with either, so no error computed against
+/// them could be trusted.
+ReferenceCheck sort_reference(Trajectory& reference, const std::string& path);
+
 /// ATE over associated poses (see associate()).
 AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,
                                    double max_time_difference = 0.01);
+
+/// ATE over given pairs (estimate index, reference index): e.g. the ones a localization
+/// run matched frame by frame, so that its ATE covers exactly the frames given an error.
+AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory& reference,
+                                   const std::vector<std::pair<std::size_t, std::size_t>>& pairs);
 
 /// RPE for each segment length: for every associated start pose i, the first associated
 /// pose j at least `length` further along the reference path; error
@@ -115,5 +137,10 @@ AteStats absolute_trajectory_error(const Trajectory& estimate, const Trajectory&
 std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Trajectory& reference,
                                           const std::vector<double>& segment_lengths = {1.0, 5.0, 10.0},
                                           double max_time_difference = 0.01);
+
+/// RPE over given pairs (estimate index, reference index), taken in the reference's order.
+std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Trajectory& reference,
+                                          const std::vector<double>& segment_lengths,
+                                          std::vector<std::pair<std::size_t, std::size_t>> pairs);
 
 }  // namespace ndtcu

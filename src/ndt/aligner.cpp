@@ -282,9 +282,9 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   if (!has_target()) throw Error("align: no target set (call set_target first)");
-  if (options.max_iterations < 0) {
+  if (options.max_iterations < 0 || options.max_iterations > kMaxIterations) {
     throw Error("align_batch: BatchOptions::max_iterations = " + std::to_string(options.max_iterations) +
-                " (0: the aligner's own, else at least 1)");
+                " (0: the aligner's own, else in [1, " + std::to_string(kMaxIterations) + "])");
   }
   const bool keep_trace = options.trace;
   AlignSettings call_settings = m.settings;

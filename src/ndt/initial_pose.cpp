@@ -33,12 +33,10 @@ double wrap_angle(double a) {
   return a <= -kPi ? a + 2.0 * kPi : a;
 }
 
-// Grid indices per side: offsets i * step for |i| <= n reach the radius. The 1e-9 keeps a
-// radius that is an exact multiple of the step (2 m / 1 m) from losing its last ring to
-// rounding.
-long grid_half_width(const InitialPoseOptions& o) {
-  return static_cast<long>(std::floor(o.radius / o.position_step + 1e-9));
-}
+// Grid indices per side, as a double (a radius of 1e6 m at 1e-9 m is beyond every integer
+// type): offsets i * step for |i| <= n reach the radius. The 1e-9 keeps a radius that is an
+// exact multiple of the step (2 m / 1 m) from losing its last ring to rounding.
+double grid_half_width(const InitialPoseOptions& o) { return std::floor(o.radius / o.position_step + 1e-9); }
 
 // Whether grid offset (i, j) lies inside the disc of the radius (same tolerance).
 bool inside_disc(long i, long j, const InitialPoseOptions& o) {
@@ -46,15 +44,64 @@ bool inside_disc(long i, long j, const InitialPoseOptions& o) {
   return x * x + y * y <= o.radius * o.radius * (1.0 + 1e-9) + 1e-12;
 }
 
-// Yaw offsets (rad): k * step for |k * step| <= range / 2; on the full circle the last one
-// is dropped when it lands on the first one turned by 360 deg (+-180 are one heading).
+// Yaw offsets per side, as a double: k * step for |k * step| <= range / 2.
+double yaw_half_count(const InitialPoseOptions& o) { return std::floor(o.yaw_range_deg / 2.0 / o.yaw_step_deg + 1e-9); }
+
+// Whether the last yaw offset lands on the first one turned by 360 deg (+-180 are one
+// heading) and is dropped: the full circle at a step that divides it.
+bool yaw_wraps(const InitialPoseOptions& o, double n) {
+  return n > 0.0 && std::abs(n * o.yaw_step_deg - (-n * o.yaw_step_deg) - 360.0) < 1e-6;
+}
+
+// Yaw offsets (rad): k * step for |k * step| <= range / 2, less the wrapped duplicate.
+// Called only once validate() has bounded their number.
 std::vector<double> yaw_offsets(const InitialPoseOptions& o) {
-  const long n = static_cast<long>(std::floor(o.yaw_range_deg / 2.0 / o.yaw_step_deg + 1e-9));
+  const double half = yaw_half_count(o);
+  const long n = static_cast<long>(half);
   std::vector<double> out;
   for (long k = -n; k <= n; ++k) out.push_back(static_cast<double>(k) * o.yaw_step_deg);
-  if (out.size() > 1 && std::abs(out.back() - out.front() - 360.0) < 1e-6) out.pop_back();
+  if (yaw_wraps(o, half)) out.pop_back();
   for (double& d : out) d *= kDeg;
   return out;
+}
+
+// The size of the sweep, from the radius, the steps and the yaw range alone (nothing is
+// built): positions, yaws and their product, exact when `exact`; otherwise the positions
+// alone are known to exceed max_hypotheses (one row of the grid does) and `positions` is
+// the disc's area over a grid cell, for the message.
+struct SweepSize {
+  double positions = 0.0, yaws = 0.0, total = 0.0;
+  bool exact = true;
+};
+
+SweepSize sweep_size(const InitialPoseOptions& o) {
+  SweepSize size;
+  const double yaw_half = yaw_half_count(o);
+  size.yaws = 2.0 * yaw_half + 1.0 - (yaw_wraps(o, yaw_half) ? 1.0 : 0.0);
+  const double n = grid_half_width(o);
+  const double limit = static_cast<double>(o.max_hypotheses);
+  // The row through the centre alone holds 2n + 1 positions (every |i| <= n lies inside:
+  // n * step <= radius up to the tolerances of inside_disc); counting the disc row by row
+  // is then bounded by the limit (at most limit / 2 rows), never by the radius.
+  if (2.0 * n + 1.0 > limit) {
+    const double cells = o.radius / o.position_step;
+    size.positions = std::max(2.0 * n + 1.0, 3.14159265358979323846 * cells * cells);
+    size.total = size.positions * size.yaws;
+    size.exact = false;
+    return size;
+  }
+  const long half = static_cast<long>(n);
+  for (long i = -half; i <= half; ++i) {
+    // The row's half width from the circle, then corrected to inside_disc's own test.
+    const double x = static_cast<double>(i) * o.position_step;
+    const double room = o.radius * o.radius * (1.0 + 1e-9) + 1e-12 - x * x;
+    long j = room < 0.0 ? -1 : std::min(half, static_cast<long>(std::floor(std::sqrt(room) / o.position_step)));
+    while (j < half && inside_disc(i, j + 1, o)) ++j;
+    while (j >= 0 && !inside_disc(i, j, o)) --j;
+    if (j >= 0) size.positions += static_cast<double>(2 * j + 1);
+  }
+  size.total = size.positions * size.yaws;
+  return size;
 }
 
 }  // namespace
@@ -73,7 +120,9 @@ void validate(const InitialPoseOptions& o) {
   if (!(std::isfinite(o.yaw_step_deg) && o.yaw_step_deg > 0.0)) {
     fail("yaw_step_deg", o.yaw_step_deg, "must be finite and > 0 (deg)");
   }
-  if (o.coarse_iterations < 1) fail("coarse_iterations", o.coarse_iterations, "must be >= 1");
+  if (o.coarse_iterations < 1 || o.coarse_iterations > kMaxIterations) {
+    fail("coarse_iterations", o.coarse_iterations, fmt::format("must lie in [1, {}]", kMaxIterations).c_str());
+  }
   if (o.refine_count < 1) fail("refine_count", o.refine_count, "must be >= 1");
   if (!(std::isfinite(o.ambiguity_distance) && o.ambiguity_distance >= 0.0)) {
     fail("ambiguity_distance", o.ambiguity_distance, "must be finite and >= 0 (m)");
@@ -88,6 +137,17 @@ void validate(const InitialPoseOptions& o) {
   if (o.screen_above > 0 && (o.screen_keep < 1 || o.screen_points < 1)) {
     fail(o.screen_keep < 1 ? "screen_keep" : "screen_points", 0.0, "must be >= 1 when screen_above is not 0");
   }
+  // The sweep's size, before anything is built: a radius of 1e6 m or a yaw step of 1e-7
+  // deg would otherwise take minutes and gigabytes to be refused.
+  const SweepSize size = sweep_size(o);
+  if (size.total > static_cast<double>(o.max_hypotheses)) {
+    throw Error(fmt::format("initial pose search: {}{:.0f} hypotheses ({}{:.0f} positions within radius {} m at "
+                            "position_step {} m, times {:.0f} yaws over yaw_range_deg {} at yaw_step_deg {}) exceed "
+                            "the limit of {} (max_hypotheses); use a larger position or yaw step, or a smaller "
+                            "radius or yaw range",
+                            size.exact ? "" : "about ", size.total, size.exact ? "" : "about ", size.positions,
+                            o.radius, o.position_step, size.yaws, o.yaw_range_deg, o.yaw_step_deg, o.max_hypotheses));
+  }
 }
 
 namespace {
@@ -101,21 +161,11 @@ std::vector<Pose6> sweep(const Pose6& around, const InitialPoseOptions& o, const
       throw Error(fmt::format("initial pose search: around[{}] = {} is not finite (x y z roll pitch yaw)", i, around(i)));
     }
   }
-  const long n = grid_half_width(o);
-  std::size_t positions = 0;
-  for (long i = -n; i <= n; ++i)
-    for (long j = -n; j <= n; ++j) positions += inside_disc(i, j, o) ? 1 : 0;
+  // validate() has bounded the sweep's size (sweep_size) by max_hypotheses.
+  const long n = static_cast<long>(grid_half_width(o));
   const std::vector<double> yaws = yaw_offsets(o);
-  const std::size_t total = positions * yaws.size();
-  if (total > o.max_hypotheses) {
-    throw Error(fmt::format("initial pose search: {} hypotheses ({} positions within radius {} m at step {} m, "
-                            "times {} yaws over {} deg at step {} deg) exceed the limit of {}; use a larger "
-                            "position or yaw step, or a smaller radius or yaw range",
-                            total, positions, o.radius, o.position_step, yaws.size(), o.yaw_range_deg,
-                            o.yaw_step_deg, o.max_hypotheses));
-  }
   std::vector<Pose6> out;
-  out.reserve(total);
+  out.reserve(static_cast<std::size_t>(sweep_size(o).total));
   for (long i = -n; i <= n; ++i) {
     for (long j = -n; j <= n; ++j) {
       if (!inside_disc(i, j, o)) continue;
@@ -281,6 +331,7 @@ std::vector<Eigen::Vector3d> rotation_offsets(double range_deg, double step_deg)
 InitialPoseResult find_initial_pose(Aligner& aligner, PointCloudView scan, const Pose6& around,
                                     const InitialPoseOptions& o) {
   NDTCU_NVTX_RANGE("find_initial_pose");
+  validate(o);  // the sweep's size among the rest, before the scan is looked at
   if (!aligner.has_target()) {
     throw Error("initial pose search: the aligner has no target map (call Aligner::set_target first)");
   }

@@ -185,7 +185,8 @@ void validate(const TpeOptions& o) {
   const auto non_negative = [&](const char* field, double v, const char* unit) {
     if (!(std::isfinite(v) && v >= 0.0)) fail(field, v, unit);
   };
-  if (o.particles < 1) fail("particles", o.particles, "must be >= 1");
+  const std::string up_to = fmt::format("must lie in [1, {}]", kMaxTpeParticles);
+  if (o.particles < 1 || o.particles > kMaxTpeParticles) fail("particles", o.particles, up_to.c_str());
   if (o.startup_trials < 1 || o.startup_trials > o.particles) {
     fail("startup_trials", o.startup_trials, fmt::format("must lie in [1, particles = {}]", o.particles).c_str());
   }
@@ -205,9 +206,11 @@ void validate(const TpeOptions& o) {
   }
   if (!(o.good_ratio > 0.0 && o.good_ratio < 1.0)) fail("good_ratio", o.good_ratio, "must lie in (0, 1)");
   if (o.max_good < 1) fail("max_good", o.max_good, "must be >= 1");
-  if (o.candidates < 1) fail("candidates", o.candidates, "must be >= 1");
+  if (o.candidates < 1 || o.candidates > kMaxTpeParticles) fail("candidates", o.candidates, up_to.c_str());
   non_negative("bad_weight", o.bad_weight, "must be finite and >= 0");
-  if (o.proposal_batch < 1) fail("proposal_batch", o.proposal_batch, "must be >= 1 (1: Autoware's sequential search)");
+  if (o.proposal_batch < 1 || o.proposal_batch > kMaxTpeParticles) {
+    fail("proposal_batch", o.proposal_batch, (up_to + " (1: Autoware's sequential search)").c_str());
+  }
   non_negative("ambiguity_distance", o.ambiguity_distance, "must be finite and >= 0 (m)");
   non_negative("ambiguity_angle_deg", o.ambiguity_angle_deg, "must be finite and >= 0 (deg)");
   non_negative("ambiguity_margin", o.ambiguity_margin, "must be finite and >= 0 (NVTL)");

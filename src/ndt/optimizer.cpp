@@ -258,6 +258,20 @@ Pose6 to_pose(const double* p) {
   return out;
 }
 
+// The host loop's trace: it grows with the iterations actually run (math::fixed_step asks
+// for entry i through trace_entry, found here by argument-dependent lookup), so
+// max_iterations sizes nothing.
+struct GrowingTrace {
+  std::vector<math::StepTrace>* entries;  // null: not kept
+};
+
+math::StepTrace* trace_entry(GrowingTrace trace, int i) {
+  if (!trace.entries || i < 0) return nullptr;
+  const auto n = static_cast<std::size_t>(i) + 1;
+  if (trace.entries->size() < n) trace.entries->resize(n);
+  return &(*trace.entries)[n - 1];
+}
+
 // Autoware's loop with use_line_search = false: the shared fixed-step update
 // (kernels/ndt_step.hpp), the same code the device loop runs, with PCL's direction by LU
 // there; the saddle-free direction is taken here from H's eigen-decomposition.
@@ -265,7 +279,7 @@ OptimizerOutput optimize_fixed_step(DerivativeEvaluator& evaluator, const Pose6&
                                     const math::StepRules& rules, bool keep_trace) {
   const double start[6] = {initial(0), initial(1), initial(2), initial(3), initial(4), initial(5)};
   math::StepState state = math::start_state(start);
-  std::vector<math::StepTrace> trace(keep_trace ? static_cast<std::size_t>(s.max_iterations) : 0);
+  std::vector<math::StepTrace> trace;
   auto direction = [&s](const double* sums, double* dp) {
     if (s.newton_direction == NewtonDirection::Pcl) return math::lu_direction(sums, dp);
     const Evaluation e = to_evaluation(*reinterpret_cast<const math::DerivativeSums*>(sums));
@@ -277,7 +291,7 @@ OptimizerOutput optimize_fixed_step(DerivativeEvaluator& evaluator, const Pose6&
   math::DerivativeSums sums = evaluator.evaluate_sums(initial, true);
   for (;;) {
     NDTCU_NVTX_RANGE("iteration");
-    if (!math::fixed_step(sums.v, rules, state, keep_trace ? trace.data() : nullptr, direction)) break;
+    if (!math::fixed_step(sums.v, rules, state, GrowingTrace{keep_trace ? &trace : nullptr}, direction)) break;
     sums = evaluator.evaluate_sums(to_pose(state.pose), true);
   }
   OptimizerOutput out;

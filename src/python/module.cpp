@@ -739,8 +739,9 @@ NB_MODULE(_ndtcu, m) {
       "aligner"_a, "scan"_a, "around"_a, "radius"_a = 2.0, "position_step"_a = 1.0, "yaw_range_deg"_a = 360.0,
       "yaw_step_deg"_a = 15.0, "coarse_iterations"_a = 5, "refine_count"_a = 32, "level_from_ground"_a = false,
       "Sweeps positions within `radius` of `around` (a 4x4 transform or a (6,) pose) and yaws, coarse to fine (see "
-      "ndtcu/initial_pose.hpp); the aligner must have a target. An array is not copied (the coarse pass thins "
-      "it into a few hundred points of its own).");
+      "ndtcu/initial_pose.hpp); the aligner must have a target. A sweep of more than 100,000 hypotheses is refused "
+      "(ndtcu.Error naming the count, the values and the limit) before anything is built. An array is not copied "
+      "(the coarse pass thins it into a few hundred points of its own).");
 
   // --- Localizer --------------------------------------------------------------------------
   nb::class_<LocalizerSettings>(m, "LocalizerSettings", "Localizer settings (ndtcu's LocalizerSettings).")

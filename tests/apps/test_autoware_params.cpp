@@ -281,7 +281,10 @@ TEST_CASE("a value out of range is an error naming the file, line, key and value
       {"inf_epsilon", "    ndt:\n      trans_epsilon: .inf\n",
        "line 4: ndt.trans_epsilon: value .inf is out of range: invalid setting epsilon (must be >= 0): inf"},
       {"zero_iterations", "    ndt:\n      max_iterations: 0\n",
-       "line 4: ndt.max_iterations: value 0 is out of range: invalid setting max_iterations (must be >= 1): 0.000000"},
+       "line 4: ndt.max_iterations: value 0 is out of range: invalid setting max_iterations: 0 (must be in [1, 1000])"},
+      {"many_iterations", "    ndt:\n      max_iterations: 10000000\n",
+       "line 4: ndt.max_iterations: value 10000000 is out of range: invalid setting max_iterations: 10000000 (must be "
+       "in [1, 1000])"},
       {"threads", "    ndt:\n      num_threads: 5000\n",
        "line 4: ndt.num_threads: value 5000 is out of range: invalid setting threads: 5000 (must be in [0, 1024], 0 = "
        "one per hardware thread)"},
@@ -297,8 +300,13 @@ TEST_CASE("a value out of range is an error naming the file, line, key and value
        "line 5: covariance.covariance_estimation.covariance_estimation_type: value 4 is out of range: must be 0 "
        "(FIXED_VALUE), 1 (LAPLACE_APPROXIMATION), 2 (MULTI_NDT) or 3 (MULTI_NDT_SCORE)"},
       {"particles", "    initial_pose_estimation:\n      particles_num: 0\n",
-       "line 4: initial_pose_estimation.particles_num: value 0 is out of range: TpeOptions::particles = 0: must be "
-       ">= 1"},
+       "line 4: initial_pose_estimation.particles_num: value 0 is out of range: TpeOptions::particles = 0: must lie "
+       "in [1, 100000]"},
+      // The command line's range (--particles), not skipped by the file: 2e9 particles once
+      // ran out of memory.
+      {"many_particles", "    initial_pose_estimation:\n      particles_num: 2000000000\n",
+       "line 4: initial_pose_estimation.particles_num: value 2000000000 is out of range: TpeOptions::particles = "
+       "2000000000: must lie in [1, 100000]"},
       {"startup_over_particles", "    initial_pose_estimation:\n      particles_num: 50\n      n_startup_trials: 100\n",
        "line 5: initial_pose_estimation.n_startup_trials 100 with initial_pose_estimation.particles_num 50: "
        "TpeOptions::startup_trials = 100: must lie in [1, particles = 50]"},

@@ -162,3 +162,57 @@ TEST_CASE("pose-by-pose association and lines give what the whole-trajectory for
   CHECK(text(dir / "t.txt") == tum);
   CHECK(text(dir / "k.txt") == kitti);
 }
+
+TEST_CASE("a reference is sorted by time, its out-of-order poses counted, a shared stamp refused", "[unit][eval]") {
+  // Issue 26: two swapped stamps left 7 of 10 frames without an error, equal stamps gave
+  // errors against the wrong poses, shuffled lines an ATE over pairs that were not the
+  // frames'. The association below assumes time order; sort_reference gives it.
+  const Trajectory truth = arc(10);
+  Trajectory shuffled;
+  for (const int k : {7, 2, 9, 0, 5, 3, 8, 1, 6, 4}) shuffled.push_back(truth[static_cast<std::size_t>(k)]);
+  CHECK(absolute_trajectory_error(truth, shuffled).pairs < 10);  // what an unsorted reference gave
+  const ReferenceCheck check = sort_reference(shuffled, "shuffled.txt");
+  CHECK(check.out_of_order == 5);  // 7>2, 9>0, 5>3, 8>1, 6>4
+  for (std::size_t k = 0; k < truth.size(); ++k) {
+    CHECK(shuffled[k].time == truth[k].time);
+    CHECK(shuffled[k].pose.isApprox(truth[k].pose));
+  }
+  const AteStats ate = absolute_trajectory_error(truth, shuffled);
+  CHECK(ate.pairs == 10);
+  CHECK(ate.rmse_m == 0.0);
+
+  Trajectory in_order = truth;
+  CHECK(sort_reference(in_order, "truth.txt").out_of_order == 0);
+
+  // Two poses at one stamp: which one a frame at that time should be compared with is not
+  // known; the error names the file, both poses and the stamp.
+  Trajectory equal = truth;
+  equal[6].time = equal[2].time;
+  CHECK_THROWS_WITH(sort_reference(equal, "equal.txt"),
+                    Catch::Contains("equal.txt: poses 3 and 7 (in the file's order, from 1) have the same time "
+                                    "stamp 0.200000000"));
+}
+
+TEST_CASE("ATE and RPE over given pairs cover exactly those pairs", "[unit][eval]") {
+  const Trajectory ref = arc(40);
+  Trajectory est = ref;
+  for (auto& p : est) p.pose.translation().y() += 0.02;
+  est[5].pose.translation().y() += 1.0;  // paired with nothing below
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  for (std::size_t k = 0; k < est.size(); ++k) {
+    if (k != 5) pairs.emplace_back(k, k);
+  }
+  const AteStats ate = absolute_trajectory_error(est, ref, pairs);
+  CHECK(ate.pairs == 39);
+  CHECK(ate.max_m == Approx(0.02).epsilon(1e-6));
+  // Pairs given out of the reference's order give the RPE of the same pairs in order.
+  std::vector<std::pair<std::size_t, std::size_t>> reversed(pairs.rbegin(), pairs.rend());
+  const auto in_order = relative_pose_error(est, ref, {1.0, 5.0}, pairs);
+  const auto out_of_order = relative_pose_error(est, ref, {1.0, 5.0}, reversed);
+  REQUIRE(in_order.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(in_order[i].pairs > 0);
+    CHECK(out_of_order[i].pairs == in_order[i].pairs);
+    CHECK(out_of_order[i].translation_percent == in_order[i].translation_percent);
+  }
+}

@@ -14,6 +14,7 @@
 
 #include <Eigen/Geometry>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -158,6 +159,63 @@ TEST_CASE("find_initial_pose continues what ran out of iterations three times, a
   // truth (the nearest grid start is 0.22 m off; 0.6 m allows for the unfinished steps).
   CHECK((r.best.pose.head<2>() - s.truth.head<2>()).norm() < 0.6);
   CHECK(std::abs(wrap(r.best.pose(5) - s.truth(5))) < 5.0 * kDeg);
+}
+
+TEST_CASE("a sweep's size is counted from its radius, steps and ranges before anything is built",
+          "[unit][initial_pose]") {
+  using Catch::Matchers::Contains;
+  Pose6 around;
+  around << -24.0, 18.4, 1.3, 0.0, 0.0, -1.71;
+  // The count is exact: the limit at the sweep's size passes, one below refuses it.
+  InitialPoseOptions o;  // radius 2 at 1 m: 13 positions, times 24 yaws
+  o.max_hypotheses = 13 * 24;
+  CHECK(initial_pose_hypotheses(around, o).size() == 13 * 24);
+  o.max_hypotheses = 13 * 24 - 1;
+  CHECK_THROWS_WITH(validate(o), Contains("312 hypotheses (13 positions within radius 2 m at position_step 1 m, "
+                                          "times 24 yaws over yaw_range_deg 360 at yaw_step_deg 15)") &&
+                                     Contains("exceed the limit of 311"));
+  // Radii and steps that are not multiples of each other, half circles and odd steps: the
+  // count validate() makes is the number of hypotheses the sweep builds.
+  for (const double radius : {0.0, 0.5, 1.0, 2.5, 3.7, 7.0}) {
+    for (const double step : {0.3, 0.7, 1.0}) {
+      for (const double yaw_step : {7.0, 15.0, 45.0, 360.0}) {
+        for (const double yaw_range : {10.0, 90.0, 360.0}) {
+          InitialPoseOptions c;
+          c.radius = radius;
+          c.position_step = step;
+          c.yaw_step_deg = yaw_step;
+          c.yaw_range_deg = yaw_range;
+          const std::size_t n = initial_pose_hypotheses(around, c).size();
+          CAPTURE(radius, step, yaw_step, yaw_range, n);
+          c.max_hypotheses = n;
+          CHECK_NOTHROW(validate(c));
+          if (n > 1) {  // (a limit of 0 is refused as such)
+            c.max_hypotheses = n - 1;
+            CHECK_THROWS_WITH(validate(c), Contains(std::to_string(n) + " hypotheses"));
+          }
+        }
+      }
+    }
+  }
+  // Issue 26: a yaw step of 1e-7 deg took 16.8 GB and 67 s before it was refused (the yaws
+  // were built first), a radius of 1e6 m ran on (counting 4e12 grid cells). Both are now
+  // refused at once, through find_initial_pose as through validate.
+  const auto t0 = std::chrono::steady_clock::now();
+  InitialPoseOptions fine;
+  fine.radius = 0.0;
+  fine.yaw_step_deg = 1e-7;
+  CHECK_THROWS_WITH(validate(fine), Contains("1 positions within radius 0 m") && Contains("yaw_step_deg 1e-07") &&
+                                        Contains("exceed the limit of 100000"));
+  InitialPoseOptions wide;
+  wide.radius = 1e6;
+  CHECK_THROWS_WITH(validate(wide), Contains("about 7") && Contains("radius 1000000 m") &&
+                                        Contains("exceed the limit of 100000"));
+  Aligner aligner(cpu_settings());  // checked before the aligner or the scan is looked at
+  CHECK_THROWS_WITH(find_initial_pose(aligner, PointCloud{}, around, wide), Contains("radius 1000000 m"));
+  wide.radius = 1e300;
+  wide.position_step = 1e-300;
+  CHECK_THROWS_WITH(validate(wide), Contains("exceed the limit of 100000"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
 }
 
 TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[unit][initial_pose]") {

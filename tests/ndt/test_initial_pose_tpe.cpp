@@ -275,6 +275,15 @@ TEST_CASE("find_initial_pose_tpe and TpeOptions reject bad input, naming it", "[
   rejects([](TpeOptions& o) { o.ambiguity_distance = -1.0; }, "ambiguity_distance");
   rejects([](TpeOptions& o) { o.ambiguity_angle_deg = -1.0; }, "ambiguity_angle_deg");
   rejects([](TpeOptions& o) { o.ambiguity_margin = -1.0; }, "ambiguity_margin");
+  // The bound of --particles, whoever sets it (issue 26: particles_num 2000000000 from an
+  // Autoware file ran out of memory).
+  TpeOptions many;
+  many.particles = 2000000000;
+  CHECK_THROWS_WITH(validate(many), Catch::Contains("TpeOptions::particles = 2000000000: must lie in [1, 100000]"));
+  many.particles = kMaxTpeParticles;
+  CHECK_NOTHROW(validate(many));
+  rejects([](TpeOptions& o) { o.proposal_batch = kMaxTpeParticles + 1; }, "proposal_batch");
+  rejects([](TpeOptions& o) { o.candidates = kMaxTpeParticles + 1; }, "candidates");
 
   // The estimator itself: wrong sizes and values.
   CHECK_THROWS_AS(TreeParzenEstimator({}), Error);

@@ -7,6 +7,8 @@
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/voxel_map.hpp>
 
+#include <vector>
+
 using namespace ndtcu;
 
 TEST_CASE("threads settings are bounded by kMaxThreads, with the value named", "[unit][settings]") {
@@ -35,6 +37,33 @@ TEST_CASE("threads settings are bounded by kMaxThreads, with the value named", "
   sim::MapSettings map_settings;
   map_settings.threads = 100000;
   CHECK_THROWS_WITH(sim::validate(map_settings), Catch::Contains("threads") && Catch::Contains("got 100000"));
+}
+
+TEST_CASE("max_iterations is bounded by kMaxIterations where the settings are checked", "[unit][settings]") {
+  // Issue 26: 10,000,000 took 636 MB for an alignment of 13 iterations and 1e8 ended in an
+  // "out of memory" naming nothing; now refused with the setting, the value and the range.
+  AlignSettings s;
+  s.max_iterations = kMaxIterations;
+  CHECK_NOTHROW(validate(s));
+  s.max_iterations = 10000000;
+  CHECK_THROWS_WITH(validate(s), Catch::Equals("invalid setting max_iterations: 10000000 (must be in [1, 1000])"));
+  CHECK_THROWS_AS(Aligner(s), Error);
+  s.max_iterations = 0;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("max_iterations: 0 (must be in [1, 1000])"));
+
+  // A batch's own bound, checked before any hypothesis is aligned.
+  PointCloud cloud;
+  for (int i = 0; i < 200; ++i) cloud.points.emplace_back(0.1f * static_cast<float>(i % 20), 0.1f * static_cast<float>(i / 20), 0.f);
+  AlignSettings cpu;
+  cpu.backend = Backend::Cpu;
+  cpu.threads = 1;
+  Aligner aligner(cpu);
+  aligner.set_target(cloud);
+  BatchOptions batch;
+  batch.max_iterations = kMaxIterations + 1;
+  const std::vector<Pose6> guesses{Pose6::Zero()};
+  CHECK_THROWS_WITH(aligner.align_batch(cloud, guesses, batch),
+                    Catch::Contains("BatchOptions::max_iterations = 1001") && Catch::Contains("[1, 1000]"));
 }
 
 TEST_CASE("epsilon above twice the step size is rejected with both values named", "[unit][settings]") {

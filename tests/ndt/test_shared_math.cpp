@@ -198,3 +198,59 @@ TEST_CASE("the shared 3x3 eigensolver and inverse agree with Eigen's", "[unit][v
   double out[3][3];
   CHECK_FALSE(math::inverse3(z, out));
 }
+
+namespace ndtcu::math {
+// A trace that grows as the host loop's does (optimizer.cpp), and notes the largest entry
+// asked for.
+struct GrowingTestTrace {
+  std::vector<StepTrace>* entries;
+  int* largest;
+};
+StepTrace* trace_entry(GrowingTestTrace t, int i) {
+  *t.largest = std::max(*t.largest, i);
+  if (t.entries->size() <= static_cast<std::size_t>(i)) t.entries->resize(static_cast<std::size_t>(i) + 1);
+  return &(*t.entries)[static_cast<std::size_t>(i)];
+}
+}  // namespace ndtcu::math
+
+TEST_CASE("The fixed step asks for trace entries one iteration at a time, not max_iterations ahead", "[unit][math]") {
+  // Issue 26: the host loop sized its trace by max_iterations (636 MB for --max-iterations
+  // 10000000, 13 iterations run). The score -|p - target|^2 / 2: from 0.95 m away at steps
+  // of 0.1 the loop takes 9 full steps and one of 0.05 (below epsilon 0.06: converged), with
+  // 1000 allowed.
+  m::StepRules rules{};
+  rules.step_min = 0.03;
+  rules.step_max = 0.1;
+  rules.epsilon = 0.06;
+  rules.max_iterations = 1000;
+  const double start[6] = {0, 0, 0, 0, 0, 0};
+  const double target[6] = {0.57, 0.76, 0, 0, 0, 0};
+  m::StepState state = m::start_state(start);
+  std::vector<m::StepTrace> trace;
+  int largest = -1;
+  const auto sums_at = [&](const double* p) {
+    m::DerivativeSums sums;
+    sums.clear();
+    sums.v[m::kPointsMatched] = 1.0;
+    for (int i = 0; i < 6; ++i) {
+      sums.v[m::kScore] -= 0.5 * (p[i] - target[i]) * (p[i] - target[i]);
+      sums.v[m::kGradient + i] = -(p[i] - target[i]);
+      sums.v[m::kHessian + m::upper_index(i, i)] = -1.0;
+    }
+    return sums;
+  };
+  m::DerivativeSums sums = sums_at(start);
+  int calls = 0;
+  while (m::fixed_step(sums.v, rules, state, m::GrowingTestTrace{&trace, &largest},
+                       [](const double* v, double* dp) { return m::lu_direction(v, dp); })) {
+    sums = sums_at(state.pose);
+    REQUIRE(++calls < 100);
+  }
+  CHECK(state.reason == m::kConverged);
+  CHECK(state.iterations == 10);
+  CHECK(largest == state.iterations - 1);
+  CHECK(trace.size() == static_cast<std::size_t>(state.iterations));
+  CHECK(trace.front().step == Approx(0.1));
+  CHECK(trace.back().step == Approx(0.05));
+  CHECK(trace.back().pose[0] == Approx(0.57).margin(1e-9));
+}

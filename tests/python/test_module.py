@@ -396,6 +396,25 @@ def test_threads_sharing_an_aligner_wait_for_each_other(sample, truth_poses, bac
     assert got[1] == [expected[1]] * 8
 
 
+def test_limits_refused_before_the_work(sample):
+    """Issue 26: find_initial_pose(radius=1e6) ran on and max_iterations=1e8 ran out of memory;
+    both are refused at once, through the library's own checks, naming the value and limit."""
+    import time
+
+    aligner = ndtcu.Aligner(backend="cpu", threads=1)
+    aligner.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))
+    scan = ndtcu.read_point_cloud(str(sample / "scans" / "000000.pcd"))
+    around = np.array([-24.0, 18.4, 1.3, 0.0, 0.0, -1.71])
+    t0 = time.monotonic()
+    with pytest.raises(ndtcu.Error, match=r"radius 1000000 m .* exceed the limit of 100000"):
+        ndtcu.find_initial_pose(aligner, scan, around, radius=1e6)
+    with pytest.raises(ndtcu.Error, match=r"yaw_step_deg 1e-07\) exceed the limit of 100000"):
+        ndtcu.find_initial_pose(aligner, scan, around, radius=0.0, yaw_step_deg=1e-7)
+    with pytest.raises(ndtcu.Error, match=r"max_iterations: 100000000 \(must be in \[1, 1000\]\)"):
+        ndtcu.Aligner(backend="cpu", max_iterations=100_000_000)
+    assert time.monotonic() - t0 < 2.0
+
+
 def test_initial_pose_search(sample, truth_poses):
     aligner = ndtcu.Aligner(backend="cpu")
     aligner.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))

@@ -61,6 +61,7 @@ struct LocalizeOptions {
   bool prediction_prior = false;
   std::optional<double> regularization;
   std::size_t min_scan_points = LocalizerSettings{}.min_scan_points;
+  std::size_t min_frame_points = LocalizerSettings{}.min_frame_points;
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -465,6 +466,12 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   "times (a sparse or already downsampled scan keeps enough to align; 0 = the fixed leaf)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{0}, std::size_t{10000000}));
+  cmd->add_option("--min-frame-points", o->min_frame_points,
+                  "a frame with fewer points than this after the filter is lost at once (\"too few points\"), "
+                  "without an alignment or a search: a scan that sparse cannot be told from a wrong pose (0 = align "
+                  "whatever is left)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{10000000}));
   cmd->add_flag("--gpu-filter-in-line", o->gpu_filter_in_line,
                 "with the GPU filter: run it just before each alignment instead of on the reader threads");
   cmd->add_flag("--cpu-preprocess", o->cpu_preprocess,
@@ -598,6 +605,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
     ls.max_range = o->max_range;
     ls.voxel_leaf = o->voxel;
     ls.min_scan_points = o->min_scan_points;
+    ls.min_frame_points = o->min_frame_points;
     ls.gpu_preprocess = !o->cpu_preprocess;
     ls.nvtl_threshold = o->nvtl_threshold;
     ls.reject_max_iterations = !o->accept_max_iterations;
@@ -1076,6 +1084,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                      {"max_range", ls.max_range},
                      {"voxel", ls.voxel_leaf},
                      {"min_scan_points", ls.min_scan_points},
+                     {"min_frame_points", ls.min_frame_points},
                      {"gpu_preprocess", ls.gpu_preprocess},
                      {"preprocess", localizer.preprocess_backend()},
                      {"map_voxel", o->map_voxel},

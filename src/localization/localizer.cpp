@@ -265,6 +265,9 @@ void validate(const LocalizerSettings& s) {
     throw Error("localizer rotation_search_step_deg must be in [1, 180] deg, got " +
                 std::to_string(s.rotation_search_step_deg));
   }
+  if (s.min_frame_points > 10000000) {
+    throw Error("localizer min_frame_points must be in [0, 10000000], got " + std::to_string(s.min_frame_points));
+  }
   if (s.recovery_attempts < 0 || s.recovery_attempts > 10) {
     throw Error("localizer recovery_attempts must be in [0, 10], got " + std::to_string(s.recovery_attempts));
   }
@@ -657,6 +660,18 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
   const bool gated = m.settings.gate_chi2 > 0.0 && predicted.has_covariance && m.known > 0;
 
   if (std::isnan(m.first_time)) m.first_time = time;
+  if (filtered.size() < m.settings.min_frame_points) {
+    // Too sparse to be held to a pose: lost before any attempt, the motion model untouched.
+    out.status = FrameStatus::Lost;
+    out.valid = false;
+    out.pose = out.prediction;
+    out.stage = "none";
+    out.decided_by = "too few points";
+    ++m.consecutive_lost;
+    detail::log().debug("localizer: frame at t={} lost: {} points after the filter, fewer than min_frame_points ({})",
+                        time, filtered.size(), m.settings.min_frame_points);
+    return out;
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   // Attempt 1 from the prediction. When it ran out of iterations (a long correction still

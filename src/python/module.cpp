@@ -751,6 +751,7 @@ NB_MODULE(_ndtcu, m) {
       .def_rw("max_range", &LocalizerSettings::max_range)
       .def_rw("voxel_leaf", &LocalizerSettings::voxel_leaf)
       .def_rw("min_scan_points", &LocalizerSettings::min_scan_points)
+      .def_rw("min_frame_points", &LocalizerSettings::min_frame_points)
       .def_rw("gpu_preprocess", &LocalizerSettings::gpu_preprocess)
       .def_rw("nvtl_threshold", &LocalizerSettings::nvtl_threshold)
       .def_rw("min_matched_ratio", &LocalizerSettings::min_matched_ratio)

@@ -107,6 +107,31 @@ Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6, 6>& co
 // scored on the same points. NVTL is a mean over points, so 512 of them estimate it to a few
 // hundredths, well inside the drops that separate held directions (0.24 and more on the
 // real sets) from unheld ones (under 0.05 in the simulator's places).
+// The frame a turn is applied in: about the map's axes through the sensor (a heading
+// change about the map's vertical), or about the sensor's own axes.
+enum class Frame { Map, Sensor };
+
+// Hypotheses at each centre's position, its orientation turned by each rotation vector
+// (rad), centre by centre.
+std::vector<Pose6> turned(const std::vector<Eigen::Matrix4d>& centres, const std::vector<Eigen::Vector3d>& turns,
+                          Frame frame) {
+  std::vector<Pose6> out;
+  out.reserve(centres.size() * turns.size());
+  for (const Eigen::Matrix4d& centre : centres) {
+    for (const Eigen::Vector3d& v : turns) {
+      Eigen::Matrix4d h = centre;
+      const double angle = v.norm();
+      if (angle > 0.0) {
+        const Eigen::Matrix3d r = Eigen::AngleAxisd(angle, v / angle).toRotationMatrix();
+        h.topLeftCorner<3, 3>() = frame == Frame::Map ? Eigen::Matrix3d(r * centre.topLeftCorner<3, 3>())
+                                                      : Eigen::Matrix3d(centre.topLeftCorner<3, 3>() * r);
+      }
+      out.push_back(matrix_to_pose(h));
+    }
+  }
+  return out;
+}
+
 constexpr int kProbeDirections = 8;
 constexpr std::size_t kProbePoints = 512;
 struct Probe {
@@ -367,15 +392,13 @@ struct Localizer::Impl {
           ? rotation_offsets(settings.rotation_search_range_deg, settings.rotation_search_step_deg)
           : std::vector<Eigen::Vector3d>{};
 
-  // Stage 1a's turns about the vertical (rad): every rotation_search_step_deg up to
-  // rotation_search_range_deg either way, zero left out (the centres were tried already).
-  // Made after `turns`, whose rotation_offsets() refuses a bad range or step first.
-  std::vector<double> headings = [this] {
-    std::vector<double> out;
-    if (settings.recovery != Recovery::Hypotheses || !(settings.rotation_search_step_deg > 0.0)) return out;
-    const long n = static_cast<long>(std::floor(settings.rotation_search_range_deg / settings.rotation_search_step_deg + 1e-9));
-    for (long i = -n; i <= n; ++i) {
-      if (i != 0) out.push_back(static_cast<double>(i) * settings.rotation_search_step_deg * kPi / 180.0);
+  // Stage 1a's turns about the vertical: those of `turns` about z alone (every
+  // rotation_search_step_deg up to rotation_search_range_deg either way; the centre, tried
+  // already, is not among them), applied about the map's vertical.
+  std::vector<Eigen::Vector3d> headings = [this] {
+    std::vector<Eigen::Vector3d> out;
+    for (const Eigen::Vector3d& v : turns) {
+      if (v.x() == 0.0 && v.y() == 0.0 && v.z() != 0.0) out.push_back(v);
     }
     return out;
   }();
@@ -827,32 +850,12 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
     // vertical: on the hand-held Livox Avia set the turn between two scans is 10-14 deg
     // (median) about it and 3-6 deg about the other axes, and 60 of its 114 frames went to
     // stage 1, each costing 282 alignments there.
-    std::vector<Pose6> hypotheses;
-    for (const Eigen::Matrix4d& centre : centres) {
-      for (double angle : m.headings) {
-        Eigen::Matrix4d h = centre;
-        h.topLeftCorner<3, 3>() = Eigen::AngleAxisd(angle, Eigen::Vector3d::UnitZ()).toRotationMatrix() *
-                                  centre.topLeftCorner<3, 3>();
-        hypotheses.push_back(matrix_to_pose(h));
-      }
-    }
+    const std::vector<Pose6> hypotheses = turned(centres, m.headings, Frame::Map);
     ok = search(hypotheses, m.search_options, "heading search");
   }
   if (searching && !ok) {
     // Stage 1: rotations about the sensor at each centre.
-    std::vector<Pose6> hypotheses;
-    for (const Eigen::Matrix4d& centre : centres) {
-      for (const Eigen::Vector3d& v : m.turns) {
-        Eigen::Matrix4d h = centre;
-        const double angle = v.norm();
-        if (angle > 0.0) {
-          // Turned about the sensor: the position stays, the orientation is rotated in the
-          // sensor's frame.
-          h.topLeftCorner<3, 3>() = centre.topLeftCorner<3, 3>() * Eigen::AngleAxisd(angle, v / angle).toRotationMatrix();
-        }
-        hypotheses.push_back(matrix_to_pose(h));
-      }
-    }
+    const std::vector<Pose6> hypotheses = turned(centres, m.turns, Frame::Sensor);
     ok = search(hypotheses, m.search_options, "rotation search");
   }
   const double since = m.since_last_good(time);

@@ -125,8 +125,11 @@ struct LocalizerSettings {
   int recovery_attempts = 2;
   /// Recovery::Hypotheses, stage 1a ("heading search"): the prediction and the last good
   /// pose turned about the map's vertical, every rotation_search_step_deg up to
-  /// rotation_search_range_deg either way (2 x 6 hypotheses at the defaults), searched and
-  /// checked as stage 1 below. Sensors turn mostly about the vertical (the hand-held Livox
+  /// rotation_search_range_deg either way, and the prediction swung by the same turns
+  /// about the last good pose's position (a turn that ended between the frames turns the
+  /// motion's direction too: the simulator's sparse 16-ring drive at 1 Hz was predicted
+  /// 2.6 m and 37 deg off when the road straightened, and lost every later frame without
+  /// these); 3 x 6 hypotheses at the defaults, every one refined, checked as stage 1 below. Sensors turn mostly about the vertical (the hand-held Livox
   /// Avia set: 10-14 deg between scans about it, 3-6 deg about the other axes, medians), so
   /// this cheap first try spares most frames stage 1's 2 x 123 hypotheses: on that set, 61
   /// of the 67 frames that reach the searches stop here, its alignments per run fall from

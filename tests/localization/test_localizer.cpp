@@ -123,13 +123,14 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
       CHECK_FALSE(r.valid);
       CHECK(r.pose == predicted);  // the prediction, never the failed alignment
       CHECK(r.attempts >= 2);      // the recovery ran, and stopped
-      // The attempts, then the three searches, bounded: the rotation search's 123
-      // rotations about each of its two centres, the positions within 2 m of the
-      // prediction and those within 4 m of the last good pose (2 m + 20 m/s x 0.1 s), at
-      // 7 yaws (+-(45 + 90 x 0.1) deg), each with at most 16 refinements and up to three
-      // continuations of each: 246 + 91 + 343 + 3 x (16 + 3 x 16).
+      // The attempts, then the four searches, bounded: the heading search's 3 x 6 turns
+      // (each refined), the rotation search's 123 rotations about each of its two centres,
+      // the positions within 2 m of the prediction and those within 4 m of the last good
+      // pose (2 m + 20 m/s x 0.1 s), at 7 yaws (+-(45 + 90 x 0.1) deg), the last three with
+      // at most 32 refinements, and up to three continuations of each refinement:
+      // 18 + 246 + 91 + 343 + (18 + 3 x 18) + 3 x (32 + 3 x 32).
       CHECK(std::string(r.stage) == "wide search");
-      CHECK(r.hypotheses <= 246 + 91 + 343 + 3 * (16 + 3 * 16));
+      CHECK(r.hypotheses <= 18 + 246 + 91 + 343 + (18 + 3 * 18) + 3 * (32 + 3 * 32));
       CHECK(r.screened == 0);  // too few to screen
       CHECK(r.attempts <= 1 + s.recovery_attempts + r.hypotheses);
       CHECK(localizer.consecutive_lost() == 1);

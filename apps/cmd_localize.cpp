@@ -624,6 +624,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                                 o->odometry_noise[i]));
       }
     }
+    // The filter's smallest leaf follows from --max-range (validate() refuses it too, in the
+    // library's words): named here by the options that set it.
+    if (ls.voxel_leaf > 0.0 && ls.voxel_leaf < min_voxel_leaf(ls)) {
+      throw Error(fmt::format("--voxel {}: below the smallest leaf {} m for --max-range {} (the scan's voxel filter "
+                              "holds at most 1,000,000 cells along each axis of the 2 x {} m it keeps{}; it would fail "
+                              "on every frame)",
+                              ls.voxel_leaf, min_voxel_leaf(ls), ls.max_range, ls.max_range,
+                              ls.min_scan_points > 0 ? ", and --min-scan-points may shrink the leaf to 0.7^4 of it" : ""));
+    }
     validate(ls);
 
     // A rosbag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml): scan k is

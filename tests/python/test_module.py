@@ -646,3 +646,13 @@ def test_non_finite_times_and_poses_are_refused(sample, truth_poses):
     info[0, 0] = np.inf
     with pytest.raises(ValueError, match=r"^prior_information: non-finite value inf at \[0, 0\]$"):
         ndtcu.Aligner(backend="cpu", prior_information=info)
+
+
+def test_voxel_leaf_too_small_for_the_crop_is_refused():
+    """The library's limit, as the command line's --voxel: a leaf the filter could not use
+    on any scan of the crop is refused when the Localizer is made, naming value and limit."""
+    with pytest.raises(ndtcu.Error, match=r"voxel_leaf 1e-09 m is below the smallest leaf 0.0002 m for max_range 100 m"):
+        ndtcu.Localizer(voxel_leaf=1e-9)
+    with pytest.raises(ndtcu.Error, match=r"below the smallest leaf 0.002 m for max_range 1000 m"):
+        ndtcu.Localizer(voxel_leaf=1e-3, max_range=1000.0)
+    assert ndtcu.Localizer(voxel_leaf=2e-4).settings.voxel_leaf == 2e-4

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -19,9 +20,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 namespace ndtcu::cli {
 
@@ -104,6 +107,99 @@ std::string describe(const YAML::Node& node) {
   return "nothing";
 }
 
+// The key of a mapping as the messages name it: under a node's ros__parameters, its path
+// there ("ndt.resolution", as the warnings name keys); above, the path from the top
+// ("/**", "/**.ros__parameters").
+std::string key_name(const std::vector<std::string>& path) {
+  const std::size_t first = path.size() >= 3 && path[1] == "ros__parameters" ? 2 : 0;
+  std::string out;
+  for (std::size_t i = first; i < path.size(); ++i) out += (i == first ? "" : ".") + path[i];
+  return out;
+}
+
+// Refuses a key given twice in one mapping. yaml-cpp (0.7) keeps both entries without a
+// word, and the walk that reads the values would take the last: `resolution: 2.0` then
+// `resolution: 0.5` ran at 0.5 m. The check reads the parser's events, so an alias counts
+// once (as written) instead of being expanded, and a file of aliases costs what its text
+// does.
+class DuplicateKeys : public YAML::EventHandler {
+ public:
+  explicit DuplicateKeys(std::string path) : path_(std::move(path)) {}
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark, nullptr); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark, nullptr); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string& value) override {
+    node(mark, &value);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(false);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(true);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Level {
+    bool map = false;
+    bool expect_key = true;                 // a map's next node is a key
+    std::map<std::string, int> keys;        // scalar keys seen, with their line (from 0)
+    bool named = false;                     // the value being read has a scalar key, on path_keys_
+    bool is_key = false;                    // this container is its parent mapping's key
+  };
+
+  // A scalar (`value`) or another node that holds nothing (null, alias) ends here.
+  void node(const YAML::Mark& mark, const std::string* value) {
+    if (!levels_.empty() && levels_.back().map && levels_.back().expect_key) {
+      Level& l = levels_.back();
+      l.expect_key = false;
+      if (!value) return;  // a null or an alias as a key: not one ROS names a parameter by
+      path_keys_.push_back(*value);
+      l.named = true;
+      const auto [it, added] = l.keys.emplace(*value, mark.line);
+      if (!added) {
+        throw IoError(path_, fmt::format("lines {} and {}: {}: the key is given twice in one mapping (a YAML "
+                                         "reader keeps one of the values without a word); give it once",
+                                         it->second + 1, mark.line + 1, key_name(path_keys_)));
+      }
+      return;
+    }
+    value_done();
+  }
+
+  void open(bool map) {
+    Level l;
+    l.map = map;
+    if (!levels_.empty() && levels_.back().map && levels_.back().expect_key) {
+      levels_.back().expect_key = false;  // a mapping or a list as a key: never a parameter's name
+      l.is_key = true;
+    }
+    levels_.push_back(std::move(l));
+  }
+
+  void close() {
+    const bool was_key = levels_.back().is_key;
+    levels_.pop_back();
+    if (!was_key) value_done();  // after a key, its mapping waits for the value
+  }
+
+  // The value of the current key (or an item of a list) is complete.
+  void value_done() {
+    if (levels_.empty() || !levels_.back().map) return;
+    Level& l = levels_.back();
+    l.expect_key = true;
+    if (l.named) path_keys_.pop_back();
+    l.named = false;
+  }
+
+  std::string path_;
+  std::vector<Level> levels_;
+  std::vector<std::string> path_keys_;
+};
+
 class Reader {
  public:
   explicit Reader(std::string path) { out_.path = std::move(path); }
@@ -114,14 +210,23 @@ class Reader {
                                            "`ros__parameters:`), found {}",
                                            root.IsNull() ? "an empty document" : describe(root)));
     }
-    bool found = false;
+    std::optional<YAML::Node> found;  // the key of the node whose parameters are read
     for (const auto& node : root) {
       const std::string name = node.first.Scalar();
       if (!node.second.IsMap() || !node.second["ros__parameters"]) {
         warn(node.first, name, "not a node's parameters (no ros__parameters under it); ignored");
         continue;
       }
-      found = true;
+      if (found) {
+        // ROS gives a node the parameters of every entry that matches its name, and which
+        // wins depends on the name it runs under; ndtcu has no node name to decide by.
+        throw IoError(out_.path, fmt::format("lines {} and {}: two nodes hold ros__parameters, '{}' and '{}': which "
+                                             "values a node takes depends on the name it runs under; ndtcu reads "
+                                             "one node's parameters (keep one, e.g. `/**:`)",
+                                             found->Mark().line + 1, node.first.Mark().line + 1, found->Scalar(),
+                                             name));
+      }
+      found = node.first;
       const YAML::Node params = node.second["ros__parameters"];
       for (const auto& entry : node.second) {
         const std::string key = entry.first.Scalar();
@@ -480,6 +585,11 @@ AutowareParams read_autoware_params(const std::string& path) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
+    // The document parsed: a second pass over its events for keys given twice.
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DuplicateKeys duplicates(path);
+    parser.HandleNextDocument(duplicates);
   } catch (const YAML::Exception& e) {
     if (e.mark.line < 0) throw IoError(path, "YAML syntax error: " + e.msg);
     throw IoError(path, fmt::format("line {}, column {}: YAML syntax error: {}", e.mark.line + 1, e.mark.column + 1,

@@ -71,8 +71,10 @@ struct AutowareParams {
 /// Reads an Autoware ndt_scan_matcher.param.yaml: the ROS 2 layout, `/**:` (or a node
 /// name) holding `ros__parameters:`, with the sections of autoware_ndt_scan_matcher's
 /// config/ndt_scan_matcher.param.yaml. Throws IoError naming the file for one that cannot
-/// be read, a YAML syntax error (with its line and column) and a file without
-/// `ros__parameters`; throws Error naming the file, line, key and value for a value out of
+/// be read, a YAML syntax error (with its line and column), a file without
+/// `ros__parameters`, a key given twice in one mapping (its path and both lines: YAML
+/// readers keep one value silently) and two nodes holding `ros__parameters` (both names
+/// and lines: which applies depends on the node's name at run time); throws Error naming the file, line, key and value for a value out of
 /// range (the range rules of ndtcu::validate for the NDT settings and of the options the
 /// other keys map to). Unknown keys and values of the wrong type are warnings.
 AutowareParams read_autoware_params(const std::string& path);

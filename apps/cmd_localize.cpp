@@ -632,6 +632,15 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                                 o->odometry_noise[i]));
       }
     }
+    // The filter's smallest leaf follows from --max-range (validate() refuses it too, in the
+    // library's words): named here by the options that set it.
+    if (ls.voxel_leaf > 0.0 && ls.voxel_leaf < min_voxel_leaf(ls)) {
+      throw Error(fmt::format("--voxel {}: below the smallest leaf {} m for --max-range {} (the scan's voxel filter "
+                              "holds at most 1,000,000 cells along each axis of the 2 x {} m it keeps{}; it would fail "
+                              "on every frame)",
+                              ls.voxel_leaf, min_voxel_leaf(ls), ls.max_range, ls.max_range,
+                              ls.min_scan_points > 0 ? ", and --min-scan-points may shrink the leaf to 0.7^4 of it" : ""));
+    }
     validate(ls);
 
     // A rosbag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml): scan k is
@@ -723,8 +732,21 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       initial = pose_to_matrix(p);
       initial_source = "--init";
     } else if (!o->init_from.empty()) {
-      const Trajectory t = o->init_from == o->reference && !reference.empty() ? reference : read_trajectory(o->init_from, TrajectoryFormat::Auto, o->period);
+      const bool is_reference = o->init_from == o->reference && !reference.empty();
+      Trajectory t = is_reference ? reference : read_trajectory(o->init_from, TrajectoryFormat::Auto, o->period);
       if (t.empty()) throw IoError(o->init_from, "holds no pose");
+      // In time order, each stamp once, as the reference is: the first scan's pose is
+      // picked by time, or as the earliest when there is one pose per scan. Unsorted, a
+      // file of one pose per scan gave its first line's pose, and a shorter one found no
+      // pose for a stamp it held.
+      if (!is_reference) {
+        const ReferenceCheck init_check = sort_reference(t, "--init-from " + o->init_from);
+        if (init_check.out_of_order > 0 && log_level() <= LogLevel::Warn) {
+          std::cerr << fmt::format("ndtcu: warning: --init-from {}: {} pose{} out of time order; sorted by time before "
+                                   "taking the first scan's pose\n",
+                                   o->init_from, init_check.out_of_order, init_check.out_of_order == 1 ? "" : "s");
+        }
+      }
       initial = first_scan_pose(o->init_from, t, scans, init_time_difference);
       initial_source = "--init-from";
     }

@@ -157,8 +157,8 @@ ReferenceCheck sort_reference(Trajectory& reference, const std::string& path) {
     const std::size_t a = std::min(order[k - 1], order[k]), b = std::max(order[k - 1], order[k]);
     if (reference[a].time == reference[b].time) {
       throw Error(fmt::format("{}: poses {} and {} (in the file's order, from 1) have the same time stamp {:.9f}: a "
-                              "frame at that time could be matched to either; each reference pose needs a stamp of "
-                              "its own",
+                              "frame at that time could be matched to either; each pose needs a stamp of its "
+                              "own",
                               path, a + 1, b + 1, reference[a].time));
     }
   }

@@ -230,8 +230,23 @@ struct LocalizerSettings {
   double regularization_scale_factor = 0.0;
 };
 
+/// Most cells along one axis of the scan's voxel-filter lattice (LocalizerSettings::
+/// voxel_leaf): 10^6, so 10^18 cells over the crop's cube, within the filter's 64-bit cell
+/// index (2^62). A smaller leaf would fail in the filter on every frame.
+inline constexpr double kMaxScanVoxelCellsPerAxis = 1e6;
+
+/// The smallest LocalizerSettings::voxel_leaf (m) that validate() accepts with these
+/// settings: the crop keeps a scan within max_range of the sensor, a cube of 2 x max_range
+/// a side, which the filter's lattice at the smallest leaf it may use (voxel_leaf, or 0.7^4
+/// of it when min_scan_points is set) splits into at most kMaxScanVoxelCellsPerAxis cells
+/// along each axis: 2 x max_range / 10^6 (0.2 mm at the default 100 m), over 0.7^4. 0 when
+/// max_range is not finite (the scan's own extent bounds the lattice then).
+double min_voxel_leaf(const LocalizerSettings& settings);
+
 /// Throws Error naming the first setting out of range (ranges, leaf, NVTL threshold,
-/// recovery attempts, prediction scale) after checking the NDT settings.
+/// recovery attempts, prediction scale) after checking the NDT settings. A voxel_leaf
+/// below min_voxel_leaf() is refused with its value, the limit and the max_range it
+/// follows from (the filter would fail on every frame).
 void validate(const LocalizerSettings& settings);
 
 /// What happened to one frame.

@@ -16,7 +16,9 @@
 /// topic and index. Every length in a bag is checked against the bytes that remain before
 /// it is used, and decompressed sizes against the size the bag declares and
 /// BagReadLimits::max_chunk_bytes, so a lying bag is an error, never an allocation beyond
-/// what the file (and the cap) can justify.
+/// what the file (and the cap) can justify: a chunk is decompressed into memory grown with
+/// what its data expands to, never sized by the size it declares. A rosbag2 metadata.yaml
+/// that lists one storage file more than once is an error naming the file and the entries.
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/point_cloud.hpp>

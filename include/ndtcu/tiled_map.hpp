@@ -55,8 +55,12 @@ bool is_tiled_map(const std::string& path);
 /// IoError naming the file for a missing or unreadable one, and Error naming the file and
 /// the line for a line that is neither `x_resolution: R`, `y_resolution: R`, a tile
 /// `NAME.pcd: [X, Y]`, blank nor a comment; for a resolution that is missing, not positive
-/// or not finite; for a tile named twice; and, when `check_files`, for a tile whose file
-/// does not exist.
+/// or not finite, or given twice; for a tile named twice; for a tile path that is absolute
+/// or leaves the map folder through ".." (the tile, and where its path leads); for two
+/// tiles whose squares overlap (both tiles with their corners and lines: Autoware's layout
+/// is a grid of equal squares keyed by their lower corners, each place in one tile; a
+/// millionth of the tile size is allowed for corners written with rounding); and, when
+/// `check_files`, for a tile whose file does not exist.
 TiledMapMetadata read_tiled_map_metadata(const std::string& path, bool check_files = true);
 
 /// Splits `map` into squares of `tile_size` metres (x-y, world coordinates, corners at

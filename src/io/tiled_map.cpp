@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 namespace ndtcu {
 
@@ -59,6 +60,61 @@ fs::path metadata_path(const std::string& path) {
 std::string corner_text(double v) {
   if (v == 0.0) v = 0.0;  // no "-0"
   return fmt::format("{}", v);
+}
+
+// A tile's file lies in the map's folder or below it: a path relative to the folder that
+// no ".." leads out of. An absolute path or one climbing out would read a file the map does
+// not hold (the metadata of a map handed over with its folder names only its own tiles).
+template <typename Fail>
+void check_tile_path(const std::string& tile, const fs::path& folder, const Fail& fail) {
+  const fs::path path(tile);
+  if (path.has_root_name() || path.has_root_directory()) {
+    fail(fmt::format("tile '{}' is an absolute path; a tile is named relative to the map folder ({})", tile,
+                     folder.empty() ? std::string(".") : folder.string()));
+  }
+  const fs::path normal = path.lexically_normal();
+  if (!normal.empty() && *normal.begin() == "..") {
+    fail(fmt::format("tile '{}' lies outside the map folder ({}: the path leads to {}); a tile is named relative to "
+                     "the folder, without '..' leaving it",
+                     tile, folder.empty() ? std::string(".") : folder.string(),
+                     (folder / path).lexically_normal().string()));
+  }
+}
+
+// Autoware's layout is a grid of equal squares, each tile keyed by its lower corner: two
+// squares that overlap (by more than a millionth of the tile size, for corners written
+// with rounding) are two tiles claiming one place. The tiled voxel map joins the cells of
+// every tile loaded, so a place held by both would count its points twice, or mix two
+// versions of it. Squares overlap only when their corners lie within one tile size along
+// both axes, so each tile is compared with those in the 3 x 3 grid cells about its own.
+void check_overlaps(const TiledMapMetadata& m, const std::string& name) {
+  const double tol_x = 1e-6 * m.x_resolution, tol_y = 1e-6 * m.y_resolution;
+  std::map<std::pair<double, double>, std::vector<std::size_t>> grid;
+  const auto cell = [&](const MapTile& t) {
+    return std::make_pair(std::floor(t.x_min / m.x_resolution), std::floor(t.y_min / m.y_resolution));
+  };
+  for (std::size_t i = 0; i < m.tiles.size(); ++i) {
+    const MapTile& a = m.tiles[i];
+    const auto [cx, cy] = cell(a);
+    for (double dx = -1.0; dx <= 1.0; dx += 1.0) {
+      for (double dy = -1.0; dy <= 1.0; dy += 1.0) {
+        const auto it = grid.find({cx + dx, cy + dy});
+        if (it == grid.end()) continue;
+        for (const std::size_t j : it->second) {
+          const MapTile& b = m.tiles[j];
+          if (std::abs(a.x_min - b.x_min) < m.x_resolution - tol_x &&
+              std::abs(a.y_min - b.y_min) < m.y_resolution - tol_y) {
+            throw Error(fmt::format("{}: lines {} and {}: tiles '{}' at [{}, {}] and '{}' at [{}, {}] overlap (squares "
+                                    "of {} x {} m); Autoware's layout is a grid of equal squares keyed by their lower "
+                                    "corner, each place in one tile",
+                                    name, b.line, a.line, b.file, b.x_min, b.y_min, a.file, a.x_min, a.y_min,
+                                    m.x_resolution, m.y_resolution));
+          }
+        }
+      }
+    }
+    grid[{cx, cy}].push_back(i);
+  }
 }
 
 }  // namespace
@@ -103,6 +159,7 @@ TiledMapMetadata read_tiled_map_metadata(const std::string& path, bool check_fil
     const std::string key(unquote(s.substr(0, colon)));
     const std::string_view value = trim(s.substr(colon + 1));
     if (key == "x_resolution" || key == "y_resolution") {
+      if (key == "x_resolution" ? have_x : have_y) fail(fmt::format("{} is given twice", key));
       double r = 0.0;
       if (!parse_number(value, r) || !(r > 0.0)) {
         fail(fmt::format("{} must be a positive finite number (m), got '{}'", key, value));
@@ -123,6 +180,7 @@ TiledMapMetadata read_tiled_map_metadata(const std::string& path, bool check_fil
       fail(fmt::format("expected two finite numbers [x_min, y_min] for '{}', got '{}'", key, value));
     }
     if (!seen.insert(key).second) fail(fmt::format("tile '{}' is named twice", key));
+    check_tile_path(key, file.parent_path(), fail);
     t.file = key;
     t.line = line;
     if (check_files) {
@@ -139,6 +197,7 @@ TiledMapMetadata read_tiled_map_metadata(const std::string& path, bool check_fil
     throw Error(fmt::format("{}: no {} (Autoware's metadata names the tile size as x_resolution and y_resolution)",
                             name, !have_x ? "x_resolution" : "y_resolution"));
   }
+  check_overlaps(m, name);
   return m;
 }
 

@@ -11,6 +11,8 @@
 #include "../pose_matrix_check.hpp"
 #include "../voxel_lattice.hpp"
 
+#include <fmt/format.h>
+
 #include <Eigen/Eigenvalues>
 #include <Eigen/Geometry>
 #include <Eigen/LU>
@@ -244,6 +246,13 @@ class GpuFilterPool {
 
 }  // namespace
 
+double min_voxel_leaf(const LocalizerSettings& s) {
+  if (!std::isfinite(s.max_range) || !(s.max_range > 0.0)) return 0.0;
+  // The filter may shrink the leaf by 0.7 four times for a sparse scan (preprocess_points).
+  const double shrink = s.min_scan_points > 0 ? 0.7 * 0.7 * 0.7 * 0.7 : 1.0;
+  return 2.0 * s.max_range / kMaxScanVoxelCellsPerAxis / shrink;
+}
+
 void validate(const LocalizerSettings& s) {
   validate(s.align);
   if (!(s.min_range >= 0.0) || !std::isfinite(s.min_range)) {
@@ -255,6 +264,14 @@ void validate(const LocalizerSettings& s) {
   }
   if (!(s.voxel_leaf >= 0.0) || !std::isfinite(s.voxel_leaf)) {
     throw Error("localizer voxel_leaf must be finite and >= 0 (0: no filter), got " + std::to_string(s.voxel_leaf));
+  }
+  if (s.voxel_leaf > 0.0 && s.voxel_leaf < min_voxel_leaf(s)) {
+    // Checked here, before any scan: the filter refuses such a leaf on every frame, and a
+    // run of frames all skipped would say nothing of why.
+    throw Error(fmt::format("localizer voxel_leaf {} m is below the smallest leaf {} m for max_range {} m (at most "
+                            "1,000,000 cells along each axis of the crop's 2 x max_range{})",
+                            s.voxel_leaf, min_voxel_leaf(s), s.max_range,
+                            s.min_scan_points > 0 ? ", at the leaf shrunk to 0.7^4 for min_scan_points" : ""));
   }
   if (!std::isfinite(s.nvtl_threshold)) {
     throw Error("localizer nvtl_threshold must be finite, got " + std::to_string(s.nvtl_threshold));

@@ -42,6 +42,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,6 +71,81 @@ std::string shape_text(const nb::ndarray<Config...>& a) {
   std::string s = "(";
   for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
   return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+// A number as Python writes it (nan, inf, 1e-09), for messages.
+std::string number_text(double v) { return nb::cast<std::string>(nb::repr(nb::float_(v))); }
+
+// A time or another scalar that must be finite: a ValueError naming the argument
+// otherwise (a NaN time was taken, and predicted from, without a word).
+double finite_arg(double v, const char* name) {
+  if (!std::isfinite(v)) {
+    throw nb::value_error((std::string(name) + ": expected a finite number, got " + number_text(v)).c_str());
+  }
+  return v;
+}
+
+// A path argument: str, bytes or os.PathLike (pathlib.Path), as os.fsencode spells it in
+// bytes: a str through the file-system encoding (a name that is not UTF-8, as os.listdir
+// gives it, comes back to its own bytes), bytes as they are.
+std::string path_arg(nb::handle obj, const char* name) {
+  PyObject* fs = PyOS_FSPath(obj.ptr());
+  if (!fs) {
+    PyErr_Clear();
+    throw nb::type_error((std::string(name) + ": expected a path (str, bytes or os.PathLike), got " +
+                          nb::type_name(obj.type()).c_str())
+                             .c_str());
+  }
+  nb::object path = nb::steal(fs);
+  nb::object bytes = path;
+  if (!PyBytes_Check(fs)) {
+    PyObject* encoded = PyUnicode_EncodeFSDefault(fs);
+    if (!encoded) throw nb::python_error();
+    bytes = nb::steal(encoded);
+  }
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(bytes.ptr(), &data, &size) != 0) throw nb::python_error();
+  std::string out(data, static_cast<std::size_t>(size));
+  if (out.find('\0') != std::string::npos) {
+    throw nb::value_error((std::string(name) + ": the path holds a null byte").c_str());
+  }
+  return out;
+}
+
+// A path for Python: a str as os.fsdecode makes it (a name that is not UTF-8 keeps its
+// bytes as surrogates, and path_arg gives them back).
+nb::object path_out(const std::string& path) {
+  PyObject* s = PyUnicode_DecodeFSDefaultAndSize(path.data(), static_cast<Py_ssize_t>(path.size()));
+  if (!s) throw nb::python_error();
+  return nb::steal(s);
+}
+
+// A name from a bag (topic, message type, encoding): a str when it is UTF-8, as ROS
+// requires, else its bytes as the bag holds them (decoded as text, such a topic raised
+// UnicodeDecodeError and could be neither listed nor read). Given back as bytes, it
+// reaches the topic.
+nb::object name_out(const std::string& name) {
+  PyObject* s = PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "strict");
+  if (s) return nb::steal(s);
+  PyErr_Clear();
+  return nb::steal(PyBytes_FromStringAndSize(name.data(), static_cast<Py_ssize_t>(name.size())));
+}
+
+// A topic argument: a str (UTF-8) or the bytes of a name (as name_out gives a name that
+// is not UTF-8).
+std::string name_arg(nb::handle obj, const char* name) {
+  if (PyBytes_Check(obj.ptr())) {
+    return std::string(PyBytes_AS_STRING(obj.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(obj.ptr())));
+  }
+  if (PyUnicode_Check(obj.ptr())) {
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
+    if (!data) throw nb::python_error();
+    return std::string(data, static_cast<std::size_t>(size));
+  }
+  throw nb::type_error(
+      (std::string(name) + ": expected str or bytes, got " + nb::type_name(obj.type()).c_str()).c_str());
 }
 
 // A cloud argument: an ndtcu.PointCloud, or a checked float32 (N, 3) C-contiguous array
@@ -148,8 +224,16 @@ Eigen::Matrix4d matrix_arg(nb::handle obj, const char* name) {
   }
   Eigen::Matrix4d m;
   const double* d = static_cast<const double*>(a.data());
-  for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 4; ++c) m(r, c) = d[r * a.stride(0) + c * a.stride(1)];
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      m(r, c) = d[r * a.stride(0) + c * a.stride(1)];
+      if (!std::isfinite(m(r, c))) {
+        throw nb::value_error((std::string(name) + ": non-finite value " + number_text(m(r, c)) + " at [" +
+                               std::to_string(r) + ", " + std::to_string(c) + "]")
+                                  .c_str());
+      }
+    }
+  }
   return m;
 }
 
@@ -166,18 +250,28 @@ std::vector<Pose6> guesses_arg(nb::handle obj, const char* name) {
     throw nb::type_error((std::string(name) + ": expected dtype float64, got " + dtype_name(a.dtype())).c_str());
   }
   const double* d = static_cast<const double*>(a.data());
+  // Each value as given (a 4x4's own, before a pose is made of it), named by its index.
+  const auto value = [&](std::size_t k, std::size_t i, std::size_t j, bool matrix) {
+    const double v = matrix ? d[k * a.stride(0) + i * a.stride(1) + j * a.stride(2)] : d[k * a.stride(0) + i * a.stride(1)];
+    if (!std::isfinite(v)) {
+      throw nb::value_error((std::string(name) + ": non-finite value " + number_text(v) + " at [" + std::to_string(k) +
+                             ", " + std::to_string(i) + (matrix ? ", " + std::to_string(j) : std::string()) + "]")
+                                .c_str());
+    }
+    return v;
+  };
   std::vector<Pose6> out;
   if (a.ndim() == 3 && a.shape(1) == 4 && a.shape(2) == 4) {
     for (std::size_t k = 0; k < a.shape(0); ++k) {
       Eigen::Matrix4d m;
       for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c) m(r, c) = d[k * a.stride(0) + r * a.stride(1) + c * a.stride(2)];
+        for (int c = 0; c < 4; ++c) m(r, c) = value(k, r, c, true);
       out.push_back(matrix_to_pose(m));
     }
   } else if (a.ndim() == 2 && a.shape(1) == 6) {
     for (std::size_t k = 0; k < a.shape(0); ++k) {
       Pose6 p;
-      for (int i = 0; i < 6; ++i) p(i) = d[k * a.stride(0) + i * a.stride(1)];
+      for (int i = 0; i < 6; ++i) p(i) = value(k, i, 0, false);
       out.push_back(p);
     }
   } else {
@@ -308,15 +402,23 @@ NB_MODULE(_ndtcu, m) {
   m.attr("Error") = error;
   m.attr("IoError") = io_error;
   m.attr("CudaError") = cuda_error;
+  // The message decoded as UTF-8 with bytes that are not shown as \xNN: a file or topic
+  // name that is not UTF-8 would otherwise turn the error into a UnicodeDecodeError.
+  static const auto raise = [](PyObject* type, const char* what) {
+    PyObject* message = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+    if (!message) return;  // the decoding's own error stays set
+    PyErr_SetObject(type, message);
+    Py_DECREF(message);
+  };
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const IoError& e) {
-      PyErr_SetString(io_error.ptr(), e.what());
+      raise(io_error.ptr(), e.what());
     } catch (const CudaError& e) {
-      PyErr_SetString(cuda_error.ptr(), e.what());
+      raise(cuda_error.ptr(), e.what());
     } catch (const Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      raise(error.ptr(), e.what());
     }
   });
 
@@ -384,7 +486,8 @@ NB_MODULE(_ndtcu, m) {
 
   m.def(
       "read_point_cloud",
-      [](const std::string& path, const std::string& origin) {
+      [](nb::handle path_obj, const std::string& origin) {
+        const std::string path = path_arg(path_obj, "path");
         ReadOptions o;
         if (origin == "auto") o.origin_policy = OriginPolicy::Auto;
         else if (origin == "zero") o.origin_policy = OriginPolicy::Zero;
@@ -393,18 +496,21 @@ NB_MODULE(_ndtcu, m) {
         return read_point_cloud(path, o);
       },
       "path"_a, "origin"_a = "auto",
-      "Reads a PCD, PLY or KITTI .bin file into a PointCloud (non-finite points dropped). origin 'auto' moves "
+      "Reads a PCD, PLY or KITTI .bin file (`path`: str, bytes or os.PathLike) into a PointCloud (non-finite "
+      "points dropped). origin 'auto' moves "
       "a far cloud's origin to its first point (whole metres), as the CLI does; 'zero' keeps it at 0.");
   m.def(
       "write_point_cloud",
-      [](const std::string& path, nb::handle cloud) {
+      [](nb::handle path_obj, nb::handle cloud) {
+        const std::string path = path_arg(path_obj, "path");
         CloudArg c(cloud, "cloud");
         nb::gil_scoped_release release;
         if (c.given()) write_point_cloud(path, *c.given());  // with its intensities
         else write_point_cloud(path, c.view());
       },
       "path"_a, "cloud"_a,
-      "Writes a PCD (binary) or KITTI .bin file, by extension; an array is read where it lies (no intensities).");
+      "Writes a PCD (binary) or KITTI .bin file, by extension (`path`: str, bytes or os.PathLike); an array is "
+      "read where it lies (no intensities).");
 
   m.def(
       "voxel_downsample",
@@ -443,6 +549,13 @@ NB_MODULE(_ndtcu, m) {
           "prior_pose", [](const AlignSettings& s) { return Eigen::VectorXd(s.prior.pose); },
           [](AlignSettings& s, const Eigen::VectorXd& v) {
             if (v.size() != 6) throw nb::value_error("prior_pose: expected 6 values [x y z roll pitch yaw]");
+            for (Eigen::Index i = 0; i < 6; ++i) {
+              if (!std::isfinite(v(i))) {
+                throw nb::value_error(("prior_pose: non-finite value " + number_text(v(i)) + " at [" +
+                                       std::to_string(i) + "]")
+                                          .c_str());
+              }
+            }
             s.prior.pose = v;
           },
           "the pose prior's centre [x y z roll pitch yaw] (m, rad)")
@@ -450,6 +563,15 @@ NB_MODULE(_ndtcu, m) {
           "prior_information", [](const AlignSettings& s) { return Eigen::MatrixXd(s.prior.information); },
           [](AlignSettings& s, const Eigen::MatrixXd& v) {
             if (v.rows() != 6 || v.cols() != 6) throw nb::value_error("prior_information: expected a 6x6 matrix");
+            for (Eigen::Index r = 0; r < 6; ++r) {
+              for (Eigen::Index q = 0; q < 6; ++q) {
+                if (!std::isfinite(v(r, q))) {
+                  throw nb::value_error(("prior_information: non-finite value " + number_text(v(r, q)) + " at [" +
+                                         std::to_string(r) + ", " + std::to_string(q) + "]")
+                                            .c_str());
+                }
+              }
+            }
             s.prior.information = v;
           },
           "the pose prior's 6x6 information matrix (zero: no prior)")
@@ -860,6 +982,7 @@ NB_MODULE(_ndtcu, m) {
       .def(
           "localize",
           [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance) {
+            finite_arg(time, "time");
             CloudArg c(scan, "scan");
             if (prediction.is_none() != covariance.is_none()) {
               throw nb::value_error("localize: give prediction and covariance together");
@@ -871,6 +994,15 @@ NB_MODULE(_ndtcu, m) {
             const Eigen::Matrix4d p = matrix_arg(prediction, "prediction");
             const auto cov = nb::cast<Eigen::MatrixXd>(covariance);
             if (cov.rows() != 6 || cov.cols() != 6) throw nb::value_error("localize: covariance must be 6x6");
+            for (Eigen::Index r = 0; r < 6; ++r) {
+              for (Eigen::Index q = 0; q < 6; ++q) {
+                if (!std::isfinite(cov(r, q))) {
+                  throw nb::value_error(("covariance: non-finite value " + number_text(cov(r, q)) + " at [" +
+                                         std::to_string(r) + ", " + std::to_string(q) + "]")
+                                            .c_str());
+                }
+              }
+            }
             const Eigen::Matrix<double, 6, 6> c6 = cov;
             Working working(l.mutex);
             if (c.given()) return l.localize(*c.given(), time, p, c6);
@@ -878,13 +1010,14 @@ NB_MODULE(_ndtcu, m) {
             return l.localize_preprocessed(filtered, time, p, c6);
           },
           "scan"_a, "time"_a, "prediction"_a = nb::none(), "covariance"_a = nb::none(),
-          "Preprocesses and localizes one scan (sensor frame) taken at `time` (s). The preprocessing crops and "
+          "Preprocesses and localizes one scan (sensor frame) taken at `time` (s, finite). The preprocessing crops and "
           "downsamples the scan into a new cloud; an array is read where it lies. With `prediction` (4x4 "
           "T_map_sensor, e.g. from odometry) and its 6x6 `covariance` ([x y z roll pitch yaw]), they replace the "
           "constant-velocity prediction.")
       .def(
           "predict",
           [](PyLocalizer& l, double time) {
+            finite_arg(time, "time");
             Eigen::Matrix4d p;
             {
               Working working(l.mutex);
@@ -905,12 +1038,16 @@ NB_MODULE(_ndtcu, m) {
                                 "(sqlite3 or mcap) without ROS (ndtcu::rosbag).")
       .def(
           "__init__",
-          [](rosbag::BagReader* self, const std::string& path) {
+          [](rosbag::BagReader* self, nb::handle path_obj) {
+            const std::string path = path_arg(path_obj, "path");
             nb::gil_scoped_release release;
             new (self) rosbag::BagReader(path);
           },
-          "path"_a, "Opens and indexes the bag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml).")
-      .def_prop_ro("path", [](const rosbag::BagReader& b) { return b.info().path; })
+          "path"_a,
+          "Opens and indexes the bag (a .bag, .mcap or .db3 file, or a folder with metadata.yaml; str, bytes or "
+          "os.PathLike).")
+      .def_prop_ro("path", [](const rosbag::BagReader& b) { return path_out(b.info().path); },
+                   "the path given, as a str (os.fsdecode's for a name that is not UTF-8)")
       .def_prop_ro("format", [](const rosbag::BagReader& b) { return std::string(rosbag::to_string(b.info().format)); })
       .def_prop_ro(
           "topics",
@@ -918,24 +1055,28 @@ NB_MODULE(_ndtcu, m) {
             nb::list out;
             for (const auto& t : b.info().topics) {
               nb::dict d;
-              d["name"] = t.name;
-              d["type"] = t.type;
-              d["encoding"] = t.encoding;
+              d["name"] = name_out(t.name);
+              d["type"] = name_out(t.type);
+              d["encoding"] = name_out(t.encoding);
               d["messages"] = t.messages;
               out.append(d);
             }
             return out;
           },
-          "[{'name', 'type', 'encoding', 'messages'}], as `ndtcu --json info` lists them")
+          "[{'name', 'type', 'encoding', 'messages'}], as `ndtcu --json info` lists them; a name that is not UTF-8 "
+          "comes as bytes (give it back as bytes to read the topic)")
       .def(
-          "point_cloud_topic", [](const rosbag::BagReader& b, const std::string& requested) {
-            return b.point_cloud_topic(requested).name;
+          "point_cloud_topic",
+          [](const rosbag::BagReader& b, nb::handle requested) {
+            return name_out(b.point_cloud_topic(name_arg(requested, "requested")).name);
           },
-          "requested"_a = "", "The PointCloud2 topic to read: `requested`, or the bag's only one.")
+          "requested"_a = "",
+          "The PointCloud2 topic to read: `requested` (str, or bytes for a name that is not UTF-8), or the bag's only "
+          "one.")
       .def(
           "times",
-          [](const rosbag::BagReader& b, const std::string& topic) {
-            const auto& msgs = b.messages(topic);
+          [](const rosbag::BagReader& b, nb::handle topic) {
+            const auto& msgs = b.messages(name_arg(topic, "topic"));
             Eigen::VectorXd t(static_cast<Eigen::Index>(msgs.size()));
             for (std::size_t i = 0; i < msgs.size(); ++i) t(static_cast<Eigen::Index>(i)) = msgs[i].time();
             return t;
@@ -943,7 +1084,8 @@ NB_MODULE(_ndtcu, m) {
           "topic"_a, "Record times (s) of the topic's messages, in time order (the scan times ndtcu localize uses).")
       .def(
           "read_point_cloud",
-          [](const rosbag::BagReader& b, const std::string& topic, std::size_t index) {
+          [](const rosbag::BagReader& b, nb::handle topic_obj, std::size_t index) {
+            const std::string topic = name_arg(topic_obj, "topic");
             nb::gil_scoped_release release;
             return b.read_point_cloud(topic, index);
           },
@@ -953,7 +1095,7 @@ NB_MODULE(_ndtcu, m) {
       "tum_line",
       [](double time, nb::handle pose) {
         StampedPose p;
-        p.time = time;
+        p.time = finite_arg(time, "time");
         p.pose = Eigen::Isometry3d(matrix_arg(pose, "pose"));
         std::string line = tum_line(p);
         if (!line.empty() && line.back() == '\n') line.pop_back();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <limits>
+#include <memory>
 
 namespace ndtcu::rosbag::detail {
 
@@ -101,75 +102,127 @@ void Cursor::need(std::uint64_t n, const char* field) const {
 
 void Cursor::fail(const std::string& why) const { throw IoError(file_, what_ + ": " + why); }
 
+namespace {
+
+// The output of a decompression, grown as the data expands and never beyond the size the
+// bag declares. A chunk's header may claim any size up to the cap (1 GiB): sized by the
+// claim, a 13 KB file took 1 GiB before a byte was decompressed. Grown from what its
+// compressed bytes make at a ratio of 8 (point clouds compress 2 to 4 fold), doubling, a
+// chunk costs what its data expands to (at most twice that while the last doubling is
+// copied), whatever it claims.
+class Expansion {
+ public:
+  Expansion(std::uint64_t declared, std::size_t compressed) : declared_(declared) {
+    constexpr std::uint64_t kFirst = 64 * 1024;
+    out_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(
+        declared_, std::max<std::uint64_t>(kFirst, static_cast<std::uint64_t>(compressed) * 8))));
+  }
+  // Where the next bytes go and how many fit; a one-byte spare once the declared size is
+  // reached (`full()`), so that a byte beyond it is seen without being kept.
+  char* next() {
+    if (produced_ == out_.size() && out_.size() < declared_) {
+      out_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(declared_, 2 * static_cast<std::uint64_t>(out_.size()))));
+    }
+    return full() ? &spare_ : out_.data() + produced_;
+  }
+  std::size_t room() const { return full() ? 1 : out_.size() - produced_; }
+  bool full() const { return produced_ == declared_; }
+  void wrote(std::size_t n) {
+    if (!full()) produced_ += n;
+  }
+  std::uint64_t produced() const { return produced_; }
+  std::string take() {
+    out_.resize(static_cast<std::size_t>(produced_));
+    return std::move(out_);
+  }
+
+ private:
+  std::uint64_t declared_;
+  std::uint64_t produced_ = 0;
+  std::string out_;
+  char spare_ = 0;
+};
+
+}  // namespace
+
 std::string decompress(std::string_view in, const std::string& method, std::uint64_t declared, const std::string& file,
                        const std::string& what) {
   auto fail = [&](const std::string& why) -> IoError {
     return IoError(file, what + ": " + method + " data: " + why);
   };
-  std::string out(static_cast<std::size_t>(declared), '\0');
+  const auto beyond = [&] { return fail("expands beyond the " + std::to_string(declared) + " bytes the bag declares"); };
+  Expansion out(declared, in.size());
   if (method == "zstd") {
-    const std::size_t r = ZSTD_decompress(out.data(), out.size(), in.data(), in.size());
-    if (ZSTD_isError(r)) throw fail(ZSTD_getErrorName(r));
-    if (r != declared) throw fail("expands to " + std::to_string(r) + " bytes, the bag declares " + std::to_string(declared));
-    return out;
-  }
-  if (method == "lz4") {
-    LZ4F_dctx* ctx = nullptr;
-    if (LZ4F_isError(LZ4F_createDecompressionContext(&ctx, LZ4F_VERSION))) throw fail("cannot create an lz4 context");
-    std::size_t in_pos = 0, out_pos = 0;
+    std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> ctx(ZSTD_createDCtx(), &ZSTD_freeDCtx);
+    if (!ctx) throw fail("cannot create a zstd context");
+    ZSTD_inBuffer input{in.data(), in.size(), 0};
+    while (true) {
+      const bool full = out.full();
+      ZSTD_outBuffer output{out.next(), out.room(), 0};
+      const std::size_t r = ZSTD_decompressStream(ctx.get(), &output, &input);
+      if (ZSTD_isError(r)) throw fail(ZSTD_getErrorName(r));
+      if (full && output.pos > 0) throw beyond();
+      out.wrote(output.pos);
+      if (input.pos == input.size && r == 0) break;  // every frame decoded and flushed
+      if (input.pos == input.size && output.pos < output.size) {
+        throw fail("the data ends early (" + std::to_string(out.produced()) + " of " + std::to_string(declared) +
+                   " bytes)");
+      }
+    }
+  } else if (method == "lz4") {
+    LZ4F_dctx* raw = nullptr;
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&raw, LZ4F_VERSION))) throw fail("cannot create an lz4 context");
+    std::unique_ptr<LZ4F_dctx, decltype(&LZ4F_freeDecompressionContext)> ctx(raw, &LZ4F_freeDecompressionContext);
+    std::size_t in_pos = 0;
     std::size_t hint = 1;
     while (hint != 0) {
       std::size_t src = in.size() - in_pos;
-      std::size_t dst = out.size() - out_pos;
       if (src == 0) {
-        LZ4F_freeDecompressionContext(ctx);
-        throw fail("the lz4 frame ends early (" + std::to_string(out_pos) + " of " + std::to_string(declared) +
+        throw fail("the lz4 frame ends early (" + std::to_string(out.produced()) + " of " + std::to_string(declared) +
                    " bytes)");
       }
-      // A frame that would write past the declared size is rejected without writing: the
-      // output window is what remains of the declared size, and 0 left with input pending
-      // means the data expands beyond it.
-      char spare = 0;
-      char* dst_ptr = dst > 0 ? out.data() + out_pos : &spare;
-      hint = LZ4F_decompress(ctx, dst_ptr, &dst, in.data() + in_pos, &src, nullptr);
-      if (LZ4F_isError(hint)) {
-        const std::string why = LZ4F_getErrorName(hint);
-        LZ4F_freeDecompressionContext(ctx);
-        throw fail(why);
-      }
-      if (out_pos == out.size() && dst > 0) {
-        LZ4F_freeDecompressionContext(ctx);
-        throw fail("expands beyond the " + std::to_string(declared) + " bytes the bag declares");
-      }
+      const bool full = out.full();
+      char* dst_ptr = out.next();
+      std::size_t dst = out.room();
+      hint = LZ4F_decompress(ctx.get(), dst_ptr, &dst, in.data() + in_pos, &src, nullptr);
+      if (LZ4F_isError(hint)) throw fail(LZ4F_getErrorName(hint));
+      if (full && dst > 0) throw beyond();
+      // No progress with input pending: the frame wants to write past the declared size.
+      if (src == 0 && dst == 0 && hint != 0) throw beyond();
       in_pos += src;
-      out_pos += dst;
-      if (src == 0 && dst == 0 && hint != 0) {
-        LZ4F_freeDecompressionContext(ctx);
-        throw fail("expands beyond the " + std::to_string(declared) + " bytes the bag declares");
+      out.wrote(dst);
+    }
+  } else if (method == "bz2") {
+    if (in.size() > std::numeric_limits<unsigned int>::max()) throw fail("chunk over 4 GiB");
+    bz_stream bz{};
+    if (BZ2_bzDecompressInit(&bz, 0, 0) != BZ_OK) throw fail("cannot create a bz2 stream");
+    std::unique_ptr<bz_stream, void (*)(bz_stream*)> end(&bz, [](bz_stream* b) { BZ2_bzDecompressEnd(b); });
+    // bzlib takes non-const pointers but does not write the source.
+    bz.next_in = const_cast<char*>(in.data());
+    bz.avail_in = static_cast<unsigned int>(in.size());
+    while (true) {
+      const bool full = out.full();
+      bz.next_out = out.next();
+      const unsigned int room = static_cast<unsigned int>(std::min<std::size_t>(out.room(), 1u << 30));
+      bz.avail_out = room;
+      const int r = BZ2_bzDecompress(&bz);
+      if (r != BZ_OK && r != BZ_STREAM_END) throw fail("corrupt bz2 data (bzlib error " + std::to_string(r) + ")");
+      const std::size_t wrote = room - bz.avail_out;
+      if (full && wrote > 0) throw beyond();
+      out.wrote(wrote);
+      if (r == BZ_STREAM_END) break;
+      if (bz.avail_in == 0 && wrote == 0) {
+        throw fail("the bz2 stream ends early (" + std::to_string(out.produced()) + " of " + std::to_string(declared) +
+                   " bytes)");
       }
     }
-    LZ4F_freeDecompressionContext(ctx);
-    if (out_pos != declared) {
-      throw fail("expands to " + std::to_string(out_pos) + " bytes, the bag declares " + std::to_string(declared));
-    }
-    return out;
+  } else {
+    throw IoError(file, what + ": unknown compression '" + method + "' (known: none, zstd, lz4, bz2)");
   }
-  if (method == "bz2") {
-    if (declared > std::numeric_limits<unsigned int>::max() || in.size() > std::numeric_limits<unsigned int>::max()) {
-      throw fail("chunk over 4 GiB");
-    }
-    unsigned int dest_len = static_cast<unsigned int>(declared);
-    // bzlib takes non-const pointers but does not write the source.
-    const int r = BZ2_bzBuffToBuffDecompress(out.data(), &dest_len, const_cast<char*>(in.data()),
-                                             static_cast<unsigned int>(in.size()), 0, 0);
-    if (r == BZ_OUTBUFF_FULL) throw fail("expands beyond the " + std::to_string(declared) + " bytes the bag declares");
-    if (r != BZ_OK) throw fail("corrupt bz2 data (bzlib error " + std::to_string(r) + ")");
-    if (dest_len != declared) {
-      throw fail("expands to " + std::to_string(dest_len) + " bytes, the bag declares " + std::to_string(declared));
-    }
-    return out;
+  if (out.produced() != declared) {
+    throw fail("expands to " + std::to_string(out.produced()) + " bytes, the bag declares " + std::to_string(declared));
   }
-  throw IoError(file, what + ": unknown compression '" + method + "' (known: none, zstd, lz4, bz2)");
+  return out.take();
 }
 
 std::string decompress_zstd_capped(std::string_view in, std::uint64_t cap, const std::string& file,

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace ndtcu::rosbag {
 
@@ -49,6 +52,25 @@ Ros2Metadata read_metadata(const fs::path& folder) {
   std::transform(m.compression_mode.begin(), m.compression_mode.end(), m.compression_mode.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (m.files.empty()) throw IoError(file, "relative_file_paths lists no storage file");
+  // Each storage file once: one listed twice was read twice, every message of it doubled
+  // (the same .db3 three times gave three copies of each scan). Entries are compared as
+  // they are opened, by their file name in the bag's folder.
+  std::map<std::string, std::vector<std::size_t>> entries_of;  // file -> its entries, from 1
+  for (std::size_t k = 0; k < m.files.size(); ++k) entries_of[m.files[k]].push_back(k + 1);
+  for (const std::string& f : m.files) {
+    const std::vector<std::size_t>& same = entries_of[f];
+    if (same.size() > 1) {
+      std::string entries;
+      const std::size_t shown = std::min<std::size_t>(same.size(), 5);
+      for (std::size_t i = 0; i < shown; ++i) {
+        entries += (i == 0 ? "" : i + 1 == same.size() ? " and " : ", ") + std::to_string(same[i]);
+      }
+      if (shown < same.size()) entries += ", ...";
+      throw IoError(file, "relative_file_paths lists the storage file " + fs::path(f).filename().string() +
+                              " " + std::to_string(same.size()) + " times (entries " + entries +
+                              "): its messages would be read as many times; list each file once");
+    }
+  }
   if (m.storage != "sqlite3" && m.storage != "mcap") {
     throw IoError(file, "storage_identifier '" + m.storage + "' is not supported (sqlite3, mcap)");
   }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 using namespace ndtcu;
 namespace fs = std::filesystem;
@@ -356,4 +357,73 @@ TEST_CASE("a file that cannot be read as parameters is an error naming it", "[un
                                   ": not a ROS 2 parameter file: no node name holding `ros__parameters:` (Autoware's "
                                   "layout starts `/**:` then `ros__parameters:`)");
   }
+}
+
+TEST_CASE("a key given twice in one mapping is an error naming the file, the key and both lines",
+          "[unit][cli][config]") {
+  const fs::path dir = test::temp_dir("autoware_params_duplicates");
+  const auto error_of = [&](const std::string& name, const std::string& text) {
+    const fs::path path = dir / name;
+    test::write_bytes(path, text);
+    return std::make_pair(path.string(), read_error(path));
+  };
+  const std::string twice = ": the key is given twice in one mapping (a YAML reader keeps one of the values without "
+                            "a word); give it once";
+  SECTION("a parameter: the second value used to win silently (0.5 m instead of 2.0 m)") {
+    const auto [f, e] = error_of("resolution.yaml",
+                                 "/**:\n  ros__parameters:\n    ndt:\n      resolution: 2.0\n      max_iterations: 30\n"
+                                 "      resolution: 0.5\n");
+    CHECK(e == f + ": lines 4 and 6: ndt.resolution" + twice);
+  }
+  SECTION("in a flow mapping, and the same name in two sections is not a duplicate") {
+    const auto [f, e] = error_of("flow.yaml",
+                                 "/**:\n  ros__parameters:\n    ndt: {resolution: 2.0, step_size: 0.1}\n"
+                                 "    sensor_points: {resolution: 1.0}\n"
+                                 "    covariance: {covariance_estimation: {temperature: 0.05,\n"
+                                 "      temperature: 0.1}}\n");
+    CHECK(e == f + ": lines 5 and 6: covariance.covariance_estimation.temperature" + twice);
+  }
+  SECTION("a node name, and ros__parameters under one node") {
+    const auto [f, e] = error_of("node.yaml", "/**:\n  ros__parameters:\n    ndt: {resolution: 2.0}\n"
+                                              "/**:\n  ros__parameters:\n    ndt: {resolution: 0.5}\n");
+    CHECK(e == f + ": lines 1 and 4: /**" + twice);
+    const auto [g, e2] = error_of("ros_parameters.yaml", "/**:\n  ros__parameters:\n    ndt: {resolution: 2.0}\n"
+                                                         "  ros__parameters:\n    ndt: {resolution: 0.5}\n");
+    CHECK(e2 == g + ": lines 2 and 4: /**.ros__parameters" + twice);
+  }
+  SECTION("after a mapping used as a key, the keys that follow are still checked") {
+    const auto [f, e] = error_of("complex_key.yaml",
+                                 "/**:\n  ros__parameters:\n    ndt:\n      ? {resolution: 1.0}\n      : 3\n"
+                                 "      ? [resolution]\n      : 4\n      resolution: 2.0\n      step_size: 0.1\n"
+                                 "      resolution: 0.5\n");
+    CHECK(e == f + ": lines 8 and 10: ndt.resolution" + twice);
+  }
+  SECTION("lists of mappings and aliases are read as written, each mapping on its own") {
+    const fs::path path = dir / "lists.yaml";
+    test::write_bytes(path, "/**:\n  ros__parameters:\n    ndt: &ndt\n      resolution: 2.0\n      step_size: 0.1\n"
+                            "    sensor_points: *ndt\n    covariance:\n      covariance_estimation:\n"
+                            "        initial_pose_offset_model_x: [{a: 1, b: 2}, {a: 1, b: 2}]\n");
+    const cli::AutowareParams p = cli::read_autoware_params(path.string());
+    REQUIRE(p.resolution);
+    CHECK(*p.resolution == 2.0);
+  }
+}
+
+TEST_CASE("two nodes holding ros__parameters are an error naming both nodes and their lines", "[unit][cli][config]") {
+  const fs::path path = test::temp_dir("autoware_params_nodes") / "two_nodes.param.yaml";
+  // ROS gives a node every entry that matches its name: which resolution a node named
+  // /ndt_scan_matcher would run at depends on the name, which a file read alone lacks.
+  test::write_bytes(path, "/**:\n  ros__parameters:\n    ndt:\n      resolution: 2.0\n"
+                          "/ndt_scan_matcher:\n  ros__parameters:\n    ndt:\n      resolution: 0.5\n");
+  CHECK(read_error(path) == path.string() +
+                                ": lines 1 and 5: two nodes hold ros__parameters, '/**' and '/ndt_scan_matcher': "
+                                "which values a node takes depends on the name it runs under; ndtcu reads one node's "
+                                "parameters (keep one, e.g. `/**:`)");
+  // A second entry without parameters is still only warned about.
+  test::write_bytes(path, "/**:\n  ros__parameters:\n    ndt:\n      resolution: 2.0\n/other:\n  remappings: []\n");
+  const cli::AutowareParams p = cli::read_autoware_params(path.string());
+  REQUIRE(p.resolution);
+  CHECK(*p.resolution == 2.0);
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(p.warnings[0] == path.string() + ": line 5: /other: not a node's parameters (no ros__parameters under it); ignored");
 }

@@ -272,3 +272,80 @@ TEST_CASE("tiled map errors: a malformed tile is skipped by name, the metadata's
   CHECK(autoware.tiles[0].line == 5);
   CHECK(autoware.y_resolution == 20.0);
 }
+
+TEST_CASE("tiled map metadata: a tile path leaving the folder is refused, naming the file, the tile and the path",
+          "[unit][io]") {
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  const fs::path root = test::temp_dir("tiles_paths");
+  const fs::path dir = root / "map";
+  const TiledMapMetadata meta = write_tiled_map(map, 20.0, dir.string());
+  // A cloud beside the map folder, which its metadata must not reach.
+  write_point_cloud((root / "outside.pcd").string(), map);
+  const fs::path meta_file = dir / kTiledMapMetadataFile;
+  const std::string head = "x_resolution: 20.0\ny_resolution: 20.0\n";
+  const auto corner = [](const MapTile& t) { return fmt::format("[{}, {}]", t.x_min, t.y_min); };
+  const std::string good = meta.tiles[0].file + ": " + corner(meta.tiles[0]) + "\n";
+  const auto error_of = [&](const std::string& yaml) -> std::string {
+    test::write_bytes(meta_file, yaml);
+    try {
+      read_tiled_map(dir.string(), Eigen::Vector2d::Zero(), 1e9);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return {};
+  };
+  // The reproduction: the cloud outside, named with '..' or by its absolute path, was read
+  // as a tile of the map.
+  CHECK(error_of(head + good + "../outside.pcd: [1000, 1000]\n") ==
+        meta_file.string() + ": line 4: tile '../outside.pcd' lies outside the map folder (" + dir.string() +
+            ": the path leads to " + (root / "outside.pcd").string() +
+            "); a tile is named relative to the folder, without '..' leaving it");
+  CHECK(error_of(head + good + "sub/../../outside.pcd: [1000, 1000]\n") ==
+        meta_file.string() + ": line 4: tile 'sub/../../outside.pcd' lies outside the map folder (" + dir.string() +
+            ": the path leads to " + (root / "outside.pcd").string() +
+            "); a tile is named relative to the folder, without '..' leaving it");
+  const std::string absolute = (root / "outside.pcd").string();
+  CHECK(error_of(head + good + "\"" + absolute + "\": [1000, 1000]\n") ==
+        meta_file.string() + ": line 4: tile '" + absolute +
+            "' is an absolute path; a tile is named relative to the map folder (" + dir.string() + ")");
+  // A path that stays inside (a subfolder, or '..' back into it) is a tile like any other.
+  fs::create_directories(dir / "sub");
+  fs::copy_file(dir / meta.tiles[1].file, dir / "sub" / meta.tiles[1].file);
+  test::write_bytes(meta_file, head + good + "sub/../sub/" + meta.tiles[1].file + ": " + corner(meta.tiles[1]) + "\n");
+  const TiledMapRead r = read_tiled_map(dir.string(), Eigen::Vector2d::Zero(), 1e9);
+  CHECK(r.loaded.size() == 2);
+  CHECK(r.skipped.empty());
+}
+
+TEST_CASE("tiled map metadata: overlapping tiles are an error naming both tiles and their lines", "[unit][io]") {
+  const fs::path dir = test::temp_dir("tiles_overlap");
+  const fs::path meta_file = dir / kTiledMapMetadataFile;
+  const auto error_of = [&](const std::string& yaml) -> std::string {
+    test::write_bytes(meta_file, yaml);
+    try {
+      read_tiled_map_metadata(dir.string(), false);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return {};
+  };
+  const std::string head = "x_resolution: 20\ny_resolution: 10\n";
+  // Squares of 20 x 10 m: [0, 20) x [0, 10) and [10, 30) x [5, 15) share a corner region.
+  CHECK(error_of(head + "a.pcd: [0, 0]\nb.pcd: [40, 0]\nc.pcd: [10, 5]\n") ==
+        meta_file.string() + ": lines 3 and 5: tiles 'a.pcd' at [0, 0] and 'c.pcd' at [10, 5] overlap (squares of 20 x "
+                             "10 m); Autoware's layout is a grid of equal squares keyed by their lower corner, each "
+                             "place in one tile");
+  // Two files at one corner, and negative corners off the grid.
+  CHECK_THAT(error_of(head + "a.pcd: [-20, -10]\nb.pcd: [-20, -10]\n"),
+             Catch::Contains("lines 3 and 4: tiles 'a.pcd' at [-20, -10] and 'b.pcd' at [-20, -10] overlap"));
+  CHECK_THAT(error_of(head + "a.pcd: [-20, -10]\nb.pcd: [-1, -0.5]\n"),
+             Catch::Contains("lines 3 and 4: tiles 'a.pcd' at [-20, -10] and 'b.pcd' at [-1, -0.5] overlap"));
+  // The resolution after the tiles counts too.
+  CHECK_THAT(error_of("a.pcd: [0, 0]\nb.pcd: [0, 15]\nx_resolution: 20\ny_resolution: 20\n"),
+             Catch::Contains("lines 1 and 2: tiles 'a.pcd' at [0, 0] and 'b.pcd' at [0, 15] overlap"));
+  // Squares that meet at an edge (a grid), or off the grid without overlapping, are a map.
+  CHECK(error_of(head + "a.pcd: [0, 0]\nb.pcd: [20, 0]\nc.pcd: [0, 10]\nd.pcd: [20, 10]\ne.pcd: [45, 3]\n"
+                        "f.pcd: [65.00000001, 3]\n")
+            .empty());
+  CHECK_THAT(error_of(head + "a.pcd: [0, 0]\nx_resolution: 20\n"), Catch::Contains("line 4: x_resolution is given twice"));
+}

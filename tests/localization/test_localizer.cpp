@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 using namespace ndtcu;
@@ -284,6 +285,45 @@ TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
   bad([](LocalizerSettings& s) { s.recovery_attempts = -1; }, "recovery_attempts");
   bad([](LocalizerSettings& s) { s.max_prediction_scale = 0.5; }, "max_prediction_scale");
   bad([](LocalizerSettings& s) { s.align.resolution = 0; }, "resolution");
+}
+
+TEST_CASE("a voxel leaf too small for the crop is refused before any scan, naming the value, the limit and max_range",
+          "[unit][localization]") {
+  // A scan reaching the crop's bounds along every axis: the widest lattice the filter sees.
+  PointCloud scan;
+  for (int a = 0; a < 3; ++a) {
+    for (const float sign : {-1.0f, 1.0f}) {
+      Eigen::Vector3f p = Eigen::Vector3f::Zero();
+      p[a] = sign * 99.999f;
+      scan.points.push_back(p);
+    }
+  }
+  LocalizerSettings s;
+  s.align.backend = Backend::Cpu;
+  // The reproduction: at 1e-9 m the filter fails on every scan (each frame was skipped and
+  // the run ended well, exit 0).
+  CHECK_THROWS_WITH(voxel_downsample(crop_range(scan, s.min_range, s.max_range), 1e-9), Catch::Contains("too small"));
+  CHECK(min_voxel_leaf(s) == 2.0 * 100.0 / 1e6);
+  s.voxel_leaf = 1e-9;
+  CHECK_THROWS_WITH(validate(s), "localizer voxel_leaf 1e-09 m is below the smallest leaf 0.0002 m for max_range 100 m "
+                                 "(at most 1,000,000 cells along each axis of the crop's 2 x max_range)");
+  CHECK_THROWS_WITH(Localizer(s), Catch::Contains("voxel_leaf 1e-09 m is below the smallest leaf"));
+  // At the limit the filter holds the whole crop (10^6 cells along each axis).
+  s.voxel_leaf = min_voxel_leaf(s);
+  CHECK(Localizer(s).preprocess(scan).size() == scan.size());
+  // The sparse-scan filter may shrink the leaf 4 times by 0.7: the limit rises by 1/0.7^4,
+  // and the filter holds the crop at the smallest leaf it then uses.
+  s.min_scan_points = 100;
+  CHECK(min_voxel_leaf(s) == Approx(2.0 * 100.0 / 1e6 / (0.7 * 0.7 * 0.7 * 0.7)).epsilon(1e-12));
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("for max_range 100 m") && Catch::Contains("shrunk to 0.7^4"));
+  s.voxel_leaf = min_voxel_leaf(s);
+  CHECK(Localizer(s).preprocess(scan).size() == scan.size());
+  // The limit follows max_range; without a finite one the scan's own extent bounds it.
+  s.min_scan_points = 0;
+  s.max_range = 1000.0;
+  CHECK(min_voxel_leaf(s) == 2.0 * 1000.0 / 1e6);
+  s.max_range = std::numeric_limits<double>::infinity();
+  CHECK(min_voxel_leaf(s) == 0.0);
 }
 
 TEST_CASE("preprocessing stays on the CPU with the CPU backend and equals the CPU filters", "[unit][localization]") {

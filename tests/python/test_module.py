@@ -3,6 +3,7 @@ no copy of a PointCloud's points or of a float32 array a scan is read from, erro
 the bad argument, the GIL released."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -535,3 +536,123 @@ def test_localizer_takes_a_prediction_and_the_aligner_a_prior(sample, truth_pose
         bad = info.copy()
         bad[0, 1] = 1.0
         ndtcu.Aligner(backend="cpu", prior_information=bad)
+
+
+def test_paths_as_str_bytes_and_pathlike(sample, tmp_path):
+    """Every path argument takes str, bytes and os.PathLike (pathlib.Path was a TypeError),
+    and a file name that is not UTF-8 is reached through bytes or os.fsdecode's str."""
+    path = sample / "scans" / "000003.pcd"
+    expected = ndtcu.read_point_cloud(str(path)).points
+    for given in (path, bytes(path), os.fsencode(str(path)), str(path)):
+        assert np.array_equal(ndtcu.read_point_cloud(given).points, expected), type(given)
+    with pytest.raises(TypeError, match=r"^path: expected a path \(str, bytes or os.PathLike\), got int"):
+        ndtcu.read_point_cloud(3)
+    with pytest.raises(ValueError, match="^path: the path holds a null byte"):
+        ndtcu.read_point_cloud(b"scan\0.pcd")
+    cloud = ndtcu.read_point_cloud(path)
+    odd = os.fsencode(str(tmp_path)) + b"/scan_\xff\xfe.pcd"  # not UTF-8
+    ndtcu.write_point_cloud(odd, cloud)
+    assert os.path.exists(odd)
+    assert np.array_equal(ndtcu.read_point_cloud(os.fsdecode(odd)).points, cloud.points)
+    ndtcu.write_point_cloud(tmp_path / "as_path.pcd", cloud)
+    assert np.array_equal(ndtcu.read_point_cloud(tmp_path / "as_path.pcd").points, cloud.points)
+    # An error naming such a file is readable (bytes that are not UTF-8 shown as \xNN),
+    # not a UnicodeDecodeError.
+    with pytest.raises(ndtcu.IoError, match=r"missing_\\xff\.pcd: no such file"):
+        ndtcu.read_point_cloud(os.fsencode(str(tmp_path)) + b"/missing_\xff.pcd")
+
+
+def test_bag_topics_that_are_not_utf8_are_reached_as_bytes(sample, tmp_path):
+    """A topic name that is not UTF-8 raised UnicodeDecodeError when listed, and could not be
+    named to read it: it is listed as bytes, and bytes reach it. The bag path may be a
+    pathlib.Path."""
+    pytest.importorskip("rosbags")
+    pytest.importorskip("mcap")
+    script = pathlib.Path(__file__).resolve().parents[1] / "rosbag" / "write_bags.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path), "--scans", str(sample / "scans"), "--times",
+                    str(sample / "poses_tum.txt"), "--only", "mcap"], check=True, capture_output=True)
+    bag = tmp_path / "sample_mcap"
+    (mcap_file,) = bag.glob("*.mcap")
+    data = mcap_file.read_bytes()
+    assert b"/points" in data
+    odd = b"/p\xffints"  # same length: every record keeps its size
+    mcap_file.write_bytes(data.replace(b"/points", odd))
+
+    reader = ndtcu.BagReader(bag)
+    assert reader.path == str(bag)
+    names = [t["name"] for t in reader.topics]
+    assert odd in names and "/notes" in names
+    assert reader.point_cloud_topic() == odd
+    assert reader.point_cloud_topic(odd) == odd
+    times = reader.times(odd)
+    assert len(times) == 10
+    cloud = reader.read_point_cloud(odd, 3)
+    assert np.array_equal(cloud.points, ndtcu.read_point_cloud(sample / "scans" / "000003.pcd").points)
+    with pytest.raises(ndtcu.IoError, match=r"no topic '/p\\xffoints' in the bag; its topics: .*/p\\xffints"):
+        reader.times(b"/p\xffoints")
+    with pytest.raises(TypeError, match="^topic: expected str or bytes, got int"):
+        reader.times(3)
+
+
+def test_non_finite_times_and_poses_are_refused(sample, truth_poses):
+    """Localizer.localize(scan, nan) was accepted (and predicted from); every time and pose
+    argument now refuses a non-finite value with a ValueError naming it."""
+    scan = ndtcu.read_point_cloud(sample / "scans" / "000000.pcd")
+    loc = ndtcu.Localizer()
+    loc.set_map(ndtcu.read_point_cloud(sample / "map.pcd"))
+    loc.set_initial_pose(truth_poses[0])
+    for t in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError, match=r"^time: expected a finite number, got (nan|inf|-inf)$"):
+            loc.localize(scan, t)
+        with pytest.raises(ValueError, match="^time: expected a finite number"):
+            loc.predict(t)
+        with pytest.raises(ValueError, match="^time: expected a finite number"):
+            ndtcu.tum_line(t, np.eye(4))
+    bad = truth_poses[0].copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"^pose: non-finite value nan at \[1, 3\]$"):
+        loc.set_initial_pose(bad)
+    with pytest.raises(ValueError, match=r"^around: non-finite value nan at \[1, 3\]$"):
+        loc.set_initial_region(bad, 2.0)
+    cov = np.eye(6) * 0.01
+    with pytest.raises(ValueError, match=r"^prediction: non-finite value nan at \[1, 3\]$"):
+        loc.localize(scan, 0.0, bad, cov)
+    cov_bad = cov.copy()
+    cov_bad[2, 2] = np.inf
+    with pytest.raises(ValueError, match=r"^covariance: non-finite value inf at \[2, 2\]$"):
+        loc.localize(scan, 0.0, truth_poses[0], cov_bad)
+    # Nothing was taken: the localizer still tracks from its initial pose.
+    f = loc.localize(scan, 0.0)
+    assert f.valid and np.linalg.norm(f.pose[:3, 3] - truth_poses[0][:3, 3]) < 0.1
+
+    aligner = ndtcu.Aligner(backend="cpu")
+    aligner.set_target(ndtcu.read_point_cloud(sample / "map.pcd"))
+    pose = ndtcu.matrix_to_pose(truth_poses[0])
+    pose[5] = np.nan
+    with pytest.raises(ValueError, match=r"^guess: non-finite value nan at \[0, 5\]$"):
+        aligner.align(scan, pose)
+    with pytest.raises(ValueError, match=r"^guess: non-finite value nan at \[1, 3\]$"):
+        aligner.align(scan, bad)
+    guesses = np.stack([truth_poses[0], bad])
+    with pytest.raises(ValueError, match=r"^guesses: non-finite value nan at \[1, 1, 3\]$"):
+        aligner.align_batch(scan, guesses)
+    with pytest.raises(ValueError, match=r"^around: non-finite value nan at \[0, 5\]$"):
+        ndtcu.find_initial_pose(aligner, scan, pose)
+    with pytest.raises(ValueError, match=r"^transform: non-finite value nan at \[1, 3\]$"):
+        aligner.evaluate(scan, bad)
+    with pytest.raises(ValueError, match=r"^prior_pose: non-finite value nan at \[5\]$"):
+        ndtcu.Aligner(backend="cpu", prior_pose=pose)
+    info = np.zeros((6, 6))
+    info[0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"^prior_information: non-finite value inf at \[0, 0\]$"):
+        ndtcu.Aligner(backend="cpu", prior_information=info)
+
+
+def test_voxel_leaf_too_small_for_the_crop_is_refused():
+    """The library's limit, as the command line's --voxel: a leaf the filter could not use
+    on any scan of the crop is refused when the Localizer is made, naming value and limit."""
+    with pytest.raises(ndtcu.Error, match=r"voxel_leaf 1e-09 m is below the smallest leaf 0.0002 m for max_range 100 m"):
+        ndtcu.Localizer(voxel_leaf=1e-9)
+    with pytest.raises(ndtcu.Error, match=r"below the smallest leaf 0.002 m for max_range 1000 m"):
+        ndtcu.Localizer(voxel_leaf=1e-3, max_range=1000.0)
+    assert ndtcu.Localizer(voxel_leaf=2e-4).settings.voxel_leaf == 2e-4

@@ -506,3 +506,93 @@ TEST_CASE("rosbag: nav_msgs/Odometry from independent writers and by hand; bad v
   CHECK_THROWS_WITH(decode_odometry(std::string("\x02\x00", 2), MessageEncoding::Cdr, "by hand"),
                     Catch::Contains("shorter than its 4-byte encapsulation header"));
 }
+
+TEST_CASE("rosbag: a metadata.yaml listing one storage file twice is an error naming the file and the entries",
+          "[rosbag][unit]") {
+  const fs::path dir = test::temp_dir("rosbag_metadata_twice") / "bag";
+  {
+    McapBagWriter w(dir.string(), "/points", "lidar");
+    for (int k = 0; k < 3; ++k) w.write(1'000'000'000 + k, small_cloud(4 + k, 0.5f * k));
+    w.close();
+  }
+  REQUIRE(BagReader(dir.string()).messages("/points").size() == 3);
+  const fs::path meta = dir / "metadata.yaml";
+  const std::string text = test::read_bytes(meta);
+  const std::string entry = "- bag_0.mcap\n";
+  const auto at = text.find(entry);
+  REQUIRE(at != std::string::npos);
+  const std::string indent = text.substr(text.rfind('\n', at) + 1, at - text.rfind('\n', at) - 1);
+  // The file three times (each scan was read three times), and once more under another
+  // folder: entries are opened by their name in the bag's folder, so it is the same file.
+  test::write_bytes(meta, text.substr(0, at) + entry + indent + entry + indent + entry + text.substr(at + entry.size()));
+  CHECK_THROWS_WITH(BagReader(dir.string()),
+                    meta.string() + ": relative_file_paths lists the storage file bag_0.mcap 3 times (entries 1, 2 and "
+                                    "3): its messages would be read as many times; list each file once");
+  test::write_bytes(meta, text.substr(0, at) + entry + indent + "- elsewhere/bag_0.mcap\n" + text.substr(at + entry.size()));
+  CHECK_THROWS_WITH(BagReader(dir.string()), Catch::Contains("lists the storage file bag_0.mcap 2 times (entries 1 and 2)"));
+}
+
+TEST_CASE("rosbag: a chunk is decompressed to exactly the size it declares, neither less nor more", "[rosbag]") {
+  auto m = manifest();
+  if (!m) NDTCU_SKIP("no bags written");
+  auto bag_path = [&](const std::string& name) {
+    for (const auto& b : (*m)["bags"]) {
+      if (b["name"] == name) return b["path"].get<std::string>();
+    }
+    FAIL("no bag " << name << " in the manifest");
+    return std::string();
+  };
+  // The first chunk's declared size, shifted by `delta`: MCAP's uncompressed_size (the
+  // third u64 of the chunk record), ROS 1's size=<u32> header field.
+  const auto mcap_declared = [](std::string bytes, std::int64_t delta) {
+    std::size_t pos = 8;
+    while (static_cast<std::uint8_t>(bytes[pos]) != 0x06) {
+      std::uint64_t length;
+      std::memcpy(&length, bytes.data() + pos + 1, 8);
+      pos += 9 + static_cast<std::size_t>(length);
+    }
+    std::uint64_t v;
+    std::memcpy(&v, bytes.data() + pos + 9 + 16, 8);
+    v = static_cast<std::uint64_t>(static_cast<std::int64_t>(v) + delta);
+    std::memcpy(bytes.data() + pos + 9 + 16, &v, 8);
+    return std::make_pair(bytes, v);
+  };
+  const auto ros1_declared = [](std::string bytes, std::int64_t delta) {
+    const std::string field = std::string("\x09\x00\x00\x00", 4) + "size=";
+    const auto at = bytes.find(field);
+    REQUIRE(at != std::string::npos);
+    std::uint32_t v;
+    std::memcpy(&v, bytes.data() + at + field.size(), 4);
+    v = static_cast<std::uint32_t>(static_cast<std::int64_t>(v) + delta);
+    std::memcpy(bytes.data() + at + field.size(), &v, 4);
+    return std::make_pair(bytes, static_cast<std::uint64_t>(v));
+  };
+  const fs::path zstd_dir = bag_path("sample_mcap_zstd");
+  std::string zstd_file;
+  for (const auto& e : fs::directory_iterator(zstd_dir)) {
+    if (e.path().extension() == ".mcap") zstd_file = e.path().string();
+  }
+  REQUIRE(!zstd_file.empty());
+  struct Case {
+    std::string path, method;
+    BagFormat format;
+  };
+  const Case cases[] = {{zstd_file, "zstd", BagFormat::Ros2Mcap},
+                        {bag_path("sample_mcap_lz4"), "lz4", BagFormat::Ros2Mcap},
+                        {bag_path("sample_ros1_bz2"), "bz2", BagFormat::Ros1},
+                        {bag_path("sample_ros1_lz4"), "lz4", BagFormat::Ros1}};
+  for (const Case& c : cases) {
+    INFO(c.path);
+    const std::string bytes = slurp(c.path);
+    REQUIRE(BagReader::from_memory(bytes, "good", c.format).messages("/points").size() == 10);
+    for (const std::int64_t delta : {std::int64_t{-1}, std::int64_t{1}, std::int64_t{1} << 29}) {
+      INFO("declared size shifted by " << delta);
+      const auto [bad, declared] = c.format == BagFormat::Ros1 ? ros1_declared(bytes, delta) : mcap_declared(bytes, delta);
+      const std::string expected =
+          delta < 0 ? c.method + " data: expands beyond the " + std::to_string(declared) + " bytes the bag declares"
+                    : c.method + " data: expands to " + std::to_string(declared - static_cast<std::uint64_t>(delta)) +
+                          " bytes, the bag declares " + std::to_string(declared);
+      CHECK_THROWS_WITH(BagReader::from_memory(bad, "bad", c.format), Catch::Contains("chunk 0: " + expected));
+    }
+  }
+}

@@ -25,8 +25,11 @@ enum class PcdEncoding { Ascii, Binary, BinaryCompressed };
 
 /// How the origin of a loaded cloud is chosen (see PointCloud::origin).
 enum class OriginPolicy {
-  /// Zero, unless a coordinate's magnitude exceeds ReadOptions::auto_origin_threshold:
-  /// then the first finite point, rounded to whole metres, becomes the origin.
+  /// From the points themselves, whatever their order: the per-axis median of the finite
+  /// points (the lower median for an even count), rounded to whole metres, when its
+  /// magnitude on some axis exceeds ReadOptions::auto_origin_threshold; zero otherwise. A
+  /// median ignores up to half the points, so a few stray points (a first point at
+  /// (0, 0, 0) in a UTM map, one at 1e300) do not move it.
   Auto,
   /// Always zero: coordinates are stored as they are (precision is lost far from 0).
   Zero,
@@ -38,8 +41,8 @@ enum class OriginPolicy {
 struct ReadOptions {
   OriginPolicy origin_policy = OriginPolicy::Auto;  ///< how the origin is chosen
   Eigen::Vector3d origin = Eigen::Vector3d::Zero();  ///< used with OriginPolicy::Fixed
-  /// Magnitude (m) beyond which OriginPolicy::Auto moves the origin. float32 resolves
-  /// about 1 mm at 1e4 m, so beyond it millimetres would be lost.
+  /// Magnitude (m) of the points' median beyond which OriginPolicy::Auto moves the origin.
+  /// float32 resolves about 1 mm at 1e4 m, so beyond it millimetres would be lost.
   double auto_origin_threshold = 1.0e4;
   bool read_intensity = true;  ///< read an intensity field when the file has one
 };

@@ -269,6 +269,61 @@ TEST_CASE("bad input: KITTI .bin of the wrong size", "[unit][io][bad]") {
   expect_io_error("odd.bin", std::string(33, '\0'), "33 bytes is not a multiple of 16");
 }
 
+TEST_CASE("bad input: an ascii body holds one point a line, with the values its fields declare", "[unit][io][bad]") {
+  // PLY read values across lines: "1 2 3 4 5\n1 2 3\n" gave two points, (1 2 3) and (4 5 1).
+  const std::string ply = "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                          "property float z\nend_header\n";
+  expect_io_error("long_line.ply", ply + "1 2 3 4 5\n1 2 3\n",
+                  "line 8: vertex 0 has 5 values, more than its properties take (3); an ascii PLY holds one record a line");
+  expect_io_error("short_line.ply", ply + "1 2\n3 4 5\n6 7 8\n", "line 8: vertex 0 ends after 2 values, before property 'z'");
+  expect_io_error("bad_value.ply", ply + "1 2 3\n4 five 6\n", "line 9: vertex 1: property 'y' 'five' is not a number");
+  // Records of the elements before the vertices are lines too, lists included.
+  const std::string faces = "ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int idx\nelement vertex 1\n"
+                            "property float x\nproperty float y\nproperty float z\nend_header\n";
+  expect_io_error("face_line.ply", faces + "3 0 1\n2 1 2 3\n",
+                  "line 10: element 'face' record 0: list property 'idx' claims 3 items, the line holds 2 more values");
+  expect_io_error("face_long.ply", faces + "2 0 1 7\n1 2 3\n", "line 10: element 'face' record 0 has 4 values");
+  // PCD: a line with more values than the fields was read as a point, the rest ignored.
+  expect_io_error("long_line.pcd", "FIELDS x y z\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3 4\n5 6 7\n",
+                  "line 5: ascii point 0 has more than 3 values; the fields need 3 on each line");
+  expect_io_error("short_line.pcd", "FIELDS x y z intensity\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3 4\n5 6 7\n",
+                  "line 6: ascii point 1 has 3 values; the fields need 4 on each line");
+  expect_io_error("value.pcd", "# c\nFIELDS x y z\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3\n\n5 six 7\n",
+                  "line 8: ascii point 1: 'six' is not a number");
+
+  // Blank lines between points are passed over, in both formats.
+  auto dir = ndtcu::test::temp_dir("ascii_lines");
+  ndtcu::test::write_bytes(dir / "blank.ply", ply + "1 2 3\n\n  \n4 5 6\n");
+  ndtcu::test::write_bytes(dir / "blank.pcd", "FIELDS x y z\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3\n\n4 5 6\n");
+  for (const char* name : {"blank.ply", "blank.pcd"}) {
+    const PointCloud c = read_point_cloud((dir / name).string());
+    REQUIRE(c.size() == 2u);
+    CHECK(c.points[1] == Eigen::Vector3f(4, 5, 6));
+  }
+}
+
+TEST_CASE("text headers: a UTF-8 byte-order mark at the start of the file is skipped", "[unit][io]") {
+  // It was "not a PCD file: unexpected header line starting with '\xEF\xBB\xBFVERSION'" (and
+  // "the first line is not 'ply'").
+  const std::string bom = "\xEF\xBB\xBF";
+  auto dir = ndtcu::test::temp_dir("bom");
+  ndtcu::test::write_bytes(dir / "ascii.pcd", bom + "VERSION 0.7\nFIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2 3\n");
+  ndtcu::test::write_bytes(dir / "binary.pcd", bom + make_pcd(xyz_spec("binary", 3)));
+  ndtcu::test::write_bytes(dir / "ascii.ply", bom + "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
+                                                    "property float y\nproperty float z\nend_header\n1 2 3\n");
+  for (const char* name : {"ascii.pcd", "ascii.ply"}) {
+    CAPTURE(name);
+    const PointCloud c = read_point_cloud((dir / name).string());
+    REQUIRE(c.size() == 1u);
+    CHECK(c.points[0] == Eigen::Vector3f(1, 2, 3));
+  }
+  const PointCloud binary = read_point_cloud((dir / "binary.pcd").string());
+  REQUIRE(binary.size() == 3u);
+  CHECK(binary.points[2] == Eigen::Vector3f(2, 2, 3));
+  // An ascii error names the line as a text editor numbers it.
+  expect_io_error("bom_line.pcd", bom + "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2\n", "line 5: ascii point 0 has 2 values");
+}
+
 namespace {
 
 // What the reader's after-read hook does to the file it names: `g_rewrite` in place at

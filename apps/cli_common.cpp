@@ -1,6 +1,8 @@
 #include "cli_common.hpp"
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -11,43 +13,11 @@
 
 namespace ndtcu::cli {
 
-namespace {
-
-// Length of the valid UTF-8 sequence at the start of `s` (RFC 3629: no overlong forms, no
-// surrogates, nothing above U+10FFFF), 0 when it does not start with one.
-std::size_t utf8_sequence_length(std::string_view s) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b0 = byte(0);
-  if (b0 < 0x80) return 1;
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte (Unicode table 3-7)
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;  // overlong below U+0800
-    if (b0 == 0xED) hi = 0x9F;  // UTF-16 surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;  // overlong below U+10000
-    if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;  // a continuation byte, C0, C1 or F5-FF
-  }
-  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
-  for (std::size_t i = 2; i < n; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
-  }
-  return n;
-}
-
-}  // namespace
-
 nlohmann::json json_text(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
   while (!bytes.empty()) {
-    const std::size_t n = utf8_sequence_length(bytes);
+    const std::size_t n = ndtcu::text_detail::utf8_sequence_length(bytes);
     if (n == 0) {
       out += fmt::format("\\x{:02X}", static_cast<unsigned char>(bytes.front()));
       bytes.remove_prefix(1);
@@ -133,20 +103,23 @@ nlohmann::json describe_json(const CloudInfo& info, const PointCloud& cloud) {
 }
 
 std::string describe_text(const CloudInfo& info, const PointCloud& cloud) {
+  // The path, field names and encoding are the file's bytes: shown through printable(),
+  // so that a name cannot send commands to the terminal.
   std::string fields;
   for (const auto& f : info.fields) {
-    fields += fmt::format("{}{}:{}{}", fields.empty() ? "" : " ", f.name, f.type, f.size);
+    fields += fmt::format("{}{}:{}{}", fields.empty() ? "" : " ", printable(f.name), printable(std::string(1, f.type)),
+                          f.size);
     if (f.count > 1) fields += fmt::format("x{}", f.count);
   }
-  std::string out = fmt::format("{}\n", info.path);
-  out += fmt::format("  format     {} ({})\n", to_string(info.format), info.encoding);
+  std::string out = fmt::format("{}\n", printable(info.path));
+  out += fmt::format("  format     {} ({})\n", to_string(info.format), printable(info.encoding));
   out += fmt::format("  points     {} ({} in file, {} non-finite dropped{})\n", cloud.size(), info.points_in_file,
                      info.non_finite, out_of_range_text(info.out_of_range));
   if (info.height > 1) out += fmt::format("  layout     organized {} x {}\n", info.width, info.height);
   out += fmt::format("  fields     {}\n", fields);
-  out += fmt::format("  intensity  {}\n", info.intensity_field.empty() ? "none" : info.intensity_field);
+  out += fmt::format("  intensity  {}\n", info.intensity_field.empty() ? "none" : printable(info.intensity_field));
   if (!cloud.origin.isZero()) {
-    out += fmt::format("  origin     {:.3f} {:.3f} {:.3f} (subtracted; coordinates kept relative)\n", cloud.origin.x(),
+    out += fmt::format("  origin     {} {} {} (subtracted; coordinates kept relative)\n", cloud.origin.x(),
                        cloud.origin.y(), cloud.origin.z());
   }
   Bounds b = compute_bounds(cloud);
@@ -158,6 +131,50 @@ std::string describe_text(const CloudInfo& info, const PointCloud& cloud) {
   }
   out += fmt::format("  file       {}\n", human_bytes(info.file_bytes));
   return out;
+}
+
+namespace {
+
+// ReadOptions for an --origin value, or nullopt.
+std::optional<ReadOptions> parse_origin_option(const std::string& text) {
+  ReadOptions r;
+  if (text == "auto") return r;
+  if (text == "zero") {
+    r.origin_policy = OriginPolicy::Zero;
+    return r;
+  }
+  r.origin_policy = OriginPolicy::Fixed;
+  try {
+    r.origin = sim::parse_origin(text);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return r;
+}
+
+std::string origin_expected(const std::string& text) {
+  return "expected auto, zero or X,Y,Z (three finite numbers in metres, comma-separated), got '" + text + "'";
+}
+
+}  // namespace
+
+CLI::Option* add_origin_option(CLI::App* cmd, std::string& origin, const std::string& what, const std::string& name,
+                               const std::string& note) {
+  return cmd
+      ->add_option(name, origin,
+                   "origin of " + what +
+                       " (coordinates are kept in float32 relative to it): auto (the per-axis median of the points, "
+                       "rounded to whole metres, when it lies beyond 10 km of zero; else 0,0,0), zero, or X,Y,Z (m)" +
+                       (note.empty() ? std::string() : "; " + note))
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& value) { return parse_origin_option(value) ? std::string() : origin_expected(value); },
+          "auto|zero|X,Y,Z", "origin"));
+}
+
+ReadOptions read_options_for_origin(const std::string& text, const std::string& option) {
+  if (auto r = parse_origin_option(text)) return *r;
+  throw Error(option + ": " + origin_expected(text));
 }
 
 void add_ndt_options(CLI::App* cmd, NdtOptions& o) {

@@ -58,6 +58,17 @@ std::string shell_quote(const std::string& s);
 std::optional<std::string> find_python_with_matplotlib(const std::vector<std::string>& candidates,
                                                        std::vector<std::string>* passed_over = nullptr);
 
+/// Registers `name` (--origin) on `cmd`: the origin of the point clouds `what` names (their
+/// coordinates are kept in float32 relative to it): "auto" (the default: the per-axis median
+/// of the points, rounded to whole metres, when it lies beyond 10 km of zero, else zero),
+/// "zero", or X,Y,Z in metres; `note` ends its help.
+CLI::Option* add_origin_option(CLI::App* cmd, std::string& origin, const std::string& what,
+                               const std::string& name = "--origin", const std::string& note = "");
+
+/// ReadOptions for an --origin value (see add_origin_option()); throws Error naming
+/// `option` and the text for anything else.
+ReadOptions read_options_for_origin(const std::string& text, const std::string& option = "--origin");
+
 /// The NDT options `align` and `localize` share: a preset and every setting that
 /// overrides it (unset: the preset's value), and the Autoware parameter file (--config)
 /// whose values come between the two.

@@ -7,6 +7,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
+#include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,7 @@ namespace {
 
 struct AlignOptions {
   std::string target, source, output, init_matrix, guesses;
+  std::string target_origin = "auto", source_origin = "auto";  // --origin, --source-origin
   std::vector<double> init;
   std::vector<double> prior;                // --prior
   std::vector<std::string> prior_sigma;     // --prior-sigma (numbers or "inf")
@@ -45,8 +47,11 @@ struct AlignContext {
 
 // A 4x4 (16 numbers) or 3x4 (12 numbers, KITTI pose line) row-major matrix.
 Eigen::Matrix4d read_matrix(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(path, "cannot open initial-guess matrix");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw IoError(path, "cannot open initial-guess matrix");
+  std::ostringstream bytes;
+  bytes << file.rdbuf();
+  std::istringstream in(std::string(without_bom(bytes.str())));  // past a byte-order mark
   std::vector<double> v;
   std::string token;
   while (in >> token) {
@@ -137,11 +142,11 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
 // settings.
 std::string inputs_text(const AlignContext& c, std::size_t source_points, std::size_t target_voxels) {
   const AlignSettings& s = c.settings;
-  std::string out = fmt::format("{} -> {}\n", c.source, c.target);
+  std::string out = fmt::format("{} -> {}\n", printable(c.source), printable(c.target));
   out += fmt::format("  points      source {} (of {} read), target {} (of {} read), {} voxels\n", source_points,
                      c.source_points_read, c.target_points, c.target_points_read, target_voxels);
   out += fmt::format("  settings    preset {}{}, resolution {} m, {} search, {} step {}, epsilon {}, {} covariance\n",
-                     c.preset, c.config.empty() ? "" : ", --config " + c.config, s.resolution, to_string(s.search),
+                     c.preset, c.config.empty() ? "" : ", --config " + printable(c.config), s.resolution, to_string(s.search),
                      to_string(s.line_search), s.step_size, s.epsilon, to_string(s.covariance));
   if (s.prior.active()) {
     const PosePrior& p = s.prior;
@@ -233,8 +238,8 @@ struct AlignInputs {
 AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s) {
   const auto t0 = std::chrono::steady_clock::now();
   AlignInputs in;
-  in.target = read_point_cloud(o.target);
-  in.source = read_point_cloud(o.source);
+  in.target = read_point_cloud(o.target, read_options_for_origin(o.target_origin));
+  in.source = read_point_cloud(o.source, read_options_for_origin(o.source_origin, "--source-origin"));
   const std::size_t target_points_read = in.target.size(), source_points_read = in.source.size();
   if (o.target_voxel > 0) in.target = voxel_downsample(in.target, o.target_voxel);
   if (o.source_voxel > 0) in.source = voxel_downsample(in.source, o.source_voxel);
@@ -270,7 +275,7 @@ std::string batch_text(const std::vector<AlignResult>& results, std::size_t best
   std::string out = inputs_text(c, first.source_points, first.target_voxels);
   out += fmt::format("  batch       {} hypotheses from {} in one batch: {:.2f} ms ({:.1f} aligns/s), backend {}, map "
                      "{:.1f} ms, load {:.1f} ms\n",
-                     results.size(), guesses_path, batch_ms, batch_ms > 0 ? 1e3 * results.size() / batch_ms : 0.0,
+                     results.size(), printable(guesses_path), batch_ms, batch_ms > 0 ? 1e3 * results.size() / batch_ms : 0.0,
                      first.backend, c.map_ms, c.load_ms);
   out += fmt::format("  {:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}  {:<9} {:<18} {:>4} {:>10} {:>7} {:>7}\n", "#", "x",
                      "y", "z", "roll", "pitch", "yaw", "converged", "reason", "iter", "score", "TP", "NVTL");
@@ -312,7 +317,7 @@ int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
       std::cout << dump_json(result_json(results[best], in.context)) << "\n";
     } else {
       std::cout << fmt::format("hypothesis {} of {} (highest NVTL), from {}; batch {:.2f} ms\n", best, results.size(),
-                               o.guesses, batch_ms)
+                               printable(o.guesses), batch_ms)
                 << result_text(results[best], in.context);
     }
   } else if (json) {
@@ -341,7 +346,7 @@ PosePrior align_prior(const AlignOptions& o, const AutowareParams* config) {
     if (p.regularization_scale_factor > 0.0) {
       std::cerr << fmt::format("ndtcu: warning: {}: ndt.regularization is enabled, but align has no regularization "
                                "pose (give one with --prior); aligning without it\n",
-                               config->path);
+                               printable(config->path));
     }
     return PosePrior{};
   }
@@ -362,6 +367,9 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   auto* cmd = app.add_subcommand("align", "Align SOURCE to TARGET with NDT (Autoware's settings unless told otherwise)");
   cmd->add_option("TARGET", o->target, "target (map) point cloud: .pcd, .ply or .bin")->required();
   cmd->add_option("SOURCE", o->source, "source (scan) point cloud")->required();
+  add_origin_option(cmd, o->target_origin, "TARGET");
+  add_origin_option(cmd, o->source_origin, "SOURCE", "--source-origin",
+                    "a scan in its sensor frame is best kept at auto (zero)");
   auto* init = cmd->add_option("--init", o->init, "initial guess x,y,z,roll,pitch,yaw (m, rad)")
                    ->delimiter(',')
                    ->expected(6);

@@ -3,6 +3,7 @@
 
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/rosbag.hpp>
+#include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
 
@@ -30,20 +31,22 @@ nlohmann::json describe_bag_json(const rosbag::BagInfo& b) {
 }
 
 std::string describe_bag_text(const rosbag::BagInfo& b) {
-  std::string out = fmt::format("{}\n  bag         {}, {} storage file{}, {}\n", b.path, rosbag::to_string(b.format),
+  std::string out = fmt::format("{}\n  bag         {}, {} storage file{}, {}\n", printable(b.path), rosbag::to_string(b.format),
                                 b.files.size(), b.files.size() == 1 ? "" : "s", human_bytes(b.bytes));
-  out += fmt::format("  compression {}{}\n", b.compression,
+  out += fmt::format("  compression {}{}\n", printable(b.compression),
                      b.chunks > 0 ? fmt::format(" ({} chunk{})", b.chunks, b.chunks == 1 ? "" : "s") : "");
   out += fmt::format("  messages    {} from {:.6f} to {:.6f} s ({:.3f} s)\n", b.messages, seconds(b.start_ns),
                      seconds(b.end_ns), seconds(b.end_ns - b.start_ns));
+  // Topic names, types and encodings are the bag's bytes: shown through printable().
   std::size_t name_width = 5, type_width = 4;
   for (const auto& t : b.topics) {
-    name_width = std::max(name_width, t.name.size());
-    type_width = std::max(type_width, t.type.size());
+    name_width = std::max(name_width, printable(t.name).size());
+    type_width = std::max(type_width, printable(t.type).size());
   }
   out += fmt::format("  {:<{}}  {:<{}}  {:>8}  {}\n", "topic", name_width, "type", type_width, "messages", "encoding");
   for (const auto& t : b.topics) {
-    out += fmt::format("  {:<{}}  {:<{}}  {:>8}  {}\n", t.name, name_width, t.type, type_width, t.messages, t.encoding);
+    out += fmt::format("  {:<{}}  {:<{}}  {:>8}  {}\n", printable(t.name), name_width, printable(t.type), type_width,
+                       t.messages, printable(t.encoding));
   }
   return out;
 }
@@ -52,12 +55,15 @@ std::string describe_bag_text(const rosbag::BagInfo& b) {
 
 Command add_info(CLI::App& app, const GlobalOptions& global) {
   auto files = std::make_shared<std::vector<std::string>>();
+  auto origin = std::make_shared<std::string>("auto");
   auto* cmd = app.add_subcommand(
       "info", "Describe point-cloud files (points, fields, encoding, bounds) and rosbags (topics, types, messages)");
   cmd->add_option("FILE", *files,
                   "PCD, PLY or KITTI .bin files; rosbags: .bag, .mcap, .db3 or a ROS 2 bag folder")
       ->required();
-  return [files, &global]() {
+  add_origin_option(cmd, *origin, "each point-cloud FILE");
+  return [files, origin, &global]() {
+    const ReadOptions read = read_options_for_origin(*origin);
     nlohmann::json all = nlohmann::json::array();
     for (const auto& path : *files) {
       if (rosbag::is_bag_path(path)) {
@@ -67,7 +73,7 @@ Command add_info(CLI::App& app, const GlobalOptions& global) {
         continue;
       }
       CloudInfo info;
-      PointCloud cloud = read_point_cloud(path, {}, &info);
+      PointCloud cloud = read_point_cloud(path, read, &info);
       if (global.json) all.push_back(describe_json(info, cloud));
       else std::cout << describe_text(info, cloud);
     }

@@ -13,6 +13,7 @@
 #include <ndtcu/output_file.hpp>
 #include <ndtcu/rosbag.hpp>
 #include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/text.hpp>
 #include <ndtcu/tiled_map.hpp>
 #include <ndtcu/trajectory.hpp>
 
@@ -39,6 +40,7 @@ namespace fs = std::filesystem;
 
 struct LocalizeOptions {
   std::string map, scans, topic, init_from, reference, reference_format = "auto", out = "localization";
+  std::string origin = "auto";  // --origin: the map's
   std::vector<double> init;
   NdtOptions ndt;
   double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
@@ -159,7 +161,7 @@ class Progress {
   void message(const std::string& text) {
     if (!enabled_) return;
     if (tty_ && drawn_) std::cerr << "\r\033[K";
-    std::cerr << text << "\n";
+    std::cerr << printable_lines(text) << "\n";  // it names scan files: no terminal commands
     last_draw_ = -1.0;
   }
 
@@ -406,6 +408,8 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                   "map point cloud (.pcd, .ply, .bin), world frame, or a tiled map folder (with "
                   "pointcloud_map_metadata.yaml)")
       ->required();
+  add_origin_option(cmd, o->origin, "the map", "--origin",
+                    "a tiled map's tiles share one origin, with auto a middle tile's corner for a map beyond 10 km");
   auto* map_radius_option =
       cmd->add_option("--map-radius", o->map_radius,
                       "with a tiled map: keep the tiles within this distance (m) of the pose loaded")
@@ -674,7 +678,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       if (reference_check.out_of_order > 0 && log_level() <= LogLevel::Warn) {
         std::cerr << fmt::format("ndtcu: warning: --reference {}: {} pose{} out of time order; sorted by time before "
                                  "matching (counted in summary.json, reference.out_of_order)\n",
-                                 o->reference, reference_check.out_of_order,
+                                 printable(o->reference), reference_check.out_of_order,
                                  reference_check.out_of_order == 1 ? "" : "s");
       }
       matching = reference.size() == scans.size() ? "index" : "time";
@@ -780,7 +784,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       so.on_map = [&localizer_slot](const std::shared_ptr<const VoxelMap>& next) {
         if (localizer_slot) localizer_slot->stage_map(next);
       };
-      streamer = std::make_unique<TiledMapStreamer>(o->map, voxel_map_options(s), so);
+      streamer = std::make_unique<TiledMapStreamer>(o->map, voxel_map_options(s), so, read_options_for_origin(o->origin));
       try {
         voxels = streamer->load(initial.topRightCorner<2, 1>());
       } catch (const Error& e) {
@@ -791,7 +795,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       map_build_ms = ts.join_ms;
       map_points_read = map_points = streamer->tiled_map()->stats().points;
     } else {
-      map = read_point_cloud(o->map);
+      map = read_point_cloud(o->map, read_options_for_origin(o->origin));
       map_points_read = map.size();
       if (o->map_voxel > 0) map = voxel_downsample(map, o->map_voxel);
       map_points = map.size();
@@ -1297,7 +1301,7 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
       text += fmt::format("  files       trajectory_tum.txt, trajectory_kitti.txt (localized frames only), frames.csv, "
                           "summary.json\n");
       text += "  " + plot_note + "\n";
-      std::cout << text;
+      std::cout << printable_lines(text);  // paths and topic names: no terminal commands
     }
     return stopped_by != 0 ? InterruptWatch::exit_code(stopped_by) : 0;
   };

@@ -4,6 +4,7 @@
 #include "output_folder.hpp"
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/text.hpp>
 #include <ndtcu/tiled_map.hpp>
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@ namespace ndtcu::cli {
 
 namespace {
 struct MapOptions {
-  std::string in, out, encoding = "binary";
+  std::string in, out, encoding = "binary", origin = "auto";
   double tile_size = 20.0;
 };
 }  // namespace
@@ -34,9 +35,10 @@ Command add_map(CLI::App& app, const GlobalOptions& global) {
   tile->add_option("--encoding", o->encoding, "PCD encoding of the tiles")
       ->capture_default_str()
       ->check(CLI::IsMember({"ascii", "binary", "binary_compressed"}));
+  add_origin_option(tile, o->origin, "MAP");
   return [o, &global]() {
     const auto t0 = std::chrono::steady_clock::now();
-    const PointCloud map = read_point_cloud(o->in);
+    const PointCloud map = read_point_cloud(o->in, read_options_for_origin(o->origin));
     // One run at a time in a folder: a second is refused, naming the first.
     const OutputFolder folder(o->out, "ndtcu map tile");
     WriteOptions w;
@@ -54,7 +56,8 @@ Command add_map(CLI::App& app, const GlobalOptions& global) {
                               {"seconds", s}})
                 << "\n";
     } else {
-      std::cout << fmt::format("{} -> {}: {} points in {} tiles of {} m ({} written), {:.2f} s\n", o->in, o->out,
+      std::cout << fmt::format("{} -> {}: {} points in {} tiles of {} m ({} written), {:.2f} s\n", printable(o->in),
+                               printable(o->out),
                                map.size(), meta.tiles.size(), o->tile_size, kTiledMapMetadataFile, s);
     }
     return 0;

@@ -8,6 +8,7 @@
 #include <ndtcu/rosbag.hpp>
 #include <ndtcu/scan_sequence.hpp>
 #include <ndtcu/simulator.hpp>
+#include <ndtcu/text.hpp>
 #include <ndtcu/trajectory.hpp>
 
 #include <fmt/format.h>
@@ -261,7 +262,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       std::cout << dump_json(j) << "\n";
       return 0;
     }
-    std::cout << fmt::format("{}: {:.0f} m world, seed {}\n", o->out, s.world.size, s.world.seed);
+    std::cout << fmt::format("{}: {:.0f} m world, seed {}\n", printable(o->out), s.world.size, s.world.seed);
     std::cout << fmt::format("  world   {} buildings, {} trees, {} vehicles, {} primitives ({:.2f} s)\n",
                              r.contents.buildings, r.contents.trees, r.contents.vehicles, r.primitives, r.seconds_world);
     if (r.map_tiles > 0) {
@@ -281,7 +282,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     }
     if (!o->rosbag.empty()) {
       std::cout << fmt::format("  rosbag  {}: {} sensor_msgs/msg/PointCloud2 messages on /points (ROS 2, MCAP)\n",
-                               o->rosbag, bag_messages);
+                               printable(o->rosbag), bag_messages);
     }
     std::cout << fmt::format("  total   {:.2f} s\n", r.seconds_total);
     return 0;

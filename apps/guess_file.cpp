@@ -2,6 +2,7 @@
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/text.hpp>
 
 #include <Eigen/Geometry>
 #include <fmt/format.h>
@@ -74,7 +75,8 @@ double parse_value(std::string_view token, std::size_t index, const std::string&
 
 std::vector<Pose6> parse_guesses(const std::string& text, const std::string& path) {
   std::vector<Pose6> guesses;
-  std::size_t line_no = 0, start = 0;
+  std::size_t line_no = 0;
+  std::size_t start = text.size() - without_bom(text).size();  // past a byte-order mark
   while (start < text.size()) {
     std::size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();

@@ -1,5 +1,6 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
+#include <ndtcu/text.hpp>
 
 #include "voxel_lattice.hpp"
 
@@ -21,14 +22,14 @@ namespace detail {
 
 void check_voxel_leaf(double leaf) {
   if (!(leaf > 0.0) || !std::isfinite(leaf)) {
-    throw Error("voxel leaf size must be positive and finite, got " + std::to_string(leaf));
+    throw Error("voxel leaf size must be positive and finite, got " + ndtcu::number_text(leaf));
   }
 }
 
 void check_crop_range(double min_range, double max_range) {
   if (!(min_range >= 0.0) || !(max_range >= min_range)) {
-    throw Error("crop range must satisfy 0 <= min <= max, got min " + std::to_string(min_range) + ", max " +
-                std::to_string(max_range));
+    throw Error("crop range must satisfy 0 <= min <= max, got min " + ndtcu::number_text(min_range) + ", max " +
+                ndtcu::number_text(max_range));
   }
 }
 
@@ -50,7 +51,7 @@ VoxelLattice voxel_lattice(const float lo[3], const float hi[3], double leaf) {
   constexpr float kMaxCell = 1e18f;
   for (int a = 0; a < 3; ++a) {
     if (!(std::abs(lo[a] * inv) < kMaxCell && std::abs(hi[a] * inv) < kMaxCell)) {
-      throw Error("voxel leaf " + std::to_string(leaf) + " m is too small for the cloud's extent");
+      throw Error("voxel leaf " + ndtcu::number_text(leaf) + " m is too small for the cloud's extent");
     }
   }
   std::int64_t min_cell[3], dims[3], pcl_dims[3];
@@ -87,8 +88,8 @@ VoxelLattice voxel_lattice(const float lo[3], const float hi[3], double leaf) {
   // A lattice beyond 32-bit indices (PCL gives up there and returns the cloud unfiltered):
   // 64-bit indices.
   if (cells > static_cast<double>(std::numeric_limits<std::int64_t>::max() / 2)) {
-    throw Error("voxel leaf " + std::to_string(leaf) + " m is too small for the cloud's extent (" +
-                std::to_string(cells) + " cells do not fit a 64-bit index)");
+    throw Error("voxel leaf " + ndtcu::number_text(leaf) + " m is too small for the cloud's extent (" +
+                ndtcu::number_text(cells) + " cells do not fit a 64-bit index)");
   }
   auto& g = lattice.wide;
   g.inverse_leaf = inv;

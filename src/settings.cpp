@@ -1,6 +1,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/text.hpp>
 
 #include "pose_matrix_check.hpp"
 
@@ -126,7 +127,7 @@ bool wants_device_loop(const AlignSettings& s) {
 
 void validate(const AlignSettings& s) {
   auto fail = [](const std::string& what, double v) {
-    throw Error("invalid setting " + what + ": " + std::to_string(v));
+    throw Error("invalid setting " + what + ": " + ndtcu::number_text(v));
   };
   if (!(s.resolution > 0.0) || !std::isfinite(s.resolution)) fail("resolution (must be > 0)", s.resolution);
   if (!(s.step_size > 0.0) || !std::isfinite(s.step_size)) fail("step_size (must be > 0)", s.step_size);

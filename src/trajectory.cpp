@@ -1,6 +1,7 @@
 #include <ndtcu/trajectory.hpp>
 
 #include <ndtcu/output_file.hpp>
+#include <ndtcu/text.hpp>
 
 #include "io/bytes.hpp"
 #include "io/file_contents.hpp"
@@ -48,7 +49,7 @@ TrajectoryFormat trajectory_format_from_string(const std::string& name) {
 
 Trajectory read_trajectory(const std::string& path, TrajectoryFormat format, double kitti_period) {
   detail::FileContents file(path);
-  detail::LineReader lines(file.bytes());
+  detail::LineReader lines(without_bom(file.bytes()));
   std::string_view line;
   Trajectory out;
   std::size_t line_no = 0;
@@ -219,7 +220,7 @@ std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Traj
   }
   std::vector<RpeStats> out;
   for (double length : segment_lengths) {
-    if (!(length > 0)) throw Error("RPE segment length must be positive, got " + std::to_string(length));
+    if (!(length > 0)) throw Error("RPE segment length must be positive, got " + number_text(length));
     RpeStats s;
     s.segment_m = length;
     double t_sum = 0, r_sum = 0;

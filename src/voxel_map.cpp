@@ -1,4 +1,5 @@
 #include <ndtcu/error.hpp>
+#include <ndtcu/text.hpp>
 #include <ndtcu/voxel_map.hpp>
 
 #include "cuda/cuda_voxel_build.hpp"
@@ -76,14 +77,14 @@ detail::VoxelCells cpu_voxel_cells(PointCloudView cloud, float inverse_resolutio
 
 void detail::check_voxel_map_options(const VoxelMapOptions& options) {
   if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
-    throw Error("voxel map resolution must be positive and finite, got " + std::to_string(options.resolution));
+    throw Error("voxel map resolution must be positive and finite, got " + ndtcu::number_text(options.resolution));
   }
   if (options.min_points < 3) {
     throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
                 std::to_string(options.min_points));
   }
   if (!(options.eigenvalue_ratio >= 0.0 && options.eigenvalue_ratio <= 1.0)) {
-    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + std::to_string(options.eigenvalue_ratio));
+    throw Error("voxel map eigenvalue_ratio must be in [0, 1], got " + ndtcu::number_text(options.eigenvalue_ratio));
   }
   if (options.threads < 0 || options.threads > kMaxThreads) {
     throw Error("voxel map threads must be in [0, " + std::to_string(kMaxThreads) + "] (0: one per hardware thread), got " +
@@ -115,7 +116,8 @@ detail::SortedCells detail::sort_into_cells(PointCloudView cloud, float inverse_
       const std::int64_t k = math::lattice_index(p.z(), inverse_resolution);
       if (!math::key_in_range(a, b, k)) {
         throw Error("voxel map: point " + std::to_string(i) + " lies more than 2^20 voxels of " +
-                    std::to_string(resolution) + " m from the cloud origin; set an origin near the data");
+                    ndtcu::number_text(resolution) + " m from the cloud origin; read the map with an origin near its points (ndtcu's --origin X,Y,Z, "
+                    "OriginPolicy::Fixed in C++) or crop it");
       }
       keyed[i] = {math::pack_key(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b),
                                  static_cast<std::int32_t>(k)),

@@ -25,8 +25,11 @@ enum class PcdEncoding { Ascii, Binary, BinaryCompressed };
 
 /// How the origin of a loaded cloud is chosen (see PointCloud::origin).
 enum class OriginPolicy {
-  /// Zero, unless a coordinate's magnitude exceeds ReadOptions::auto_origin_threshold:
-  /// then the first finite point, rounded to whole metres, becomes the origin.
+  /// From the points themselves, whatever their order: the per-axis median of the finite
+  /// points (the lower median for an even count), rounded to whole metres, when its
+  /// magnitude on some axis exceeds ReadOptions::auto_origin_threshold; zero otherwise. A
+  /// median ignores up to half the points, so a few stray points (a first point at
+  /// (0, 0, 0) in a UTM map, one at 1e300) do not move it.
   Auto,
   /// Always zero: coordinates are stored as they are (precision is lost far from 0).
   Zero,
@@ -38,8 +41,8 @@ enum class OriginPolicy {
 struct ReadOptions {
   OriginPolicy origin_policy = OriginPolicy::Auto;  ///< how the origin is chosen
   Eigen::Vector3d origin = Eigen::Vector3d::Zero();  ///< used with OriginPolicy::Fixed
-  /// Magnitude (m) beyond which OriginPolicy::Auto moves the origin. float32 resolves
-  /// about 1 mm at 1e4 m, so beyond it millimetres would be lost.
+  /// Magnitude (m) of the points' median beyond which OriginPolicy::Auto moves the origin.
+  /// float32 resolves about 1 mm at 1e4 m, so beyond it millimetres would be lost.
   double auto_origin_threshold = 1.0e4;
   bool read_intensity = true;  ///< read an intensity field when the file has one
 };
@@ -98,10 +101,16 @@ struct WriteOptions {
   /// Write x y z as float64 world coordinates when the cloud's origin is not zero (so a
   /// UTM map keeps millimetres); float32 relative coordinates otherwise.
   bool world_double_when_offset = true;
+  /// KITTI `.bin` holds float32 world coordinates: those of a cloud far from zero (UTM)
+  /// are rounded, float32 values being 0.25 m apart at 4e6 m. Without this, a write that
+  /// would move a coordinate by more than 1 mm throws IoError naming the largest change;
+  /// with it, the file is written and the change logged as a warning.
+  bool allow_precision_loss = false;
 };
 
 /// Writes `cloud` as PCD, PLY is not written; `.bin` writes KITTI float32 records
-/// (world coordinates, intensity 0 when the cloud has none). Chosen by extension.
+/// (world coordinates, intensity 0 when the cloud has none; see
+/// WriteOptions::allow_precision_loss). Chosen by extension.
 void write_point_cloud(const std::string& path, const PointCloud& cloud,
                        const WriteOptions& options = {});
 /// Writes the points of `cloud` (a PointCloud's or the caller's own buffer, read where they
@@ -111,8 +120,9 @@ void write_point_cloud(const std::string& path, PointCloudView cloud, const Writ
 /// Writes a PCD file with fields x y z [intensity].
 void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options = {});
 
-/// Writes a KITTI `.bin` file (float32 x y z intensity, world coordinates).
-void write_kitti_bin(const std::string& path, const PointCloud& cloud);
+/// Writes a KITTI `.bin` file (float32 x y z intensity, world coordinates); throws IoError
+/// when that moves a coordinate by more than 1 mm, unless `options.allow_precision_loss`.
+void write_kitti_bin(const std::string& path, const PointCloud& cloud, const WriteOptions& options = {});
 
 /// Name of a format ("pcd", "ply", "kitti_bin").
 const char* to_string(FileFormat format);

@@ -141,8 +141,8 @@ struct TiledMapRead {
 /// Reads the tiles of the map folder `dir` whose square comes within `radius` metres of
 /// `centre` (world x-y; an infinite radius reads every tile). Every tile is read with one
 /// origin, so their points share a lattice: ReadOptions' Fixed origin when given, else (Auto)
-/// zero, or the first tile's lower corner (z 0) when a corner lies beyond
-/// auto_origin_threshold (UTM). A tile that cannot be read (a malformed PCD) is skipped
+/// zero, or a middle tile's lower corner (the per-axis median of the corners, z 0: the same
+/// for any order of the metadata's lines) when that lies beyond auto_origin_threshold (UTM). A tile that cannot be read (a malformed PCD) is skipped
 /// with a warning naming it; metadata errors throw (see read_tiled_map_metadata()).
 TiledMapRead read_tiled_map(const std::string& dir, const Eigen::Vector2d& centre = Eigen::Vector2d::Zero(),
                             double radius = std::numeric_limits<double>::infinity(), const ReadOptions& options = {});
@@ -152,7 +152,7 @@ double tile_distance(const TiledMapMetadata& meta, const MapTile& t, const Eigen
 
 /// The ReadOptions with which every tile of `meta` is read onto one origin (see
 /// read_tiled_map()): `options` as given unless its policy is Auto, which becomes Fixed at
-/// zero, or at the first tile's lower corner when a corner lies beyond
+/// zero, or at the per-axis median of the tiles' lower corners when that lies beyond
 /// auto_origin_threshold.
 ReadOptions tiled_map_read_options(const TiledMapMetadata& meta, const ReadOptions& options = {});
 

@@ -113,6 +113,13 @@ class LineReader {
   std::size_t pos_ = 0;
 };
 
+/// The number of the line (from 1) that holds byte `offset` of `text`.
+inline std::size_t line_number(std::string_view text, std::size_t offset) {
+  std::size_t n = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) n += text[i] == '\n';
+  return n;
+}
+
 /// Case-insensitive equality of ASCII names.
 inline bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;

@@ -3,10 +3,12 @@
 // applying the origin policy and dropping non-finite points and points float32 cannot hold.
 #include <ndtcu/io.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace ndtcu::detail {
 
@@ -25,8 +27,32 @@ class CloudBuilder {
       ++non_finite_;
       return;
     }
-    if (!origin_decided_) decide_origin(x, y, z);
-    const double rx = x - cloud_.origin.x(), ry = y - cloud_.origin.y(), rz = z - cloud_.origin.z();
+    if (origin_known_) {
+      add_relative(x - cloud_.origin.x(), y - cloud_.origin.y(), z - cloud_.origin.z(), intensity);
+      return;
+    }
+    // OriginPolicy::Auto: the origin is a median of all the points, known at finish(). Until
+    // then each point is kept exactly as read: as float32 while every coordinate so far is
+    // one (float32 files, the common case: no memory beyond the cloud's own), as double from
+    // the first that is not.
+    const float fx = static_cast<float>(x), fy = static_cast<float>(y), fz = static_cast<float>(z);
+    if (world_.empty() && fx == x && fy == y && fz == z) {
+      cloud_.points.emplace_back(fx, fy, fz);
+      largest_ = std::max(largest_, std::max({std::abs(x), std::abs(y), std::abs(z)}));
+    } else {
+      if (world_.empty()) keep_as_double();
+      world_.emplace_back(x, y, z);
+      largest_ = std::max(largest_, std::max({std::abs(x), std::abs(y), std::abs(z)}));
+    }
+    add_intensity(intensity);
+  }
+
+  /// Finishes the cloud (with OriginPolicy::Auto, chooses its origin first), fills the
+  /// counts of `info` (if given) and warns when float32 coordinates lose precision.
+  PointCloud finish(const std::string& name, bool xyz_double, CloudInfo* info);
+
+ private:
+  void add_relative(double rx, double ry, double rz, double intensity) {
     // Beyond float32's range a coordinate cannot be stored (and the conversion would be
     // undefined): the point is dropped, and counted apart from the non-finite ones (its
     // coordinates are finite numbers, just too large).
@@ -35,28 +61,32 @@ class CloudBuilder {
       return;
     }
     cloud_.points.emplace_back(static_cast<float>(rx), static_cast<float>(ry), static_cast<float>(rz));
-    if (with_intensity_) {
-      // Intensity outside float32's range saturates (NaN stays NaN) instead of an
-      // undefined conversion.
-      cloud_.intensity.push_back(std::abs(intensity) <= kFloatMax ? static_cast<float>(intensity)
-                                 : std::isnan(intensity)          ? std::numeric_limits<float>::quiet_NaN()
-                                 : intensity > 0                  ? std::numeric_limits<float>::infinity()
-                                                                  : -std::numeric_limits<float>::infinity());
-    }
+    add_intensity(intensity);
   }
 
-  /// Finishes the cloud, fills the counts of `info` (if given) and warns when float32
-  /// coordinates lose precision.
-  PointCloud finish(const std::string& name, bool xyz_double, CloudInfo* info);
+  void add_intensity(double intensity) {
+    if (!with_intensity_) return;
+    // Intensity outside float32's range saturates (NaN stays NaN) instead of an undefined
+    // conversion.
+    cloud_.intensity.push_back(std::abs(intensity) <= kFloatMax ? static_cast<float>(intensity)
+                               : std::isnan(intensity)          ? std::numeric_limits<float>::quiet_NaN()
+                               : intensity > 0                  ? std::numeric_limits<float>::infinity()
+                                                                : -std::numeric_limits<float>::infinity());
+  }
 
- private:
-  void decide_origin(double x, double y, double z);
+  // Moves the float32 points kept so far into world_ (exactly: a float is a double).
+  void keep_as_double();
+  // OriginPolicy::Auto, once every point is in: the origin, then each point relative to it.
+  void settle_origin();
+  void warn_precision(const std::string& name, bool xyz_double) const;
 
   ReadOptions options_;
   bool with_intensity_;
-  bool origin_decided_ = false;
+  bool origin_known_ = false;
   std::uint64_t non_finite_ = 0;
   std::uint64_t out_of_range_ = 0;
+  double largest_ = 0.0;                  // Auto: the largest |coordinate| read
+  std::vector<Eigen::Vector3d> world_;    // Auto: the points as read, once one is not float32
   PointCloud cloud_;
 };
 

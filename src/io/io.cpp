@@ -2,14 +2,20 @@
 #include "bytes.hpp"
 #include "cloud_builder.hpp"
 #include "file_contents.hpp"
+#include "../log.hpp"
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/output_file.hpp>
+#include <ndtcu/text.hpp>
+
+#include <fmt/format.h>
 
 #include <lzf.h>
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 namespace ndtcu {
@@ -133,9 +139,8 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
   if (!world_double && !cloud.origin.isZero()) {
     // The caller asked for float32 relative coordinates; the origin goes in a comment so
     // it is not lost.
-    header.insert(header.find("VERSION"), "# origin " + std::to_string(cloud.origin.x()) + " " +
-                                              std::to_string(cloud.origin.y()) + " " +
-                                              std::to_string(cloud.origin.z()) + "\n");
+    header.insert(header.find("VERSION"),
+                  fmt::format("# origin {} {} {}\n", cloud.origin.x(), cloud.origin.y(), cloud.origin.z()));
   }
   OutputFile out(path);
   out.write(header);
@@ -197,15 +202,48 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
   out.commit();
 }
 
-// The KITTI writer: world coordinates, `intensity` or 0 for each point.
-void write_kitti_points(const std::string& path, PointCloudView cloud, const float* intensity) {
+// The KITTI writer: world coordinates, `intensity` or 0 for each point. float32 world
+// coordinates of a cloud far from zero are rounded (float32 values are 0.25 m apart at
+// 4e6 m): a change of more than 1 mm is refused unless the options allow it, and logged
+// when they do.
+void write_kitti_points(const std::string& path, PointCloudView cloud, const float* intensity,
+                        const WriteOptions& options) {
+  constexpr double kMaxRounding = 1e-3;  // metres: the millimetres a UTM map is read to keep
   std::vector<float> records(cloud.size() * 4);
+  double worst = 0.0;
+  std::size_t worst_point = 0;
+  int worst_axis = 0;
   for (std::size_t i = 0; i < cloud.size(); ++i) {
-    Eigen::Vector3d w = cloud.world(i);
-    records[4 * i + 0] = static_cast<float>(w.x());
-    records[4 * i + 1] = static_cast<float>(w.y());
-    records[4 * i + 2] = static_cast<float>(w.z());
+    const Eigen::Vector3d w = cloud.world(i);
+    for (int a = 0; a < 3; ++a) {
+      // Beyond float32's range the conversion is undefined: refused before it.
+      if (!(std::abs(w[a]) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+        throw IoError(path, fmt::format("point {}: {} = {} m is beyond float32's range, which KITTI .bin stores; "
+                                        "write a .pcd (float64 coordinates) instead",
+                                        i, "xyz"[a], w[a]));
+      }
+      const float f = static_cast<float>(w[a]);
+      const double moved = std::abs(static_cast<double>(f) - w[a]);
+      if (moved > worst) {
+        worst = moved;
+        worst_point = i;
+        worst_axis = a;
+      }
+      records[4 * i + static_cast<std::size_t>(a)] = f;
+    }
     records[4 * i + 3] = intensity ? intensity[i] : 0.f;
+  }
+  if (worst > kMaxRounding) {
+    const double w = cloud.world(worst_point)[worst_axis];
+    const std::string what = fmt::format(
+        "KITTI .bin stores float32 world coordinates, which move this cloud's points by up to {:.3g} m (point {}: {} "
+        "{:.3f} m becomes {:.3f})",
+        worst, worst_point, "xyz"[worst_axis], w, static_cast<double>(static_cast<float>(w)));
+    if (!options.allow_precision_loss) {
+      throw IoError(path, what + "; write a .pcd (float64 coordinates) instead, or accept the loss "
+                                 "(ndtcu convert --allow-precision-loss, WriteOptions::allow_precision_loss)");
+    }
+    detail::log().warn("{}: {}", printable(path), what);
   }
   OutputFile out(path);
   out.write(records.data(), records.size() * sizeof(float));
@@ -216,7 +254,7 @@ void write_points(const std::string& path, PointCloudView cloud, const float* in
                   const WriteOptions& options) {
   switch (format_from_path(path)) {
     case FileFormat::Pcd: return write_pcd_points(path, cloud, intensity, options);
-    case FileFormat::KittiBin: return write_kitti_points(path, cloud, intensity);
+    case FileFormat::KittiBin: return write_kitti_points(path, cloud, intensity, options);
     case FileFormat::Ply: throw IoError(path, "writing PLY is not supported; write .pcd or .bin");
   }
 }
@@ -227,8 +265,8 @@ void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOpti
   write_pcd_points(path, cloud, cloud.intensity_or_null(), options);
 }
 
-void write_kitti_bin(const std::string& path, const PointCloud& cloud) {
-  write_kitti_points(path, cloud, cloud.intensity_or_null());
+void write_kitti_bin(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
+  write_kitti_points(path, cloud, cloud.intensity_or_null(), options);
 }
 
 void write_point_cloud(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {

@@ -1,12 +1,13 @@
-// PCD reader: ascii, binary and binary_compressed (LZF) bodies, any field order, F/I/U
-// fields of 1, 2, 4 or 8 bytes, COUNT > 1, '_' padding, organized clouds. Format as
-// PCL writes it (PCD v0.7); binary_compressed stores each field's values for all points
+// PCD reader: ascii (one point a line, exactly its values), binary and binary_compressed
+// (LZF) bodies, any field order, F/I/U fields of 1, 2, 4 or 8 bytes, COUNT > 1, '_'
+// padding, organized clouds. Format as PCL writes it (PCD v0.7); binary_compressed stores each field's values for all points
 // contiguously (field after field), preceded by two uint32: compressed and uncompressed
 // sizes.
 #include "bytes.hpp"
 #include "cloud_builder.hpp"
 
 #include <ndtcu/io.hpp>
+#include <ndtcu/text.hpp>
 
 #include <lzf.h>
 
@@ -246,32 +247,39 @@ void read_values(const Layout& l, std::uint64_t n, bool with_intensity, detail::
   }
 }
 
-void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, const std::string& name,
-                detail::CloudBuilder& out) {
+// One point a line, each line holding exactly the values the fields declare (a short or a
+// long line is an error naming it: values are never carried over from one line to the
+// next). `first_line` is the file's line number of the body's first line.
+void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, std::size_t first_line,
+                const std::string& name, detail::CloudBuilder& out) {
   detail::LineReader lines(body);
   std::string_view line;
   std::vector<std::string_view> tok;
   std::uint64_t want[4] = {c.xyz[0]->first_value, c.xyz[1]->first_value, c.xyz[2]->first_value,
                            c.intensity ? c.intensity->first_value : 0};
-  std::uint64_t needed = 1 + std::max({want[0], want[1], want[2], want[3]});
-  std::uint64_t done = 0, line_no = 0;
+  std::uint64_t done = 0;
+  std::size_t line_no = first_line - 1;
   while (done < h.points && lines.next(line)) {
     ++line_no;
-    detail::split_tokens(line, tok, needed);
+    // One more than the fields need is enough to tell a long line.
+    detail::split_tokens(line, tok, h.values_per_point + 1);
     if (tok.empty()) continue;
-    if (tok.size() < needed) {
-      if (lines.position() >= body.size() && (body.empty() || body.back() != '\n')) {
+    if (tok.size() != h.values_per_point) {
+      if (tok.size() < h.values_per_point && lines.position() >= body.size() &&
+          (body.empty() || body.back() != '\n')) {
         fail(name, "truncated: the ascii body ends inside point " + std::to_string(done) + " of " +
-                       std::to_string(h.points));
+                       std::to_string(h.points) + " (line " + std::to_string(line_no) + ")");
       }
-      fail(name, "ascii point " + std::to_string(done) + " (body line " + std::to_string(line_no) + ") has " +
-                     std::to_string(tok.size()) + " values; the fields need " + std::to_string(h.values_per_point));
+      fail(name, "line " + std::to_string(line_no) + ": ascii point " + std::to_string(done) + " has " +
+                     (tok.size() > h.values_per_point ? "more than " + std::to_string(h.values_per_point)
+                                                      : std::to_string(tok.size())) +
+                     " values; the fields need " + std::to_string(h.values_per_point) + " on each line");
     }
     double v[4] = {0, 0, 0, 0};
     for (int a = 0; a < (c.intensity ? 4 : 3); ++a) {
       if (!detail::parse_double(tok[want[a]], v[a])) {
-        fail(name, "ascii point " + std::to_string(done) + ": '" + std::string(tok[want[a]].substr(0, 40)) +
-                       "' is not a number");
+        fail(name, "line " + std::to_string(line_no) + ": ascii point " + std::to_string(done) + ": '" +
+                       std::string(tok[want[a]].substr(0, 40)) + "' is not a number");
       }
     }
     out.add(v[0], v[1], v[2], v[3]);
@@ -287,6 +295,8 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, co
 
 PointCloud parse_pcd(std::string_view bytes, const std::string& name, const ReadOptions& options, CloudInfo* info) {
   if (bytes.empty()) throw IoError(name, "empty file (0 bytes)");
+  // A byte-order mark before the header (a header written with a text editor) is skipped.
+  bytes = without_bom(bytes);
   PcdHeader h = parse_header(bytes, name);
   Channels c = find_channels(h, name, options);
   fill_info(info, h, c);
@@ -298,7 +308,7 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
     // reservation whatever POINTS claims.
     std::uint64_t can_hold = body.size() / std::max<std::uint64_t>(1, 2 * h.values_per_point - 1) + 1;
     detail::CloudBuilder out(options, with_intensity, std::min(h.points, can_hold));
-    read_ascii(h, c, body, name, out);
+    read_ascii(h, c, body, detail::line_number(bytes, h.body_offset), name, out);
     return out.finish(name, is_double(c), info);
   }
 

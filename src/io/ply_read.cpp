@@ -1,10 +1,13 @@
-// PLY reader: ascii, binary_little_endian and binary_big_endian; the `vertex` element's
-// x y z (any numeric type) and intensity; every other property and element is skipped,
-// list properties included.
+// PLY reader: ascii (one record a line, exactly its values), binary_little_endian and
+// binary_big_endian; the `vertex` element's x y z (any numeric type) and intensity; every
+// other property and element is skipped, list properties included.
 #include "bytes.hpp"
 #include "cloud_builder.hpp"
 
 #include <ndtcu/io.hpp>
+#include <ndtcu/text.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <limits>
@@ -67,20 +70,55 @@ ScalarKind checked_kind(const std::string& name, std::string_view type, std::str
   return k;
 }
 
-// Cursor over the body: binary reads with bounds checks, or ascii tokens.
+// Cursor over the body: binary reads with bounds checks, or ascii records, one a line.
 class Body {
  public:
-  Body(std::string_view bytes, PlyFormat format, const std::string& name)
-      : bytes_(bytes), format_(format), name_(name) {}
+  /// `first_line`: the file's line number of the body's first line (for ascii messages).
+  Body(std::string_view bytes, PlyFormat format, const std::string& name, std::size_t first_line)
+      : bytes_(bytes), format_(format), name_(name), line_no_(first_line - 1) {}
 
   std::size_t remaining() const { return bytes_.size() - pos_; }
 
-  double value(ScalarKind k, const char* what) {
+  /// Ascii: moves to the next record's line (blank lines are passed over), `record`
+  /// naming it for the messages ("vertex 12"); nothing for binary.
+  void begin_record(const std::string& record) {
+    if (format_ != PlyFormat::Ascii) return;
+    record_ = record;
+    std::string_view line;
+    do {
+      if (pos_ >= bytes_.size()) fail(name_, "truncated: the ascii body ends before " + record_);
+      std::size_t end = bytes_.find('\n', pos_);
+      if (end == std::string_view::npos) end = bytes_.size();
+      line = bytes_.substr(pos_, end - pos_);
+      pos_ = std::min(bytes_.size(), end + 1);
+      ++line_no_;
+      detail::split_tokens(line, tokens_);
+    } while (tokens_.empty());
+    next_token_ = 0;
+  }
+
+  /// Ascii: the record's line must hold no value beyond its properties'.
+  void end_record() {
+    if (format_ != PlyFormat::Ascii || next_token_ == tokens_.size()) return;
+    fail(name_, where() + " has " + std::to_string(tokens_.size()) +
+                    " values, more than its properties take (" + std::to_string(next_token_) +
+                    "); an ascii PLY holds one record a line");
+  }
+
+  /// One value: `what` names it for the messages, `property` (when not null) the
+  /// property it belongs to.
+  double value(ScalarKind k, const char* what, const std::string* property = nullptr) {
     if (format_ == PlyFormat::Ascii) {
-      std::string_view t = token(what);
+      const auto shown = [&] { return property ? "property '" + *property + "'" : std::string(what); };
+      if (next_token_ == tokens_.size()) {
+        fail(name_, where() + " ends after " + std::to_string(tokens_.size()) +
+                        " values, before " + shown() + "; an ascii PLY holds one record a line");
+      }
+      std::string_view t = tokens_[next_token_++];
       double v = 0;
       if (!detail::parse_double(t, v)) {
-        fail(name_, std::string("ascii ") + what + ": '" + std::string(t.substr(0, 40)) + "' is not a number");
+        fail(name_, where() + ": " + shown() + " '" +
+                        std::string(t.substr(0, 40)) + "' is not a number");
       }
       return v;
     }
@@ -91,6 +129,12 @@ class Body {
     return v;
   }
 
+  /// Ascii: "line N: RECORD", where the current record is, for a message.
+  std::string where() const { return "line " + std::to_string(line_no_) + ": " + record_; }
+
+  /// Ascii: values left on the record's line.
+  std::size_t values_left() const { return tokens_.size() - next_token_; }
+
   void skip_binary(std::uint64_t n, const char* what) {
     if (remaining() < n) fail(name_, std::string("truncated: the binary body ends inside ") + what);
     pos_ += n;
@@ -98,30 +142,32 @@ class Body {
 
   const char* data() const { return bytes_.data() + pos_; }
   bool big_endian() const { return format_ == PlyFormat::BinaryBig; }
+  bool ascii() const { return format_ == PlyFormat::Ascii; }
 
  private:
-  std::string_view token(const char* what) {
-    while (pos_ < bytes_.size() && detail::is_space(bytes_[pos_])) ++pos_;
-    std::size_t start = pos_;
-    while (pos_ < bytes_.size() && !detail::is_space(bytes_[pos_])) ++pos_;
-    if (pos_ == start) fail(name_, std::string("truncated: the ascii body ends before ") + what);
-    return bytes_.substr(start, pos_ - start);
-  }
-
   std::string_view bytes_;
   std::size_t pos_ = 0;
   PlyFormat format_;
   const std::string& name_;
+  std::size_t line_no_;                  // ascii: the line of the current record
+  std::vector<std::string_view> tokens_;  // ascii: the current record's values
+  std::size_t next_token_ = 0;
+  std::string record_;
 };
 
 // Skips one list property of one record (its length, then its items).
 void skip_list(Body& body, const PlyProperty& p, const std::string& name) {
   double len = body.value(p.count_kind, "a list length");
   if (!(len >= 0) || len > static_cast<double>(std::numeric_limits<std::uint32_t>::max())) {
-    fail(name, "list property '" + p.name + "' has invalid length " + std::to_string(len));
+    fail(name, "list property '" + p.name + "' has invalid length " + fmt::format("{}", len));
   }
   auto n = static_cast<std::uint64_t>(len);
-  // Lengths are bounded by the remaining bytes, so a bogus length cannot loop for long.
+  // Lengths are bounded by the remaining bytes (ascii: values on the line), so a bogus
+  // length cannot loop for long.
+  if (body.ascii() && n > body.values_left()) {
+    fail(name, body.where() + ": list property '" + p.name + "' claims " + std::to_string(n) + " items, the line holds " +
+                   std::to_string(body.values_left()) + " more values");
+  }
   if (n > body.remaining()) fail(name, "truncated: list property '" + p.name + "' claims " + std::to_string(n) + " items");
   for (std::uint64_t i = 0; i < n; ++i) body.value(p.kind, "a list item");
 }
@@ -139,6 +185,7 @@ bool fixed_size(const PlyElement& e, std::uint64_t& record) {
 
 PointCloud parse_ply(std::string_view bytes, const std::string& name, const ReadOptions& options, CloudInfo* info) {
   if (bytes.empty()) throw IoError(name, "empty file (0 bytes)");
+  bytes = without_bom(bytes);  // a header written with a text editor
   detail::LineReader lines(bytes);
   std::string_view line;
   if (!lines.next(line) || line != "ply") fail(name, "not a PLY file: the first line is not 'ply'");
@@ -233,7 +280,7 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
     info->intensity_field = intensity >= 0 ? vertex.properties[intensity].name : "";
   }
 
-  Body body(bytes.substr(lines.position()), format, name);
+  Body body(bytes.substr(lines.position()), format, name, detail::line_number(bytes, lines.position()));
   // Skip the elements stored before the vertices.
   for (auto it = elements.begin(); it != vertex_it; ++it) {
     // An element without properties has empty records, whatever its count: looping over
@@ -248,10 +295,12 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
       continue;
     }
     for (std::uint64_t r = 0; r < it->count; ++r) {
+      if (body.ascii()) body.begin_record("element '" + it->name + "' record " + std::to_string(r));
       for (const auto& p : it->properties) {
         if (p.is_list) skip_list(body, p, name);
-        else body.value(p.kind, "an element before the vertices");
+        else body.value(p.kind, "an element before the vertices", &p.name);
       }
+      body.end_record();
     }
   }
 
@@ -299,11 +348,13 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
   } else {
     std::vector<double> values(vertex.properties.size());
     for (std::uint64_t k = 0; k < vertex.count; ++k) {
+      if (body.ascii()) body.begin_record("vertex " + std::to_string(k));
       for (std::size_t i = 0; i < vertex.properties.size(); ++i) {
         const auto& p = vertex.properties[i];
         if (p.is_list) skip_list(body, p, name);
-        else values[i] = body.value(p.kind, "a vertex");
+        else values[i] = body.value(p.kind, "a vertex", &p.name);
       }
+      body.end_record();
       out.add(values[xyz[0]], values[xyz[1]], values[xyz[2]],
               intensity >= 0 ? values[intensity] : 0.0);
     }

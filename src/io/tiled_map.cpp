@@ -377,13 +377,24 @@ double tile_distance(const TiledMapMetadata& meta, const MapTile& t, const Eigen
 ReadOptions tiled_map_read_options(const TiledMapMetadata& meta, const ReadOptions& options) {
   ReadOptions ro = options;
   if (ro.origin_policy == OriginPolicy::Auto) {
-    // One origin for every tile: zero, or the first tile's corner for a map far out (UTM).
+    // One origin for every tile: zero, or for a map far out (UTM) a middle tile's corner,
+    // the per-axis median of the corners (the lower one for an even count): a corner, so
+    // tile borders stay on the points' lattice, and the same whatever the order of the
+    // metadata's lines (as a cloud's own origin is the same whatever its points' order).
     ro.origin_policy = OriginPolicy::Fixed;
     ro.origin = Eigen::Vector3d::Zero();
+    std::vector<double> xs, ys;
     for (const MapTile& t : meta.tiles) {
-      if (std::abs(t.x_min) > ro.auto_origin_threshold || std::abs(t.y_min) > ro.auto_origin_threshold) {
-        ro.origin = Eigen::Vector3d(meta.tiles.front().x_min, meta.tiles.front().y_min, 0.0);
-        break;
+      xs.push_back(t.x_min);
+      ys.push_back(t.y_min);
+    }
+    if (!xs.empty()) {
+      const auto middle = static_cast<std::ptrdiff_t>((xs.size() - 1) / 2);
+      std::nth_element(xs.begin(), xs.begin() + middle, xs.end());
+      std::nth_element(ys.begin(), ys.begin() + middle, ys.end());
+      const double x = xs[static_cast<std::size_t>(middle)], y = ys[static_cast<std::size_t>(middle)];
+      if (std::abs(x) > ro.auto_origin_threshold || std::abs(y) > ro.auto_origin_threshold) {
+        ro.origin = Eigen::Vector3d(x, y, 0.0);
       }
     }
   }

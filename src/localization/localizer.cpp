@@ -3,6 +3,7 @@
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/pose_covariance.hpp>
+#include <ndtcu/text.hpp>
 
 #include "../cuda/cuda_filter.hpp"
 #include "../ndt/pose_search.hpp"
@@ -256,14 +257,14 @@ double min_voxel_leaf(const LocalizerSettings& s) {
 void validate(const LocalizerSettings& s) {
   validate(s.align);
   if (!(s.min_range >= 0.0) || !std::isfinite(s.min_range)) {
-    throw Error("localizer min_range must be finite and >= 0, got " + std::to_string(s.min_range));
+    throw Error("localizer min_range must be finite and >= 0, got " + ndtcu::number_text(s.min_range));
   }
   if (!(s.max_range > s.min_range)) {
-    throw Error("localizer max_range must exceed min_range (" + std::to_string(s.min_range) + "), got " +
-                std::to_string(s.max_range));
+    throw Error("localizer max_range must exceed min_range (" + ndtcu::number_text(s.min_range) + "), got " +
+                ndtcu::number_text(s.max_range));
   }
   if (!(s.voxel_leaf >= 0.0) || !std::isfinite(s.voxel_leaf)) {
-    throw Error("localizer voxel_leaf must be finite and >= 0 (0: no filter), got " + std::to_string(s.voxel_leaf));
+    throw Error("localizer voxel_leaf must be finite and >= 0 (0: no filter), got " + ndtcu::number_text(s.voxel_leaf));
   }
   if (s.voxel_leaf > 0.0 && s.voxel_leaf < min_voxel_leaf(s)) {
     // Checked here, before any scan: the filter refuses such a leaf on every frame, and a
@@ -274,38 +275,38 @@ void validate(const LocalizerSettings& s) {
                             s.min_scan_points > 0 ? ", at the leaf shrunk to 0.7^4 for min_scan_points" : ""));
   }
   if (!std::isfinite(s.nvtl_threshold)) {
-    throw Error("localizer nvtl_threshold must be finite, got " + std::to_string(s.nvtl_threshold));
+    throw Error("localizer nvtl_threshold must be finite, got " + ndtcu::number_text(s.nvtl_threshold));
   }
   if (!(s.search_radius >= 0.0 && s.search_radius <= 200.0)) {
-    throw Error("localizer search_radius must be in [0, 200] m, got " + std::to_string(s.search_radius));
+    throw Error("localizer search_radius must be in [0, 200] m, got " + ndtcu::number_text(s.search_radius));
   }
   if (!(s.max_speed >= 0.0 && s.max_speed <= 100.0)) {
-    throw Error("localizer max_speed must be in [0, 100] m/s, got " + std::to_string(s.max_speed));
+    throw Error("localizer max_speed must be in [0, 100] m/s, got " + ndtcu::number_text(s.max_speed));
   }
   if (!(s.max_turn_rate_deg >= 0.0 && s.max_turn_rate_deg <= 3600.0)) {
-    throw Error("localizer max_turn_rate_deg must be in [0, 3600] deg/s, got " + std::to_string(s.max_turn_rate_deg));
+    throw Error("localizer max_turn_rate_deg must be in [0, 3600] deg/s, got " + ndtcu::number_text(s.max_turn_rate_deg));
   }
   if (!(s.max_search_radius >= s.search_radius && s.max_search_radius <= 200.0)) {
-    throw Error("localizer max_search_radius must be in [search_radius = " + std::to_string(s.search_radius) +
-                ", 200] m, got " + std::to_string(s.max_search_radius));
+    throw Error("localizer max_search_radius must be in [search_radius = " + ndtcu::number_text(s.search_radius) +
+                ", 200] m, got " + ndtcu::number_text(s.max_search_radius));
   }
   if (s.recovery != Recovery::None && s.recovery != Recovery::LastGood && s.recovery != Recovery::Hypotheses) {
     throw Error("localizer recovery must be none, last-good or hypotheses, got " +
                 std::to_string(static_cast<int>(s.recovery)));
   }
   if (!(s.min_matched_ratio >= 0.0 && s.min_matched_ratio <= 1.0)) {
-    throw Error("localizer min_matched_ratio must be in [0, 1], got " + std::to_string(s.min_matched_ratio));
+    throw Error("localizer min_matched_ratio must be in [0, 1], got " + ndtcu::number_text(s.min_matched_ratio));
   }
   if (!(s.search_nvtl_ratio >= 0.0 && s.search_nvtl_ratio <= 1.0)) {
-    throw Error("localizer search_nvtl_ratio must be in [0, 1], got " + std::to_string(s.search_nvtl_ratio));
+    throw Error("localizer search_nvtl_ratio must be in [0, 1], got " + ndtcu::number_text(s.search_nvtl_ratio));
   }
   if (!(s.rotation_search_range_deg >= 0.0 && s.rotation_search_range_deg <= 180.0)) {
     throw Error("localizer rotation_search_range_deg must be in [0, 180] deg, got " +
-                std::to_string(s.rotation_search_range_deg));
+                ndtcu::number_text(s.rotation_search_range_deg));
   }
   if (!(s.rotation_search_step_deg >= 1.0 && s.rotation_search_step_deg <= 180.0)) {
     throw Error("localizer rotation_search_step_deg must be in [1, 180] deg, got " +
-                std::to_string(s.rotation_search_step_deg));
+                ndtcu::number_text(s.rotation_search_step_deg));
   }
   if (s.min_frame_points > 10000000) {
     throw Error("localizer min_frame_points must be in [0, 10000000], got " + std::to_string(s.min_frame_points));
@@ -315,14 +316,14 @@ void validate(const LocalizerSettings& s) {
   }
   if (!(s.degeneracy_probe_m >= 0.0 && s.degeneracy_probe_m <= 100.0)) {
     throw Error("localizer degeneracy_probe_m must be in [0, 100] m (0: no probe), got " +
-                std::to_string(s.degeneracy_probe_m));
+                ndtcu::number_text(s.degeneracy_probe_m));
   }
   if (!(s.degeneracy_margin >= 0.0) || !std::isfinite(s.degeneracy_margin)) {
-    throw Error("localizer degeneracy_margin must be finite and >= 0, got " + std::to_string(s.degeneracy_margin));
+    throw Error("localizer degeneracy_margin must be finite and >= 0, got " + ndtcu::number_text(s.degeneracy_margin));
   }
   if (!(s.max_prediction_scale >= 1.0) || !std::isfinite(s.max_prediction_scale)) {
     throw Error("localizer max_prediction_scale must be finite and >= 1, got " +
-                std::to_string(s.max_prediction_scale));
+                ndtcu::number_text(s.max_prediction_scale));
   }
   const std::pair<const char*, double> non_negative[] = {{"motion_translation_sigma", s.motion_translation_sigma},
                                                          {"motion_rotation_sigma", s.motion_rotation_sigma},
@@ -330,7 +331,7 @@ void validate(const LocalizerSettings& s) {
                                                          {"regularization_scale_factor", s.regularization_scale_factor}};
   for (const auto& [name, v] : non_negative) {
     if (!(v >= 0.0) || !std::isfinite(v)) {
-      throw Error(std::string("localizer ") + name + " must be finite and >= 0, got " + std::to_string(v));
+      throw Error(std::string("localizer ") + name + " must be finite and >= 0, got " + ndtcu::number_text(v));
     }
   }
   if (s.align.prior.active()) {

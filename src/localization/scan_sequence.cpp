@@ -1,6 +1,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/text.hpp>
 
 #include "../log.hpp"
 #include "../nvtx.hpp"
@@ -83,7 +84,7 @@ std::string trim(const std::string& s) {
 
 std::vector<ScanEntry> list_scans(const std::string& folder_or_list, double period) {
   if (!(period > 0.0) || !std::isfinite(period)) {
-    throw Error("scan period must be positive and finite, got " + std::to_string(period));
+    throw Error("scan period must be positive and finite, got " + ndtcu::number_text(period));
   }
   std::error_code ec;
   const fs::path root(folder_or_list);
@@ -109,6 +110,7 @@ std::vector<ScanEntry> list_scans(const std::string& folder_or_list, double peri
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
+    if (line_no == 1) line = std::string(without_bom(line));  // a list saved by a text editor
     line = trim(line);
     if (line.empty() || line[0] == '#') continue;
     // "path [time]": the last token is a time only when it is a number and something precedes it.

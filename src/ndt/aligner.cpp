@@ -2,6 +2,7 @@
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/pose_covariance.hpp>
+#include <ndtcu/text.hpp>
 
 #include "../log.hpp"
 #include "../nvtx.hpp"
@@ -156,8 +157,8 @@ namespace {
 void check_target(const VoxelMap* map, const AlignSettings& settings, const char* what) {
   if (!map) throw Error(std::string(what) + ": null voxel map");
   if (map->resolution() != static_cast<double>(static_cast<float>(settings.resolution))) {
-    throw Error(std::string(what) + ": voxel map resolution " + std::to_string(map->resolution()) +
-                " differs from the settings' " + std::to_string(settings.resolution));
+    throw Error(std::string(what) + ": voxel map resolution " + ndtcu::number_text(map->resolution()) +
+                " differs from the settings' " + ndtcu::number_text(settings.resolution));
   }
   if (map->options().covariance != settings.covariance) {
     throw Error(std::string(what) + ": voxel map covariance mode '" + to_string(map->options().covariance) +
@@ -182,8 +183,8 @@ void Aligner::set_target(std::shared_ptr<TiledVoxelMap> tiles) {
   if (!tiles) throw Error("set_target: null tiled map");
   const VoxelMapOptions& o = tiles->options();
   if (static_cast<float>(o.resolution) != static_cast<float>(m.settings.resolution)) {
-    throw Error("set_target: tiled map resolution " + std::to_string(o.resolution) + " differs from the settings' " +
-                std::to_string(m.settings.resolution));
+    throw Error("set_target: tiled map resolution " + ndtcu::number_text(o.resolution) + " differs from the settings' " +
+                ndtcu::number_text(m.settings.resolution));
   }
   if (o.covariance != m.settings.covariance) {
     throw Error(std::string("set_target: tiled map covariance mode '") + to_string(o.covariance) +
@@ -238,7 +239,7 @@ void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
     for (int i = 0; i < 6; ++i) {
       if (!std::isfinite(guesses[k](i))) {
         throw Error(what + ": hypothesis " + std::to_string(k) + " has a non-finite " + kEntry[i] + " (" +
-                    std::to_string(guesses[k](i)) + ")");
+                    ndtcu::number_text(guesses[k](i)) + ")");
       }
     }
   }

@@ -2,6 +2,7 @@
 // (formulas in include/ndtcu/pose_covariance.hpp).
 #include <ndtcu/error.hpp>
 #include <ndtcu/pose_covariance.hpp>
+#include <ndtcu/text.hpp>
 
 #include "../nvtx.hpp"
 
@@ -77,8 +78,8 @@ std::vector<Pose6> covariance_offset_poses(const Pose6& result_pose, const std::
   if (!result_pose.allFinite()) throw Error("pose covariance: the result pose has a non-finite entry");
   for (std::size_t k = 0; k < offset_x.size(); ++k) {
     if (!std::isfinite(offset_x[k]) || !std::isfinite(offset_y[k])) {
-      throw Error("pose covariance: offset " + std::to_string(k) + " (" + std::to_string(offset_x[k]) + ", " +
-                  std::to_string(offset_y[k]) + ") is not finite");
+      throw Error("pose covariance: offset " + std::to_string(k) + " (" + ndtcu::number_text(offset_x[k]) + ", " +
+                  ndtcu::number_text(offset_y[k]) + ") is not finite");
     }
   }
   // Autoware turns the offsets by the top-left 2x2 block of the result's rotation matrix
@@ -97,11 +98,11 @@ std::vector<Pose6> covariance_offset_poses(const Pose6& result_pose, const std::
 std::vector<double> softmax_weights(const std::vector<double>& scores, double temperature) {
   if (scores.empty()) throw Error("pose covariance: no scores to weight");
   if (!(temperature > 0.0) || !std::isfinite(temperature)) {
-    throw Error("pose covariance: temperature must be > 0, got " + std::to_string(temperature));
+    throw Error("pose covariance: temperature must be > 0, got " + ndtcu::number_text(temperature));
   }
   for (std::size_t i = 0; i < scores.size(); ++i) {
     if (!std::isfinite(scores[i])) {
-      throw Error("pose covariance: score " + std::to_string(i) + " is not finite (" + std::to_string(scores[i]) + ")");
+      throw Error("pose covariance: score " + std::to_string(i) + " is not finite (" + ndtcu::number_text(scores[i]) + ")");
     }
   }
   // As Autoware's calc_weight_vec: shifted by the largest score so that exp never overflows.
@@ -159,7 +160,7 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
     case PoseCovariance::MultiNdt:
     case PoseCovariance::MultiNdtScore: {
       if (mode == PoseCovariance::MultiNdtScore && !(options.temperature > 0.0 && std::isfinite(options.temperature))) {
-        throw Error("pose covariance: temperature must be > 0, got " + std::to_string(options.temperature));
+        throw Error("pose covariance: temperature must be > 0, got " + ndtcu::number_text(options.temperature));
       }
       out.start_poses = covariance_offset_poses(result.pose, options.offset_x, options.offset_y);
       std::vector<Pose6> poses{result.pose};  // the result is one of the samples, as in Autoware

@@ -497,8 +497,8 @@ NB_MODULE(_ndtcu, m) {
       },
       "path"_a, "origin"_a = "auto",
       "Reads a PCD, PLY or KITTI .bin file (`path`: str, bytes or os.PathLike) into a PointCloud (non-finite "
-      "points dropped). origin 'auto' moves "
-      "a far cloud's origin to its first point (whole metres), as the CLI does; 'zero' keeps it at 0.");
+      "points dropped). origin 'auto' moves a far cloud's origin to the median of its points (whole metres, "
+      "whatever their order), as the CLI does; 'zero' keeps it at 0.");
   m.def(
       "write_point_cloud",
       [](nb::handle path_obj, nb::handle cloud) {

@@ -4,6 +4,7 @@
 // direction the scan does not constrain.
 #include <ndtcu/error.hpp>
 #include <ndtcu/simulator.hpp>
+#include <ndtcu/text.hpp>
 
 #include "names.hpp"
 
@@ -53,7 +54,7 @@ void validate(const PlaceSettings& s) {
     throw Error("place settings: place holds no known place (" + std::to_string(static_cast<int>(s.place)) + ")");
   }
   if (!(s.length >= 50.0 && s.length <= 2000.0)) {
-    throw Error("place length must be in [50, 2000] m, got " + std::to_string(s.length));
+    throw Error("place length must be in [50, 2000] m, got " + ndtcu::number_text(s.length));
   }
   if (!s.origin.allFinite() || !std::isfinite(s.yaw)) throw Error("place origin and yaw must be finite");
 }
@@ -116,8 +117,8 @@ std::vector<TrajectorySample> place_drive(const PlaceSettings& s, int frames, do
     t.speed = mean_speed + swing * std::sin(2.0 * kPi * t.time / period);
     const double x = start + t.distance;
     if (x > 0.4 * s.length) {
-      throw Error("place drive: " + std::to_string(frames) + " frames at " + std::to_string(rate_hz) + " Hz drive past the " +
-                  std::to_string(s.length) + " m place; give fewer frames or a longer place");
+      throw Error("place drive: " + std::to_string(frames) + " frames at " + ndtcu::number_text(rate_hz) + " Hz drive past the " +
+                  ndtcu::number_text(s.length) + " m place; give fewer frames or a longer place");
     }
     t.scene_from_sensor = Eigen::Isometry3d::Identity();
     t.scene_from_sensor.translation() = Eigen::Vector3d(x, s.place == Place::WalledRoad ? -1.5 : 0.0, height);

@@ -276,7 +276,7 @@ TEST_CASE("a value out of range is an error naming the file, line, key and value
   };
   const Case cases[] = {
       {"negative_resolution", "    ndt:\n      resolution: -1\n",
-       "line 4: ndt.resolution: value -1 is out of range: invalid setting resolution (must be > 0): -1.000000"},
+       "line 4: ndt.resolution: value -1 is out of range: invalid setting resolution (must be > 0): -1"},
       {"nan_step", "    ndt:\n      step_size: .nan\n",
        "line 4: ndt.step_size: value .nan is out of range: invalid setting step_size (must be > 0): nan"},
       {"inf_epsilon", "    ndt:\n      trans_epsilon: .inf\n",

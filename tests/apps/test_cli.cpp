@@ -929,3 +929,58 @@ TEST_CASE("ndtcu localize replaces links planted at its outputs and never writes
   const auto summary = check_consistent_folder(out);
   CHECK(summary["localized"] == 10);
 }
+
+TEST_CASE("--origin sets the origin of the maps every command reads, and refuses what it cannot read",
+          "[unit][cli][origin]") {
+  // The precision warning recommended a fixed origin no command let one give.
+  const auto dir = test::temp_dir("cli_origin");
+  for (const std::vector<std::string>& command :
+       std::vector<std::vector<std::string>>{{"info", sample("map.pcd")},
+                                             {"convert", sample("map.pcd"), (dir / "c.pcd").string()},
+                                             {"map", "tile", sample("map.pcd"), "--out", (dir / "tiles").string()},
+                                             {"align", sample("map.pcd"), sample("scans/000000.pcd")},
+                                             {"initpose", "--map", sample("map.pcd"), "--scan", sample("scans/000000.pcd"),
+                                              "--around", "0,0,0,0"},
+                                             localize_args((dir / "run").string())}) {
+    CAPTURE(command);
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--origin", "1,2"});
+    const CliRun r = run(args);
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Catch::Contains("--origin: expected auto, zero or X,Y,Z (three finite numbers in metres, "
+                                      "comma-separated), got '1,2'"));
+  }
+  CHECK(run({"align", sample("map.pcd"), sample("scans/000000.pcd"), "--source-origin", "nan,0,0"}).rc == 2);
+
+  // Given, it is the cloud's origin; zero keeps coordinates as they are.
+  const CliRun given = run({"--json", "info", sample("map.pcd"), "--origin", "1.5,-2,3"});
+  REQUIRE(given.rc == 0);
+  CHECK(nlohmann::json::parse(given.out)["files"][0]["origin"] == nlohmann::json({1.5, -2.0, 3.0}));
+  const CliRun zero = run({"--json", "info", sample("map.pcd"), "--origin", "zero"});
+  REQUIRE(zero.rc == 0);
+  CHECK(nlohmann::json::parse(zero.out)["files"][0]["origin"] == nlohmann::json({0.0, 0.0, 0.0}));
+
+  // A UTM map: aligned with its own median origin and with one given, the same place.
+  PointCloud map = read_point_cloud(sample("map.pcd"));
+  map.origin = Eigen::Vector3d(680000.0, 3900000.0, 40.0);
+  const std::string utm = (dir / "utm.pcd").string();
+  write_pcd(utm, map);
+  const Trajectory truth = read_trajectory(sample("poses_tum.txt"));
+  const Eigen::Vector3d at = truth.front().pose.translation() + map.origin;
+  const Pose6 start = matrix_to_pose(truth.front().pose.matrix());
+  const std::string init = fmt::format("{},{},{},{},{},{}", at.x(), at.y(), at.z(), start(3), start(4), start(5));
+  std::vector<Eigen::Vector3d> positions;
+  for (const std::vector<std::string>& origin : std::vector<std::vector<std::string>>{{}, {"--origin", "680017,3900023,41"}}) {
+    std::vector<std::string> args{"--json", "align", utm, sample("scans/000000.pcd"), "--init", init, "--source-voxel",
+                                  "1.0", "--backend", "cpu", "--threads", "2"};
+    args.insert(args.end(), origin.begin(), origin.end());
+    const CliRun r = run(args);
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["converged"] == true);
+    positions.emplace_back(j["xyzrpy"][0].get<double>(), j["xyzrpy"][1].get<double>(), j["xyzrpy"][2].get<double>());
+    // Near the truth either way (the filtered scan aligns within 1 cm; the lattice of voxels
+    // moves with the origin).
+    CHECK((positions.back() - at).norm() < 0.05);
+  }
+}

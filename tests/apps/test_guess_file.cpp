@@ -126,3 +126,16 @@ TEST_CASE("guess file: reading from disk", "[unit][cli]") {
   REQUIRE(g.size() == 2);
   CHECK(g[1] == pose(4, 5, 6, 0, 0, 0.5));
 }
+
+TEST_CASE("guess file: a UTF-8 byte-order mark is skipped, terminal commands in a value are escaped", "[unit][cli]") {
+  // The mark was read as part of the first value: "value 1 '\xEF\xBB\xBF1' is not a number".
+  const std::vector<Pose6> g = parse_guesses("\xEF\xBB\xBF" "1 2 3 0.1 0.2 0.3\n", "g.txt");
+  REQUIRE(g.size() == 1);
+  CHECK(g[0] == pose(1, 2, 3, 0.1, 0.2, 0.3));
+  CHECK(parse_guesses("\xEF\xBB\xBF# hypotheses\n0 0 0 0 0 0\n", "g.txt").size() == 1);
+  // Only one mark, at the start: one anywhere else is what it is, a value that is no number.
+  CHECK(error_of("1 2 3 \xEF\xBB\xBF" "4 5 6\n") == "g.txt: line 1: value 4 '\xEF\xBB\xBF" "4' is not a number");
+  // A value that clears the screen and sets the window title is shown, not obeyed.
+  CHECK(error_of("1 2 3 \x1b[2J\x1b]0;title\x07 5 6\n") ==
+        "g.txt: line 1: value 4 '\\x1B[2J\\x1B]0;title\\x07' is not a number");
+}

@@ -74,6 +74,25 @@ TEST_CASE("trajectory files with errors name the file and line", "[unit][eval]")
   check("mirror_swap.txt", "0 1 0 1 1 0 0 2 0 0 1 3\n", "is a reflection");
   check("empty.txt", "# nothing\n\n", "no poses");
   check("mixed.txt", "0 1 2 3 0 0 0 1\n1 0 0 1 0 1 0 2 0 0 1 3\n", "line 2: 12 numbers, a TUM line has 8");
+  // A mark anywhere but at the start of the file is no number.
+  check("bom_inside.txt", "0 1 2 3 0 0 0 1\n\xEF\xBB\xBF" "1 1 2 3 0 0 0 1\n", "line 2: '\xEF\xBB\xBF" "1' is not a finite number");
+}
+
+TEST_CASE("a trajectory file saved with a UTF-8 byte-order mark reads as without it", "[unit][eval]") {
+  // The mark was read as part of the first number: "line 1: '\xEF\xBB\xBF0' is not a finite number".
+  auto dir = ndtcu::test::temp_dir("trajectory_bom");
+  const std::string tum = "0 1 2 3 0 0 0 1\n0.1 1.5 2 3 0 0 0 1\n";
+  ndtcu::test::write_bytes(dir / "plain.txt", tum);
+  ndtcu::test::write_bytes(dir / "bom.txt", "\xEF\xBB\xBF" + tum);
+  const Trajectory plain = read_trajectory((dir / "plain.txt").string());
+  const Trajectory bom = read_trajectory((dir / "bom.txt").string());
+  REQUIRE(bom.size() == plain.size());
+  for (std::size_t i = 0; i < bom.size(); ++i) {
+    CHECK(bom[i].time == plain[i].time);
+    CHECK(bom[i].pose.matrix() == plain[i].pose.matrix());
+  }
+  ndtcu::test::write_bytes(dir / "bom_comment.txt", "\xEF\xBB\xBF# t x y z qx qy qz qw\n" + tum);
+  CHECK(read_trajectory((dir / "bom_comment.txt").string()).size() == 2);
 }
 
 TEST_CASE("ATE and RPE are zero for identical trajectories and measure known errors", "[unit][eval]") {

@@ -8,7 +8,10 @@
 
 #include <ndtcu/io.hpp>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -264,4 +267,255 @@ TEST_CASE("bad input: PLY", "[unit][io][bad]") {
 
 TEST_CASE("bad input: KITTI .bin of the wrong size", "[unit][io][bad]") {
   expect_io_error("odd.bin", std::string(33, '\0'), "33 bytes is not a multiple of 16");
+}
+
+TEST_CASE("bad input: an ascii body holds one point a line, with the values its fields declare", "[unit][io][bad]") {
+  // PLY read values across lines: "1 2 3 4 5\n1 2 3\n" gave two points, (1 2 3) and (4 5 1).
+  const std::string ply = "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                          "property float z\nend_header\n";
+  expect_io_error("long_line.ply", ply + "1 2 3 4 5\n1 2 3\n",
+                  "line 8: vertex 0 has 5 values, more than its properties take (3); an ascii PLY holds one record a line");
+  expect_io_error("short_line.ply", ply + "1 2\n3 4 5\n6 7 8\n", "line 8: vertex 0 ends after 2 values, before property 'z'");
+  expect_io_error("bad_value.ply", ply + "1 2 3\n4 five 6\n", "line 9: vertex 1: property 'y' 'five' is not a number");
+  // Records of the elements before the vertices are lines too, lists included.
+  const std::string faces = "ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int idx\nelement vertex 1\n"
+                            "property float x\nproperty float y\nproperty float z\nend_header\n";
+  expect_io_error("face_line.ply", faces + "3 0 1\n2 1 2 3\n",
+                  "line 10: element 'face' record 0: list property 'idx' claims 3 items, the line holds 2 more values");
+  expect_io_error("face_long.ply", faces + "2 0 1 7\n1 2 3\n", "line 10: element 'face' record 0 has 4 values");
+  // PCD: a line with more values than the fields was read as a point, the rest ignored.
+  expect_io_error("long_line.pcd", "FIELDS x y z\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3 4\n5 6 7\n",
+                  "line 5: ascii point 0 has more than 3 values; the fields need 3 on each line");
+  expect_io_error("short_line.pcd", "FIELDS x y z intensity\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3 4\n5 6 7\n",
+                  "line 6: ascii point 1 has 3 values; the fields need 4 on each line");
+  expect_io_error("value.pcd", "# c\nFIELDS x y z\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3\n\n5 six 7\n",
+                  "line 8: ascii point 1: 'six' is not a number");
+
+  // Blank lines between points are passed over, in both formats.
+  auto dir = ndtcu::test::temp_dir("ascii_lines");
+  ndtcu::test::write_bytes(dir / "blank.ply", ply + "1 2 3\n\n  \n4 5 6\n");
+  ndtcu::test::write_bytes(dir / "blank.pcd", "FIELDS x y z\nWIDTH 2\nPOINTS 2\nDATA ascii\n1 2 3\n\n4 5 6\n");
+  for (const char* name : {"blank.ply", "blank.pcd"}) {
+    const PointCloud c = read_point_cloud((dir / name).string());
+    REQUIRE(c.size() == 2u);
+    CHECK(c.points[1] == Eigen::Vector3f(4, 5, 6));
+  }
+}
+
+TEST_CASE("text headers: a UTF-8 byte-order mark at the start of the file is skipped", "[unit][io]") {
+  // It was "not a PCD file: unexpected header line starting with '\xEF\xBB\xBFVERSION'" (and
+  // "the first line is not 'ply'").
+  const std::string bom = "\xEF\xBB\xBF";
+  auto dir = ndtcu::test::temp_dir("bom");
+  ndtcu::test::write_bytes(dir / "ascii.pcd", bom + "VERSION 0.7\nFIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2 3\n");
+  ndtcu::test::write_bytes(dir / "binary.pcd", bom + make_pcd(xyz_spec("binary", 3)));
+  ndtcu::test::write_bytes(dir / "ascii.ply", bom + "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
+                                                    "property float y\nproperty float z\nend_header\n1 2 3\n");
+  for (const char* name : {"ascii.pcd", "ascii.ply"}) {
+    CAPTURE(name);
+    const PointCloud c = read_point_cloud((dir / name).string());
+    REQUIRE(c.size() == 1u);
+    CHECK(c.points[0] == Eigen::Vector3f(1, 2, 3));
+  }
+  const PointCloud binary = read_point_cloud((dir / "binary.pcd").string());
+  REQUIRE(binary.size() == 3u);
+  CHECK(binary.points[2] == Eigen::Vector3f(2, 2, 3));
+  // An ascii error names the line as a text editor numbers it.
+  expect_io_error("bom_line.pcd", bom + "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2\n", "line 5: ascii point 0 has 2 values");
+}
+
+namespace {
+
+// What the reader's after-read hook does to the file it names: `g_rewrite` in place at
+// `g_rewrite_at`, with its modification time set back to what it was.
+std::string g_rewrite;
+std::size_t g_rewrite_at = 0;
+
+void rewrite_in_place_keeping_mtime(const std::string& path) {
+  struct stat before {};
+  REQUIRE(::stat(path.c_str(), &before) == 0);
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, g_rewrite.data(), g_rewrite.size(), static_cast<off_t>(g_rewrite_at)) ==
+          static_cast<ssize_t>(g_rewrite.size()));
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  REQUIRE(::futimens(fd, times) == 0);
+  ::close(fd);
+}
+
+// The bytes of a mapping of the file (MAP_SHARED) that the after-read hook changes: a page
+// already written through the mapping takes later writes without a fault, so without a new
+// modification or change time. A rewrite the times cannot show.
+char* g_mapped = nullptr;
+std::size_t g_mapped_at = 0;  // the byte changed: the last, a float's, so the file stays a PCD
+
+void write_through_mapping(const std::string&) { g_mapped[g_mapped_at] ^= 0x01; }
+
+struct ResetAfterReadHook {
+  ~ResetAfterReadHook() {
+    detail::file_contents_after_read_hook = nullptr;
+    detail::file_contents_before_pause_hook = nullptr;
+  }
+};
+
+int g_pauses = 0;
+void count_pause(const std::string&) { ++g_pauses; }
+void write_through_mapping_at_pause(const std::string& path) {
+  ++g_pauses;
+  write_through_mapping(path);
+}
+
+}  // namespace
+
+TEST_CASE("bad input: a file rewritten in place while it is read is an IoError, whatever its times say",
+          "[unit][io][bad]") {
+  // Rewritten in place (same size) while being read, a file came back half old, half new in
+  // 11 of 250 reads, although its modification time was checked: a write stamps the time
+  // when it starts and not again within the clock's tick.
+  auto dir = ndtcu::test::temp_dir("rewritten_file");
+  const std::string path = (dir / "map.pcd").string();
+  const std::string bytes = make_pcd(xyz_spec("binary", 10000));
+  ResetAfterReadHook reset;
+
+  SECTION("its modification time set back") {
+    ndtcu::test::write_bytes(path, bytes);
+    g_rewrite = std::string(4000, '\x7f');
+    g_rewrite_at = bytes.size() / 2;
+    detail::file_contents_after_read_hook = rewrite_in_place_keeping_mtime;
+    try {
+      read_point_cloud(path);
+      FAIL("no IoError");
+    } catch (const IoError& e) {
+      CHECK(e.path() == path);
+      CHECK_THAT(e.reason(), Catch::Contains("the file changed while it was read (" + std::to_string(bytes.size()) +
+                                             " bytes when opened"));
+    }
+  }
+
+  SECTION("through a mapping, with no new time at all") {
+    ndtcu::test::write_bytes(path, bytes);
+    const int fd = ::open(path.c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    void* map = ::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(map != MAP_FAILED);
+    g_mapped = static_cast<char*>(map);
+    g_mapped_at = bytes.size() - 1;
+    write_through_mapping(path);  // the page's first write: its fault stamps the times now
+    // Modified an hour ago, by its time (just now, it would be a file being written).
+    struct stat st {};
+    REQUIRE(::fstat(fd, &st) == 0);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    times[1].tv_sec -= 3600;
+    REQUIRE(::futimens(fd, times) == 0);
+    detail::file_contents_after_read_hook = write_through_mapping;
+    try {
+      read_point_cloud(path);
+      FAIL("no IoError");
+    } catch (const IoError& e) {
+      CHECK(e.path() == path);
+      // The times are those of the first write: only a second read sees the change.
+      CHECK_THAT(e.reason(), Catch::Contains("the file changed while it was read") &&
+                                 Catch::Contains("a second read finds other bytes from byte " +
+                                                 std::to_string(bytes.size() - 1)));
+    }
+    ::munmap(map, bytes.size());
+    ::close(fd);
+  }
+
+  SECTION("last modified long ago, its modification time set back after the rewrite") {
+    // No second read for a file no one holds open for writing and last modified more than a
+    // second before: its status-change time shows the rewrite.
+    ndtcu::test::write_bytes(path, bytes);
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    times[1].tv_sec -= 3600;
+    REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+    g_rewrite = std::string(4000, '\x7f');
+    g_rewrite_at = bytes.size() / 2;
+    detail::file_contents_after_read_hook = rewrite_in_place_keeping_mtime;
+    try {
+      read_point_cloud(path);
+      FAIL("no IoError");
+    } catch (const IoError& e) {
+      CHECK_THAT(e.reason(), Catch::Contains("the file changed while it was read (" + std::to_string(bytes.size()) +
+                                             " bytes when opened, then modified)"));
+    }
+  }
+
+  // Unchanged, the same file reads as before.
+  detail::file_contents_after_read_hook = nullptr;
+  ndtcu::test::write_bytes(path, bytes);
+  CHECK(read_point_cloud(path).size() == 10000u);
+}
+
+TEST_CASE("bad input: a file open for writing elsewhere is refused while it is being written, checked again after a pause"
+          " otherwise", "[unit][io][bad]") {
+  // Two reads agree on half a write when the writer was stopped in the middle of it (by the
+  // scheduler, or the kernel's throttling of dirty pages) while both ran: under a busy writer
+  // that rewrote the file in place, 16 of 150 reads still came back half old, half new.
+  auto dir = ndtcu::test::temp_dir("written_file");
+  const std::string path = (dir / "map.pcd").string();
+  const std::string bytes = make_pcd(xyz_spec("binary", 10000));
+  ndtcu::test::write_bytes(path, bytes);
+  ResetAfterReadHook reset;
+  g_pauses = 0;
+  detail::file_contents_before_pause_hook = count_pause;
+
+  // Closed by its writer: no pause where the kernel can say so (a read lease granted);
+  // where it cannot, a file modified in the last 2 s is paused for too.
+  {
+    const int probe = ::open(path.c_str(), O_RDONLY);
+    REQUIRE(probe >= 0);
+    const bool leases = ::fcntl(probe, F_SETLEASE, F_RDLCK) == 0;
+    if (leases) ::fcntl(probe, F_SETLEASE, F_UNLCK);
+    ::close(probe);
+    CHECK(read_point_cloud(path).size() == 10000u);
+    CHECK(g_pauses == (leases ? 0 : 1));
+    if (!leases) NDTCU_SKIP("this file system grants no read lease: whether a file is open for writing is unknown");
+  }
+
+  // Held open for writing and just modified: it is being written.
+  const int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  void* map = ::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(map != MAP_FAILED);
+  g_mapped = static_cast<char*>(map);
+  g_mapped_at = bytes.size() - 1;
+  write_through_mapping(path);  // the page's first write stamps the times now
+  try {
+    read_point_cloud(path);
+    FAIL("no IoError");
+  } catch (const IoError& e) {
+    CHECK(e.path() == path);
+    CHECK_THAT(e.reason(), Catch::Contains("the file is being written: it is open for writing elsewhere and was "
+                                           "modified") &&
+                               Catch::Contains("s ago; read it once it is complete"));
+  }
+
+  // Held open, last modified an hour ago, and changed during the pause through the mapping
+  // (its page written already: no new time): the two reads agree, the check after the pause
+  // does not.
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  times[1].tv_sec -= 3600;
+  REQUIRE(::futimens(fd, times) == 0);
+  g_pauses = 0;
+  detail::file_contents_before_pause_hook = write_through_mapping_at_pause;
+  try {
+    read_point_cloud(path);
+    FAIL("no IoError");
+  } catch (const IoError& e) {
+    CHECK(e.path() == path);
+    CHECK_THAT(e.reason(), Catch::Contains("a second read finds other bytes from byte " + std::to_string(bytes.size() - 1)));
+  }
+  CHECK(g_pauses == 1);
+  // Held open, not modified lately, unchanged: read, after the pause.
+  detail::file_contents_before_pause_hook = count_pause;
+  g_pauses = 0;
+  CHECK(read_point_cloud(path).size() == 10000u);
+  CHECK(g_pauses == 1);
+  ::munmap(map, bytes.size());
+  ::close(fd);
 }

@@ -216,8 +216,16 @@ TEST_CASE("a UTM map keeps millimetres through its tiles", "[unit][io]") {
   CHECK(meta.tiles.front().x_min >= 679900.0);
   const TiledMapRead all = read_tiled_map(dir.string());
   REQUIRE(all.cloud.size() == map.size());
-  // One origin for every tile, the first tile's corner: the points share a lattice.
-  CHECK(all.cloud.origin == Eigen::Vector3d(meta.tiles.front().x_min, meta.tiles.front().y_min, 0.0));
+  // One origin for every tile, a tile corner (the median of the corners): the points share
+  // a lattice.
+  std::vector<double> xs, ys;
+  for (const MapTile& t : meta.tiles) {
+    xs.push_back(t.x_min);
+    ys.push_back(t.y_min);
+  }
+  std::sort(xs.begin(), xs.end());
+  std::sort(ys.begin(), ys.end());
+  CHECK(all.cloud.origin == Eigen::Vector3d(xs[(xs.size() - 1) / 2], ys[(ys.size() - 1) / 2], 0.0));
   // The tiles hold the points tile by tile (the metadata's order, by corner), each in the
   // map's order.
   std::map<std::pair<double, double>, std::vector<std::size_t>> by_tile;

@@ -48,7 +48,7 @@ TEST_CASE("PCD of a cloud with a UTM origin is written as float64 world coordina
   PointCloud r = read_point_cloud(path, {}, &info);
   CHECK(info.xyz_double);
   REQUIRE(r.size() == c.size());
-  // The reader picks its own origin (the first point, rounded), so coordinates are
+  // The reader picks its own origin (the points' median, rounded), so coordinates are
   // re-quantized relative to it: float32 spacing at up to ~90 m is 7.6e-6 m.
   for (std::size_t i = 0; i < c.size(); ++i) CHECK((r.world(i) - c.world(i)).norm() < 2e-5);
 }
@@ -62,6 +62,42 @@ TEST_CASE("KITTI .bin round trip", "[unit][io]") {
   PointCloud r = read_point_cloud(path);
   CHECK(r.points == c.points);
   CHECK(r.intensity == c.intensity);
+}
+
+TEST_CASE("KITTI .bin refuses a cloud its float32 world coordinates would move by more than 1 mm", "[unit][io]") {
+  // A UTM cloud written to .bin lost up to 0.125 m of its coordinates without a word.
+  auto dir = ndtcu::test::temp_dir("write_bin_utm");
+  PointCloud c;
+  c.origin = {680000.0, 3900000.0, 40.0};
+  c.points = {{0.1f, 0.2f, 0.3f}, {1.0f, 2.0f, 3.0f}};
+  const std::string path = (dir / "utm.bin").string();
+  try {
+    write_point_cloud(path, c);
+    FAIL("no IoError");
+  } catch (const IoError& e) {
+    CHECK(e.path() == path);
+    // y: float32 is 0.25 m apart at 3.9e6 m, so 3900000.2 becomes 3900000.25.
+    CHECK_THAT(e.reason(), Catch::Contains("KITTI .bin stores float32 world coordinates, which move this cloud's "
+                                           "points by up to 0.05 m (point 0: y 3900000.200 m becomes 3900000.250)") &&
+                               Catch::Contains("WriteOptions::allow_precision_loss"));
+  }
+  CHECK(!std::filesystem::exists(path));
+  CHECK_THROWS_AS(write_kitti_bin(path, c), IoError);
+
+  // Allowed: written, each coordinate the float32 nearest its world value.
+  WriteOptions allow;
+  allow.allow_precision_loss = true;
+  write_point_cloud(path, c, allow);
+  const PointCloud back = read_point_cloud(path, ReadOptions{OriginPolicy::Zero});
+  REQUIRE(back.size() == 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (int a = 0; a < 3; ++a) CHECK(back.points[i][a] == static_cast<float>(c.world(i)[a]));
+  }
+
+  // Within float32's millimetres (an origin 1 km out), .bin is written as it always was.
+  c.origin = {1000.0, -500.0, 10.0};
+  write_point_cloud(path, c);
+  CHECK(read_point_cloud(path).size() == 2u);
 }
 
 TEST_CASE("writing to a folder that does not exist names the file", "[unit][io]") {
@@ -88,6 +124,7 @@ TEST_CASE("a view of points writes the file their cloud without intensities writ
       CAPTURE(name, world_double);
       WriteOptions w;
       w.world_double_when_offset = world_double;
+      w.allow_precision_loss = true;  // .bin: float32 world coordinates of a UTM cloud
       write_point_cloud((dir / "view" / name).string(), view, w);
       write_point_cloud((dir / "cloud" / name).string(), bare, w);
       std::string from_view = read_bytes(dir / "view" / name);

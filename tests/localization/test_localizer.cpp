@@ -392,6 +392,15 @@ TEST_CASE("scan folders are ordered by number, times come from names", "[unit][l
   CHECK_THROWS_WITH(list_scans((dir / "bad_list.txt").string()), Catch::Contains("line 2"));
   test::write_bytes(dir / "empty_list.txt", "# nothing\n");
   CHECK_THROWS_WITH(list_scans((dir / "empty_list.txt").string()), Catch::Contains("names no scan"));
+
+  // A list saved with a UTF-8 byte-order mark: the mark was read as part of the first path.
+  test::write_bytes(dir / "bom_list.txt", "\xEF\xBB\xBF" "10.pcd 7.5\n9.pcd\n");
+  const auto bom = list_scans((dir / "bom_list.txt").string());
+  REQUIRE(bom.size() == 2);
+  CHECK(bom[0].path == (dir / "10.pcd").string());
+  CHECK(bom[0].time == 7.5);
+  test::write_bytes(dir / "bom_comment.txt", "\xEF\xBB\xBF# scans\n9.pcd\n");
+  CHECK(list_scans((dir / "bom_comment.txt").string()).size() == 1);
 }
 
 TEST_CASE("scans match reference poses by index when counts agree, else by time", "[unit][localization]") {

@@ -377,7 +377,7 @@ TEST_CASE("The drop-in's errors: missing clouds, settings ndtcu rejects, CUDA wi
     CHECK_THROWS_WITH(ndt.align(out), Catch::Contains("epsilon 0.5 is more than twice step_size 0.1"));
     ndt.setTransformationEpsilon(0.01);
     ndt.setTransformationRotationEpsilon(0.999);
-    CHECK_THROWS_WITH(ndt.align(out), Catch::Contains("setTransformationRotationEpsilon(0.999000) is not supported"));
+    CHECK_THROWS_WITH(ndt.align(out), Catch::Contains("setTransformationRotationEpsilon(0.999) is not supported"));
     ndt.setTransformationRotationEpsilon(0.0);
     ndt.setMaximumIterations(0);
     CHECK_THROWS_WITH(ndt.align(out), Catch::Contains("max_iterations: 0 (must be in [1, 1000])"));

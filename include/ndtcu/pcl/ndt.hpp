@@ -49,6 +49,7 @@
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
+#include <ndtcu/text.hpp>
 #include <ndtcu/voxel_map.hpp>
 
 #include <pcl/common/transforms.h>
@@ -275,7 +276,7 @@ class NormalDistributionsTransform : public ::pcl::Registration<PointSource, Poi
   AlignSettings current_settings() const {
     if (transformation_rotation_epsilon_ > 0.0) {
       throw Error(getClassName() + "::align: setTransformationRotationEpsilon(" +
-                  std::to_string(transformation_rotation_epsilon_) +
+                  ndtcu::number_text(transformation_rotation_epsilon_) +
                   ") is not supported (ndtcu stops on the translation epsilon alone, as PCL does with the "
                   "default 0); set it to 0");
     }

@@ -75,7 +75,7 @@ for tool in "${tools[@]}"; do
   loop=${NDTCU_SANITIZE_LOOP:-$loop}
   # memcheck over the graph launch runs its shards one after the other: with two
   # sanitizer processes at once it reports reads inside live allocations as out of bounds
-  # (README, "Known limits"); alone it does not.
+  # (docs/building.md, "Known limits"); alone it does not.
   sequential=0
   [[ $tool == memcheck && $loop == graph ]] && sequential=1
   pids=()

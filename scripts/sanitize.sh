@@ -70,7 +70,7 @@ for mode in "${modes[@]}"; do
       # about three times as long over each file, while a null dereference itself is a
       # SEGV that AddressSanitizer reports (and fails the run) all the same.
       build "$dir" address,undefined null ndtcu_tests ndtcu_cli ndtcu_fuzz_replay_pcd ndtcu_fuzz_replay_ply \
-        ndtcu_fuzz_replay_mcap ndtcu_fuzz_replay_ros1bag ndtcu_rosbag_tests ndtcu_io_parity
+        ndtcu_fuzz_replay_mcap ndtcu_fuzz_replay_ros1bag ndtcu_rosbag_tests ndtcu_io_parity ndtcu_readme_example
       reports=$dir/sanitizer-reports
       rm -rf "$reports" && mkdir -p "$reports"
       common="exitcode=86:log_path=$reports/report"

@@ -558,7 +558,7 @@ def test_paths_as_str_bytes_and_pathlike(sample, tmp_path):
     assert np.array_equal(ndtcu.read_point_cloud(tmp_path / "as_path.pcd").points, cloud.points)
     # An error naming such a file is readable (bytes that are not UTF-8 shown as \xNN),
     # not a UnicodeDecodeError.
-    with pytest.raises(ndtcu.IoError, match=r"missing_\\xff\.pcd: no such file"):
+    with pytest.raises(ndtcu.IoError, match=r"missing_\\xFF\.pcd: no such file"):
         ndtcu.read_point_cloud(os.fsencode(str(tmp_path)) + b"/missing_\xff.pcd")
 
 
@@ -588,7 +588,7 @@ def test_bag_topics_that_are_not_utf8_are_reached_as_bytes(sample, tmp_path):
     assert len(times) == 10
     cloud = reader.read_point_cloud(odd, 3)
     assert np.array_equal(cloud.points, ndtcu.read_point_cloud(sample / "scans" / "000003.pcd").points)
-    with pytest.raises(ndtcu.IoError, match=r"no topic '/p\\xffoints' in the bag; its topics: .*/p\\xffints"):
+    with pytest.raises(ndtcu.IoError, match=r"no topic '/p\\xFFoints' in the bag; its topics: .*/p\\xFFints"):
         reader.times(b"/p\xffoints")
     with pytest.raises(TypeError, match="^topic: expected str or bytes, got int"):
         reader.times(3)

@@ -8,7 +8,11 @@
 // (blocks of a hypothesis x running hypotheses) and the step kernel (one block per running
 // hypothesis: its blocks' partial sums in a fixed order, then its step on one thread; the
 // last block compacts the list of running hypotheses and ends the loop when it is empty).
-// A single alignment is a batch of one through the same kernels.
+// A single alignment is a batch of one through the same kernels; where the device
+// supports cooperative launch and the scan's blocks are all resident at once, its whole
+// loop runs in one kernel instead (cooperative_loop_kernel: the same blocks and the same
+// step between grid-wide barriers, so the same bits, without the graph's two launches and
+// conditional node per iteration).
 //
 // The other shape measured (H100, ndtcu_bench --batch, Autoware preset): one thread block
 // per hypothesis running its whole loop with __syncthreads only, no graph.
@@ -57,6 +61,7 @@
 
 #include <ndtcu/cuda_device.hpp>
 
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -69,7 +74,23 @@
 namespace ndtcu::detail {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kSums = math::kSumSize;
+// The type of the per-pair terms (the point's Jacobian and Hessian, q, the voxel's
+// inverse covariance, the Gaussian) and of each thread's sums over its pairs; the block's
+// and the scan's sums are double. Measured on an H200 (ndtcu_bench --batch, one run,
+// BENCHMARK.md): with this kernel otherwise the same, double terms need about twice the
+// registers, so at a batch bound of three blocks per SM they spill and batches of 200-1024
+// take 2.7 times as long per hypothesis-iteration (KITTI 5k 5.7 against 2.1 us), and a
+// single alignment 7% longer; against the earlier all-double kernel at its own best bound
+// (two blocks), this one takes 30-32% less per hypothesis-iteration in batches (KITTI 5k
+// 3.03 -> 2.08 us, BALM 2.43 -> 1.66, hdl32 6.30 -> 4.39). What it costs: the
+// derivatives differ from the CPU backend's (all double) by at most 1.2e-6 of their
+// scale, scores by 2e-7 (measured), and an alignment may stop one iteration apart from
+// the CPU's (tests/gpu state the tolerances). The GPU's bits are its own and do not depend
+// on the batch.
+using Real = float;
 
 // Threads per source point (1 to 8). One evaluation is bounded by the latency of the
 // lookups (up to 27 dependent load chains per point), not by arithmetic. When the source
@@ -146,48 +167,60 @@ int lanes_for(int n, int multiprocessors) {
   return lanes;
 }
 
-// Blocks of the derivative kernel per SM. Its per-thread state (31 double sums, the point's
-// Jacobian and point Hessian) takes 212 registers unbounded: one 256-thread block per SM.
-// Bounded to two blocks (128 registers, 440 bytes spilled), measured on an H100 (KITTI 0<-1
-// at 5k points, BENCHMARK.md): batches of 200-1024 hypotheses take 17% less time per
-// hypothesis-iteration (5.6 -> 4.7 us), while a single alignment takes 8% more (the spills
-// lengthen its one wave); three or four blocks (85 or 64 registers) spill so much that
-// batches take 3 and 7 times longer. So batches run the two-block instance and a batch of
-// one the unbounded one; both come from the same PTX, so their arithmetic, and bits, are
-// the same (the batch tests compare them bit for bit).
+// Blocks of the derivative kernel per SM. With float pair terms, float per-thread sums
+// and the block reduced one component at a time (block_partial), it takes 140 registers
+// unbounded (one 256-thread block per SM, 12.5% occupancy) and 64 at four blocks, 372
+// bytes spilled. Measured on an H200 (ndtcu_bench --batch, same run): four blocks against
+// three (80 registers) take 3-8% less time per hypothesis-iteration in batches of 200 and
+// 1024 on KITTI 5k, BALM 1.4k and hdl32 16k; a single alignment runs one partial wave and
+// wants no spills, so batches run the four-block instance and a batch of one the unbounded
+// one; both come from the same PTX, so their arithmetic, and bits, are the same (the batch
+// tests compare them bit for bit). Before (double terms and sums, cub's whole-vector
+// block reduction): 212-220 registers unbounded, 128 at two blocks with 440 bytes spilled;
+// three or four blocks spilled so much that batches took 3 and 7 times longer.
 //
-// Also measured and not kept (H100, batches of 200 and 1024): a block-wide pair list (the
-// voxels each thread finds compacted into shared memory, then the pairs dealt evenly over
-// the block with the point derivatives recomputed per pair, so that no thread idles on a
-// point with fewer voxels) took 16% (KITTI 5k), 31% (hdl32) and 16% (BALM) more time per
-// hypothesis-iteration: the block scan, the extra barrier and the recomputed derivatives
-// cost more than the idle lanes they save. A warp reduction by transposition (31 shuffles
-// of halving vectors instead of cub's 31 x 5) saved 2-7% of a single alignment but, by
-// the registers its vector takes, made the two-block instance spill enough to take 40-55%
-// longer per hypothesis-iteration; both instances must reduce alike, so cub's stays.
+// Also measured and not kept. H200: twice the threads per point (lanes_for's bound at half
+// the resident threads) cut a single alignment's 30 iterations by 18-22% (KITTI 5k 0.89 ->
+// 0.74 ms, hdl32 1.20 -> 0.94) but cost batches 25-30% of their throughput (KITTI 27,000
+// -> 20,100 aligns/s at K = 1024); the lanes are the source's, not the batch's (a
+// hypothesis's bits must not depend on K), so one of the two pays. H100, batches of 200
+// and 1024: a block-wide pair list (the voxels each thread finds compacted into shared
+// memory, then the pairs dealt evenly over the block with the point derivatives
+// recomputed per pair, so that no thread idles on a point with fewer voxels) took 16%
+// (KITTI 5k), 31% (hdl32) and 16% (BALM) more time per hypothesis-iteration: the block
+// scan, the extra barrier and the recomputed derivatives cost more than the idle lanes
+// they save. A warp reduction by transposition (31 shuffles of halving vectors instead of
+// 31 x 5) saved 2-7% of a single alignment but, by the registers its vector takes, made
+// the batch instance spill enough to take 40-55% longer per hypothesis-iteration.
 constexpr int kSingleBlocksPerSm = 1;
-constexpr int kBatchBlocksPerSm = 2;
+constexpr int kBatchBlocksPerSm = 4;
 
-using BlockReduce = cub::BlockReduce<Vec<kSums>, kBlock, cub::BLOCK_REDUCE_WARP_REDUCTIONS>;
+/// The shared memory of block_partial's reduction: each warp's sums.
+using WarpSums = double[kWarpsPerBlock][kSums];
 
-/// Block `b` of a source's evaluation at `terms`: LANES threads per point sharing its
-/// cells, reduced over the block; the sum is valid on thread 0. Both loop shapes call it,
-/// so a block's partial sum, and a hypothesis's bits, do not depend on the shape.
-__device__ Vec<kSums> block_partial(const DeviceConfig& c, const DeviceSource& src,
-                                    const math::PoseTerms<double>& terms, bool with_hessian, int b,
-                                    typename BlockReduce::TempStorage& storage) {
+/// Block `b` of a source's evaluation at `terms`, its partial sum written to `out` by
+/// threads 0 to kSums - 1: LANES threads per point sharing its cells, each thread's pairs
+/// summed in Real, then the block's threads reduced in double one component at a time (a
+/// fixed shuffle tree over each warp, its lane 0 into `warp_sums`, then thread k adds
+/// component k of the warps in a fixed tree). One component at a time keeps one double
+/// in flight through the reduction, where reducing the 31-double vector whole (as
+/// cub::BlockReduce does) holds two of them: 124 registers, the kernel's peak.
+__device__ void block_partial(const DeviceConfig& c, const DeviceSource& src, const math::PoseTerms<Real>& terms,
+                              bool with_hessian, int b, WarpSums& warp_sums, double* out) {
   const int lanes = src.lanes;
   const int t = b * kBlock + threadIdx.x;
   const int i = t / lanes, lane = t % lanes;
   const bool valid = i < src.n;
-  Vec<kSums> sums = Vec<kSums>::zero();
-  double best = 0.0;
+  Real own[kSums];
+#pragma unroll
+  for (int k = 0; k < kSums; ++k) own[k] = 0;
+  Real best = 0;
   int pairs = 0;
   if (valid) {
     const float x = c.x[src.offset + i], y = c.y[src.offset + i], z = c.z[src.offset + i];
     float tp[3];
     math::transform_point(terms.m, x, y, z, tp);
-    pairs = math::accumulate_point_cells(c.grid, c.search, terms, x, y, z, tp, with_hessian, lane, lanes, sums.v, best);
+    pairs = math::accumulate_point_cells(c.grid, c.search, terms, x, y, z, tp, with_hessian, lane, lanes, own, best);
   }
   // The point's lanes (consecutive, within one warp): best term (max) and pair count
   // (sum), then the point's NVTL term and counts once, on its first lane.
@@ -196,36 +229,54 @@ __device__ Vec<kSums> block_partial(const DeviceConfig& c, const DeviceSource& s
     pairs += __shfl_xor_sync(0xffffffffu, pairs, offset);
   }
   if (valid && lane == 0 && pairs > 0) {
-    sums.v[math::kNvtlSum] += best;
-    sums.v[math::kCorrespondences] += static_cast<double>(pairs);
-    sums.v[math::kPointsMatched] += 1.0;
+    own[math::kNvtlSum] += best;
+    own[math::kCorrespondences] += static_cast<Real>(pairs);
+    own[math::kPointsMatched] += Real(1);
   }
-  return BlockReduce(storage).Sum(sums);
+  const int warp = threadIdx.x / 32, in_warp = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < kSums; ++k) {
+    double v = static_cast<double>(own[k]);
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+    if (in_warp == 0) warp_sums[warp][k] = v;
+  }
+  __syncthreads();
+  static_assert(kWarpsPerBlock == 8, "the warps' fixed tree below");
+  if (threadIdx.x < kSums) {
+    const int k = threadIdx.x;
+    out[k] = ((warp_sums[0][k] + warp_sums[1][k]) + (warp_sums[2][k] + warp_sums[3][k])) +
+             ((warp_sums[4][k] + warp_sums[5][k]) + (warp_sums[6][k] + warp_sums[7][k]));
+  }
 }
 
-/// The derivative kernel: block (b, slot) evaluates block b of running hypothesis
-/// active[slot] at its pose frame (`single`: the host's frame for hypothesis 0 instead)
-/// and stores the block's partial sum.
-template <int BLOCKS_PER_SM>
-__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
-  const int slot = blockIdx.y;
-  if (slot >= *a.active_count) return;
+/// Block b of running slot `slot`'s evaluation at its hypothesis's pose frame (`single`:
+/// the host's frame for hypothesis 0 instead), its partial sum stored. The derivative
+/// kernel and the cooperative loop both run it, so their partials, and bits, are the same.
+__device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::PoseFrame* single) {
   const int h = a.active[slot];
   const DeviceConfig& c = *a.cfg;
   const DeviceSource src = c.sources[a.hyps[h].source];
-  if (static_cast<int>(blockIdx.x) >= src.blocks) return;
-  __shared__ math::PoseTerms<double> terms;
+  if (b >= src.blocks) return;
+  __shared__ math::PoseTerms<Real> terms;
   __shared__ unsigned flags;
-  __shared__ typename BlockReduce::TempStorage storage;
+  __shared__ WarpSums warp_sums;
   if (threadIdx.x == 0) {
     const math::PoseFrame& f = single ? *single : a.hyps[h].frame;
-    math::pose_terms(f, c.d1, c.d2, terms);
+    math::pose_terms(f, static_cast<Real>(c.d1), static_cast<Real>(c.d2), terms);
     flags = f.flags;
   }
   __syncthreads();
-  const Vec<kSums> block_sum =
-      block_partial(c, src, terms, (flags & math::kWithHessian) != 0, static_cast<int>(blockIdx.x), storage);
-  if (threadIdx.x == 0) a.partials[static_cast<std::size_t>(h) * a.max_blocks + blockIdx.x] = block_sum;
+  block_partial(c, src, terms, (flags & math::kWithHessian) != 0, b, warp_sums,
+                a.partials[static_cast<std::size_t>(h) * a.max_blocks + b].v);
+  __syncthreads();  // terms and warp_sums are read before a next call of this block writes them
+}
+
+/// The derivative kernel: block (b, slot) evaluates block b of running hypothesis
+/// active[slot] (evaluate_block).
+template <int BLOCKS_PER_SM>
+__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
+  if (static_cast<int>(blockIdx.y) >= *a.active_count) return;
+  evaluate_block(a, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), single);
 }
 
 /// Hypothesis h's sums from its `blocks` partials, by a whole block in a fixed order:
@@ -277,17 +328,21 @@ __device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums) {
 /// slots, in slot order, and ends the loop when none is left (`in_graph`: by the graph's
 /// conditional; launched on a stream, the host's fixed count of launches ends it and the
 /// launches after the last hypothesis stopped find nothing running).
+/// Running slot `slot`'s step: the fixed-order sum of its hypothesis's partials, then
+/// (thread 0) hypothesis_step, whose answer goes to running[slot].
+__device__ void step_slot(const BatchArgs& a, int slot) {
+  const int h = a.active[slot];
+  DeviceHyp& hyp = a.hyps[h];
+  const DeviceSource src = a.cfg->sources[hyp.source];
+  double* sums = a.sums[h].v;
+  reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, sums);
+  if (threadIdx.x == 0) a.running[slot] = hypothesis_step(a, h, sums) ? 1 : 0;
+}
+
 __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop, bool in_graph) {
   const int count = *a.active_count;
   const int slot = blockIdx.x;
-  if (slot < count) {
-    const int h = a.active[slot];
-    DeviceHyp& hyp = a.hyps[h];
-    const DeviceSource src = a.cfg->sources[hyp.source];
-    double* sums = a.sums[h].v;
-    reduce_partials(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, sums);
-    if (threadIdx.x == 0) a.running[slot] = hypothesis_step(a, h, sums) ? 1 : 0;
-  }
+  if (slot < count) step_slot(a, slot);
   // The last block to finish compacts the running slots and decides whether to go on.
   __shared__ bool is_last;
   __syncthreads();
@@ -321,6 +376,28 @@ __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphCond
     *a.active_count = base;
     *a.ticket = 0u;
     if (in_graph) cudaGraphSetConditional(loop, base > 0 ? 1u : 0u);
+  }
+}
+
+/// The whole loop of a batch of one in one launch (LoopLaunch::Auto): its blocks evaluate
+/// the hypothesis (evaluate_block, block b as the derivative kernel's block b), a grid-wide
+/// barrier, block 0 takes the step (step_slot) and says whether the loop goes on, a second
+/// barrier, and again. The same partials, sums and steps as the graph's kernels, so the
+/// same bits; what it saves is the graph's two kernel launches and its conditional node
+/// per iteration. Its blocks must all be resident at once (cooperative launch): the host
+/// launches it only when the source's blocks fit (Impl::cooperative_fits).
+__global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_kernel(BatchArgs a) {
+  cg::grid_group grid = cg::this_grid();
+  for (;;) {
+    if (*static_cast<volatile int*>(a.active_count) == 0) return;
+    evaluate_block(a, 0, static_cast<int>(blockIdx.x), nullptr);
+    grid.sync();
+    if (blockIdx.x == 0) {
+      step_slot(a, 0);
+      __syncthreads();
+      if (threadIdx.x == 0) *a.active_count = a.running[0];
+    }
+    grid.sync();
   }
 }
 
@@ -536,9 +613,10 @@ namespace {
 // NDTCU_CUDA_LOOP: how a new backend launches the device loop (LoopLaunch).
 LoopLaunch loop_launch_from_environment() {
   const char* env = std::getenv("NDTCU_CUDA_LOOP");
-  if (!env || !*env || std::strcmp(env, "graph") == 0) return LoopLaunch::Graph;
+  if (!env || !*env || std::strcmp(env, "auto") == 0) return LoopLaunch::Auto;
+  if (std::strcmp(env, "graph") == 0) return LoopLaunch::Graph;
   if (std::strcmp(env, "stream") == 0) return LoopLaunch::Stream;
-  throw Error(std::string("NDTCU_CUDA_LOOP is '") + env + "'; it must be 'graph' or 'stream'");
+  throw Error(std::string("NDTCU_CUDA_LOOP is '") + env + "'; it must be 'auto', 'graph' or 'stream'");
 }
 
 }  // namespace
@@ -569,7 +647,8 @@ struct CudaBackend::Impl {
   std::vector<float> staging;
   int multiprocessors = 1;  // of the current device
   int driver_version = 0;   // cudaDriverGetVersion: conditional graph nodes need 12040
-  LoopLaunch loop_launch = LoopLaunch::Graph;
+  int cooperative_blocks = 0;  // cooperative_loop_kernel's blocks resident at once (0: no cooperative launch)
+  LoopLaunch loop_launch = LoopLaunch::Auto;
   // Configuration.
   DeviceBuffer<DeviceConfig> config;
   SearchMethod search = SearchMethod::Radius;
@@ -807,6 +886,12 @@ CudaBackend::CudaBackend(CUstream_st* stream) : impl_(std::make_unique<Impl>()) 
   NDTCU_CUDA_CHECK(cudaGetDevice(&device));
   NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&impl_->multiprocessors, cudaDevAttrMultiProcessorCount, device));
   NDTCU_CUDA_CHECK(cudaDriverGetVersion(&impl_->driver_version));
+  int cooperative = 0, per_sm = 0;
+  NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  if (cooperative) {
+    NDTCU_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cooperative_loop_kernel, kBlock, 0));
+    impl_->cooperative_blocks = per_sm * impl_->multiprocessors;
+  }
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->start));
   NDTCU_CUDA_CHECK(cudaEventCreate(&impl_->stop));
   impl_->config.resize_discard(1);
@@ -1063,7 +1148,8 @@ std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<
 }
 
 bool CudaBackend::device_loop_supported() const noexcept {
-  return impl_->loop_launch == LoopLaunch::Stream || impl_->driver_version >= 12040;
+  return impl_->loop_launch == LoopLaunch::Stream || impl_->driver_version >= 12040 ||
+         (impl_->loop_launch == LoopLaunch::Auto && impl_->cooperative_blocks > 0);
 }
 
 std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>& hypotheses,
@@ -1087,7 +1173,13 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
   m.pinned_sums.reserve_with_headroom(k);
   m.pinned_active.reserve_with_headroom(k + 1);
   if (keep_trace) m.pinned_trace.reserve_with_headroom(k * iterations);
-  const bool in_graph = m.loop_launch == LoopLaunch::Graph;
+  // A batch of one whose blocks are all resident at once runs in the cooperative kernel.
+  const int single_blocks = m.sources[static_cast<std::size_t>(hypotheses[0].source)].blocks;
+  const bool cooperative = m.loop_launch == LoopLaunch::Auto && k == 1 && single_blocks <= m.cooperative_blocks;
+  const bool in_graph = !cooperative && m.loop_launch != LoopLaunch::Stream;
+  if (in_graph && m.driver_version < 12040) {
+    throw CudaError("the device-resident Newton loop of a batch needs a CUDA 12.4 driver or later");
+  }
   LoopGraph* graph = in_graph ? &m.loop_graph(static_cast<int>(k), keep_trace) : nullptr;
   *m.pinned_rules.data() = rules;
   m.eval_source = -1;  // hyps[0] and the running list are the batch's now
@@ -1107,7 +1199,13 @@ std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<Devi
                                    cudaMemcpyHostToDevice, m.stream));
   m.upload_hypotheses(k);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  if (in_graph) {
+  if (cooperative) {
+    BatchArgs a = m.args(keep_trace);
+    void* params[] = {&a};
+    NDTCU_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(cooperative_loop_kernel),
+                                                 dim3(single_blocks), dim3(kBlock), params, 0, m.stream));
+    m.telemetry.cooperative_loops += 1;
+  } else if (in_graph) {
     NDTCU_CUDA_CHECK(cudaGraphLaunch(graph->exec, m.stream));
   } else {
     // A hypothesis evaluates at most max_iterations + 1 times (fixed_step), so that many

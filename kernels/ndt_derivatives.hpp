@@ -240,10 +240,10 @@ NDTCU_HD inline T dot3(const T* a, const T* b) {
 ///  - icov J_i (i < 3) is column i of icov, so q' icov J_i = (icov q)_i and
 ///    J_j' icov J_i = (icov J_j)_i: entries of cq and of the rotation columns' icov J_j;
 ///  - the Hessian's second-derivative term q' icov d2T/dpi dpj is zero unless i, j >= 3.
-template <typename T>
+template <typename T, typename S>
 NDTCU_FORCE_INLINE NDTCU_HD inline T accumulate_pair_terms(const T* q, const T* icov, const T* cq, T e,
                                                            const PointJacobian<T>& J, const PointHessian<T>& H, T d1,
-                                                           T d2, bool with_hessian, double* sums) {
+                                                           T d2, bool with_hessian, S* sums) {
   const T score = -d1 * e;
   T de = d2 * e;
   if (de > T(1) || de < T(0) || de != de) return T(0);
@@ -260,38 +260,38 @@ NDTCU_FORCE_INLINE NDTCU_HD inline T accumulate_pair_terms(const T* q, const T* 
   sym_mul(icov, j5, c5);
   // q' icov dT/dp_i: (icov q)_i for the translations.
   const T g[6] = {cq[0], cq[1], cq[2], dot3(q, c3), dot3(q, c4), dot3(q, c5)};
-  sums[kScore] += static_cast<double>(score);
-  for (int i = 0; i < 6; ++i) sums[kGradient + i] += static_cast<double>(g[i] * de);
+  sums[kScore] += static_cast<S>(score);
+  for (int i = 0; i < 6; ++i) sums[kGradient + i] += static_cast<S>(g[i] * de);
   if (!with_hessian) return score;
   // eq. 6.13 entry (i, j): de (-d2 g_i g_j + q' icov d2T/dpidpj + J_j' icov J_i), with
   // (-d2 g_i) g_j evaluated in that order as in the general form.
   T t[6];
   for (int i = 0; i < 6; ++i) t[i] = -d2 * g[i];
-  double* h = sums + kHessian;
+  S* h = sums + kHessian;
   // Both indices translations: J_j' icov J_i = icov(i, j).
-  h[upper_index(0, 0)] += static_cast<double>(de * (t[0] * g[0] + s00));
-  h[upper_index(0, 1)] += static_cast<double>(de * (t[0] * g[1] + s01));
-  h[upper_index(0, 2)] += static_cast<double>(de * (t[0] * g[2] + s02));
-  h[upper_index(1, 1)] += static_cast<double>(de * (t[1] * g[1] + s11));
-  h[upper_index(1, 2)] += static_cast<double>(de * (t[1] * g[2] + s12));
-  h[upper_index(2, 2)] += static_cast<double>(de * (t[2] * g[2] + s22));
+  h[upper_index(0, 0)] += static_cast<S>(de * (t[0] * g[0] + s00));
+  h[upper_index(0, 1)] += static_cast<S>(de * (t[0] * g[1] + s01));
+  h[upper_index(0, 2)] += static_cast<S>(de * (t[0] * g[2] + s02));
+  h[upper_index(1, 1)] += static_cast<S>(de * (t[1] * g[1] + s11));
+  h[upper_index(1, 2)] += static_cast<S>(de * (t[1] * g[2] + s12));
+  h[upper_index(2, 2)] += static_cast<S>(de * (t[2] * g[2] + s22));
   // A translation i and a rotation j: J_j' icov J_i = (icov J_j)_i.
   for (int i = 0; i < 3; ++i) {
-    h[upper_index(i, 3)] += static_cast<double>(de * (t[i] * g[3] + c3[i]));
-    h[upper_index(i, 4)] += static_cast<double>(de * (t[i] * g[4] + c4[i]));
-    h[upper_index(i, 5)] += static_cast<double>(de * (t[i] * g[5] + c5[i]));
+    h[upper_index(i, 3)] += static_cast<S>(de * (t[i] * g[3] + c3[i]));
+    h[upper_index(i, 4)] += static_cast<S>(de * (t[i] * g[4] + c4[i]));
+    h[upper_index(i, 5)] += static_cast<S>(de * (t[i] * g[5] + c5[i]));
   }
   // Both rotations: the point Hessian's term (a, b, c without their zero x entry) and
   // J_j' icov J_i in full (J_3 without its zero x entry).
-  h[upper_index(3, 3)] += static_cast<double>(de * ((t[3] * g[3] + (cq[1] * H.a[1] + cq[2] * H.a[2])) +
+  h[upper_index(3, 3)] += static_cast<S>(de * ((t[3] * g[3] + (cq[1] * H.a[1] + cq[2] * H.a[2])) +
                                                     (j31 * c3[1] + j32 * c3[2])));
-  h[upper_index(3, 4)] += static_cast<double>(de * ((t[3] * g[4] + (cq[1] * H.b[1] + cq[2] * H.b[2])) +
+  h[upper_index(3, 4)] += static_cast<S>(de * ((t[3] * g[4] + (cq[1] * H.b[1] + cq[2] * H.b[2])) +
                                                     dot3(j4, c3)));
-  h[upper_index(3, 5)] += static_cast<double>(de * ((t[3] * g[5] + (cq[1] * H.c[1] + cq[2] * H.c[2])) +
+  h[upper_index(3, 5)] += static_cast<S>(de * ((t[3] * g[5] + (cq[1] * H.c[1] + cq[2] * H.c[2])) +
                                                     dot3(j5, c3)));
-  h[upper_index(4, 4)] += static_cast<double>(de * ((t[4] * g[4] + dot3(cq, H.d)) + dot3(j4, c4)));
-  h[upper_index(4, 5)] += static_cast<double>(de * ((t[4] * g[5] + dot3(cq, H.e)) + dot3(j5, c4)));
-  h[upper_index(5, 5)] += static_cast<double>(de * ((t[5] * g[5] + dot3(cq, H.f)) + dot3(j5, c5)));
+  h[upper_index(4, 4)] += static_cast<S>(de * ((t[4] * g[4] + dot3(cq, H.d)) + dot3(j4, c4)));
+  h[upper_index(4, 5)] += static_cast<S>(de * ((t[4] * g[5] + dot3(cq, H.e)) + dot3(j5, c4)));
+  h[upper_index(5, 5)] += static_cast<S>(de * ((t[5] * g[5] + dot3(cq, H.f)) + dot3(j5, c5)));
   return score;
 }
 
@@ -304,10 +304,10 @@ NDTCU_HD inline T pair_gaussian(const T* q, const T* icov, T d2, T* cq) {
 
 /// One point-voxel pair: pair_gaussian, then accumulate_pair_terms (which see). A caller
 /// with several pairs can take all their exponentials first (accumulate_neighbours).
-template <typename T>
+template <typename T, typename S>
 NDTCU_FORCE_INLINE NDTCU_HD inline T accumulate_pair(const T* q, const T* icov, const PointJacobian<T>& J,
                                                      const PointHessian<T>& H, T d1, T d2, bool with_hessian,
-                                                     double* sums) {
+                                                     S* sums) {
   T cq[3];
   const T e = pair_gaussian(q, icov, d2, cq);
   return accumulate_pair_terms(q, icov, cq, e, J, H, d1, d2, with_hessian, sums);

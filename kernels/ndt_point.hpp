@@ -19,9 +19,9 @@ NDTCU_HD inline void voxel_pair(const VoxelGridView& g, std::int32_t v, const fl
 
 /// One point-voxel pair of transformed point `tp` and voxel `v` (voxel_pair and
 /// accumulate_pair). Returns the pair's score term.
-template <typename T>
+template <typename T, typename S>
 NDTCU_HD inline T accumulate_voxel(const VoxelGridView& g, std::int32_t v, const float* tp, const PointJacobian<T>& J,
-                                   const PointHessian<T>& H, const PoseTerms<T>& pt, bool with_hessian, double* sums) {
+                                   const PointHessian<T>& H, const PoseTerms<T>& pt, bool with_hessian, S* sums) {
   T q[3], icov[6];
   voxel_pair(g, v, tp, q, icov);
   return accumulate_pair(q, icov, J, H, pt.d1, pt.d2, with_hessian, sums);
@@ -94,10 +94,10 @@ NDTCU_HD inline void accumulate_point_pairs(const VoxelGridView& g, const PoseTe
 /// `sums`, raises `best` to the best score term found and returns the number of pairs; the
 /// caller combines `best` (max) and the counts over the point's threads and adds the NVTL
 /// and match counts once. With first 0 and stride 1 one thread does the whole point.
-template <typename T>
+template <typename T, typename S>
 NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x,
                                            float y, float z, const float* tp, bool with_hessian, int first,
-                                           int stride, double* sums, T& best) {
+                                           int stride, S* sums, T& best) {
   // The voxels first, then their pairs: the threads of a warp find their voxels at
   // different cells, so pair arithmetic inside the walk runs for one thread at a time;
   // in a loop of its own the warp runs it together. The pairs are added in the walk's

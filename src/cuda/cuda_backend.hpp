@@ -57,21 +57,26 @@ struct DeviceLoopOutput {
   std::vector<IterationTrace> trace;        ///< one entry per iteration, when asked for
 };
 
-/// How the device-resident loop is launched. `Graph` (the default): one launch of a graph
-/// whose conditional while node repeats the body (the derivative kernel, then the step
-/// kernel) until no hypothesis runs. `Stream`: the same body launched on the stream
-/// max_iterations + 1 times, a hypothesis's most evaluations (passes with nothing
-/// running return at once). The same kernels on the same data, so the same bits; the
+/// How the device-resident loop is launched. `Auto` (the default): a batch of one runs
+/// its whole loop in one cooperative kernel (grid-wide barriers between the evaluation
+/// and the step) when the device supports cooperative launch and the source's blocks are
+/// all resident at once; anything else as `Graph`. `Graph`: one launch of a graph whose
+/// conditional while node repeats the body (the derivative kernel, then the step kernel)
+/// until no hypothesis runs; it is also how a device without cooperative launch runs a
+/// batch of one. `Stream`: the same body launched on the stream max_iterations + 1 times,
+/// a hypothesis's most evaluations (passes with nothing running return at once). All three
+/// evaluate the same blocks and take the same steps, so they give the same bits; the
 /// stream form costs a launch per pass and exists for tools that do not follow
 /// conditional graph nodes (compute-sanitizer's racecheck). A new backend takes the
-/// environment's NDTCU_CUDA_LOOP (`graph`, the default, or `stream`; any other value is
-/// an Error naming it).
-enum class LoopLaunch { Graph, Stream };
+/// environment's NDTCU_CUDA_LOOP (`auto`, the default, `graph` or `stream`; any other
+/// value is an Error naming it).
+enum class LoopLaunch { Auto, Graph, Stream };
 
 /// What the device did, summed since the last reset.
 struct CudaTelemetry {
   std::uint64_t evaluations = 0;       ///< evaluations (Newton iterations and line-search trials)
   std::uint64_t graph_builds = 0;      ///< device-loop graphs built (a new grid shape)
+  std::uint64_t cooperative_loops = 0; ///< device loops run by the cooperative kernel (LoopLaunch::Auto)
   std::uint64_t bytes_up = 0;          ///< per-evaluation bytes sent to the device
   std::uint64_t bytes_down = 0;        ///< per-evaluation bytes read back
   std::uint64_t setup_bytes_up = 0;    ///< map and scan uploads

@@ -55,7 +55,7 @@ std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<
 }
 bool CudaBackend::device_loop_supported() const noexcept { return false; }
 void CudaBackend::set_loop_launch(LoopLaunch) noexcept {}
-LoopLaunch CudaBackend::loop_launch() const noexcept { return LoopLaunch::Graph; }
+LoopLaunch CudaBackend::loop_launch() const noexcept { return LoopLaunch::Auto; }
 std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>&, const math::StepRules&,
                                                           bool) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());

@@ -102,9 +102,10 @@ TEST_CASE("A CUDA batch of several scans, and the CPU backend's numbers", "[gpu]
     for (std::size_t k = 0; k < each.size(); ++k) {
       CAPTURE(b, k);
       test::check_same_bits(all[b][k], each[k]);
-      // The CPU runs the same math; sin/cos after the first pose come from the device's
-      // libm, and the GPU adds a point's pairs in another order: rounding-level poses.
-      CHECK((all[b][k].pose - on_cpu[b][k].pose).head<3>().norm() < 1e-3);
+      // The CPU runs the same math with each pair's terms in double, the GPU in float:
+      // the paths agree to rounding, and an alignment may stop one iteration apart, so
+      // the poses agree within a step under the convergence threshold (epsilon 0.01 m).
+      CHECK((all[b][k].pose - on_cpu[b][k].pose).head<3>().norm() < 1e-2);
       CHECK(std::abs(all[b][k].iterations - on_cpu[b][k].iterations) <= 1);
     }
   }
@@ -168,10 +169,11 @@ TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one",
   for (std::size_t k = 0; k < poses.size(); k += 13) {
     CAPTURE(k);
     test::check_same_bits(batch[k], gpu.evaluate_batch(source, std::vector<Pose6>{poses[k]}).front());
-    // The same pose frame and voxels on both backends; only the order of the sums differs.
+    // The same pose frame and voxels on both backends; the GPU's pair terms in float
+    // (measured on an H200: at most 1.7e-7 apart).
     CHECK(batch[k].correspondences == on_cpu[k].correspondences);
-    CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(1e-9));
-    CHECK(batch[k].nvtl == Approx(on_cpu[k].nvtl).epsilon(1e-9));
+    CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(2e-6));
+    CHECK(batch[k].nvtl == Approx(on_cpu[k].nvtl).epsilon(2e-6));
   }
 }
 
@@ -197,7 +199,7 @@ TEST_CASE("A CUDA evaluation batch of more poses than a grid holds runs in parts
       CAPTURE(first + k);
       test::check_same_bits(all[first + k], small[k]);
       CHECK(all[first + k].correspondences == on_cpu[k].correspondences);
-      CHECK(all[first + k].score == Approx(on_cpu[k].score).epsilon(1e-9));
+      CHECK(all[first + k].score == Approx(on_cpu[k].score).epsilon(2e-6));  // float pair terms
     }
   }
   std::size_t matched = 0;
@@ -268,9 +270,10 @@ TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with 
       for (std::size_t k = 0; k < guesses.size(); ++k) {
         CAPTURE(to_string(loop), regularization, k, batch[k].pose.transpose(), on_cpu[k].pose.transpose());
         test::check_same_bits(batch[k], gpu.align_from_pose(source, guesses[k]));
-        CHECK((batch[k].pose - on_cpu[k].pose).head<3>().norm() < 1e-3);
+        // Float pair terms on the GPU: within a step under the threshold (see above).
+        CHECK((batch[k].pose - on_cpu[k].pose).head<3>().norm() < 1e-2);
         CHECK(std::abs(batch[k].iterations - on_cpu[k].iterations) <= 1);
-        CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(1e-4));
+        CHECK(batch[k].score == Approx(on_cpu[k].score).epsilon(1e-3));
       }
       // The prior moved the result towards its centre (the scene holds x stiffly: about
       // a centimetre against 0.3 m at this information).

@@ -26,20 +26,20 @@ namespace {
 
 // Both backends take the same pose frame (PCL's float transform from the shared code,
 // the sin/cos of the host) and the same per-pair code, so every point meets the same
-// voxels: the counts are equal. Only the order in which the pairs are added differs (the
-// CPU in each point's distance order and point by point, the GPU lane by lane and in a
-// block tree), so the sums agree to the rounding of double sums over thousands of
-// pairs: 1e-9 of their scale.
+// voxels: the counts are equal. The CPU takes each pair's terms in double, the GPU in
+// float (summed per thread in float, over the block and the scan in double:
+// kernels/ndt_cuda.cu says why), and they add the pairs in other orders: the sums agree
+// to 1e-5 of their scale (measured on an H200: at most 1.2e-6, in the Hessian).
 void compare(const detail::Evaluation& gpu, const detail::Evaluation& cpu) {
   CHECK(gpu.correspondences == cpu.correspondences);
   CHECK(gpu.matched_points == cpu.matched_points);
   const double score_scale = std::abs(cpu.score) + 1.0;
-  CHECK(std::abs(gpu.score - cpu.score) <= 1e-9 * score_scale);
-  CHECK(std::abs(gpu.nvtl_sum - cpu.nvtl_sum) <= 1e-9 * (std::abs(cpu.nvtl_sum) + 1.0));
+  CHECK(std::abs(gpu.score - cpu.score) <= 1e-5 * score_scale);
+  CHECK(std::abs(gpu.nvtl_sum - cpu.nvtl_sum) <= 1e-5 * (std::abs(cpu.nvtl_sum) + 1.0));
   const double g_scale = cpu.gradient.norm() + 1e-3 * score_scale;
-  CHECK((gpu.gradient - cpu.gradient).norm() <= 1e-9 * g_scale);
+  CHECK((gpu.gradient - cpu.gradient).norm() <= 1e-5 * g_scale);
   const double h_scale = cpu.hessian.norm() + 1.0;
-  CHECK((gpu.hessian - cpu.hessian).norm() <= 1e-9 * h_scale);
+  CHECK((gpu.hessian - cpu.hessian).norm() <= 1e-5 * h_scale);
 }
 
 Pose6 random_pose(std::mt19937& rng, double t, double r) {
@@ -218,6 +218,65 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
   CHECK(lost.evaluations == 1);
 }
 
+TEST_CASE("A batch of one runs its loop in the cooperative kernel, with the graph's bits", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const PointCloud target = test::synthetic_scene(5, 60000);
+  VoxelMapOptions vo;
+  vo.resolution = 2.0;
+  const VoxelMap map = VoxelMap::build(target, vo);
+  CudaBackend backend;
+  backend.set_map(map);
+  backend.configure(SearchMethod::Radius, 0.55);
+  math::StepRules d{};
+  d.step_min = 0.005;
+  d.step_max = 0.1;
+  d.epsilon = 0.01;
+  std::mt19937 rng(23);
+  // 4,000 points fit one wave of the device (cooperative under Auto); 60,000 do not, and
+  // Auto falls back to the graph. LoopLaunch::Graph is what a device without cooperative
+  // launch runs. Under the sanitizers that do not follow conditional graph nodes
+  // (scripts/gpu_sanitize.sh runs them with NDTCU_CUDA_LOOP=stream) the stream launch,
+  // which gives the graph's bits (the next case), stands in for it.
+  const char* env_loop = std::getenv("NDTCU_CUDA_LOOP");
+  const detail::LoopLaunch fallback = env_loop && std::string(env_loop) == "stream" ? detail::LoopLaunch::Stream
+                                                                                     : detail::LoopLaunch::Graph;
+  for (int points : {4000, 60000}) {
+    backend.set_source(test::synthetic_scene(6, points));
+    for (int run = 0; run < 6; ++run) {
+      const Pose6 guess = random_pose(rng, 1.0, 0.1);
+      d.max_iterations = run % 2 == 0 ? 30 : 3;
+      const bool trace = run % 3 == 0;
+      CAPTURE(points, run, trace);
+      backend.set_loop_launch(fallback);
+      backend.reset_telemetry();
+      const detail::DeviceLoopOutput graph = backend.run_fixed_step({{guess, 0}}, d, trace).at(0);
+      CHECK(backend.telemetry().cooperative_loops == 0);
+      backend.set_loop_launch(detail::LoopLaunch::Auto);
+      backend.reset_telemetry();
+      const detail::DeviceLoopOutput autod = backend.run_fixed_step({{guess, 0}}, d, trace).at(0);
+      CHECK(backend.telemetry().cooperative_loops == (points == 4000 ? 1u : 0u));
+      CHECK(autod.pose == graph.pose);
+      CHECK(autod.iterations == graph.iterations);
+      CHECK(autod.evaluations == graph.evaluations);
+      CHECK(autod.reason == graph.reason);
+      CHECK(std::memcmp(autod.final_sums.v, graph.final_sums.v, sizeof(graph.final_sums.v)) == 0);
+      REQUIRE(autod.trace.size() == graph.trace.size());
+      for (std::size_t k = 0; k < graph.trace.size(); ++k) {
+        CHECK(autod.trace[k].pose == graph.trace[k].pose);
+        CHECK(autod.trace[k].score == graph.trace[k].score);
+      }
+    }
+  }
+  // A pose with no voxel around any point stops after its first evaluation, in both.
+  backend.set_source(test::synthetic_scene(6, 4000));
+  Pose6 far_away = Pose6::Zero();
+  far_away(0) = 1e4;
+  backend.set_loop_launch(detail::LoopLaunch::Auto);
+  const detail::DeviceLoopOutput lost = backend.run_fixed_step({{far_away, 0}}, d, false).at(0);
+  CHECK(lost.reason == StopReason::NoCorrespondence);
+  CHECK(lost.evaluations == 1);
+}
+
 TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   if (const char* loop = std::getenv("NDTCU_CUDA_LOOP"); test::under_sanitizer() && loop && std::string(loop) == "stream") {
@@ -287,8 +346,10 @@ TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu
   CHECK(CudaBackend().loop_launch() == detail::LoopLaunch::Stream);
   ::setenv("NDTCU_CUDA_LOOP", "graphs", 1);
   CHECK_THROWS_WITH(CudaBackend(), Catch::Contains("NDTCU_CUDA_LOOP is 'graphs'") && Catch::Contains("'stream'"));
-  ::unsetenv("NDTCU_CUDA_LOOP");
+  ::setenv("NDTCU_CUDA_LOOP", "graph", 1);
   CHECK(CudaBackend().loop_launch() == detail::LoopLaunch::Graph);
+  ::unsetenv("NDTCU_CUDA_LOOP");
+  CHECK(CudaBackend().loop_launch() == detail::LoopLaunch::Auto);
   if (before) ::setenv("NDTCU_CUDA_LOOP", run_setting.c_str(), 1);
 }
 

@@ -590,6 +590,16 @@ AutowareParams read_autoware_params(const std::string& path) {
     YAML::Parser parser(in);
     DuplicateKeys duplicates(path);
     parser.HandleNextDocument(duplicates);
+    // A second document after `---`: a parameter file holds one, and what follows the
+    // first would otherwise be dropped without a word.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    for (std::size_t d = 1; d < documents.size(); ++d) {
+      if (documents[d].IsNull()) continue;  // a trailing `---` with nothing after it
+      throw IoError(path, fmt::format("line {}: a second YAML document (after '---'); a parameter file holds one "
+                                      "document, and the settings of the second would be ignored: merge them into "
+                                      "the first",
+                                      documents[d].Mark().line + 1));
+    }
   } catch (const YAML::Exception& e) {
     if (e.mark.line < 0) throw IoError(path, "YAML syntax error: " + e.msg);
     throw IoError(path, fmt::format("line {}, column {}: YAML syntax error: {}", e.mark.line + 1, e.mark.column + 1,

@@ -427,3 +427,17 @@ TEST_CASE("two nodes holding ros__parameters are an error naming both nodes and 
   REQUIRE(p.warnings.size() == 1);
   CHECK(p.warnings[0] == path.string() + ": line 5: /other: not a node's parameters (no ros__parameters under it); ignored");
 }
+
+TEST_CASE("a second YAML document is an error naming its line; a trailing '---' is not", "[unit][cli][config]") {
+  const fs::path path = test::temp_dir("autoware_params_documents") / "two_documents.param.yaml";
+  // Read as one document, the second's resolution would be dropped without a word.
+  test::write_bytes(path, "/**:\n  ros__parameters:\n    ndt:\n      resolution: 2.0\n---\n"
+                          "/**:\n  ros__parameters:\n    ndt:\n      resolution: 0.5\n");
+  CHECK(read_error(path) == path.string() +
+                                ": line 6: a second YAML document (after '---'); a parameter file holds one document, "
+                                "and the settings of the second would be ignored: merge them into the first");
+  test::write_bytes(path, "---\n/**:\n  ros__parameters:\n    ndt:\n      resolution: 2.0\n---\n");
+  const cli::AutowareParams p = cli::read_autoware_params(path.string());
+  REQUIRE(p.resolution);
+  CHECK(*p.resolution == 2.0);
+}

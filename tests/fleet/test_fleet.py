@@ -24,7 +24,8 @@ from ndtcu.fleet.runner import FAULT_ENV, OUTPUTS  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    # No GPU offered, so the runs take the CPU backend on any machine (test_gpus.py: GPUs).
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

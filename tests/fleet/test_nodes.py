@@ -11,8 +11,8 @@ from ndtcu.fleet import run_fleet  # noqa: E402
 
 
 def test_fleet_over_two_nodes(sample, tmp_path):
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False})
+    cluster.add_node(num_cpus=1, num_gpus=0)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
     try:

@@ -108,7 +108,8 @@ def _cli_message(text):
     # CLI11's messages end with a newline and may say "Run with --help ..."; a range with
     # no upper bound is given up to the largest double, in all its 309 digits.
     text = " ".join(str(text).split()).replace(" Run with --help for more information.", "")
-    return re.sub(r"not in range (\S+) to \d{30,}(\.\d+)?", r"below \1 (not in range)", text)
+    return re.sub(r"Value (\S+) not in range (\S+) to \d{30,}(\.\d+)?",
+                  lambda m: f"value {m.group(1)} is below {float(m.group(2)):g}", text)
 
 
 def _identity(path):

@@ -1,5 +1,6 @@
 #include "cli_common.hpp"
 
+#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/text.hpp>
@@ -201,6 +202,10 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       ->check(CLI::Range(0, kMaxThreads));
   cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--device", o.device,
+                  "CUDA device index the CUDA backend runs on (`ndtcu devices` lists them; default: device 0, or "
+                  "the first of CUDA_VISIBLE_DEVICES); one process per GPU with --device 0, 1, ...")
+      ->check(CLI::Range(0, 1023));  // a bound only for the message: hosts have a few dozen GPUs at most
   cmd->add_option("--gpu-loop", o.gpu_loop,
                   "CUDA, fixed step: Newton loop in one device graph, or one host round trip per iteration")
       ->check(CLI::IsMember({"device", "host"}));
@@ -312,6 +317,7 @@ nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings&
           {"pose_covariance", to_string(s.pose_covariance)},
           {"threads", s.threads},
           {"backend", to_string(s.backend)},
+          {"device", s.device},
           {"gpu_loop", to_string(s.gpu_loop)},
           {"prior", prior_json(s.prior)}};
 }
@@ -341,6 +347,21 @@ AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config) {
   if (o.pose_covariance) s.pose_covariance = pose_covariance_from_string(*o.pose_covariance);
   if (o.backend) s.backend = backend_from_string(*o.backend);
   if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
+  if (o.device) {
+    // Checked here, before any file is read, in the option's own words.
+    if (s.backend == Backend::Cpu) {
+      throw Error(fmt::format("--device {}: the CPU backend runs on no CUDA device (use --backend cuda or auto)",
+                              *o.device));
+    }
+    const std::size_t count = cuda_devices().size();
+    if (static_cast<std::size_t>(*o.device) >= count) {
+      const std::string why = cuda_unavailable_reason();
+      throw Error(fmt::format("--device {}: no such CUDA device ({} present{}; `ndtcu devices` lists them)", *o.device,
+                              count, count > 0 ? fmt::format(", indices 0 to {}", count - 1)
+                                               : why.empty() ? std::string() : ": " + why));
+    }
+    s.device = *o.device;
+  }
   // Before any point cloud is read: a contradiction fails at once. Each value of the file
   // passed its own range already; what is left is a rule between two settings that the
   // file and the command line (or the preset) set apart.

@@ -76,14 +76,14 @@ struct NdtOptions {
   std::string preset = "autoware";
   std::string config;  ///< --config FILE (empty: none)
   std::optional<double> resolution, step_size, epsilon;
-  std::optional<int> max_iterations, threads;
+  std::optional<int> max_iterations, threads, device;
   std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_loop, newton_direction,
       pose_covariance;
 };
 
 /// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,
 /// --max-iterations, --convergence, --newton-direction, --covariance, --pose-covariance,
-/// --threads, --backend, --gpu-loop.
+/// --threads, --backend, --device, --gpu-loop.
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
 /// Registers --config FILE (Autoware's ndt_scan_matcher.param.yaml) on a command that also

@@ -1057,14 +1057,18 @@ Command add_localize(CLI::App& app, const GlobalOptions& global) {
                             {"time_ms", stats_json(covariance_ms)}};
     j["backend"] = localizer.backend();
     std::string device;
+    nlohmann::json cuda_device = nullptr;  // the index (--device; the CLI's current device is 0)
     if (std::string(localizer.backend()) == "cuda") {
       const auto devices = cuda_devices();
-      device = devices.empty() ? "CUDA device 0" : devices.front().name;
+      const std::size_t k = s.device < 0 ? 0 : static_cast<std::size_t>(s.device);
+      device = k < devices.size() ? devices[k].name : fmt::format("CUDA device {}", k);
+      cuda_device = k;
     } else {
       const int threads = s.threads > 0 ? s.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       device = fmt::format("CPU, {} threads", threads);
     }
     j["device"] = device;
+    j["cuda_device"] = cuda_device;
     nlohmann::json tiles_json = nullptr;
     if (streamer) {
       // The counts of finished updates (one still running at the end is not counted).

@@ -2,6 +2,7 @@
 #include "cuda_check.cuh"
 #include "device_buffer.cuh"
 
+#include "../src/cuda/device_scope.hpp"
 #include "../src/cuda/transform_points.hpp"
 
 #include <ndtcu/cuda_device.hpp>
@@ -26,6 +27,43 @@ __global__ void transform_points_kernel(const float3* in, float3* out, int n, Ri
                        T.r[6] * p.x + T.r[7] * p.y + T.r[8] * p.z + T.t[2]);
 }
 }  // namespace
+
+int resolve_device(int requested) {
+  if (requested < -1) {
+    throw Error("device " + std::to_string(requested) + ": not a CUDA device index (-1 = the current device, else >= 0)");
+  }
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    count = 0;
+  }
+  if (requested == -1) {
+    int current = 0;
+    NDTCU_CUDA_CHECK(cudaGetDevice(&current));
+    return current;
+  }
+  if (requested >= count) {
+    throw Error("device " + std::to_string(requested) + ": no such CUDA device (" + std::to_string(count) +
+                (count == 1 ? " device is" : " devices are") + " present" +
+                (count > 0 ? ", indices 0 to " + std::to_string(count - 1) : std::string()) + ")");
+  }
+  return requested;
+}
+
+DeviceScope::DeviceScope(int device) {
+  if (device < 0) return;
+  int current = 0;
+  NDTCU_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) {
+    NDTCU_CUDA_CHECK(cudaSetDevice(device));
+    previous_ = current;
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) cudaSetDevice(previous_);  // never throws; a failure would mask the first error
+}
 
 std::uint64_t device_allocation_count() noexcept { return g_allocations.load(); }
 void count_device_allocation() noexcept { ++g_allocations; }

@@ -31,6 +31,7 @@
 #include "voxel_grid_math.hpp"
 
 #include "../src/cuda/cuda_filter.hpp"
+#include "../src/cuda/device_scope.hpp"
 #include "../src/voxel_lattice.hpp"
 
 #include <ndtcu/cuda_device.hpp>
@@ -184,27 +185,6 @@ __global__ void __launch_bounds__(kBlock)
     centroid_intensity[r] = math::div_rn(si, count);
   }
 }
-
-/// Makes `device` current on the calling thread for a scope, restoring the previous one.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    int current = 0;
-    NDTCU_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device) {
-      NDTCU_CUDA_CHECK(cudaSetDevice(device));
-      previous_ = current;
-    }
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);  // never throws; a failure would mask the first error
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 }  // namespace
 

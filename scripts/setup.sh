@@ -9,7 +9,8 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv (NDTCU_VENV overrides it) with, from PyPI
 # (Debian packages none of them, or too old a nanobind): rosbags, mcap and numpy for the
 # rosbag tests; nanobind and scikit-build-core to build the Python module, pytest to test
-# it, evo (an independent ATE) and matplotlib for scripts/localize_bag.py and its test.
+# it, evo (an independent ATE) and matplotlib for scripts/localize_bag.py and its test, ray and
+# pyyaml for the fleet runner ndtcu-fleet (docs/fleet.md) and its test.
 # tests/CMakeLists.txt looks for it there (NDTCU_ROSBAG_PYTHON) and skips those tests
 # without it.
 set -euo pipefail
@@ -24,8 +25,9 @@ packages=(
 
 venv=${NDTCU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv}
 install_venv() {
-  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest evo matplotlib)
-  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest, evo, matplotlib' 2>/dev/null && return 0
+  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest evo matplotlib ray pyyaml)
+  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest, evo, matplotlib, ray, yaml' \
+    2>/dev/null && return 0
   echo "setup.sh: installing ${pkgs[*]} into $venv"
   mkdir -p "$(dirname "$venv")"
   [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"

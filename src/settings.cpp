@@ -138,6 +138,10 @@ void validate(const AlignSettings& s) {
   if (!(s.outlier_ratio > 0.0 && s.outlier_ratio < 1.0)) fail("outlier_ratio (must be in (0, 1))", s.outlier_ratio);
   if (s.min_points_per_voxel < 3) fail("min_points_per_voxel (must be >= 3)", s.min_points_per_voxel);
   if (!(s.eigenvalue_ratio >= 0.0 && s.eigenvalue_ratio <= 1.0)) fail("eigenvalue_ratio (must be in [0, 1])", s.eigenvalue_ratio);
+  if (s.device < -1) {
+    throw Error("invalid setting device: " + std::to_string(s.device) +
+                " (must be -1, the current CUDA device, or a device index >= 0)");
+  }
   if (s.threads < 0 || s.threads > kMaxThreads) {
     throw Error("invalid setting threads: " + std::to_string(s.threads) + " (must be in [0, " +
                 std::to_string(kMaxThreads) + "], 0 = one per hardware thread)");

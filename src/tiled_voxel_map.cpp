@@ -1,6 +1,7 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/tiled_voxel_map.hpp>
 
+#include "cuda/device_scope.hpp"
 #include "cuda/device_tiled_map.hpp"
 #include "log.hpp"
 #include "tiled_voxel_map_access.hpp"
@@ -94,6 +95,7 @@ struct TiledVoxelMap::Impl {
   double resolution = 0.0;
   detail::ThreadPool pool;
   bool on_gpu = false;                               // tiles voxelized on the GPU
+  int cuda_device = -1;                              // ... on this device (DeviceScope)
   std::unique_ptr<detail::CudaVoxelizer> voxelizer;  // made at the first GPU tile
   std::map<std::string, TileCells> tiles;  // ordered by id: the join's tile order
   std::shared_ptr<const VoxelMap> joined;  // null after a change
@@ -114,7 +116,22 @@ struct TiledVoxelMap::Impl {
         inverse(detail::inverse_resolution(o.resolution)),
         resolution(static_cast<double>(static_cast<float>(o.resolution))),
         pool(o.threads),
-        on_gpu(detail::build_on_gpu(o)) {}
+        on_gpu(detail::build_on_gpu(o)),
+        cuda_device(on_gpu ? detail::resolve_device(o.device) : -1) {}
+
+  // The device objects are freed on their device (the streamer's thread may end them).
+  ~Impl() {
+    try {
+      detail::DeviceScope scope(cuda_device);
+      voxelizer.reset();
+      device.reset();
+    } catch (...) {
+      voxelizer.reset();
+      device.reset();
+    }
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   TileCells build(const std::string& id, const PointCloud& cloud) {
     if (id.empty()) throw Error("tiled map: a tile id must not be empty");
@@ -136,6 +153,7 @@ struct TiledVoxelMap::Impl {
     TileCells t;
     t.points = points->size();
     if (on_gpu) {
+      detail::DeviceScope scope(cuda_device);
       if (!voxelizer) voxelizer = std::make_unique<detail::CudaVoxelizer>(true);
       // With a device twin, the tile's voxels go from the voxelizer into free slots of the
       // twin on the device; a publish adopts them.
@@ -212,6 +230,7 @@ struct TiledVoxelMap::Impl {
   void release_staged(TileCells& t) noexcept {
     if (t.staged.empty() || !device) return;
     try {
+      detail::DeviceScope scope(cuda_device);
       std::vector<std::uint32_t> slots;
       for (const std::uint32_t s : t.staged) {
         if (s != kNoSlot) slots.push_back(s);
@@ -265,6 +284,7 @@ struct TiledVoxelMap::Impl {
   TiledVoxelMapPublish publish_device() {
     TiledVoxelMapPublish out;
     out.on_device = true;
+    detail::DeviceScope scope(cuda_device);
     const auto t0 = std::chrono::steady_clock::now();
     if (!device) {
       // The lattice and the radius search's squared radius as VoxelMap's (float(r * r) of

@@ -3,6 +3,7 @@
 #include <ndtcu/voxel_map.hpp>
 
 #include "cuda/cuda_voxel_build.hpp"
+#include "cuda/device_scope.hpp"
 #include "log.hpp"
 #include "voxel_cells.hpp"
 #include "ndt_neighbours.hpp"
@@ -267,6 +268,8 @@ VoxelMap detail::build_voxel_map(PointCloudView cloud, const VoxelMapOptions& op
   const float inverse = inverse_resolution(options.resolution);
   const double resolution = static_cast<double>(static_cast<float>(options.resolution));
   const bool on_gpu = voxelizer != nullptr || build_on_gpu(options);
+  // A GPU build runs on the options' device (the voxelizer's buffers are on it too).
+  const DeviceScope scope(on_gpu ? resolve_device(options.device) : -1);
   VoxelCells cells = voxelizer ? voxelizer->usable_cells(cloud, inverse, options, on_device)
                      : on_gpu  ? cuda_voxel_cells(cloud, inverse, options)
                                : cpu_voxel_cells(cloud, inverse, resolution, options);

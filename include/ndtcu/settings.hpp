@@ -164,6 +164,13 @@ struct AlignSettings {
   /// Worker threads, at most kMaxThreads; 0 = std::thread::hardware_concurrency().
   int threads = 0;
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
+  /// The CUDA device the CUDA backend (and the GPU map build and scan filter that follow
+  /// it) runs on, as the CUDA runtime numbers them (within CUDA_VISIBLE_DEVICES);
+  /// -1 = the calling thread's current device (device 0 unless the caller chose another).
+  /// One process per GPU is then `device = k` in each. An index with no device is an
+  /// Error when the backend is made (naming the index and how many devices there are);
+  /// the CPU backend ignores it.
+  int device = -1;
   /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
   /// NewtonDirection::SaddleFree always run on the host).
   GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;

@@ -1,6 +1,7 @@
 // Built instead of the CUDA sources when ndtcu is configured without CUDA: every CUDA
 // entry point answers "not compiled in" instead of failing to link.
 #include "cuda_voxel_build.hpp"
+#include "device_scope.hpp"
 #include "transform_points.hpp"
 
 #include <ndtcu/cuda_device.hpp>
@@ -13,6 +14,16 @@ std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
 std::string cuda_unavailable_reason() { return "this build of ndtcu has no CUDA support (NDTCU_WITH_CUDA=OFF)"; }
 
 namespace detail {
+// Without CUDA nothing runs on a device: the index is only checked for its form, and the
+// CUDA objects that would use it refuse to be made.
+int resolve_device(int requested) {
+  if (requested < -1) {
+    throw Error("device " + std::to_string(requested) + ": not a CUDA device index (-1 = the current device, else >= 0)");
+  }
+  return requested;
+}
+DeviceScope::DeviceScope(int) {}
+DeviceScope::~DeviceScope() = default;
 std::vector<Eigen::Vector3f> cuda_transform_points(const std::vector<Eigen::Vector3f>&, const Eigen::Matrix4f&) {
   throw CudaError("CUDA requested, but " + cuda_unavailable_reason());
 }

@@ -198,10 +198,11 @@ bool has_pose(const AlignResult& r) {
 // and callers never wait for each other beyond taking a filter.
 class GpuFilterPool {
  public:
-  // Makes the first filter on the calling thread's current device (the aligner's), so a
-  // CUDA failure surfaces when the Localizer is built, not on a reader thread.
-  GpuFilterPool() {
-    idle_.push_back(std::make_unique<detail::CudaScanFilter>());
+  // Makes the first filter on the aligner's device (AlignSettings::device; -1: the calling
+  // thread's current one), so a CUDA failure surfaces when the Localizer is built, not on
+  // a reader thread.
+  explicit GpuFilterPool(int device) {
+    idle_.push_back(std::make_unique<detail::CudaScanFilter>(device));
     device_ = idle_.back()->device();
   }
 
@@ -445,7 +446,9 @@ struct Localizer::Impl {
   std::unique_ptr<GpuFilterPool> gpu_filters;
 
   Impl(const LocalizerSettings& s, CUstream_st* stream) : settings(s), aligner(without_pose_covariance(s.align), stream) {
-    if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) gpu_filters = std::make_unique<GpuFilterPool>();
+    if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) {
+      gpu_filters = std::make_unique<GpuFilterPool>(s.align.device);
+    }
   }
 
   // The motion model takes `pose` at `time` as its newest pose (a valid or a degenerate frame).

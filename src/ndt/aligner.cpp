@@ -59,6 +59,7 @@ VoxelMapOptions voxel_map_options(const AlignSettings& s) {
   o.eigenvalue_ratio = s.eigenvalue_ratio;
   o.threads = s.threads;
   o.backend = s.backend;
+  o.device = s.device;
   return o;
 }
 

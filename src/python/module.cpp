@@ -383,6 +383,8 @@ class Working {
 };
 
 }  // namespace
+
+void define_command(nb::module_& m);  // command.cpp: run_command, check_command
 }  // namespace ndtcu::python
 
 NB_MODULE(_ndtcu, m) {
@@ -545,6 +547,7 @@ NB_MODULE(_ndtcu, m) {
       .def_rw("min_points_per_voxel", &AlignSettings::min_points_per_voxel)
       .def_rw("eigenvalue_ratio", &AlignSettings::eigenvalue_ratio)
       .def_rw("threads", &AlignSettings::threads)
+      .def_rw("device", &AlignSettings::device, "CUDA device index of the CUDA backend (-1: the current one)")
       .def_prop_rw(
           "prior_pose", [](const AlignSettings& s) { return Eigen::VectorXd(s.prior.pose); },
           [](AlignSettings& s, const Eigen::VectorXd& v) {
@@ -585,7 +588,7 @@ NB_MODULE(_ndtcu, m) {
         std::string out = "AlignSettings(";
         const char* names[] = {"resolution", "step_size", "epsilon", "max_iterations", "outlier_ratio",
                                "search", "line_search", "convergence", "newton_direction", "covariance",
-                               "min_points_per_voxel", "eigenvalue_ratio", "threads", "backend", "gpu_loop",
+                               "min_points_per_voxel", "eigenvalue_ratio", "threads", "backend", "device", "gpu_loop",
                                "pose_covariance", "prior_pose", "prior_information", "regularization_scale_factor"};
         bool first = true;
         for (const char* n : names) {
@@ -1102,6 +1105,8 @@ NB_MODULE(_ndtcu, m) {
         return line;
       },
       "time"_a, "pose"_a, "The TUM line (t x y z qx qy qz qw) of a 4x4 pose, as ndtcu localize writes it (no newline).");
+
+  define_command(m);
 
   m.def("pose_to_matrix", [](const Eigen::Matrix<double, 6, 1>& p) { return Eigen::Matrix4d(pose_to_matrix(p)); }, "xyzrpy"_a,
         "4x4 transform of [x y z roll pitch yaw] (T = Translation * Rx * Ry * Rz)");

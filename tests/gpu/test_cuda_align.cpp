@@ -194,3 +194,33 @@ TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]"
   s.backend = Backend::Auto;
   CHECK(std::string(Aligner(s).backend()) == "cpu");
 }
+
+TEST_CASE("AlignSettings::device: an index past the devices is an Error naming it and the count; an index "
+          "given runs there with the bits of the default", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const int count = static_cast<int>(cuda_devices().size());
+  const Case c = cases({}).front();
+  AlignSettings s = c.settings;
+  s.backend = Backend::Cuda;
+  s.device = count;
+  try {
+    Aligner a(s);
+    FAIL("no Error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("device " + std::to_string(count) + ": no such CUDA device (" +
+                                         std::to_string(count)));
+  }
+  // The last device, named, against the current one (-1): the same alignment, bit for bit
+  // (on a one-GPU machine both are device 0; on more, device count-1 against device 0).
+  s.device = count - 1;
+  Aligner named(s);
+  s.device = -1;
+  Aligner current(s);
+  named.set_target(c.target);
+  current.set_target(c.target);
+  const AlignResult a = named.align_from_pose(c.source, c.guess);
+  const AlignResult b = current.align_from_pose(c.source, c.guess);
+  CHECK(a.pose == b.pose);
+  CHECK(a.iterations == b.iterations);
+  CHECK(a.score == b.score);
+}

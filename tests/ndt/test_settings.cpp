@@ -39,6 +39,21 @@ TEST_CASE("threads settings are bounded by kMaxThreads, with the value named", "
   CHECK_THROWS_WITH(sim::validate(map_settings), Catch::Contains("threads") && Catch::Contains("got 100000"));
 }
 
+TEST_CASE("device is -1 (the current CUDA device) or an index, with the value named", "[unit][settings]") {
+  AlignSettings s;
+  CHECK(s.device == -1);
+  CHECK(voxel_map_options(s).device == -1);
+  s.device = 3;
+  CHECK_NOTHROW(validate(s));
+  CHECK(voxel_map_options(s).device == 3);
+  s.device = -2;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("device: -2"));
+  // The CPU backend runs on no device: an index is not checked against the devices there.
+  s.device = 1000;
+  s.backend = Backend::Cpu;
+  CHECK(std::string(Aligner(s).backend()) == "cpu");
+}
+
 TEST_CASE("max_iterations is bounded by kMaxIterations where the settings are checked", "[unit][settings]") {
   // Issue 26: 10,000,000 took 636 MB for an alignment of 13 iterations and 1e8 ended in an
   // "out of memory" naming nothing; now refused with the setting, the value and the range.

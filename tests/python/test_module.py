@@ -481,6 +481,41 @@ def test_localizer_follows_the_sample_sequence(sample, truth_poses, backend, cli
     assert (tmp_path / "cli" / "trajectory_tum.txt").read_text() == "".join(tum)
 
 
+def test_run_command_is_the_command_line_tool(sample, backend, cli, tmp_path):
+    """ndtcu.run_command runs `ndtcu localize` in this process: the files of the tool run
+    with the same arguments (the trajectories byte for byte); its errors are exceptions and
+    check_command parses without running."""
+    args = ["localize", "--map", str(sample / "map.pcd"), "--scans", str(sample / "scans"), "--init-from",
+            str(sample / "poses_tum.txt"), "--backend", backend, "--threads", "2", "--no-plot", "-q"]
+    assert ndtcu.run_command(args + ["--out", str(tmp_path / "py")]) == 0
+    subprocess.run([cli, *args, "--out", str(tmp_path / "cli")], check=True, capture_output=True)
+    for name in ("trajectory_tum.txt", "trajectory_kitti.txt"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+    summary = json.loads((tmp_path / "py" / "summary.json").read_text())
+    assert summary["frames"] == 10 and summary["backend"] == backend
+    assert (summary["cuda_device"] is None) == (backend == "cpu")
+    with pytest.raises(ndtcu.IoError, match="missing.pcd"):
+        ndtcu.run_command(["localize", "--map", str(tmp_path / "missing.pcd"), "--scans", str(sample / "scans"),
+                           "--out", str(tmp_path / "x"), "--no-plot", "-q"])
+    with pytest.raises(ValueError, match="--voxle"):
+        ndtcu.check_command(args[:5] + ["--voxle", "1"])
+    with pytest.raises(ValueError, match="--voxel: Value -1 not in range"):
+        ndtcu.check_command(args[:5] + ["--voxel", "-1"])
+    ndtcu.check_command(args + ["--out", str(tmp_path / "checked")])
+    assert not (tmp_path / "checked").exists()  # parsed, not run
+
+
+def test_device_setting():
+    assert ndtcu.AlignSettings().device == -1 and "device=-1" in repr(ndtcu.AlignSettings())
+    assert ndtcu.Aligner(backend="cpu", device=3).settings.device == 3  # the CPU backend runs on no device
+    with pytest.raises(ndtcu.Error, match="device: -2"):
+        ndtcu.Aligner(device=-2)
+    count = len(ndtcu.cuda_devices())
+    if count:
+        with pytest.raises(ndtcu.Error, match=f"device {count}: no such CUDA device \\({count}"):
+            ndtcu.Aligner(backend="cuda", device=count)
+
+
 def test_settings_presets_and_keywords():
     s = ndtcu.AlignSettings.preset("pcl")
     s.backend = "cpu"

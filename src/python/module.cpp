@@ -74,13 +74,13 @@ std::string shape_text(const nb::ndarray<Config...>& a) {
 }
 
 // A number as Python writes it (nan, inf, 1e-09), for messages.
-std::string number_text(double v) { return nb::cast<std::string>(nb::repr(nb::float_(v))); }
+std::string repr_text(double v) { return nb::cast<std::string>(nb::repr(nb::float_(v))); }
 
 // A time or another scalar that must be finite: a ValueError naming the argument
 // otherwise (a NaN time was taken, and predicted from, without a word).
 double finite_arg(double v, const char* name) {
   if (!std::isfinite(v)) {
-    throw nb::value_error((std::string(name) + ": expected a finite number, got " + number_text(v)).c_str());
+    throw nb::value_error((std::string(name) + ": expected a finite number, got " + repr_text(v)).c_str());
   }
   return v;
 }
@@ -228,7 +228,7 @@ Eigen::Matrix4d matrix_arg(nb::handle obj, const char* name) {
     for (int c = 0; c < 4; ++c) {
       m(r, c) = d[r * a.stride(0) + c * a.stride(1)];
       if (!std::isfinite(m(r, c))) {
-        throw nb::value_error((std::string(name) + ": non-finite value " + number_text(m(r, c)) + " at [" +
+        throw nb::value_error((std::string(name) + ": non-finite value " + repr_text(m(r, c)) + " at [" +
                                std::to_string(r) + ", " + std::to_string(c) + "]")
                                   .c_str());
       }
@@ -254,7 +254,7 @@ std::vector<Pose6> guesses_arg(nb::handle obj, const char* name) {
   const auto value = [&](std::size_t k, std::size_t i, std::size_t j, bool matrix) {
     const double v = matrix ? d[k * a.stride(0) + i * a.stride(1) + j * a.stride(2)] : d[k * a.stride(0) + i * a.stride(1)];
     if (!std::isfinite(v)) {
-      throw nb::value_error((std::string(name) + ": non-finite value " + number_text(v) + " at [" + std::to_string(k) +
+      throw nb::value_error((std::string(name) + ": non-finite value " + repr_text(v) + " at [" + std::to_string(k) +
                              ", " + std::to_string(i) + (matrix ? ", " + std::to_string(j) : std::string()) + "]")
                                 .c_str());
     }
@@ -551,7 +551,7 @@ NB_MODULE(_ndtcu, m) {
             if (v.size() != 6) throw nb::value_error("prior_pose: expected 6 values [x y z roll pitch yaw]");
             for (Eigen::Index i = 0; i < 6; ++i) {
               if (!std::isfinite(v(i))) {
-                throw nb::value_error(("prior_pose: non-finite value " + number_text(v(i)) + " at [" +
+                throw nb::value_error(("prior_pose: non-finite value " + repr_text(v(i)) + " at [" +
                                        std::to_string(i) + "]")
                                           .c_str());
               }
@@ -566,7 +566,7 @@ NB_MODULE(_ndtcu, m) {
             for (Eigen::Index r = 0; r < 6; ++r) {
               for (Eigen::Index q = 0; q < 6; ++q) {
                 if (!std::isfinite(v(r, q))) {
-                  throw nb::value_error(("prior_information: non-finite value " + number_text(v(r, q)) + " at [" +
+                  throw nb::value_error(("prior_information: non-finite value " + repr_text(v(r, q)) + " at [" +
                                          std::to_string(r) + ", " + std::to_string(q) + "]")
                                             .c_str());
                 }
@@ -997,7 +997,7 @@ NB_MODULE(_ndtcu, m) {
             for (Eigen::Index r = 0; r < 6; ++r) {
               for (Eigen::Index q = 0; q < 6; ++q) {
                 if (!std::isfinite(cov(r, q))) {
-                  throw nb::value_error(("covariance: non-finite value " + number_text(cov(r, q)) + " at [" +
+                  throw nb::value_error(("covariance: non-finite value " + repr_text(cov(r, q)) + " at [" +
                                          std::to_string(r) + ", " + std::to_string(q) + "]")
                                             .c_str());
                 }

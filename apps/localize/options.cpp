@@ -206,7 +206,7 @@ CLI::Option* add_recovery_options(CLI::App* cmd, LocalizeOptions& o) {
                       "to the first scan")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--no-plot", o.no_plot, "do not run scripts/plot_localization.py (the command is printed instead)");
+  cmd->add_flag("--no-plot", o.no_plot, "do not draw the plots (python3 -m ndtcu.plot OUT; the command is printed instead)");
   return max_time_difference;
 }
 

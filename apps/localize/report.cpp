@@ -27,20 +27,6 @@ namespace fs = std::filesystem;
 // A float as the double with its shortest decimal form (0.1f as 0.1, not 0.100000001).
 double as_double(float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); }
 
-// Where scripts/plot_localization.py is: $NDTCU_SCRIPTS_DIR, else the source tree's scripts/.
-std::optional<fs::path> plot_script() {
-  std::vector<fs::path> candidates;
-  if (const char* env = std::getenv("NDTCU_SCRIPTS_DIR")) candidates.emplace_back(env);
-#ifdef NDTCU_SCRIPTS_DIR
-  candidates.emplace_back(NDTCU_SCRIPTS_DIR);
-#endif
-  for (const auto& c : candidates) {
-    std::error_code ec;
-    if (fs::is_regular_file(c / "plot_localization.py", ec)) return c / "plot_localization.py";
-  }
-  return std::nullopt;
-}
-
 // The run (whether it ran to the end, and what it was run on), its counts and timings.
 void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
   const LocalizeOptions* o = &run.options;
@@ -311,23 +297,22 @@ std::string write_summary_and_plots(nlohmann::json& j, const LocalizeRun& run) {
   const InterruptWatch& interrupt = run.interrupt;
   const auto run_start = run.start;
   const fs::path out(o->out);
-  // Plots: run the script with a Python that has matplotlib: python3 on PATH, else the
-  // system's (/usr/bin/python3, which scripts/setup.sh gives python3-matplotlib; a PATH
-  // python3 from pyenv or a virtual environment often has no matplotlib). A missing
-  // plotter never fails the localization, it only leaves the command to run. The script
-  // reads summary.json for its titles, so the summary is written first and rewritten
-  // with the plots' paths once they exist.
-  const auto script = plot_script();
+  // Plots: run the installed package's plotter (python3 -m ndtcu.plot) with a Python that
+  // imports it and matplotlib: python3 on PATH, else the system's (/usr/bin/python3, which
+  // scripts/setup.sh gives python3-matplotlib; a PATH python3 from pyenv or a virtual
+  // environment often has no matplotlib). A missing plotter never fails the localization,
+  // it only leaves the command to run. The plotter reads summary.json for its titles, so
+  // the summary is written first and rewritten with the plots' paths once they exist.
   std::vector<std::string> pythons_passed_over;
   // A run stopped by a signal (or one that came after its last frame) draws no plots:
   // whoever sent it wants the program to end.
   const bool signalled = interrupt.received() != 0;
   const std::optional<std::string> python =
-      o->no_plot || signalled || !script ? std::nullopt
-                            : find_python_with_matplotlib({"python3", "/usr/bin/python3"}, &pythons_passed_over);
+      o->no_plot || signalled ? std::nullopt
+                              : find_python_importing({"python3", "/usr/bin/python3"}, {"matplotlib", "ndtcu.plot"},
+                                                      &pythons_passed_over);
   const std::string plot_cmd =
-      fmt::format("{} {} {}", python ? shell_quote(*python) : "python3",
-                  script ? shell_quote(script->string()) : "scripts/plot_localization.py", shell_quote(o->out));
+      fmt::format("{} -m ndtcu.plot {}", python ? shell_quote(*python) : "python3", shell_quote(o->out));
   j["files"] = {{"trajectory_tum", json_text((out / "trajectory_tum.txt").string())},
                 {"trajectory_kitti", json_text((out / "trajectory_kitti.txt").string())},
                 {"frames_csv", json_text((out / "frames.csv").string())},
@@ -347,13 +332,12 @@ std::string write_summary_and_plots(nlohmann::json& j, const LocalizeRun& run) {
   } else if (signalled) {
     plot_note = fmt::format("plots: not drawn ({} received); run {}", InterruptWatch::name(interrupt.received()),
                             plot_cmd);
-  } else if (!script) {
-    plot_note = "plots: plot_localization.py not found (set NDTCU_SCRIPTS_DIR); run " + plot_cmd;
   } else if (!python) {
-    plot_note = fmt::format("plots: python3 with matplotlib not available ({}); install python3-matplotlib and run {}",
+    plot_note = fmt::format("plots: python3 with matplotlib and the ndtcu package not available ({}); install "
+                            "python3-matplotlib and the package (pip install ., or PYTHONPATH=build/python) and run {}",
                             fmt::join(pythons_passed_over, ", "), plot_cmd);
   } else if (std::system((plot_cmd + " 1>&2").c_str()) != 0) {
-    plot_note = fmt::format("plots: the plot script failed ({}); run {}", *python, plot_cmd);
+    plot_note = fmt::format("plots: the plotter failed ({}); run {}", *python, plot_cmd);
   } else {
     const std::string a = (out / "trajectory.png").string(), b = (out / "frames.png").string();
     j["files"]["plots"] = {json_text(a), json_text(b)};

@@ -29,67 +29,56 @@ double as_double(float v) { return std::strtod(fmt::format("{}", v).c_str(), nul
 
 // The run (whether it ran to the end, and what it was run on), its counts and timings.
 void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
-  const LocalizeOptions* o = &run.options;
+  const LocalizeOptions& o = run.options;
   const AlignSettings& s = run.settings.localizer.align;
   const FrameTally& t = run.frames;
-  const std::size_t done = t.done, skipped = t.skipped, localized = t.localized, lost = t.lost,
-                    recovered = t.recovered, degenerate = t.degenerate, frame_count = t.frame_count;
-  const std::size_t odometry_used = t.odometry_used, odometry_missing = t.odometry_missing;
-  const int stopped_by = t.stopped_by;
-  const std::optional<std::size_t>& last_frame = t.last_frame;
-  const double loop_s = t.loop_s;
-  const Samples &latency = t.latency, &align_ms = t.align_ms, &iterations = t.iterations, &points = t.points,
-                &sigma_x = t.sigma_x, &sigma_y = t.sigma_y, &covariance_ms = t.covariance_ms;
-  const auto& bag = run.inputs.bag;
-  const std::string& bag_topic = run.inputs.bag_topic;
-  const auto& odometry = run.inputs.odometry;
-  const OutputFolder& folder = run.folder;
-  const std::size_t aligned = done - skipped;
+  const LocalizeInputs& in = run.inputs;
+  const std::size_t aligned = t.done - t.skipped;
   // The run: whether it ran to the end, and what it was run on (its settings below).
-  j["status"] = stopped_by != 0 ? "interrupted" : "complete";
-  j["last_frame"] = last_frame ? nlohmann::json(*last_frame) : nlohmann::json(nullptr);
+  j["status"] = t.stopped_by != 0 ? "interrupted" : "complete";
+  j["last_frame"] = t.last_frame ? nlohmann::json(*t.last_frame) : nlohmann::json(nullptr);
   j["run"] = {{"command", "ndtcu localize"},
               {"pid", ::getpid()},
-              {"started", folder.started()},
+              {"started", run.folder.started()},
               {"ended", nullptr},
-              {"signal", stopped_by != 0 ? nlohmann::json(InterruptWatch::name(stopped_by)) : nlohmann::json(nullptr)},
-              {"frames_listed", frame_count},
-              {"out", json_text(o->out)}};
+              {"signal", t.stopped_by != 0 ? nlohmann::json(InterruptWatch::name(t.stopped_by)) : nlohmann::json(nullptr)},
+              {"frames_listed", t.frame_count},
+              {"out", json_text(o.out)}};
   auto optional_text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : json_text(v); };
-  j["inputs"] = {{"map", json_text(o->map)},
-                 {"scans", json_text(o->scans)},
-                 {"topic", bag ? json_text(bag_topic) : nlohmann::json(nullptr)},
-                 {"reference", optional_text(o->reference)},
-                 {"init_from", optional_text(o->init_from)},
-                 {"odometry", optional_text(o->odometry)},
-                 {"odometry_topic", optional_text(o->odometry_topic)},
-                 {"config", optional_text(o->ndt.config)}};
-  j["frames"] = done;
+  j["inputs"] = {{"map", json_text(o.map)},
+                 {"scans", json_text(o.scans)},
+                 {"topic", in.bag ? json_text(in.bag_topic) : nlohmann::json(nullptr)},
+                 {"reference", optional_text(o.reference)},
+                 {"init_from", optional_text(o.init_from)},
+                 {"odometry", optional_text(o.odometry)},
+                 {"odometry_topic", optional_text(o.odometry_topic)},
+                 {"config", optional_text(o.ndt.config)}};
+  j["frames"] = t.done;
   j["aligned"] = aligned;
-  j["localized"] = localized;
-  j["lost"] = lost;
-  j["recovered"] = recovered;
-  j["degenerate"] = degenerate;
-  j["skipped"] = skipped;
-  j["odometry"] = odometry ? nlohmann::json{{"file", json_text(o->odometry.empty() ? o->scans : o->odometry)},
-                                            {"topic", o->odometry_topic.empty() ? nlohmann::json(nullptr)
-                                                                                : json_text(o->odometry_topic)},
-                                            {"poses", odometry->size()},
-                                            {"frames_predicted", odometry_used},
-                                            {"frames_outside", odometry_missing}}
-                           : nlohmann::json(nullptr);
-  j["fps"] = loop_s > 0 ? static_cast<double>(aligned) / loop_s : 0.0;
-  j["wall_s"] = loop_s;
-  j["latency_ms"] = stats_json(latency);
-  j["align_ms"] = stats_json(align_ms);
-  j["iterations"] = stats_json(iterations);
-  j["points_per_scan"] = stats_json(points);
+  j["localized"] = t.localized;
+  j["lost"] = t.lost;
+  j["recovered"] = t.recovered;
+  j["degenerate"] = t.degenerate;
+  j["skipped"] = t.skipped;
+  j["odometry"] = in.odometry ? nlohmann::json{{"file", json_text(o.odometry.empty() ? o.scans : o.odometry)},
+                                               {"topic", o.odometry_topic.empty() ? nlohmann::json(nullptr)
+                                                                                  : json_text(o.odometry_topic)},
+                                               {"poses", in.odometry->size()},
+                                               {"frames_predicted", t.odometry_used},
+                                               {"frames_outside", t.odometry_missing}}
+                              : nlohmann::json(nullptr);
+  j["fps"] = t.loop_s > 0 ? static_cast<double>(aligned) / t.loop_s : 0.0;
+  j["wall_s"] = t.loop_s;
+  j["latency_ms"] = stats_json(t.latency);
+  j["align_ms"] = stats_json(t.align_ms);
+  j["iterations"] = stats_json(t.iterations);
+  j["points_per_scan"] = stats_json(t.points);
   // sigma_x, sigma_y: square roots of the diagonal of covariance_xy (map frame).
   j["pose_covariance"] = {{"mode", to_string(s.pose_covariance)},
-                          {"frames_with_covariance", sigma_x.size()},
-                          {"sigma_x_m", stats_json(sigma_x)},
-                          {"sigma_y_m", stats_json(sigma_y)},
-                          {"time_ms", stats_json(covariance_ms)}};
+                          {"frames_with_covariance", t.sigma_x.size()},
+                          {"sigma_x_m", stats_json(t.sigma_x)},
+                          {"sigma_y_m", stats_json(t.sigma_y)},
+                          {"time_ms", stats_json(t.covariance_ms)}};
 }
 
 // The device the frames were aligned on, in words.
@@ -108,66 +97,59 @@ std::string device_name(const LocalizeRun& run) {
 
 // The map (with a tiled map, its tiles and updates) and the first pose.
 void add_map_json(nlohmann::json& j, const LocalizeRun& run) {
-  const LocalizeOptions* o = &run.options;
-  const auto& streamer = run.map.streamer;
-  const std::size_t map_swaps = run.frames.map_swaps;
-  const Samples& map_wait_ms = run.frames.map_wait_ms;
-  const std::size_t map_points_read = run.map.points_read, map_points = run.map.points, map_voxels = run.map.voxel_count;
-  const double map_load_ms = run.map.load_ms, map_build_ms = run.map.build_ms;
-  const auto& bag = run.inputs.bag;
-  const std::string& bag_topic = run.inputs.bag_topic;
-  const Eigen::Matrix4d& initial = run.inputs.initial;
-  const std::string& initial_source = run.inputs.initial_source;
+  const LocalizeOptions& o = run.options;
+  const FrameTally& t = run.frames;
+  const LocalizeInputs& in = run.inputs;
   nlohmann::json tiles_json = nullptr;
-  if (streamer) {
+  if (run.map.streamer) {
     // The counts of finished updates (one still running at the end is not counted).
-    const TiledMapStreamStats ts = streamer->stats();
+    const TiledMapStreamStats ts = run.map.streamer->stats();
     nlohmann::json skipped_json = nlohmann::json::array();
     for (const std::string& f : ts.skipped) skipped_json.push_back(json_text(f));
     tiles_json = {{"listed", ts.listed},
                   {"loaded", ts.loaded},
-                  {"radius_m", o->map_radius},
-                  {"update_distance_m", o->map_update_distance},
-                  {"memory_budget_mb", o->map_memory_mb},
+                  {"radius_m", o.map_radius},
+                  {"update_distance_m", o.map_update_distance},
+                  {"memory_budget_mb", o.map_memory_mb},
                   {"updates", ts.updates},
-                  {"swaps", map_swaps},
+                  {"swaps", t.map_swaps},
                   {"tiles_read", ts.tiles_read},
                   {"tiles_dropped", ts.tiles_dropped},
                   {"tiles_skipped", ts.skipped.size()},
                   {"skipped", skipped_json},
                   {"peak_loaded", ts.peak_loaded},
                   {"peak_mb", static_cast<double>(ts.peak_bytes) / 1e6},
-                  {"published_on_device", streamer->tiled_map()->publishes_on_device()},
+                  {"published_on_device", run.map.streamer->tiled_map()->publishes_on_device()},
                   {"device_peak_mb", static_cast<double>(ts.peak_device_bytes) / 1e6},
                   {"read_ms", ts.read_ms},
                   {"join_ms", ts.join_ms},
-                  {"wait_ms", stats_json(map_wait_ms)}};
+                  {"wait_ms", stats_json(t.map_wait_ms)}};
   }
-  j["map"] = {{"path", json_text(o->map)},
-              {"points_read", map_points_read},
-              {"points", map_points},
-              {"voxels", map_voxels},
-              {"load_ms", map_load_ms},
+  j["map"] = {{"path", json_text(o.map)},
+              {"points_read", run.map.points_read},
+              {"points", run.map.points},
+              {"voxels", run.map.voxel_count},
+              {"load_ms", run.map.load_ms},
               {"tiles", tiles_json},
-              {"build_ms", map_build_ms}};
-  j["scans"] = json_text(o->scans);
-  if (bag) j["topic"] = json_text(bag_topic);
-  const Pose6 ip = matrix_to_pose(initial);
-  j["initial_pose"] = {{"source", initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
+              {"build_ms", run.map.build_ms}};
+  j["scans"] = json_text(o.scans);
+  if (in.bag) j["topic"] = json_text(in.bag_topic);
+  const Pose6 ip = matrix_to_pose(in.initial);
+  j["initial_pose"] = {{"source", in.initial_source}, {"xyzrpy", {ip(0), ip(1), ip(2), ip(3), ip(4), ip(5)}}};
   // With --init-radius the pose is only the centre of the first frames' search.
-  j["initial_pose"]["search"] = o->init_radius > 0.0 ? nlohmann::json{{"radius_m", o->init_radius},
-                                                                    {"yaw_range_deg", o->init_yaw_range}}
-                                                   : nlohmann::json(nullptr);
+  j["initial_pose"]["search"] = o.init_radius > 0.0 ? nlohmann::json{{"radius_m", o.init_radius},
+                                                                   {"yaw_range_deg", o.init_yaw_range}}
+                                                  : nlohmann::json(nullptr);
 }
 
 // The settings in use: the NDT settings, then the localizer's and the run's.
 void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
-  const LocalizeOptions* o = &run.options;
+  const LocalizeOptions& o = run.options;
   const LocalizerSettings& ls = run.settings.localizer;
   const AlignSettings& s = ls.align;
   const Localizer& localizer = run.localizer;
   const double init_time_difference = run.settings.init_time_difference;
-  j["settings"] = ndt_settings_json(o->ndt.preset, s, o->ndt.config);
+  j["settings"] = ndt_settings_json(o.ndt.preset, s, o.ndt.config);
   j["settings"].update({{"min_range", ls.min_range},
                    {"max_range", ls.max_range},
                    {"voxel", ls.voxel_leaf},
@@ -175,7 +157,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"min_frame_points", ls.min_frame_points},
                    {"gpu_preprocess", ls.gpu_preprocess},
                    {"preprocess", localizer.preprocess_backend()},
-                   {"map_voxel", o->map_voxel},
+                   {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},
                    {"reject_max_iterations", ls.reject_max_iterations},
                    {"recovery_attempts", ls.recovery_attempts},
@@ -186,9 +168,9 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"motion_sigma", {ls.motion_translation_sigma, ls.motion_rotation_sigma}},
                    {"prediction_prior", ls.prediction_prior},
                    {"regularization_scale_factor", ls.regularization_scale_factor},
-                   {"odometry", o->odometry.empty() ? nlohmann::json(nullptr) : json_text(o->odometry)},
-                   {"odometry_topic", o->odometry_topic.empty() ? nlohmann::json(nullptr) : json_text(o->odometry_topic)},
-                   {"odometry_noise", o->odometry_noise},
+                   {"odometry", o.odometry.empty() ? nlohmann::json(nullptr) : json_text(o.odometry)},
+                   {"odometry_topic", o.odometry_topic.empty() ? nlohmann::json(nullptr) : json_text(o.odometry_topic)},
+                   {"odometry_noise", o.odometry_noise},
                    {"recovery", to_string(ls.recovery)},
                    {"search_nvtl_ratio", ls.search_nvtl_ratio},
                    {"rotation_search_range_deg", ls.rotation_search_range_deg},
@@ -197,82 +179,76 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"max_speed", ls.max_speed},
                    {"max_turn_rate_deg", ls.max_turn_rate_deg},
                    {"max_search_radius", ls.max_search_radius},
-                   {"map_radius", o->map_radius},
-                   {"map_update_distance", o->map_update_distance},
-                   {"max_time_difference", o->max_time_difference},
+                   {"map_radius", o.map_radius},
+                   {"map_update_distance", o.map_update_distance},
+                   {"max_time_difference", o.max_time_difference},
                    {"init_max_time_difference", init_time_difference},
-                   {"readers", o->readers},
-                   {"gpu_filter_in_line", o->gpu_filter_in_line},
-                   {"queue", o->queue}});
+                   {"readers", o.readers},
+                   {"gpu_filter_in_line", o.gpu_filter_in_line},
+                   {"queue", o.queue}});
 }
 
 // The evaluation against --reference (none without one): the matching, the success rate,
 // ATE and RPE, into the summary; returns their lines of the text summary.
 std::string add_evaluation(nlohmann::json& j, const LocalizeRun& run, Progress& progress) {
-  const LocalizeOptions* o = &run.options;
+  const LocalizeOptions& o = run.options;
   const FrameTally& t = run.frames;
-  const Trajectory& estimate = t.estimate;
-  const auto& estimate_pairs = t.estimate_pairs;
-  const std::size_t judged = t.judged, within = t.within, accepted_wrong = t.accepted_wrong;
   const LocalizeInputs& in = run.inputs;
-  const Trajectory& reference = in.reference;
-  const auto& matches = in.matches;
-  const std::string& matching = in.matching;
-  const ReferenceCheck& reference_check = in.reference_check;
-  const std::size_t unmatched_frames = in.unmatched_frames;
   std::string eval_text;
-  if (!o->reference.empty()) {
-    const AteStats ate = absolute_trajectory_error(estimate, reference, estimate_pairs);
-    const auto rpe = relative_pose_error(estimate, reference, {1.0, 5.0, 10.0}, estimate_pairs);
-    const std::size_t matched = matches.size() - unmatched_frames;
-    j["reference"] = {{"path", json_text(o->reference)}, {"poses", reference.size()}, {"matched_scans", matched},
-                      {"matching", matching}, {"out_of_order", reference_check.out_of_order},
-                      {"unmatched_frames", unmatched_frames}};
-    if (reference_check.out_of_order > 0) {
+  if (!o.reference.empty()) {
+    const AteStats ate = absolute_trajectory_error(t.estimate, in.reference, t.estimate_pairs);
+    const auto rpe = relative_pose_error(t.estimate, in.reference, {1.0, 5.0, 10.0}, t.estimate_pairs);
+    const std::size_t matched = in.matches.size() - in.unmatched_frames;
+    j["reference"] = {{"path", json_text(o.reference)}, {"poses", in.reference.size()}, {"matched_scans", matched},
+                      {"matching", in.matching}, {"out_of_order", in.reference_check.out_of_order},
+                      {"unmatched_frames", in.unmatched_frames}};
+    if (in.reference_check.out_of_order > 0) {
       eval_text += fmt::format("  WARNING     {} reference pose{} out of time order in {}; sorted by time\n",
-                               reference_check.out_of_order, reference_check.out_of_order == 1 ? "" : "s",
-                               o->reference);
+                               in.reference_check.out_of_order, in.reference_check.out_of_order == 1 ? "" : "s",
+                               o.reference);
     }
-    if (unmatched_frames > 0) {
+    if (in.unmatched_frames > 0) {
       eval_text += fmt::format("  WARNING     {} of {} frames matched no reference pose (matching by {}{}); they "
                                "are not in the success rate, ATE or RPE\n",
-                               unmatched_frames, matches.size(), matching,
-                               matching == "time" ? fmt::format(", within {} s", o->max_time_difference) : "");
+                               in.unmatched_frames, in.matches.size(), in.matching,
+                               in.matching == "time" ? fmt::format(", within {} s", o.max_time_difference) : "");
       progress.message(fmt::format("ndtcu: warning: {} of {} frames matched no pose of {} (matching by {}; counted "
                                    "in summary.json, reference.unmatched_frames)",
-                                   unmatched_frames, matches.size(), o->reference, matching));
+                                   in.unmatched_frames, in.matches.size(), o.reference, in.matching));
     }
     // Over every frame with a reference pose: the ATE below covers the localized ones only.
     j["success"] = {{"within_m", kSuccessRadius},
-                    {"frames", judged},
-                    {"succeeded", within},
-                    {"accepted_wrong", accepted_wrong},
+                    {"frames", t.judged},
+                    {"succeeded", t.within},
+                    {"accepted_wrong", t.accepted_wrong},
                     {"wrong_beyond_m", kWrongRadius},
-                    {"rate", judged > 0 ? nlohmann::json(static_cast<double>(within) / static_cast<double>(judged))
+                    {"rate", t.judged > 0 ? nlohmann::json(static_cast<double>(t.within) / static_cast<double>(t.judged))
                                         : nlohmann::json(nullptr)}};
-    eval_text += judged == 0 ? std::string("  success     none: no frame has a reference pose\n")
+    eval_text += t.judged == 0 ? std::string("  success     none: no frame has a reference pose\n")
                              : fmt::format("  success     {} of {} frames ({:.1f}%) within {} m of the reference "
-                                           "(lost, degenerate and skipped frames count as failures); {} accepted "
-                                           "more than {} m off\n",
-                                           within, judged, 100.0 * static_cast<double>(within) / static_cast<double>(judged),
-                                           kSuccessRadius, accepted_wrong, kWrongRadius);
+                                             "(lost, degenerate and skipped frames count as failures); {} accepted "
+                                             "more than {} m off\n",
+                                             t.within, t.judged,
+                                             100.0 * static_cast<double>(t.within) / static_cast<double>(t.judged),
+                                             kSuccessRadius, t.accepted_wrong, kWrongRadius);
     if (ate.pairs > 0) {
       j["ate"] = {{"pairs", ate.pairs}, {"rmse_m", ate.rmse_m}, {"mean_m", ate.mean_m},
                   {"median_m", ate.median_m}, {"max_m", ate.max_m}};
       eval_text += fmt::format("  ATE         RMSE {:.4f} m, mean {:.4f} m, median {:.4f} m, max {:.4f} m over {} localized poses "
                                "(matched by {}, no alignment)\n",
-                               ate.rmse_m, ate.mean_m, ate.median_m, ate.max_m, ate.pairs, matching);
+                               ate.rmse_m, ate.mean_m, ate.median_m, ate.max_m, ate.pairs, in.matching);
     } else {
       // No error to average: null, never a 0 that reads as a perfect run.
-      const std::string why = estimate.empty() ? "no localized frame"
-                                               : fmt::format("no localized frame matches a reference pose (matching by {})", matching);
+      const std::string why =
+          t.estimate.empty() ? "no localized frame"
+                             : fmt::format("no localized frame matches a reference pose (matching by {})", in.matching);
       j["ate"] = {{"pairs", 0}, {"rmse_m", nullptr}, {"mean_m", nullptr}, {"median_m", nullptr}, {"max_m", nullptr},
                   {"reason", why}};
       eval_text += fmt::format("  ATE         none: {}\n", why);
     }
     auto& jr = j["rpe"] = nlohmann::json::array();
     for (const auto& r : rpe) {
-      const std::string why = estimate.empty() ? "no localized frame" : "path too short";
+      const std::string why = t.estimate.empty() ? "no localized frame" : "path too short";
       jr.push_back({{"segment_m", r.segment_m}, {"pairs", r.pairs},
                     {"translation_percent", r.pairs > 0 ? nlohmann::json(r.translation_percent) : nlohmann::json(nullptr)},
                     {"rotation_deg_per_m", r.pairs > 0 ? nlohmann::json(r.rotation_deg_per_m) : nlohmann::json(nullptr)}});
@@ -282,9 +258,9 @@ std::string add_evaluation(nlohmann::json& j, const LocalizeRun& run, Progress& 
                                               "segments\n",
                                               r.segment_m, r.translation_percent, r.rotation_deg_per_m, r.pairs);
     }
-    if (ate.pairs == 0 && !estimate.empty()) {
+    if (ate.pairs == 0 && !t.estimate.empty()) {
       progress.message(fmt::format("ndtcu: warning: no localized scan matches a pose of {} (matching by {})",
-                                   o->reference, matching));
+                                   o.reference, in.matching));
     }
   }
   return eval_text;
@@ -293,10 +269,10 @@ std::string add_evaluation(nlohmann::json& j, const LocalizeRun& run, Progress& 
 // Writes summary.json with the files' paths, then draws the plots from it; returns the
 // summary's line about the plots.
 std::string write_summary_and_plots(nlohmann::json& j, const LocalizeRun& run) {
-  const LocalizeOptions* o = &run.options;
+  const LocalizeOptions& o = run.options;
   const InterruptWatch& interrupt = run.interrupt;
   const auto run_start = run.start;
-  const fs::path out(o->out);
+  const fs::path out(o.out);
   // Plots: run the installed package's plotter (python3 -m ndtcu.plot) with a Python that
   // imports it and matplotlib: python3 on PATH, else the system's (/usr/bin/python3, which
   // scripts/setup.sh gives python3-matplotlib; a PATH python3 from pyenv or a virtual
@@ -308,11 +284,11 @@ std::string write_summary_and_plots(nlohmann::json& j, const LocalizeRun& run) {
   // whoever sent it wants the program to end.
   const bool signalled = interrupt.received() != 0;
   const std::optional<std::string> python =
-      o->no_plot || signalled ? std::nullopt
-                              : find_python_importing({"python3", "/usr/bin/python3"}, {"matplotlib", "ndtcu.plot"},
-                                                      &pythons_passed_over);
+      o.no_plot || signalled ? std::nullopt
+                             : find_python_importing({"python3", "/usr/bin/python3"}, {"matplotlib", "ndtcu.plot"},
+                                                     &pythons_passed_over);
   const std::string plot_cmd =
-      fmt::format("{} -m ndtcu.plot {}", python ? shell_quote(*python) : "python3", shell_quote(o->out));
+      fmt::format("{} -m ndtcu.plot {}", python ? shell_quote(*python) : "python3", shell_quote(o.out));
   j["files"] = {{"trajectory_tum", json_text((out / "trajectory_tum.txt").string())},
                 {"trajectory_kitti", json_text((out / "trajectory_kitti.txt").string())},
                 {"frames_csv", json_text((out / "frames.csv").string())},
@@ -327,7 +303,7 @@ std::string write_summary_and_plots(nlohmann::json& j, const LocalizeRun& run) {
   };
   write_summary();
   std::string plot_note;
-  if (o->no_plot) {
+  if (o.no_plot) {
     plot_note = "plots: run " + plot_cmd;
   } else if (signalled) {
     plot_note = fmt::format("plots: not drawn ({} received); run {}", InterruptWatch::name(interrupt.received()),
@@ -350,55 +326,46 @@ std::string write_summary_and_plots(nlohmann::json& j, const LocalizeRun& run) {
 // Prints the summary: the JSON with --json, else a few lines of text.
 void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::string& device,
                    const std::string& eval_text, const std::string& plot_note, const GlobalOptions& global) {
-  const LocalizeOptions* o = &run.options;
+  const LocalizeOptions& o = run.options;
   const AlignSettings& s = run.settings.localizer.align;
   const Localizer& localizer = run.localizer;
-  const auto& streamer = run.map.streamer;
   const FrameTally& t = run.frames;
-  const std::size_t done = t.done, skipped = t.skipped, localized = t.localized, lost = t.lost,
-                    recovered = t.recovered, degenerate = t.degenerate, frame_count = t.frame_count;
-  const std::size_t odometry_used = t.odometry_used, odometry_missing = t.odometry_missing, map_swaps = t.map_swaps;
-  const int stopped_by = t.stopped_by;
-  const Samples &latency = t.latency, &iterations = t.iterations, &points = t.points, &sigma_x = t.sigma_x,
-                &sigma_y = t.sigma_y, &covariance_ms = t.covariance_ms, &map_wait_ms = t.map_wait_ms;
-  const std::string& odometry_source = run.inputs.odometry_source;
-  const std::size_t map_points = run.map.points, map_voxels = run.map.voxel_count;
   if (global.json) {
     std::cout << dump_json(j) << "\n";
   } else {
-    std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o->scans, o->out, o->map,
-                                   map_points, map_voxels, s.resolution);
+    std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o.scans, o.out, o.map,
+                                   run.map.points, run.map.voxel_count, s.resolution);
     text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} skipped of {}\n",
-                        localized, recovered, lost, degenerate, skipped, done);
+                        t.localized, t.recovered, t.lost, t.degenerate, t.skipped, t.done);
     if (!j["odometry"].is_null()) {
-      text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", odometry_used, odometry_source,
-                          odometry_missing);
+      text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", t.odometry_used,
+                          run.inputs.odometry_source, t.odometry_missing);
     }
-    if (streamer) {
-      const TiledMapStreamStats ts = streamer->stats();
+    if (run.map.streamer) {
+      const TiledMapStreamStats ts = run.map.streamer->stats();
       text += fmt::format("  tiles       {} of {} loaded at the end (at most {}, {:.1f} MB); {} updates, {} swapped in, "
                           "{} tiles read, {} dropped, {} skipped; frames waited {:.1f} ms at most\n",
                           ts.loaded, ts.listed, ts.peak_loaded, static_cast<double>(ts.peak_bytes) / 1e6, ts.updates,
-                          map_swaps, ts.tiles_read, ts.tiles_dropped, ts.skipped.size(), largest(map_wait_ms));
+                          t.map_swaps, ts.tiles_read, ts.tiles_dropped, ts.skipped.size(), largest(t.map_wait_ms));
     }
     text += fmt::format("  speed       {:.1f} fps ({} backend, {}); latency median {:.1f} ms, p95 {:.1f} ms, max "
                         "{:.1f} ms\n",
-                        j["fps"].get<double>(), localizer.backend(), device, percentile(latency, 0.5),
-                        percentile(latency, 0.95), largest(latency));
+                        j["fps"].get<double>(), localizer.backend(), device, percentile(t.latency, 0.5),
+                        percentile(t.latency, 0.95), largest(t.latency));
     text += fmt::format("  per scan    {:.0f} points after the filter ({}), {:.1f} iterations (medians)\n",
-                        percentile(points, 0.5), localizer.preprocess_backend(), percentile(iterations, 0.5));
-    if (s.pose_covariance != PoseCovariance::None && sigma_x.empty()) {
+                        percentile(t.points, 0.5), localizer.preprocess_backend(), percentile(t.iterations, 0.5));
+    if (s.pose_covariance != PoseCovariance::None && t.sigma_x.empty()) {
       text += fmt::format("  covariance  {}: no frame with a covariance\n", to_string(s.pose_covariance));
     } else if (s.pose_covariance != PoseCovariance::None) {
       text += fmt::format("  covariance  {} for {} frames: sigma x {:.4f} m, y {:.4f} m (medians), {:.2f} ms "
                           "(median)\n",
-                          to_string(s.pose_covariance), sigma_x.size(), percentile(sigma_x, 0.5),
-                          percentile(sigma_y, 0.5), percentile(covariance_ms, 0.5));
+                          to_string(s.pose_covariance), t.sigma_x.size(), percentile(t.sigma_x, 0.5),
+                          percentile(t.sigma_y, 0.5), percentile(t.covariance_ms, 0.5));
     }
     text += eval_text;
-    if (stopped_by != 0) {
-      text += fmt::format("  status      interrupted by {} after {} of {} frames\n", InterruptWatch::name(stopped_by),
-                          done, frame_count);
+    if (t.stopped_by != 0) {
+      text += fmt::format("  status      interrupted by {} after {} of {} frames\n", InterruptWatch::name(t.stopped_by),
+                          t.done, t.frame_count);
     }
     text += fmt::format("  files       trajectory_tum.txt, trajectory_kitti.txt (localized frames only), frames.csv, "
                         "summary.json\n");

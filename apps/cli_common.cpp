@@ -381,18 +381,28 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-std::optional<std::string> find_python_with_matplotlib(const std::vector<std::string>& candidates,
-                                                       std::vector<std::string>* passed_over) {
+std::optional<std::string> find_python_importing(const std::vector<std::string>& candidates,
+                                                 const std::vector<std::string>& modules,
+                                                 std::vector<std::string>* passed_over) {
   for (const auto& python : candidates) {
-    // Importing the package alone takes a fraction of a second (pyplot is what is slow).
-    const int status = std::system((shell_quote(python) + " -c 'import matplotlib' >/dev/null 2>&1").c_str());
+    // One import per run, so that the message names the module that failed (importing
+    // matplotlib alone takes a fraction of a second: pyplot is what is slow).
+    int status = 0;
+    std::string failed;
+    for (const auto& module : modules) {
+      status = std::system((shell_quote(python) + " -c " + shell_quote("import " + module) + " >/dev/null 2>&1").c_str());
+      if (status != 0) {
+        failed = module;
+        break;
+      }
+    }
     if (status == 0) return python;
     if (passed_over) {
       // The shell's 127 is "command not found", 126 "not executable".
       const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       passed_over->push_back(python + (code == 127 ? ": not found"
                                        : code == 126 ? ": not executable"
-                                                     : ": cannot import matplotlib"));
+                                                     : ": cannot import " + failed));
     }
   }
   return std::nullopt;

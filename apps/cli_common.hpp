@@ -51,12 +51,14 @@ std::string human_bytes(std::uint64_t bytes);
 /// `s` as one /bin/sh word (in single quotes), whatever bytes it holds.
 std::string shell_quote(const std::string& s);
 
-/// The first of `candidates` (a command looked up on PATH, or a path) that imports
-/// matplotlib (`CANDIDATE -c 'import matplotlib'` exits 0), or nullopt. Each candidate
-/// passed over is added to `passed_over` as "CANDIDATE: why" (not found, or no
-/// matplotlib), for a message that says what was tried.
-std::optional<std::string> find_python_with_matplotlib(const std::vector<std::string>& candidates,
-                                                       std::vector<std::string>* passed_over = nullptr);
+/// The first of `candidates` (a command looked up on PATH, or a path) that imports every
+/// one of `modules` (`CANDIDATE -c 'import MODULE'` exits 0 for each, in order), or
+/// nullopt. Each candidate passed over is added to `passed_over` as "CANDIDATE: why" (not
+/// found, not executable, or "cannot import MODULE" for the first module it failed), for a
+/// message that says what was tried.
+std::optional<std::string> find_python_importing(const std::vector<std::string>& candidates,
+                                                 const std::vector<std::string>& modules,
+                                                 std::vector<std::string>* passed_over = nullptr);
 
 /// Registers `name` (--origin) on `cmd`: the origin of the point clouds `what` names (their
 /// coordinates are kept in float32 relative to it): "auto" (the default: the per-axis median

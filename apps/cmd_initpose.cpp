@@ -42,20 +42,274 @@ std::string pose_text(const Pose6& p) {
                      p(5));
 }
 
-}  // namespace
+// The options a --config file sets unless the command line gives them.
+struct ConfigurableOptions {
+  CLI::Option* nvtl_threshold = nullptr;
+  CLI::Option* particles = nullptr;
+  CLI::Option* startup_trials = nullptr;
+};
 
-Command add_initpose(CLI::App& app, const GlobalOptions& global) {
-  auto o = std::make_shared<InitPoseOptions>();
-  auto* cmd = app.add_subcommand("initpose", "Find a scan's pose in a map near a rough pose (sweep of positions and yaws)");
-  cmd->add_option("--map", o->map, "map point cloud (.pcd, .ply, .bin), world frame")->required();
-  cmd->add_option("--scan", o->scan, "scan point cloud, sensor frame")->required();
-  add_origin_option(cmd, o->origin, "the map");
-  cmd->add_option("--around", o->around,
+ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
+  cmd->add_option("--map", o.map, "map point cloud (.pcd, .ply, .bin), world frame")->required();
+  cmd->add_option("--scan", o.scan, "scan point cloud, sensor frame")->required();
+  add_origin_option(cmd, o.origin, "the map");
+  cmd->add_option("--around", o.around,
                   "rough pose x,y,z,yaw (roll and pitch from the scan's ground plane, the map's z up) or "
                   "x,y,z,roll,pitch,yaw (m, rad); the sweep keeps its z (and roll and pitch when given)")
       ->required()
       ->delimiter(',')
       ->expected(4, 6);
+  cmd->add_option("--radius", o.search.radius, "search positions within this distance of --around (m)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--position-step", o.search.position_step, "grid spacing of the positions (m)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--yaw-range", o.search.yaw_range_deg, "yaws within +-DEG/2 of --around's (deg; 360 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 360.0));
+  cmd->add_option("--yaw-step", o.search.yaw_step_deg, "spacing of the yaws (deg)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  ConfigurableOptions given;
+  given.nvtl_threshold =
+      cmd->add_option("--nvtl-threshold", o.nvtl_threshold,
+                      "the pose is found when it converged, is not ambiguous and its NVTL reaches this")
+          ->capture_default_str();
+  cmd->add_option("--refine-count", o.search.refine_count, "distinct places of the coarse pass refined")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--coarse-iterations", o.search.coarse_iterations, "Newton iterations of the coarse pass")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxIterations));
+  cmd->add_option("--coarse-points", o.search.coarse_points,
+                  "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--method", o.method,
+                  "sweep: positions and yaws in batches, coarse to fine; tpe: Autoware's tree-structured Parzen "
+                  "estimator (particles around --around, yaw uniform, its startup particles as one batch)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sweep", "tpe"}));
+  given.particles = cmd->add_option("--particles", o.tpe.particles, "tpe: particles aligned in all")
+                               ->capture_default_str()
+                               ->check(CLI::Range(1, kMaxTpeParticles));
+  given.startup_trials =
+      cmd->add_option("--startup-trials", o.tpe.startup_trials, "tpe: of which drawn from the prior, in one batch")
+          ->capture_default_str()
+          ->check(CLI::Range(1, kMaxTpeParticles));
+  cmd->add_option("--proposal-batch", o.tpe.proposal_batch,
+                  "tpe: proposals aligned per batch after the startup (1 = Autoware's sequential search)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxTpeParticles));
+  cmd->add_option("--seed", o.tpe.seed, "tpe: seed of the particles")->capture_default_str();
+  cmd->add_option("--scan-voxel", o.scan_voxel, "voxel-filter the scan first (leaf, m; 0 = no)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--map-voxel", o.map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add_ndt_options(cmd, o.ndt);
+  add_config_option(cmd, o.ndt,
+                    ", the NVTL threshold (score_estimation.converged_param_nearest_voxel_transformation_likelihood) "
+                    "and, for --method tpe, initial_pose_estimation.particles_num and n_startup_trials");
+  return given;
+}
+
+// What a search read, built and found.
+struct InitPoseRun {
+  AlignSettings settings;
+  Pose6 around = Pose6::Zero();
+  bool tpe = false;
+  std::size_t map_points = 0, map_points_read = 0, scan_points = 0, scan_points_read = 0;
+  double load_ms = 0.0, map_ms = 0.0;
+  InitialPoseResult result;
+};
+
+// The settings (with the --config file's values where `given` says the command line did
+// not set them), the search's checks, then the clouds, the map and the search.
+InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
+  const std::optional<AutowareParams> config = load_autoware_params(o.ndt.config);
+  // The file's values, where the command line did not give the option.
+  if (config) {
+    if (config->nvtl_threshold && given.nvtl_threshold->count() == 0) o.nvtl_threshold = *config->nvtl_threshold;
+    if (config->particles && given.particles->count() == 0) o.tpe.particles = *config->particles;
+    if (config->startup_trials && given.startup_trials->count() == 0) {
+      o.tpe.startup_trials = *config->startup_trials;
+    }
+  }
+  InitPoseRun run;
+  AlignSettings& s = run.settings;
+  s = ndt_settings(o.ndt, config ? &*config : nullptr);
+  Pose6& around = run.around;
+  around = Pose6::Zero();
+  if (o.around.size() == 4) {
+    around << o.around[0], o.around[1], o.around[2], 0.0, 0.0, o.around[3];
+    o.search.level_from_ground = true;  // roll and pitch from the scan's ground
+  } else {
+    for (int i = 0; i < 6; ++i) around(i) = o.around[static_cast<std::size_t>(i)];
+  }
+  if (!around.allFinite()) throw Error("--around: every value must be finite");
+  // The search's settings are checked before any cloud is read: a refused search fails at once.
+  run.tpe = o.method == "tpe";
+  if (run.tpe) {
+    validate(o.tpe);
+  } else {
+    (void)initial_pose_hypotheses(around, o.search);
+  }
+
+  auto t0 = std::chrono::steady_clock::now();
+  PointCloud map = read_point_cloud(o.map, read_options_for_origin(o.origin));
+  PointCloud scan = read_point_cloud(o.scan);
+  run.map_points_read = map.size();
+  run.scan_points_read = scan.size();
+  if (o.map_voxel > 0) map = voxel_downsample(map, o.map_voxel);
+  if (o.scan_voxel > 0) scan = voxel_downsample(scan, o.scan_voxel);
+  run.load_ms = ms_since(t0);
+  run.map_points = map.size();
+  run.scan_points = scan.size();
+  Aligner aligner(s);
+  t0 = std::chrono::steady_clock::now();
+  aligner.set_target(map);
+  run.map_ms = ms_since(t0);
+  if (aligner.target()->size() == 0) {
+    throw Error(fmt::format("{}: the map has no usable voxel at resolution {}", o.map, s.resolution));
+  }
+
+  // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
+  run.result = run.tpe ? find_initial_pose_tpe(aligner, scan, around, o.tpe)
+                       : find_initial_pose(aligner, scan, around, o.search);
+  return run;
+}
+
+// The result as one JSON object.
+nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
+  const AlignSettings& s = run.settings;
+  const Pose6& around = run.around;
+  const InitialPoseResult& r = run.result;
+  const AlignResult& b = r.best;
+  nlohmann::json j;
+  j["method"] = o.method;
+  j["verdict"] = to_string(verdict(r, o.nvtl_threshold));
+  j["nvtl_threshold"] = o.nvtl_threshold;
+  j["xyzrpy"] = pose_json(b.pose);
+  j["nvtl"] = b.nvtl;
+  j["tp"] = b.tp;
+  j["score"] = b.score;
+  j["converged"] = b.converged;
+  j["reason"] = to_string(b.reason);
+  j["iterations"] = b.iterations;
+  j["hypotheses_aligned"] = r.hypotheses_aligned;
+  j["screened_hypotheses"] = r.screened_hypotheses;
+  j["coarse_hypotheses"] = r.coarse_hypotheses;
+  j["refined_hypotheses"] = r.refined_hypotheses;
+  j["time_ms"] = r.time_ms;
+  j["screen_ms"] = r.screen_ms;
+  j["coarse_ms"] = r.coarse_ms;
+  j["refine_ms"] = r.refine_ms;
+  j["has_rival"] = r.has_rival;
+  // NaN is not JSON: no rival prints null.
+  j["ambiguity_nvtl"] = r.has_rival ? nlohmann::json(r.ambiguity_nvtl) : nlohmann::json(nullptr);
+  j["rival_xyzrpy"] = r.has_rival ? pose_json(r.rival_pose) : nlohmann::json(nullptr);
+  j["ambiguous"] = r.ambiguous;
+  j["ambiguity_margin"] = o.search.ambiguity_margin;
+  j["around"] = pose_json(around);
+  if (run.tpe) {
+    j["search"] = {{"particles", o.tpe.particles},
+                   {"startup_trials", o.tpe.startup_trials},
+                   {"proposal_batch", o.tpe.proposal_batch},
+                   {"seed", o.tpe.seed}};
+  } else {
+    j["search"] = {{"radius", o.search.radius},
+                   {"position_step", o.search.position_step},
+                   {"yaw_range_deg", o.search.yaw_range_deg},
+                   {"yaw_step_deg", o.search.yaw_step_deg},
+                   {"coarse_iterations", o.search.coarse_iterations},
+                   {"refine_count", o.search.refine_count},
+                   {"coarse_points", o.search.coarse_points}};
+  }
+  j["leveled_from_ground"] = r.leveled;
+  j["scan_points"] = run.scan_points;
+  j["scan_points_read"] = run.scan_points_read;
+  j["map_points"] = run.map_points;
+  j["map_points_read"] = run.map_points_read;
+  j["target_voxels"] = b.target_voxels;
+  j["backend"] = b.backend;
+  j["load_ms"] = run.load_ms;
+  j["map_build_ms"] = run.map_ms;
+  j["settings"] = ndt_settings_json(o.ndt.preset, s, o.ndt.config);
+  return j;
+}
+
+// The result as text, with the ambiguity check spelled out.
+std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
+  const Pose6& around = run.around;
+  const InitialPoseResult& r = run.result;
+  const AlignResult& b = r.best;
+  std::string out = fmt::format("{} in {}, around {}\n", o.scan, o.map, pose_text(around));
+  out += fmt::format("  points      scan {} (of {} read), map {} (of {} read), {} voxels\n", run.scan_points,
+                     run.scan_points_read, run.map_points, run.map_points_read, b.target_voxels);
+  if (run.tpe) {
+    out += fmt::format("  tpe         {} startup particles (one batch) + {} proposed (batches of {}) = {} hypotheses "
+                       "aligned\n",
+                       r.coarse_hypotheses, r.refined_hypotheses, o.tpe.proposal_batch, r.hypotheses_aligned);
+  } else {
+    const std::string screen = r.screened_hypotheses == 0
+                                   ? std::string()
+                                   : fmt::format("{} screened ({:.1f} ms), the best ", r.screened_hypotheses, r.screen_ms);
+    out += fmt::format("  sweep       radius {} m at {} m, yaw range {} deg at {} deg: {}{} coarse ({} iterations) + {} "
+                       "refined = {} hypotheses aligned\n",
+                       o.search.radius, o.search.position_step, o.search.yaw_range_deg, o.search.yaw_step_deg,
+                       screen, r.coarse_hypotheses, o.search.coarse_iterations, r.refined_hypotheses,
+                       r.hypotheses_aligned);
+  }
+  out += fmt::format("  attitude    {}\n", r.leveled ? "roll and pitch from the scan's ground plane"
+                                                 : "roll and pitch of --around");
+  out += fmt::format("  pose        {}\n", pose_text(b.pose));
+  out += fmt::format("  fitness     NVTL {:.4f}, TP {:.4f}, {} after {} iterations ({})\n", b.nvtl, b.tp,
+                     b.converged ? "converged" : "not converged (no refined hypothesis converged)", b.iterations,
+                     to_string(b.reason));
+  out += fmt::format("  time        search {:.1f} ms ({} {:.1f} ms, {} {:.1f} ms, backend {}), map {:.1f} ms, "
+                     "load {:.1f} ms\n",
+                     r.time_ms, run.tpe ? "startup" : "coarse", r.coarse_ms, run.tpe ? "proposed" : "refine", r.refine_ms,
+                     b.backend, run.map_ms, run.load_ms);
+  if (r.has_rival) {
+    out += fmt::format("  rival       NVTL {:.4f} (winner - {:.4f}, margin {}) at {}\n", r.ambiguity_nvtl,
+                       b.nvtl - r.ambiguity_nvtl, o.search.ambiguity_margin, pose_text(r.rival_pose));
+  } else if (b.matched_points == 0) {
+    out += "  rival       none: no hypothesis met the map\n";
+  } else {
+    out += fmt::format("  rival       none: every hypothesis ended within {} m and {} deg of the winner\n",
+                       o.search.ambiguity_distance, o.search.ambiguity_angle_deg);
+  }
+  if (r.ambiguous) out += "  AMBIGUOUS: a distinct pose scores within the margin; not guessing\n";
+  const InitialPoseVerdict v = verdict(r, o.nvtl_threshold);
+  switch (v) {
+    case InitialPoseVerdict::Found:
+      out += fmt::format("  verdict     found (NVTL {:.4f} >= {})\n", b.nvtl, o.nvtl_threshold);
+      break;
+    case InitialPoseVerdict::Ambiguous: out += "  verdict     ambiguous: no pose to take\n"; break;
+    case InitialPoseVerdict::BelowThreshold:
+      out += fmt::format("  verdict     below the threshold (NVTL {:.4f} < {}): the best pose fits poorly; not a pose "
+                         "to take\n", b.nvtl, o.nvtl_threshold);
+      break;
+    case InitialPoseVerdict::NotConverged: out += "  verdict     not converged: no pose to take\n"; break;
+    case InitialPoseVerdict::LowOverlap:
+      out += fmt::format("  verdict     low overlap: {} of the scan's {} points met the map at the best pose; not a pose "
+                         "to take\n", b.matched_points, b.source_points);
+      break;
+    case InitialPoseVerdict::NoOverlap:
+      out += "  verdict     no overlap: the scan met no map voxel from any hypothesis (is --around in the map?)\n";
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+Command add_initpose(CLI::App& app, const GlobalOptions& global) {
+  auto o = std::make_shared<InitPoseOptions>();
+  auto* cmd = app.add_subcommand("initpose", "Find a scan's pose in a map near a rough pose (sweep of positions and yaws)");
+  const ConfigurableOptions given = add_initpose_options(cmd, *o);
   // Five values are neither form: a usage error, found while parsing.
   cmd->callback([o]() {
     if (o->around.size() != 4 && o->around.size() != 6) {
@@ -63,216 +317,13 @@ Command add_initpose(CLI::App& app, const GlobalOptions& global) {
                                                  std::to_string(o->around.size()));
     }
   });
-  cmd->add_option("--radius", o->search.radius, "search positions within this distance of --around (m)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--position-step", o->search.position_step, "grid spacing of the positions (m)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--yaw-range", o->search.yaw_range_deg, "yaws within +-DEG/2 of --around's (deg; 360 = all)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 360.0));
-  cmd->add_option("--yaw-step", o->search.yaw_step_deg, "spacing of the yaws (deg)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  auto* nvtl_threshold_option =
-      cmd->add_option("--nvtl-threshold", o->nvtl_threshold,
-                      "the pose is found when it converged, is not ambiguous and its NVTL reaches this")
-          ->capture_default_str();
-  cmd->add_option("--refine-count", o->search.refine_count, "distinct places of the coarse pass refined")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10000));
-  cmd->add_option("--coarse-iterations", o->search.coarse_iterations, "Newton iterations of the coarse pass")
-      ->capture_default_str()
-      ->check(CLI::Range(1, kMaxIterations));
-  cmd->add_option("--coarse-points", o->search.coarse_points,
-                  "points of the scan the coarse pass aligns at most (every k-th; 0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--method", o->method,
-                  "sweep: positions and yaws in batches, coarse to fine; tpe: Autoware's tree-structured Parzen "
-                  "estimator (particles around --around, yaw uniform, its startup particles as one batch)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sweep", "tpe"}));
-  auto* particles_option = cmd->add_option("--particles", o->tpe.particles, "tpe: particles aligned in all")
-                               ->capture_default_str()
-                               ->check(CLI::Range(1, kMaxTpeParticles));
-  auto* startup_trials_option =
-      cmd->add_option("--startup-trials", o->tpe.startup_trials, "tpe: of which drawn from the prior, in one batch")
-          ->capture_default_str()
-          ->check(CLI::Range(1, kMaxTpeParticles));
-  cmd->add_option("--proposal-batch", o->tpe.proposal_batch,
-                  "tpe: proposals aligned per batch after the startup (1 = Autoware's sequential search)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, kMaxTpeParticles));
-  cmd->add_option("--seed", o->tpe.seed, "tpe: seed of the particles")->capture_default_str();
-  cmd->add_option("--scan-voxel", o->scan_voxel, "voxel-filter the scan first (leaf, m; 0 = no)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--map-voxel", o->map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  add_ndt_options(cmd, o->ndt);
-  add_config_option(cmd, o->ndt,
-                    ", the NVTL threshold (score_estimation.converged_param_nearest_voxel_transformation_likelihood) "
-                    "and, for --method tpe, initial_pose_estimation.particles_num and n_startup_trials");
-
-  return [o, &global, nvtl_threshold_option, particles_option, startup_trials_option]() {
-    const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
-    // The file's values, where the command line did not give the option.
-    if (config) {
-      if (config->nvtl_threshold && nvtl_threshold_option->count() == 0) o->nvtl_threshold = *config->nvtl_threshold;
-      if (config->particles && particles_option->count() == 0) o->tpe.particles = *config->particles;
-      if (config->startup_trials && startup_trials_option->count() == 0) {
-        o->tpe.startup_trials = *config->startup_trials;
-      }
-    }
-    const AlignSettings s = ndt_settings(o->ndt, config ? &*config : nullptr);
-    Pose6 around = Pose6::Zero();
-    if (o->around.size() == 4) {
-      around << o->around[0], o->around[1], o->around[2], 0.0, 0.0, o->around[3];
-      o->search.level_from_ground = true;  // roll and pitch from the scan's ground
-    } else {
-      for (int i = 0; i < 6; ++i) around(i) = o->around[static_cast<std::size_t>(i)];
-    }
-    if (!around.allFinite()) throw Error("--around: every value must be finite");
-    // The search's settings are checked before any cloud is read: a refused search fails at once.
-    const bool tpe = o->method == "tpe";
-    if (tpe) {
-      validate(o->tpe);
-    } else {
-      (void)initial_pose_hypotheses(around, o->search);
-    }
-
-    auto t0 = std::chrono::steady_clock::now();
-    PointCloud map = read_point_cloud(o->map, read_options_for_origin(o->origin));
-    PointCloud scan = read_point_cloud(o->scan);
-    const std::size_t map_points_read = map.size(), scan_points_read = scan.size();
-    if (o->map_voxel > 0) map = voxel_downsample(map, o->map_voxel);
-    if (o->scan_voxel > 0) scan = voxel_downsample(scan, o->scan_voxel);
-    const double load_ms = ms_since(t0);
-    Aligner aligner(s);
-    t0 = std::chrono::steady_clock::now();
-    aligner.set_target(map);
-    const double map_ms = ms_since(t0);
-    if (aligner.target()->size() == 0) {
-      throw Error(fmt::format("{}: the map has no usable voxel at resolution {}", o->map, s.resolution));
-    }
-
-    // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
-    const InitialPoseResult r =
-        tpe ? find_initial_pose_tpe(aligner, scan, around, o->tpe) : find_initial_pose(aligner, scan, around, o->search);
-    const AlignResult& b = r.best;
+  return [o, &global, given]() {
+    const InitPoseRun run = run_initpose(*o, given);
     if (global.json) {
-      nlohmann::json j;
-      j["method"] = o->method;
-      j["verdict"] = to_string(verdict(r, o->nvtl_threshold));
-      j["nvtl_threshold"] = o->nvtl_threshold;
-      j["xyzrpy"] = pose_json(b.pose);
-      j["nvtl"] = b.nvtl;
-      j["tp"] = b.tp;
-      j["score"] = b.score;
-      j["converged"] = b.converged;
-      j["reason"] = to_string(b.reason);
-      j["iterations"] = b.iterations;
-      j["hypotheses_aligned"] = r.hypotheses_aligned;
-      j["screened_hypotheses"] = r.screened_hypotheses;
-      j["coarse_hypotheses"] = r.coarse_hypotheses;
-      j["refined_hypotheses"] = r.refined_hypotheses;
-      j["time_ms"] = r.time_ms;
-      j["screen_ms"] = r.screen_ms;
-      j["coarse_ms"] = r.coarse_ms;
-      j["refine_ms"] = r.refine_ms;
-      j["has_rival"] = r.has_rival;
-      // NaN is not JSON: no rival prints null.
-      j["ambiguity_nvtl"] = r.has_rival ? nlohmann::json(r.ambiguity_nvtl) : nlohmann::json(nullptr);
-      j["rival_xyzrpy"] = r.has_rival ? pose_json(r.rival_pose) : nlohmann::json(nullptr);
-      j["ambiguous"] = r.ambiguous;
-      j["ambiguity_margin"] = o->search.ambiguity_margin;
-      j["around"] = pose_json(around);
-      if (tpe) {
-        j["search"] = {{"particles", o->tpe.particles},
-                       {"startup_trials", o->tpe.startup_trials},
-                       {"proposal_batch", o->tpe.proposal_batch},
-                       {"seed", o->tpe.seed}};
-      } else {
-        j["search"] = {{"radius", o->search.radius},
-                       {"position_step", o->search.position_step},
-                       {"yaw_range_deg", o->search.yaw_range_deg},
-                       {"yaw_step_deg", o->search.yaw_step_deg},
-                       {"coarse_iterations", o->search.coarse_iterations},
-                       {"refine_count", o->search.refine_count},
-                       {"coarse_points", o->search.coarse_points}};
-      }
-      j["leveled_from_ground"] = r.leveled;
-      j["scan_points"] = scan.size();
-      j["scan_points_read"] = scan_points_read;
-      j["map_points"] = map.size();
-      j["map_points_read"] = map_points_read;
-      j["target_voxels"] = b.target_voxels;
-      j["backend"] = b.backend;
-      j["load_ms"] = load_ms;
-      j["map_build_ms"] = map_ms;
-      j["settings"] = ndt_settings_json(o->ndt.preset, s, o->ndt.config);
-      std::cout << dump_json(j) << "\n";
+      std::cout << dump_json(initpose_json(*o, run)) << "\n";
       return 0;
     }
-    std::string out = fmt::format("{} in {}, around {}\n", o->scan, o->map, pose_text(around));
-    out += fmt::format("  points      scan {} (of {} read), map {} (of {} read), {} voxels\n", scan.size(),
-                       scan_points_read, map.size(), map_points_read, b.target_voxels);
-    if (tpe) {
-      out += fmt::format("  tpe         {} startup particles (one batch) + {} proposed (batches of {}) = {} hypotheses "
-                         "aligned\n",
-                         r.coarse_hypotheses, r.refined_hypotheses, o->tpe.proposal_batch, r.hypotheses_aligned);
-    } else {
-      const std::string screen = r.screened_hypotheses == 0
-                                     ? std::string()
-                                     : fmt::format("{} screened ({:.1f} ms), the best ", r.screened_hypotheses, r.screen_ms);
-      out += fmt::format("  sweep       radius {} m at {} m, yaw range {} deg at {} deg: {}{} coarse ({} iterations) + {} "
-                         "refined = {} hypotheses aligned\n",
-                         o->search.radius, o->search.position_step, o->search.yaw_range_deg, o->search.yaw_step_deg,
-                         screen, r.coarse_hypotheses, o->search.coarse_iterations, r.refined_hypotheses,
-                         r.hypotheses_aligned);
-    }
-    out += fmt::format("  attitude    {}\n", r.leveled ? "roll and pitch from the scan's ground plane"
-                                                   : "roll and pitch of --around");
-    out += fmt::format("  pose        {}\n", pose_text(b.pose));
-    out += fmt::format("  fitness     NVTL {:.4f}, TP {:.4f}, {} after {} iterations ({})\n", b.nvtl, b.tp,
-                       b.converged ? "converged" : "not converged (no refined hypothesis converged)", b.iterations,
-                       to_string(b.reason));
-    out += fmt::format("  time        search {:.1f} ms ({} {:.1f} ms, {} {:.1f} ms, backend {}), map {:.1f} ms, "
-                       "load {:.1f} ms\n",
-                       r.time_ms, tpe ? "startup" : "coarse", r.coarse_ms, tpe ? "proposed" : "refine", r.refine_ms,
-                       b.backend, map_ms, load_ms);
-    if (r.has_rival) {
-      out += fmt::format("  rival       NVTL {:.4f} (winner - {:.4f}, margin {}) at {}\n", r.ambiguity_nvtl,
-                         b.nvtl - r.ambiguity_nvtl, o->search.ambiguity_margin, pose_text(r.rival_pose));
-    } else if (b.matched_points == 0) {
-      out += "  rival       none: no hypothesis met the map\n";
-    } else {
-      out += fmt::format("  rival       none: every hypothesis ended within {} m and {} deg of the winner\n",
-                         o->search.ambiguity_distance, o->search.ambiguity_angle_deg);
-    }
-    if (r.ambiguous) out += "  AMBIGUOUS: a distinct pose scores within the margin; not guessing\n";
-    const InitialPoseVerdict v = verdict(r, o->nvtl_threshold);
-    switch (v) {
-      case InitialPoseVerdict::Found:
-        out += fmt::format("  verdict     found (NVTL {:.4f} >= {})\n", b.nvtl, o->nvtl_threshold);
-        break;
-      case InitialPoseVerdict::Ambiguous: out += "  verdict     ambiguous: no pose to take\n"; break;
-      case InitialPoseVerdict::BelowThreshold:
-        out += fmt::format("  verdict     below the threshold (NVTL {:.4f} < {}): the best pose fits poorly; not a pose "
-                           "to take\n", b.nvtl, o->nvtl_threshold);
-        break;
-      case InitialPoseVerdict::NotConverged: out += "  verdict     not converged: no pose to take\n"; break;
-      case InitialPoseVerdict::LowOverlap:
-        out += fmt::format("  verdict     low overlap: {} of the scan's {} points met the map at the best pose; not a pose "
-                           "to take\n", b.matched_points, b.source_points);
-        break;
-      case InitialPoseVerdict::NoOverlap:
-        out += "  verdict     no overlap: the scan met no map voxel from any hypothesis (is --around in the map?)\n";
-        break;
-    }
-    std::cout << printable_lines(out);  // it names the files: no terminal commands
+    std::cout << printable_lines(initpose_text(*o, run));  // it names the files: no terminal commands
     return 0;
   };
 }

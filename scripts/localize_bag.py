@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 import ndtcu
-from written_whole import written_whole
+from ndtcu.written_whole import written_whole
 
 
 def read_tum(path):

@@ -4,7 +4,7 @@ to a new temporary file in the destination's folder, renamed onto the destinatio
 script stopped half-way leaves the old one; a link planted at the destination is replaced,
 never written through.
 
-    from written_whole import written_whole
+    from ndtcu.written_whole import written_whole
     with written_whole("out/frames.csv") as f:
         f.write("...")
 """

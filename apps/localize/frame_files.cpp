@@ -1,0 +1,97 @@
+// `ndtcu localize`: the row of frames.csv for one frame.
+#include "localize/frame_files.hpp"
+
+#include <ndtcu/localizability.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace ndtcu::cli::localize {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string csv_number(double v) { return fmt::format("{:.6f}", v); }
+
+}  // namespace
+
+std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* result, const StampedPose* reference,
+                           std::optional<double> error_m) {
+  std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
+  if (!result) {
+    row += fmt::format("skipped,0,0,1,,,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
+                       s.read_ms + s.preprocess_ms);
+  } else {
+    const auto& r = *result;
+    const auto& a = r.alignment;
+    const bool lost = r.status == FrameStatus::Lost;
+    row += fmt::format("{},{},{},0,{},{},{},{},{},{},{:.6f},{:.6f},{},{:.3f},{:.3f},{:.3f},{:.3f},", to_string(r.status),
+                       lost ? 1 : 0, r.status == FrameStatus::Recovered ? 1 : 0, s.points_read, r.points_used,
+                       a.iterations, r.attempts, r.iterations_total, r.evaluations, a.tp, a.nvtl, a.converged ? 1 : 0, s.read_ms, s.preprocess_ms,
+                       r.align_ms, s.read_ms + s.preprocess_ms + r.align_ms);
+    // A lost frame has no pose: the columns stay empty rather than hold a guess.
+    if (lost) {
+      row += ",,,,,,";
+    } else {
+      const Pose6 p = matrix_to_pose(r.pose);
+      for (int i = 0; i < 6; ++i) row += csv_number(p(i)) + ",";
+    }
+    for (int i = 0; i < 3; ++i) row += csv_number(r.prediction(i, 3)) + ",";
+  }
+  if (reference) {
+    const Eigen::Vector3d t = reference->pose.translation();
+    row += fmt::format("{},{},{},", csv_number(t.x()), csv_number(t.y()), csv_number(t.z()));
+  } else {
+    row += ",,,";
+  }
+  row += error_m ? csv_number(*error_m) : "";
+  // The x-y covariance of the accepted pose (m^2, map frame, as Autoware's estimator gives
+  // it); empty for skipped and lost frames and where there is none.
+  if (result && result->valid && result->alignment.covariance_valid) {
+    const Eigen::Matrix2d& c = result->alignment.covariance_xy;
+    row += fmt::format(",{:.6e},{:.6e},{:.6e}", c(0, 0), c(0, 1), c(1, 1));
+  } else {
+    row += ",,,";
+  }
+  // How the frame was recovered: the stage that gave (or last tried) the pose, the
+  // hypotheses its searches aligned and screened, and the last search's best rival.
+  if (result) {
+    const auto& r = *result;
+    row += fmt::format(",{},{},{},{},{}", r.stage, r.hypotheses, r.screened,
+                       std::isnan(r.ambiguity_nvtl) ? std::string() : fmt::format("{:.6f}", r.ambiguity_nvtl),
+                       r.ambiguous ? 1 : 0);
+  } else {
+    row += ",,,,,";
+  }
+  // How well the scan held each direction at the frame's alignment (ndtcu/localizability.hpp):
+  // the weakest eigenvalue's share of the strongest, the weak directions, and the weakest
+  // direction as a pose change [x y z roll pitch yaw] (m, rad) that moves the points 1 m RMS;
+  // empty without an analysis.
+  const Localizability* l = result && result->alignment.localizability.valid ? &result->alignment.localizability : nullptr;
+  if (l) {
+    row += fmt::format(",{:.6e},{},{}", l->weakest_ratio, l->weak, l->degenerate ? 1 : 0);
+    for (int i = 0; i < 6; ++i) row += fmt::format(",{:.5f}", l->directions(i, 0));
+  } else {
+    row += ",,,,,,,,,";
+  }
+  // The localizer's degeneracy probe (LocalizerSettings::degeneracy_probe_m): the directions
+  // it found the scan does not pin, and the accepted pose's NVTL minus its best probe's.
+  if (result && !std::isnan(result->probe_nvtl_drop)) {
+    row += fmt::format(",{},{:.6f}", result->degenerate_directions, result->probe_nvtl_drop);
+  } else {
+    row += ",,";
+  }
+  // Which check decided the frame, and the correction's Mahalanobis distance (squared)
+  // under the prediction's covariance (empty without one).
+  if (result) {
+    row += fmt::format(",{},{}", result->decided_by,
+                       std::isnan(result->mahalanobis2) ? std::string() : fmt::format("{:.4f}", result->mahalanobis2));
+  } else {
+    row += ",,";
+  }
+  return row + "\n";
+}
+
+}  // namespace ndtcu::cli::localize

@@ -1,0 +1,233 @@
+#pragma once
+// The Localizer's state (Localizer::Impl) and what a frame's stages share with it:
+// localizer.cpp holds the settings checks, the maps, the prediction and the preprocessing;
+// frame_attempts.cpp a frame's attempts, recovery searches and check.
+#include <ndtcu/initial_pose.hpp>
+#include <ndtcu/localizer.hpp>
+
+#include <Eigen/Eigenvalues>
+#include <Eigen/Geometry>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace ndtcu {
+
+namespace detail {
+
+class GpuFilterPool;  // localizer.cpp
+
+inline constexpr double kPi = 3.14159265358979323846;
+
+// A failed NDT run (empty source, no voxel, no correspondence, singular Hessian) gives no
+// pose at all; the others give one to check.
+inline bool has_pose(const AlignResult& r) {
+  return (r.reason == StopReason::Converged || r.reason == StopReason::MaxIterations) && r.transform.allFinite();
+}
+
+// The angles of a pose difference brought into (-pi, pi].
+inline Pose6 wrapped(Pose6 d) {
+  for (int a = 3; a < 6; ++a) d(a) = std::remainder(d(a), 2.0 * kPi);
+  return d;
+}
+
+// A covariance's pseudo-inverse: directions of (numerically) zero variance get zero
+// information, so they are left out of the gate and the prior rather than taken as certain.
+inline Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6, 6>& covariance) {
+  const Eigen::SelfAdjointEigenSolver<Eigen::Matrix<double, 6, 6>> eig(covariance);
+  const Eigen::Matrix<double, 6, 1> v = eig.eigenvalues();
+  const double floor = 1e-12 * std::max(v.cwiseAbs().maxCoeff(), 0.0);
+  Eigen::Matrix<double, 6, 1> inv = Eigen::Matrix<double, 6, 1>::Zero();
+  for (int i = 0; i < 6; ++i) {
+    if (v(i) > floor && v(i) > 0.0) inv(i) = 1.0 / v(i);
+  }
+  Eigen::Matrix<double, 6, 6> out = eig.eigenvectors() * inv.asDiagonal() * eig.eigenvectors().transpose();
+  return 0.5 * (out + out.transpose());
+}
+
+}  // namespace detail
+
+struct Localizer::Impl {
+  LocalizerSettings settings;
+  Aligner aligner;
+  bool initialized = false;
+  Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();  // the guess for the first frame
+  // The last two good poses and their times; `known` says how many there are (0-2). The
+  // initial pose is not one of them: it is a guess for the first frame, not a pose at a
+  // time, so the first velocity comes from the first two localized frames.
+  Eigen::Matrix4d last = Eigen::Matrix4d::Identity(), before_last = Eigen::Matrix4d::Identity();
+  double last_time = 0.0, before_last_time = 0.0;
+  int known = 0;
+  // The covariance of `last` (the frame's reported one): the motion model's prediction
+  // starts from it, so along a degenerate stretch's weak directions it keeps growing.
+  Eigen::Matrix<double, 6, 6> last_covariance = Eigen::Matrix<double, 6, 6>::Zero();
+  // The time of the first frame since set_initial_pose (NaN before it): before the first
+  // good pose, the searches widen with the time since then.
+  double first_time = std::numeric_limits<double>::quiet_NaN();
+  // set_initial_region's search, run on every frame until one is accepted.
+  std::optional<InitialPoseOptions> initial_search;
+  int consecutive_lost = 0;
+  // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
+  // settings.search_nvtl_ratio.
+  double typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+
+  // Where a retry starts: the last good pose, or the initial guess before the first one.
+  const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
+
+  // The searches' options: InitialPoseOptions' (32 places refined). A frame's searches
+  // start near the prediction, where few places compete, and every millisecond counts (on
+  // BALM at 1 Hz, an H100: 440-480 frames per second with 8, 300-360 with 16); but a
+  // narrow or sparse scan's right rotation ranks low after the coarse pass: with 16, the
+  // Livox Avia set's frame 5 (17 deg off, mostly in pitch) was lost after 1,734
+  // alignments and the simulator's Avia turns lost one frame; with 32 both are found, and
+  // the Livox run aligns 4,121 hypotheses instead of 5,829 (fewer frames go on to the
+  // position and wide searches).
+  InitialPoseOptions search_options;
+
+  // The rotation search's offsets (fixed by the settings): made once, not per lost frame.
+  std::vector<Eigen::Vector3d> turns =
+      settings.recovery == Recovery::Hypotheses
+          ? rotation_offsets(settings.rotation_search_range_deg, settings.rotation_search_step_deg)
+          : std::vector<Eigen::Vector3d>{};
+
+  // Stage 1a's turns about the vertical: those of `turns` about z alone (every
+  // rotation_search_step_deg up to rotation_search_range_deg either way; the centre, tried
+  // already, is not among them), applied about the map's vertical.
+  std::vector<Eigen::Vector3d> headings = [this] {
+    std::vector<Eigen::Vector3d> out;
+    for (const Eigen::Vector3d& v : turns) {
+      if (v.x() == 0.0 && v.y() == 0.0 && v.z() != 0.0) out.push_back(v);
+    }
+    return out;
+  }();
+
+  // Seconds from the last good pose (or, before the first, from the first frame) to `time`;
+  // 0 for stamps that do not increase.
+  double since_last_good(double time) const {
+    const double from = known > 0 ? last_time : first_time;
+    return std::isfinite(time) && std::isfinite(from) && time > from ? time - from : 0.0;
+  }
+
+  // The position searches' options for a frame `since` seconds after the last good pose
+  // at `radius` (m): yaws every 15 deg over +-(rotation range + turn rate x since), a 1 m
+  // grid (coarser only where a radius the settings allow would exceed the hypothesis limit).
+  InitialPoseOptions position_search(double radius, double since) const {
+    InitialPoseOptions o = search_options;
+    o.radius = radius;
+    o.yaw_range_deg = std::min(360.0, 2.0 * (settings.rotation_search_range_deg + settings.max_turn_rate_deg * since));
+    o.yaw_range_deg = std::max(o.yaw_range_deg, o.yaw_step_deg);
+    const double yaws = std::floor(o.yaw_range_deg / o.yaw_step_deg) + 1.0;
+    const double positions = static_cast<double>(o.max_hypotheses) / yaws;
+    o.position_step = std::max(1.0, 1.05 * radius * std::sqrt(detail::kPi / positions));
+    return o;
+  }
+
+  // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
+  std::unique_ptr<detail::GpuFilterPool> gpu_filters;
+
+  // One frame's attempts, retries and searches, and the check that decides it.
+  class FrameAttempts;
+
+  // Defined in localizer.cpp, where GpuFilterPool is.
+  Impl(const LocalizerSettings& s, CUstream_st* stream);
+  ~Impl();
+
+  // The motion model takes `pose` at `time` as its newest pose (a valid or a degenerate frame).
+  void advance(const Eigen::Matrix4d& pose, double time, const Eigen::Matrix<double, 6, 6>& covariance) {
+    last_covariance = covariance;
+    before_last = last;
+    before_last_time = last_time;
+    last = pose;
+    last_time = time;
+    known = std::min(known + 1, 2);  // before_last is meaningful from the second pose on
+    consecutive_lost = 0;
+  }
+
+  // Whether `nvtl` reaches settings.search_nvtl_ratio of what the accepted frames score.
+  bool typical(double nvtl) const {
+    return std::isnan(typical_nvtl) || nvtl >= settings.search_nvtl_ratio * typical_nvtl;
+  }
+
+  // The score check an alignment fails first ("no pose", "not converged", "matched
+  // ratio", "nvtl"), or null when it passes.
+  const char* failed_check(const AlignResult& r) const {
+    if (!detail::has_pose(r)) return "no pose";
+    if (settings.reject_max_iterations && !r.converged) return "not converged";
+    if (!(static_cast<double>(r.matched_points) >= settings.min_matched_ratio * static_cast<double>(r.source_points))) {
+      return "matched ratio";
+    }
+    return r.nvtl >= settings.nvtl_threshold ? nullptr : "nvtl";
+  }
+
+  bool accept(const AlignResult& r) const { return failed_check(r) == nullptr; }
+
+  // The constant-velocity prediction's covariance at `time`: the last pose's covariance
+  // plus standard deviations of motion_*_sigma per second since it (one frame gap, or 1 s,
+  // when the stamps do not increase). With one good pose only there is no velocity, and
+  // the prediction (that pose) can be off by whatever the sensor can move: max_speed and
+  // max_turn_rate_deg per second. Zero before the first good pose (no gate, no prior).
+  Eigen::Matrix<double, 6, 6> motion_covariance(double time) const {
+    Eigen::Matrix<double, 6, 6> c = Eigen::Matrix<double, 6, 6>::Zero();
+    if (known == 0) return c;
+    double dt = since_last_good(time);
+    if (!(dt > 0.0)) dt = known == 2 && last_time > before_last_time ? last_time - before_last_time : 1.0;
+    const bool velocity = known == 2;
+    const double t = (velocity ? settings.motion_translation_sigma : settings.max_speed) * dt;
+    const double r = (velocity ? settings.motion_rotation_sigma : settings.max_turn_rate_deg * detail::kPi / 180.0) * dt;
+    c.diagonal() << t * t, t * t, t * t, r * r, r * r, r * r;
+    return last_covariance + c;
+  }
+};
+
+// The frame's prediction and what the checks and the prior take from it.
+struct FramePrediction {
+  Eigen::Matrix4d pose;
+  Pose6 pose6;
+  Eigen::Matrix<double, 6, 6> covariance;
+  Eigen::Matrix<double, 6, 6> information;  // its pseudo-inverse
+  bool has_covariance;
+
+  FramePrediction(const Eigen::Matrix4d& p, const Eigen::Matrix<double, 6, 6>& c)
+      : pose(p), pose6(matrix_to_pose(p)), covariance(c), information(detail::information_of(c)),
+        has_covariance(!(c.array() == 0.0).all()) {}
+
+  // d' C^+ d of `r`'s correction from the prediction; NaN without a covariance or a pose.
+  double mahalanobis2(const AlignResult& r) const {
+    if (!has_covariance || !detail::has_pose(r)) return std::numeric_limits<double>::quiet_NaN();
+    const Pose6 d = detail::wrapped(r.pose - pose6);
+    return d.dot(information * d);
+  }
+};
+
+// Sets the aligner's prior for a frame's first attempt and retries, and removes it when the
+// frame goes on to its searches (or leaves, by an exception).
+class FramePrior {
+ public:
+  FramePrior(Aligner& aligner, const LocalizerSettings& s, const FramePrediction& p) : aligner_(aligner) {
+    PosePrior prior;
+    prior.pose = p.pose6;
+    if (s.prediction_prior && p.has_covariance) prior.information = p.information;
+    prior.regularization_scale_factor = s.regularization_scale_factor;
+    if (prior.active()) {
+      aligner_.set_prior(prior);
+      set_ = true;
+    }
+  }
+  ~FramePrior() { release(); }
+  FramePrior(const FramePrior&) = delete;
+  FramePrior& operator=(const FramePrior&) = delete;
+  void release() {
+    if (set_) aligner_.set_prior(PosePrior{});
+    set_ = false;
+  }
+
+ private:
+  Aligner& aligner_;
+  bool set_ = false;
+};
+
+}  // namespace ndtcu

@@ -1,0 +1,129 @@
+// The Python module: AlignResult and the Aligner.
+#include "common.hpp"
+
+using namespace nb::literals;
+
+namespace ndtcu::python {
+
+void define_align_result(nb::module_& m) {
+  nb::class_<AlignResult>(m, "AlignResult", "One alignment; field names as `ndtcu align --json`.")
+      .def_prop_ro("transform", [](const AlignResult& r) { return Eigen::Matrix4d(r.transform); })
+      .def_prop_ro("xyzrpy", [](const AlignResult& r) { return Eigen::VectorXd(r.pose); })
+      .def_ro("converged", &AlignResult::converged)
+      .def_prop_ro("reason", [](const AlignResult& r) { return std::string(to_string(r.reason)); })
+      .def_ro("iterations", &AlignResult::iterations)
+      .def_ro("score", &AlignResult::score)
+      .def_ro("tp", &AlignResult::tp)
+      .def_ro("nvtl", &AlignResult::nvtl)
+      .def_prop_ro("hessian", [](const AlignResult& r) { return Eigen::Matrix<double, 6, 6>(r.hessian); })
+      .def_ro("correspondences", &AlignResult::correspondences)
+      .def_ro("matched_points", &AlignResult::matched_points)
+      .def_ro("source_points", &AlignResult::source_points)
+      .def_ro("target_voxels", &AlignResult::target_voxels)
+      .def_ro("oscillation_count", &AlignResult::oscillation_count)
+      .def_prop_ro("localizability", [](const AlignResult& r) { return localizability_dict(r.localizability); },
+                   "How well the scan constrains each direction (ndtcu/localizability.hpp): eigenvalues "
+                   "ascending, directions one row per eigenvalue (the pose change [x y z roll pitch yaw] moving the points 1 m RMS), degenerate")
+      .def_prop_ro("degenerate", [](const AlignResult& r) { return r.localizability.degenerate; })
+      .def_ro("backend", &AlignResult::backend)
+      .def_prop_ro("time_ms", [](const AlignResult& r) { return r.timings.total_ms; })
+      .def_prop_ro("per_iteration_ms", [](const AlignResult& r) { return r.timings.per_iteration_ms; })
+      .def_prop_ro("evaluations", [](const AlignResult& r) { return r.timings.evaluations; })
+      .def_prop_ro("trace", &trace_list)
+      .def_prop_ro("covariance_mode", [](const AlignResult& r) { return std::string(to_string(r.covariance_mode)); })
+      .def_ro("covariance_valid", &AlignResult::covariance_valid)
+      .def_prop_ro("covariance", [](const AlignResult& r) { return Eigen::Matrix<double, 6, 6>(r.covariance); })
+      .def_prop_ro("covariance_xy", [](const AlignResult& r) { return Eigen::Matrix2d(r.covariance_xy); })
+      .def_prop_ro("covariance_ms", [](const AlignResult& r) { return r.timings.covariance_ms; })
+      .def("to_dict", &result_dict, "The fields as a dict (the JSON object's names)")
+      .def("__repr__", [](const AlignResult& r) {
+        return "AlignResult(xyzrpy=[" + std::to_string(r.pose(0)) + ", " + std::to_string(r.pose(1)) + ", " +
+               std::to_string(r.pose(2)) + ", " + std::to_string(r.pose(3)) + ", " + std::to_string(r.pose(4)) + ", " +
+               std::to_string(r.pose(5)) + "], converged=" + (r.converged ? "True" : "False") +
+               ", iterations=" + std::to_string(r.iterations) + ", nvtl=" + std::to_string(r.nvtl) + ")";
+      });
+}
+
+void define_aligner(nb::module_& m) {
+  nb::class_<PyAligner>(m, "Aligner", "Aligns scans to one target; holds the map and the worker threads.")
+      .def(
+          "__init__",
+          [](PyAligner* self, std::optional<AlignSettings> settings, const nb::kwargs& kwargs) {
+            const AlignSettings s = apply_kwargs(settings.value_or(autoware_preset()), kwargs, "Aligner");
+            new (self) PyAligner(s);
+          },
+          "settings"_a = nb::none(), "kwargs"_a,
+          "Settings from `settings` (default: the autoware preset) with keyword overrides, e.g. "
+          "Aligner(resolution=1.0, backend='cpu').")
+      .def_prop_ro("settings", [](const PyAligner& a) { return a.settings(); }, "the settings in use (a copy)")
+      .def_prop_ro("backend", [](const PyAligner& a) { return std::string(a.backend()); })
+      .def(
+          "set_target",
+          [](PyAligner& a, nb::handle target) {
+            if (nb::isinstance<VoxelMap>(target)) {
+              auto map = nb::cast<std::shared_ptr<VoxelMap>>(target);
+              Working working(a.mutex);
+              a.set_target(std::shared_ptr<const VoxelMap>(map));
+              return;
+            }
+            CloudArg c(target, "target");
+            Working working(a.mutex);
+            a.set_target(c.view());
+          },
+          "target"_a,
+          "Builds the target map from a PointCloud or float32 (N, 3) array (read where it lies, not copied), or uses a "
+          "VoxelMap.")
+      .def_prop_ro("target",
+                   [](PyAligner& a) {
+                     std::shared_ptr<const VoxelMap> t;
+                     {
+                       Working working(a.mutex);
+                       t = a.target();
+                     }
+                     return std::const_pointer_cast<VoxelMap>(t);
+                   })
+      .def(
+          "align",
+          [](PyAligner& a, nb::handle source, nb::handle guess) {
+            CloudArg c(source, "source");
+            nb::ndarray<> g;
+            if (!guess.is_none() && nb::try_cast(guess, g, false) && g.ndim() == 1) {
+              // A pose [x y z roll pitch yaw], used as given (Aligner::align_from_pose), as
+              // `ndtcu align --init` does.
+              const std::vector<Pose6> p = guesses_arg(guess.attr("reshape")(1, -1), "guess");
+              Working working(a.mutex);
+              return a.align_from_pose(c.view(), p.front());
+            }
+            const Eigen::Matrix4d m = guess.is_none() ? Eigen::Matrix4d::Identity() : matrix_arg(guess, "guess");
+            Working working(a.mutex);
+            return a.align(c.view(), m);
+          },
+          "source"_a, "guess"_a = nb::none(),
+          "Aligns `source` from `guess`: a 4x4 float64 transform (identity by default) or a (6,) float64 pose "
+          "[x y z roll pitch yaw] used as given. A float32 (N, 3) array is read where it lies, not copied.")
+      .def(
+          "evaluate",
+          [](PyAligner& a, nb::handle source, nb::handle transform) {
+            CloudArg c(source, "source");
+            const Eigen::Matrix4d t = matrix_arg(transform, "transform");
+            Working working(a.mutex);
+            return a.evaluate(c.view(), t);
+          },
+          "source"_a, "transform"_a, "Scores `source` at a fixed 4x4 pose, without iterating (an array is not copied).")
+      .def(
+          "align_batch",
+          [](PyAligner& a, nb::handle source, nb::handle guesses, bool trace, int max_iterations) {
+            CloudArg c(source, "source");
+            const std::vector<Pose6> g = guesses_arg(guesses, "guesses");
+            BatchOptions o;
+            o.trace = trace;
+            o.max_iterations = max_iterations;
+            Working working(a.mutex);
+            return a.align_batch(c.view(), g, o);
+          },
+          "source"_a, "guesses"_a, "trace"_a = false, "max_iterations"_a = 0,
+          "Aligns K hypotheses of one scan as one batch; guesses (K, 4, 4) transforms or (K, 6) poses. Each result "
+          "has the bits of align() from that guess. An array is not copied.");
+}
+
+}  // namespace ndtcu::python

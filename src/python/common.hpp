@@ -1,0 +1,217 @@
+#pragma once
+// What the files of the Python module share: the argument checks (points, paths, names,
+// transforms, guesses, settings as keyword arguments), results as dicts, the locked
+// Aligner and Localizer, and the define_*() function of each file, which module.cpp calls.
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
+#include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
+#include <ndtcu/initial_pose.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/point_cloud.hpp>
+#include <ndtcu/result.hpp>
+#include <ndtcu/rosbag.hpp>
+#include <ndtcu/settings.hpp>
+#include <ndtcu/trajectory.hpp>
+#include <ndtcu/version.hpp>
+#include <ndtcu/voxel_map.hpp>
+
+#include <nanobind/eigen/dense.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace ndtcu::python {
+
+// A dtype as numpy spells it, for messages.
+std::string dtype_name(const nb::dlpack::dtype& d);
+
+template <typename... Config>
+std::string shape_text(const nb::ndarray<Config...>& a) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+// A number as Python writes it (nan, inf, 1e-09), for messages.
+std::string repr_text(double v);
+
+// A time or another scalar that must be finite: a ValueError naming the argument
+// otherwise (a NaN time was taken, and predicted from, without a word).
+double finite_arg(double v, const char* name);
+
+// A path argument: str, bytes or os.PathLike (pathlib.Path), as os.fsencode spells it in
+// bytes: a str through the file-system encoding (a name that is not UTF-8, as os.listdir
+// gives it, comes back to its own bytes), bytes as they are.
+std::string path_arg(nb::handle obj, const char* name);
+
+// A path for Python: a str as os.fsdecode makes it (a name that is not UTF-8 keeps its
+// bytes as surrogates, and path_arg gives them back).
+nb::object path_out(const std::string& path);
+
+// A name from a bag (topic, message type, encoding): a str when it is UTF-8, as ROS
+// requires, else its bytes as the bag holds them (decoded as text, such a topic raised
+// UnicodeDecodeError and could be neither listed nor read). Given back as bytes, it
+// reaches the topic.
+nb::object name_out(const std::string& name);
+
+// A topic argument: a str (UTF-8) or the bytes of a name (as name_out gives a name that
+// is not UTF-8).
+std::string name_arg(nb::handle obj, const char* name);
+
+// A cloud argument: an ndtcu.PointCloud, or a checked float32 (N, 3) C-contiguous array
+// held (a reference to it) for as long as the argument lives. Destroy it with the GIL held
+// (declare it before a Working or gil_scoped_release): dropping the array's reference
+// needs the GIL.
+class CloudArg {
+ public:
+  CloudArg(nb::handle obj, const char* name) {
+    if (nb::isinstance<PointCloud>(obj)) {
+      given_ = nb::inst_ptr<PointCloud>(obj);
+      view_ = *given_;
+      return;
+    }
+    nb::ndarray<nb::ro> a;  // read-only arrays too: the points are only read
+    if (!nb::try_cast(obj, a, false)) {
+      throw nb::type_error((std::string(name) + ": expected a float32 numpy array of shape (N, 3) or an ndtcu.PointCloud, got " +
+                            nb::type_name(obj.type()).c_str())
+                               .c_str());
+    }
+    if (a.dtype() != nb::dtype<float>()) {
+      throw nb::type_error((std::string(name) + ": expected dtype float32, got " + dtype_name(a.dtype()) +
+                            " (convert with .astype(numpy.float32))")
+                               .c_str());
+    }
+    if (a.device_type() != nb::device::cpu::value) {
+      throw nb::type_error((std::string(name) + ": expected an array in host memory").c_str());
+    }
+    if (a.ndim() != 2 || a.shape(1) != 3) {
+      throw nb::value_error((std::string(name) + ": expected shape (N, 3), got " + shape_text(a)).c_str());
+    }
+    // Row stride 3 matters from two rows on, element stride 1 from one: a (1, 3) row of a
+    // transposed array is not three floats in a row.
+    if ((a.shape(0) > 0 && a.stride(1) != 1) || (a.shape(0) > 1 && a.stride(0) != 3)) {
+      throw nb::value_error((std::string(name) + ": the array is not C-contiguous (strides " + std::to_string(a.stride(0)) +
+                             ", " + std::to_string(a.stride(1)) + " elements; use numpy.ascontiguousarray)")
+                                .c_str());
+    }
+    array_ = a;
+    view_ = PointCloudView(static_cast<const Eigen::Vector3f*>(array_.data()), array_.shape(0));
+  }
+
+  // The points where they lie (the cloud's or the array's), origin included: what the
+  // calls that only read a scan take.
+  PointCloudView view() const { return view_; }
+
+  // The PointCloud given (with its intensities), or null for an array.
+  const PointCloud* given() const { return given_; }
+
+  // A PointCloud of its own, for PointCloud(...): a copy of the cloud given (intensities
+  // included), or of the array's points.
+  PointCloud take() const {
+    if (given_) return *given_;
+    PointCloud own;
+    own.points.assign(view_.begin(), view_.end());
+    return own;
+  }
+
+ private:
+  nb::ndarray<nb::ro> array_;  // keeps the array alive; empty for a PointCloud
+  PointCloudView view_;
+  const PointCloud* given_ = nullptr;
+};
+
+// A 4x4 float64 transform argument (any float64 layout; Eigen's caster copies it).
+Eigen::Matrix4d matrix_arg(nb::handle obj, const char* name);
+
+// Guesses: a (K, 4, 4) float64 array of transforms, or a (K, 6) one of poses
+// [x y z roll pitch yaw].
+std::vector<Pose6> guesses_arg(nb::handle obj, const char* name);
+
+// Settings given as keyword arguments: each key must be an attribute of the settings
+// object (a TypeError naming it otherwise, as a misspelt keyword argument would be).
+template <typename Settings>
+Settings apply_kwargs(const Settings& base, const nb::kwargs& kwargs, const char* what) {
+  nb::object o = nb::cast(base, nb::rv_policy::copy);
+  for (auto [key, value] : kwargs) {
+    if (!nb::hasattr(o, key)) {
+      throw nb::type_error((std::string(what) + ": unknown setting '" + nb::cast<std::string>(key) + "'").c_str());
+    }
+    nb::setattr(o, key, value);
+  }
+  return nb::cast<Settings>(o);
+}
+
+// The alignment's trace as a list of dicts, as the CLI's JSON "trace".
+nb::list trace_list(const AlignResult& r);
+
+// Localizability as a dict with the CLI's JSON names (condition None when infinite).
+nb::dict localizability_dict(const Localizability& l);
+
+// AlignResult as a dict with the CLI's JSON names.
+nb::dict result_dict(const AlignResult& r);
+
+// An enum setting exposed as its name (the CLI's spelling), set from a name.
+template <typename S, typename E>
+void enum_setting(nb::class_<S>& cls, const char* name, E S::*member, E (*parse)(const std::string&), const char* doc) {
+  cls.def_prop_rw(
+      name, [member](const S& s) { return std::string(to_string(s.*member)); },
+      [member, parse](S& s, const std::string& v) { s.*member = parse(v); }, doc);
+}
+
+// An Aligner and a Localizer as Python holds them: with a lock. The GIL is released while
+// they work, and each takes one call at a time (aligner.hpp, localizer.hpp), so two Python
+// threads sharing one would otherwise race; with the lock the second waits.
+struct PyAligner : Aligner {
+  using Aligner::Aligner;
+  std::mutex mutex;
+};
+struct PyLocalizer : Localizer {
+  using Localizer::Localizer;
+  std::mutex mutex;
+};
+
+// While a PyAligner or PyLocalizer works: the GIL released, then its lock taken (in this
+// order: a thread holding the lock and waiting for the GIL would otherwise deadlock with
+// one holding the GIL and waiting for the lock); on exit the lock goes first.
+class Working {
+ public:
+  explicit Working(std::mutex& m) : lock_(m) {}
+
+ private:
+  nb::gil_scoped_release release_;
+  std::lock_guard<std::mutex> lock_;
+};
+
+// Each registers one concept's classes and functions on the module `m` (module.cpp calls
+// them in this order: a type is registered before a default argument holds one).
+void define_errors(nb::module_& m);
+void define_devices(nb::module_& m);
+void define_cloud(nb::module_& m);
+void define_settings(nb::module_& m);
+void define_align_result(nb::module_& m);
+void define_aligner(nb::module_& m);
+void define_map(nb::module_& m);
+void define_initial_pose(nb::module_& m);
+void define_localizer_settings(nb::module_& m);
+void define_localizer(nb::module_& m);
+void define_rosbag(nb::module_& m);
+void define_pose(nb::module_& m);
+void define_command(nb::module_& m);  // command.cpp: run_command, check_command
+
+}  // namespace ndtcu::python

@@ -1,0 +1,178 @@
+// The Python module: LocalizerSettings, LocalizationResult and the Localizer.
+#include "common.hpp"
+
+using namespace nb::literals;
+
+namespace ndtcu::python {
+
+void define_localizer_settings(nb::module_& m) {
+  nb::class_<LocalizerSettings>(m, "LocalizerSettings", "Localizer settings (ndtcu's LocalizerSettings).")
+      .def(nb::init<>())
+      .def_rw("align", &LocalizerSettings::align, "the NDT settings (AlignSettings)")
+      .def_rw("min_range", &LocalizerSettings::min_range)
+      .def_rw("max_range", &LocalizerSettings::max_range)
+      .def_rw("voxel_leaf", &LocalizerSettings::voxel_leaf)
+      .def_rw("min_scan_points", &LocalizerSettings::min_scan_points)
+      .def_rw("min_frame_points", &LocalizerSettings::min_frame_points)
+      .def_rw("gpu_preprocess", &LocalizerSettings::gpu_preprocess)
+      .def_rw("nvtl_threshold", &LocalizerSettings::nvtl_threshold)
+      .def_rw("min_matched_ratio", &LocalizerSettings::min_matched_ratio)
+      .def_rw("reject_max_iterations", &LocalizerSettings::reject_max_iterations)
+      .def_prop_rw(
+          "recovery", [](const LocalizerSettings& s) { return std::string(to_string(s.recovery)); },
+          [](LocalizerSettings& s, const std::string& v) { s.recovery = recovery_from_string(v); },
+          "none|last-good|hypotheses")
+      .def_rw("recovery_attempts", &LocalizerSettings::recovery_attempts)
+      .def_rw("rotation_search_range_deg", &LocalizerSettings::rotation_search_range_deg)
+      .def_rw("rotation_search_step_deg", &LocalizerSettings::rotation_search_step_deg)
+      .def_rw("search_radius", &LocalizerSettings::search_radius)
+      .def_rw("max_speed", &LocalizerSettings::max_speed)
+      .def_rw("max_turn_rate_deg", &LocalizerSettings::max_turn_rate_deg)
+      .def_rw("max_search_radius", &LocalizerSettings::max_search_radius)
+      .def_rw("search_nvtl_ratio", &LocalizerSettings::search_nvtl_ratio)
+      .def_rw("max_prediction_scale", &LocalizerSettings::max_prediction_scale)
+      .def_rw("degeneracy_probe_m", &LocalizerSettings::degeneracy_probe_m)
+      .def_rw("degeneracy_margin", &LocalizerSettings::degeneracy_margin)
+      .def_rw("motion_translation_sigma", &LocalizerSettings::motion_translation_sigma)
+      .def_rw("motion_rotation_sigma", &LocalizerSettings::motion_rotation_sigma)
+      .def_rw("gate_chi2", &LocalizerSettings::gate_chi2)
+      .def_rw("prediction_prior", &LocalizerSettings::prediction_prior)
+      .def_rw("regularization_scale_factor", &LocalizerSettings::regularization_scale_factor);
+
+  nb::class_<LocalizationResult>(m, "LocalizationResult", "One frame of Localizer.localize.")
+      .def_prop_ro("pose", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.pose); }, "4x4 T_map_sensor")
+      .def_prop_ro("xyzrpy", [](const LocalizationResult& r) { return Eigen::VectorXd(matrix_to_pose(r.pose)); })
+      .def_ro("valid", &LocalizationResult::valid)
+      .def_prop_ro("status", [](const LocalizationResult& r) { return std::string(to_string(r.status)); },
+                   "'tracked', 'recovered', 'lost' or 'degenerate'")
+      .def_ro("degenerate_directions", &LocalizationResult::degenerate_directions)
+      .def_ro("probe_nvtl_drop", &LocalizationResult::probe_nvtl_drop)
+      .def_prop_ro("weakest_direction",
+                   [](const LocalizationResult& r) { return Eigen::VectorXd(r.weakest_direction); })
+      .def_prop_ro("prediction", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.prediction); })
+      .def_prop_ro("prediction_covariance",
+                   [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.prediction_covariance); })
+      .def_ro("mahalanobis2", &LocalizationResult::mahalanobis2)
+      .def_prop_ro("decided_by", [](const LocalizationResult& r) { return std::string(r.decided_by); },
+                   "which check decided the frame")
+      .def_ro("alignment", &LocalizationResult::alignment)
+      .def_ro("attempts", &LocalizationResult::attempts)
+      .def_ro("hypotheses", &LocalizationResult::hypotheses)
+      .def_ro("screened", &LocalizationResult::screened)
+      .def_prop_ro("stage", [](const LocalizationResult& r) { return std::string(r.stage); })
+      .def_ro("ambiguous", &LocalizationResult::ambiguous)
+      .def_ro("ambiguity_nvtl", &LocalizationResult::ambiguity_nvtl)
+      .def_ro("iterations_total", &LocalizationResult::iterations_total)
+      .def_ro("evaluations", &LocalizationResult::evaluations)
+      .def_ro("points_in", &LocalizationResult::points_in)
+      .def_ro("points_used", &LocalizationResult::points_used)
+      .def_ro("preprocess_ms", &LocalizationResult::preprocess_ms)
+      .def_ro("align_ms", &LocalizationResult::align_ms)
+      .def_prop_ro("covariance", [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.covariance); });
+}
+
+void define_localizer(nb::module_& m) {
+  nb::class_<PyLocalizer>(m, "Localizer", "Tracks a sensor in a fixed map, one scan at a time.")
+      .def(
+          "__init__",
+          [](PyLocalizer* self, std::optional<LocalizerSettings> settings, const nb::kwargs& kwargs) {
+            const LocalizerSettings s = apply_kwargs(settings.value_or(LocalizerSettings{}), kwargs, "Localizer");
+            new (self) PyLocalizer(s);
+          },
+          "settings"_a = nb::none(), "kwargs"_a,
+          "Settings from `settings` (default: LocalizerSettings()) with keyword overrides.")
+      .def_prop_ro("settings", [](const PyLocalizer& l) { return l.settings(); }, "the settings in use (a copy)")
+      .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(l.backend()); })
+      .def(
+          "set_map",
+          [](PyLocalizer& l, nb::handle map) {
+            if (nb::isinstance<VoxelMap>(map)) {
+              auto v = nb::cast<std::shared_ptr<VoxelMap>>(map);
+              Working working(l.mutex);
+              l.set_map(std::shared_ptr<const VoxelMap>(v));
+              return;
+            }
+            CloudArg c(map, "map");
+            Working working(l.mutex);
+            l.set_map(c.view());
+          },
+          "map"_a,
+          "The map: a PointCloud, a float32 (N, 3) array (world frame; read where it lies, not copied) or a VoxelMap.")
+      .def(
+          "set_initial_pose",
+          [](PyLocalizer& l, nb::handle pose) {
+            const Eigen::Matrix4d p = matrix_arg(pose, "pose");
+            Working working(l.mutex);
+            l.set_initial_pose(p);
+          },
+          "pose"_a,
+          "Starts tracking from the 4x4 T_map_sensor `pose`.")
+      .def(
+          "set_initial_region",
+          [](PyLocalizer& l, nb::handle around, double radius, double yaw_range_deg) {
+            const Eigen::Matrix4d a = matrix_arg(around, "around");
+            Working working(l.mutex);
+            l.set_initial_region(a, radius, yaw_range_deg);
+          },
+          "around"_a, "radius"_a, "yaw_range_deg"_a = 360.0,
+          "Starts tracking with an initial pose search near `around` until a frame is accepted.")
+      .def_prop_ro("initialized",
+                   [](PyLocalizer& l) {
+                     Working working(l.mutex);
+                     return l.initialized();
+                   })
+      .def(
+          "localize",
+          [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance) {
+            finite_arg(time, "time");
+            CloudArg c(scan, "scan");
+            if (prediction.is_none() != covariance.is_none()) {
+              throw nb::value_error("localize: give prediction and covariance together");
+            }
+            if (prediction.is_none()) {
+              Working working(l.mutex);
+              return c.given() ? l.localize(*c.given(), time) : l.localize(c.view(), time);
+            }
+            const Eigen::Matrix4d p = matrix_arg(prediction, "prediction");
+            const auto cov = nb::cast<Eigen::MatrixXd>(covariance);
+            if (cov.rows() != 6 || cov.cols() != 6) throw nb::value_error("localize: covariance must be 6x6");
+            for (Eigen::Index r = 0; r < 6; ++r) {
+              for (Eigen::Index q = 0; q < 6; ++q) {
+                if (!std::isfinite(cov(r, q))) {
+                  throw nb::value_error(("covariance: non-finite value " + repr_text(cov(r, q)) + " at [" +
+                                         std::to_string(r) + ", " + std::to_string(q) + "]")
+                                            .c_str());
+                }
+              }
+            }
+            const Eigen::Matrix<double, 6, 6> c6 = cov;
+            Working working(l.mutex);
+            if (c.given()) return l.localize(*c.given(), time, p, c6);
+            const PointCloud filtered = l.preprocess(c.view());
+            return l.localize_preprocessed(filtered, time, p, c6);
+          },
+          "scan"_a, "time"_a, "prediction"_a = nb::none(), "covariance"_a = nb::none(),
+          "Preprocesses and localizes one scan (sensor frame) taken at `time` (s, finite). The preprocessing crops and "
+          "downsamples the scan into a new cloud; an array is read where it lies. With `prediction` (4x4 "
+          "T_map_sensor, e.g. from odometry) and its 6x6 `covariance` ([x y z roll pitch yaw]), they replace the "
+          "constant-velocity prediction.")
+      .def(
+          "predict",
+          [](PyLocalizer& l, double time) {
+            finite_arg(time, "time");
+            Eigen::Matrix4d p;
+            {
+              Working working(l.mutex);
+              p = l.predict(time);
+            }
+            return p;
+          },
+          "time"_a,
+          "The constant-velocity prediction for a scan at `time`.")
+      .def_prop_ro("consecutive_lost", [](PyLocalizer& l) {
+        Working working(l.mutex);
+        return l.consecutive_lost();
+      });
+}
+
+}  // namespace ndtcu::python

@@ -390,7 +390,8 @@ class Localizer {
 
   /// Preprocesses `scan` (sensor frame) and localizes it. `time` (seconds) scales the
   /// constant-velocity prediction; equal or non-increasing times predict one frame's motion.
-  /// Throws Error before set_map / set_initial_pose, or for a non-finite point.
+  /// Throws Error before set_map / set_initial_pose, for a non-finite time (nothing changes),
+  /// or for a non-finite point.
   /// preprocess() crops and downsamples the scan, intensities included, into a new cloud,
   /// which is what gets aligned.
   LocalizationResult localize(const PointCloud& scan, double time);

@@ -5,6 +5,9 @@
 #include <ndtcu/error.hpp>
 #include <ndtcu/localizability.hpp>
 #include <ndtcu/pose_covariance.hpp>
+#include <ndtcu/text.hpp>
+
+#include <cmath>
 
 #include "../log.hpp"
 #include "../ndt/pose_search.hpp"
@@ -470,6 +473,9 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
   Impl& m = *impl_;
   if (!m.aligner.has_target()) throw Error("localizer: no map (call set_map first)");
   if (!m.initialized) throw Error("localizer: no initial pose (call set_initial_pose first)");
+  // A NaN or infinite stamp would become the motion model's last time and spoil every
+  // later prediction's time scaling; it is refused before anything changes.
+  if (!std::isfinite(time)) throw Error("localizer: frame time " + number_text(time) + " s is not finite");
   LocalizationResult out;
   out.points_in = filtered.size();
   out.points_used = filtered.size();

@@ -250,6 +250,9 @@ TEST_CASE("constant-velocity prediction scales with the time stamps", "[unit][lo
   REQUIRE(r1.valid);
   CHECK((r1.pose.topRightCorner<3, 1>() - pose_to_matrix(p1).topRightCorner<3, 1>()).norm() < 0.01);
   const Eigen::Matrix4d delta = r0.pose.inverse() * r1.pose;
+  // A non-finite stamp is refused and leaves the motion model as it was.
+  CHECK_THROWS_WITH(localizer.localize(map, std::nan("")), Catch::Contains("frame time nan s is not finite"));
+  CHECK_THROWS_WITH(localizer.localize(map, HUGE_VAL), Catch::Contains("frame time inf s is not finite"));
   // One frame ahead: exactly one more step of the last motion.
   CHECK((localizer.predict(0.2) - r1.pose * delta).cwiseAbs().maxCoeff() < 1e-9);
   // Two frames ahead (a frame lost in between): two steps. The rotation is exact; the

@@ -370,9 +370,11 @@ def run_fleet(manifest_path, out, address=None, gpus_per_run=1.0, cpus_per_run=1
                     if not ready and bar.tty:
                         bar.update()  # the ETA and the rate move while runs are under way
             except KeyboardInterrupt:
+                # The runs under way are not cancelled: a task whose owner disconnects is ended by
+                # Ray itself, and a forced cancel racing a task's reply can abort this driver in
+                # Ray's task manager before the report is written. Nothing a task does reaches DIR:
+                # its files come back to this driver, which writes them.
                 interrupted = True
-                for ref in pending:
-                    ray.cancel(ref, force=True)
                 bar.finish()
                 sys.stderr.write(f"fleet: interrupted; {len(pending)} run(s) not finished. Run the same command "
                                  f"again to finish them (finished runs are kept).\n")

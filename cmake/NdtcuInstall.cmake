@@ -1,10 +1,11 @@
 # install(EXPORT) + package config: find_package(ndtcu) then target_link_libraries(app ndtcu::ndtcu);
-# the simulator comes as ndtcu::sim (synthetic worlds for tests and evaluation), a separate
-# library that a localization stack need not link; the rosbag reader comes as ndtcu::rosbag.
+# trajectories, ATE/RPE and scan sequences come as ndtcu::eval and the simulator as ndtcu::sim
+# (synthetic worlds for tests and evaluation), separate libraries that a localization stack
+# need not link; the rosbag reader comes as ndtcu::rosbag.
 include(CMakePackageConfigHelpers)
 
 set(NDTCU_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ndtcu)
-install(TARGETS ndtcu ndtcu_sim ndtcu_rosbag EXPORT ndtcuTargets
+install(TARGETS ndtcu ndtcu_eval ndtcu_sim ndtcu_rosbag EXPORT ndtcuTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

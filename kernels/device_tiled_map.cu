@@ -6,7 +6,7 @@
 
 #include "../src/cuda/device_tiled_map.hpp"
 #include "../src/log.hpp"
-#include "../src/ndt/dense_voxel_index.hpp"
+#include "../src/map/dense_voxel_index.hpp"
 #include "../src/nvtx.hpp"
 
 #include <algorithm>

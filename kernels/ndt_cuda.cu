@@ -54,7 +54,7 @@
 #include "../src/cuda/cuda_backend.hpp"
 #include "../src/cuda/cuda_voxel_build.hpp"
 #include "../src/cuda/device_tiled_map.hpp"
-#include "../src/ndt/dense_voxel_index.hpp"
+#include "../src/map/dense_voxel_index.hpp"
 #include "../src/ndt/optimizer.hpp"
 #include "../src/log.hpp"
 #include "../src/nvtx.hpp"

@@ -32,7 +32,7 @@
 
 #include "../src/cuda/cuda_filter.hpp"
 #include "../src/cuda/device_scope.hpp"
-#include "../src/voxel_lattice.hpp"
+#include "../src/filters/voxel_lattice.hpp"
 
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>

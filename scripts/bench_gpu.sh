@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # The benchmark workloads of BENCHMARK.md, in one run, on a machine with a GPU:
-#   scripts/bench_gpu.sh BIN_DIR DATA_DIR OUT_DIR
-# BIN_DIR holds ndtcu and ndtcu_bench; with RUN set (a device bundle's `run` wrapper) the
-# programs are started as `$RUN NAME ARGS` instead,
-# DATA_DIR is the real-data folder, OUT_DIR receives one table per workload (and batch.json).
+#   scripts/bench_gpu.sh BUILD_DIR DATA_DIR OUT_DIR
+# BUILD_DIR is the build folder (ndtcu in BUILD_DIR/apps, ndtcu_bench in BUILD_DIR/bench); with
+# RUN set (a device bundle's `run` wrapper) the programs are started as `$RUN NAME ARGS`
+# instead, DATA_DIR is the real-data folder, OUT_DIR receives one table per workload (and
+# batch.json).
 set -euo pipefail
-bin=${1:?BIN_DIR}; data=${2:?DATA_DIR}; out=${3:?OUT_DIR}
+build=${1:?BUILD_DIR}; data=${2:?DATA_DIR}; out=${3:?OUT_DIR}
 run=${RUN:-}
 mkdir -p "$out"
 exe() {  # program name, then its arguments
-  if [[ -n $run ]]; then "$run" "$@"; else local name=$1; shift; "$bin/$name" "$@"; fi
+  if [[ -n $run ]]; then "$run" "$@"; return; fi
+  local name=$1; shift
+  local dir=apps
+  [[ $name == ndtcu ]] || dir=bench
+  "$build/$dir/$name" "$@"
 }
 bench() {  # name, then ndtcu_bench arguments
   local name=$1; shift

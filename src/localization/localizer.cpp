@@ -12,7 +12,7 @@
 #include "../log.hpp"
 #include "../nvtx.hpp"
 #include "../pose_matrix_check.hpp"
-#include "../voxel_lattice.hpp"
+#include "../filters/voxel_lattice.hpp"
 
 #include <fmt/format.h>
 

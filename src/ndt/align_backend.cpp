@@ -10,8 +10,8 @@
 #include "../log.hpp"
 #include "../nvtx.hpp"
 #include "../thread_pool.hpp"
-#include "../voxel_cells.hpp"
-#include "dense_voxel_index.hpp"
+#include "../map/voxel_cells.hpp"
+#include "../map/dense_voxel_index.hpp"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 
 #include "../log.hpp"
 #include "../nvtx.hpp"
-#include "../tiled_voxel_map_access.hpp"
+#include "../map/tiled_voxel_map_access.hpp"
 #include "align_backend.hpp"
 #include "evaluator.hpp"
 #include "optimizer.hpp"

@@ -7,7 +7,7 @@
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
 
-#include "dense_voxel_index.hpp"
+#include "../map/dense_voxel_index.hpp"
 #include "ndt_point.hpp"
 
 #include <Eigen/Core>

@@ -17,7 +17,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_voxel_build.hpp"
-#include "voxel_cells.hpp"
+#include "map/voxel_cells.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -9,7 +9,7 @@
 
 #include <ndtcu/voxel_map.hpp>
 
-#include "ndt/dense_voxel_index.hpp"
+#include "map/dense_voxel_index.hpp"
 #include "ndt/evaluator.hpp"
 #include "thread_pool.hpp"
 

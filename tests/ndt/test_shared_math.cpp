@@ -7,7 +7,7 @@
 
 #include <ndtcu/voxel_map.hpp>
 
-#include "ndt/dense_voxel_index.hpp"
+#include "map/dense_voxel_index.hpp"
 #include "ndt/evaluator.hpp"
 #include "ndt_point.hpp"
 #include "ndt_step.hpp"

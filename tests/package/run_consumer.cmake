@@ -1,6 +1,6 @@
 # Installs the build tree into a scratch prefix, then configures, builds and runs a tiny
-# consumer project that uses find_package(ndtcu), ndtcu::ndtcu and ndtcu::sim, and with
-# WITH_PCL find_package(ndtcu COMPONENTS pcl) and ndtcu::pcl (the PCL drop-in).
+# consumer project that uses find_package(ndtcu), ndtcu::ndtcu, ndtcu::eval and ndtcu::sim,
+# and with WITH_PCL find_package(ndtcu COMPONENTS pcl) and ndtcu::pcl (the PCL drop-in).
 file(REMOVE_RECURSE ${WORK})
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -24,6 +24,11 @@ run(${WORK}/build/consumer ${WORK}/cloud.pcd)
 message(STATUS "${last_output}")
 if(NOT last_output MATCHES "read 3 points")
   message(FATAL_ERROR "consumer output unexpected: ${last_output}")
+endif()
+run(${WORK}/build/consumer_eval ${WORK}/trajectory.txt)
+message(STATUS "${last_output}")
+if(NOT last_output MATCHES "ndtcu::eval: 5 pairs, ATE RMSE 0\\.1 m")
+  message(FATAL_ERROR "consumer_eval output unexpected: ${last_output}")
 endif()
 run(${WORK}/build/consumer_sim)
 message(STATUS "${last_output}")

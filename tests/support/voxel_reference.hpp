@@ -9,7 +9,7 @@
 
 #include <ndtcu/point_cloud.hpp>
 
-#include "voxel_lattice.hpp"
+#include "filters/voxel_lattice.hpp"
 
 #include <algorithm>
 #include <cmath>

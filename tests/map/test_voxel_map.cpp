@@ -1,7 +1,7 @@
 // VoxelMap statistics against a brute-force computation, both covariance conventions,
 // the map origin, the hash lookup, the dense index and the neighbour searches.
 #include "../support/test_support.hpp"
-#include "synthetic.hpp"
+#include "../ndt/synthetic.hpp"
 
 #include "ndt_point.hpp"
 #include "ndt_step.hpp"

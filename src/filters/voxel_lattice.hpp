@@ -3,7 +3,7 @@
 // leaf, and which index they get. voxel_downsample and the CUDA scan filter both take it
 // from here, so they agree on the cells, their order and the errors; the per-point index
 // arithmetic they share lives in kernels/voxel_grid_math.hpp.
-#include "../kernels/voxel_grid_math.hpp"
+#include "../../kernels/voxel_grid_math.hpp"
 
 #include <ndtcu/point_cloud.hpp>
 

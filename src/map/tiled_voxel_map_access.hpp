@@ -1,5 +1,5 @@
 #pragma once
-// What an aligner following a tiled map reads of it (src/tiled_voxel_map.cpp): the map it
+// What an aligner following a tiled map reads of it (src/map/tiled_voxel_map.cpp): the map it
 // last published, on the host or as its device twin. Safe to call from the aligner's
 // thread while the tiled map's owner changes and publishes it.
 #include <ndtcu/tiled_voxel_map.hpp>

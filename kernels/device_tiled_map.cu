@@ -386,15 +386,12 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
     const std::size_t voxels = m.slot_of.size();
     const std::size_t slots = m.used_slots;
     LookupBuffers& l = m.lookups[target_set];
-    math::VoxelGridView g{};
-    g.size = static_cast<std::int32_t>(voxels);
-    for (int i = 0; i < 3; ++i) {
-      g.mean[i] = a.mean[i].data();
-      g.centroid[i] = a.centroid[i].data();
-    }
-    for (int e = 0; e < 6; ++e) g.icov[e] = a.icov[e].data();
-    g.inv_resolution = m.inverse_resolution;
-    g.radius_sq = m.radius_squared;
+    const double* mean[3] = {a.mean[0].data(), a.mean[1].data(), a.mean[2].data()};
+    const float* centroid[3] = {a.centroid[0].data(), a.centroid[1].data(), a.centroid[2].data()};
+    const double* icov[6];
+    for (int e = 0; e < 6; ++e) icov[e] = a.icov[e].data();
+    math::VoxelGridView g =
+        math::voxel_grid_view(voxels, mean, icov, centroid, m.inverse_resolution, m.radius_squared);
     LatticeBox box;
     if (voxels) {
       int* hb = m.pinned_box.data();
@@ -431,9 +428,7 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
             a.keys.data(), slots, l.table_keys.data(), l.table_values.data(), capacity - 1);
         NDTCU_CUDA_CHECK_LAUNCH();
       }
-      g.table_keys = l.table_keys.data();
-      g.table_values = l.table_values.data();
-      g.table_mask = capacity - 1;
+      math::attach_hash(g, l.table_keys.data(), l.table_values.data(), capacity);
       st.lookup = VoxelLookup::Hash;
     }
     // Complete before it is published: the consumer switches without waiting, and the

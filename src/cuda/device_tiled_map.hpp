@@ -24,7 +24,7 @@
 // waits for on the device. So a version is never written while it may be read.
 #include <ndtcu/settings.hpp>
 
-#include "cuda_backend.hpp"
+#include "device_voxel_map.hpp"
 #include "cuda_voxel_build.hpp"
 #include "ndt_neighbours.hpp"
 

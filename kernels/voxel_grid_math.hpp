@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The per-point arithmetic of the range crop and the voxel filter, written once for the
-/// CPU filters (src/filters.cpp) and the CUDA scan filter (kernels/voxel_filter.cu).
+/// CPU filters (src/filters.cpp) and the CUDA scan filter (src/cuda/cuda_filter.cu).
 ///
 /// Both sides take the same text, with nvcc's contraction into FMA ruled out by the
 /// explicit _rn intrinsics (the host compiler builds ndtcu with -ffp-contract=off), so a

@@ -1,12 +1,11 @@
 #pragma once
 // The device lookups of a voxel map built on the device: the hash table (find_voxel's
 // open addressing) and the dense index over the occupied box, each filled by one thread
-// per voxel, and the voxels' arrays unpacked from the build's records. Shared by the CUDA
-// backend's maps taken from a GPU build (src/cuda/device_voxel_map.cu) and
-// the tiled map's device twin (device_tiled_map.cu), whose voxel arrays have free slots
-// (key kEmptyKey), skipped here.
+// per voxel. Shared by the CUDA backend's maps taken from a GPU build
+// (src/cuda/device_voxel_map.cu) and the tiled map's device twin
+// (src/cuda/device_tiled_map.cu), whose voxel arrays have free slots (key kEmptyKey),
+// skipped here.
 #include "ndt_neighbours.hpp"
-#include "voxel_statistics.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -48,26 +47,6 @@ __global__ void scatter_dense_kernel(const std::uint64_t* keys, std::size_t n, s
   const std::int64_t a = math::unpack_key(key, 0) - box.dense_min[0], b = math::unpack_key(key, 1) - box.dense_min[1],
                      c = math::unpack_key(key, 2) - box.dense_min[2];
   dense[math::dense_offset(a, b, c, box.dense_dims)] = static_cast<std::int32_t>(v);
-}
-
-// Where a device map's voxel arrays are written: VoxelGridView's pointers, writable.
-struct VoxelArrays {
-  double* mean[3];
-  double* icov[6];
-  float* centroid[3];
-};
-
-// The statistics of voxels built on the device (AoS, as the build computes them) into the
-// map's structure of arrays.
-__global__ void unpack_voxels_kernel(const VoxelResult* results, std::size_t n, VoxelArrays out) {
-  const std::size_t v = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (v >= n) return;
-  const VoxelResult& r = results[v];
-  for (int a = 0; a < 3; ++a) {
-    out.mean[a][v] = r.mean[a];
-    out.centroid[a][v] = r.centroid[a];
-  }
-  for (int e = 0; e < 6; ++e) out.icov[e][v] = r.icov[e];
 }
 
 }  // namespace

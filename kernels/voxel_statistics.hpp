@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// One voxel's normal distribution from its points, written once for the CPU map build
-/// (src/voxel_map.cpp) and the CUDA one (kernels/voxel_build.cu): the sums, the mean and
+/// (src/voxel_map.cpp) and the CUDA one (src/cuda/cuda_voxel_build.cu): the sums, the mean and
 /// covariance in both conventions, PCL's eigenvalue inflation with a 3x3 symmetric
 /// eigensolver, and the inverse. The arithmetic is unfused on both sides (ndt_hd.hpp), so
 /// a cell whose points are added in the same order gets the same bits on the CPU and the

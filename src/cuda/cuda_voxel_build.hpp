@@ -1,5 +1,5 @@
 #pragma once
-// The voxel map's cells built on the GPU (kernels/voxel_build.cu): the same cells, in the
+// The voxel map's cells built on the GPU (cuda_voxel_build.cu): the same cells, in the
 // same order, with the same bits as the CPU build (src/voxel_map.cpp), which both hand to
 // detail::VoxelCells for the map's assembly.
 #include <ndtcu/point_cloud.hpp>

@@ -4,6 +4,7 @@
 #include "cuda_voxel_build.hpp"
 #include "device_buffer.cuh"
 #include "device_tiled_map.hpp"
+#include "unpack_voxels.cuh"
 #include "voxel_lookup_build.cuh"
 
 #include "../log.hpp"

@@ -2,7 +2,7 @@
 // for the GPU tests.
 #include "reduce_probe.hpp"
 
-#include "../../kernels/device_buffer.cuh"
+#include "../../src/cuda/device_buffer.cuh"
 #include "../../kernels/fixed_order_reduce.cuh"
 
 namespace ndtcu::test {

@@ -66,12 +66,12 @@ int main(int argc, char** argv) {
         backend.set_source(src);
         {
           backend.configure(search, 0.55);
-          math::DerivativeSums sums = backend.evaluate(pose, true);  // warm-up
+          math::DerivativeSums sums = backend.evaluate(0, pose, true);  // warm-up
           std::vector<double> gpu_us, wall_us;
           for (int e = 0; e < evaluations; ++e) {
             backend.reset_telemetry();
             const auto t0 = std::chrono::steady_clock::now();
-            sums = backend.evaluate(pose, true);
+            sums = backend.evaluate(0, pose, true);
             wall_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
             gpu_us.push_back(1e3 * backend.telemetry().gpu_ms);
           }

@@ -1,19 +1,15 @@
 #pragma once
-// Deterministic reduction of a fixed-length double vector over a grid, in one launch.
-//
-// Every thread contributes a Vec<K> (for NDT: score, gradient, upper Hessian, counts).
-// Each block reduces its threads' vectors with cub::BlockReduce (a fixed tree for a given
-// block size) and stores one partial per block; the last block to finish (found with an
-// atomic ticket after a fence) sums the partials in a fixed order (per component, a warp:
-// strided lanes, then a shuffle tree) and writes the result. The order of every addition is therefore fixed by the launch shape alone,
-// not by scheduling: the same input gives the same bits, which atomicAdd on doubles
-// cannot promise. Doing the final pass in the last block instead of a second kernel saves
-// a launch per Newton iteration.
-#include <cub/block/block_reduce.cuh>
+// Deterministic reduction of fixed-length double vectors: a hypothesis's per-block
+// partial sums (score, gradient, upper Hessian, NVTL and counts) into its sums, by one
+// block in an order fixed by the number of partials alone, not by scheduling: the same
+// input gives the same bits, which atomicAdd on doubles cannot promise. The derivative
+// kernel writes the partials (one per block, block_partial in ndt_loop_kernels.cu); the
+// step kernel, the cooperative loop and the host-driven evaluations' reduce kernel sum
+// them here.
 
 namespace ndtcu::detail {
 
-/// A fixed-length vector of doubles that CUB can reduce.
+/// A fixed-length vector of doubles.
 template <int K>
 struct Vec {
   double v[K];
@@ -32,46 +28,28 @@ struct Vec {
   }
 };
 
-/// Scratch owned by the caller (sized once): one partial per block and a ticket counter
-/// that must be zero before the launch (the last block resets it for the next launch).
+/// Hypothesis sums from its `blocks` partials, by a whole block of 256 threads in a fixed
+/// order: thread t adds component t % 32 of partials t / 32, t / 32 + 8, ... in order (a
+/// warp reads whole partials, and every load is independent of the others), then thread c
+/// adds the 8 groups of component c in a fixed tree. The order depends on the block count
+/// alone. Every thread of the block calls it; `out` is written by threads 0 to K - 1.
 template <int K>
-struct ReduceScratch {
-  Vec<K>* partials;   ///< [gridDim.x]
-  unsigned* ticket;   ///< one counter, zero between launches
-  Vec<K>* result;     ///< one vector: the grid's sum
-};
-
-/// Called by every thread of the grid exactly once, with its contribution. BLOCK must be
-/// the launch's blockDim.x.
-template <int K, int BLOCK>
-__device__ void reduce_grid_fixed_order(const Vec<K>& mine, ReduceScratch<K> scratch) {
-  static_assert(BLOCK % 32 == 0, "whole warps");
-  using BlockReduce = cub::BlockReduce<Vec<K>, BLOCK, cub::BLOCK_REDUCE_WARP_REDUCTIONS>;
-  __shared__ typename BlockReduce::TempStorage storage;
-  __shared__ bool is_last;
-  Vec<K> block_sum = BlockReduce(storage).Sum(mine);
-  if (threadIdx.x == 0) {
-    scratch.partials[blockIdx.x] = block_sum;
-    __threadfence();  // the partial is visible to the grid before the ticket is taken
-    unsigned done = atomicAdd(scratch.ticket, 1u);
-    is_last = (done == gridDim.x - 1);
+__device__ void reduce_partials(const Vec<K>* partials, int blocks, double* out) {
+  static_assert(K <= 32, "one component per lane, 8 groups of 32 lanes (256 threads)");
+  constexpr int kGroups = 8;
+  __shared__ double group[kGroups][32];
+  const int c = threadIdx.x % 32, g = threadIdx.x / 32;
+  double s = 0.0;
+  if (c < K) {
+    for (int b = g; b < blocks; b += kGroups) s += partials[b].v[c];
+  }
+  group[g][c] = s;
+  __syncthreads();
+  if (threadIdx.x < K) {
+    const double* v = &group[0][threadIdx.x];
+    out[threadIdx.x] = ((v[0] + v[32]) + (v[64] + v[96])) + ((v[128] + v[160]) + (v[192] + v[224]));
   }
   __syncthreads();
-  if (!is_last) return;
-  __threadfence();  // see every other block's partial
-  // Component i is summed by one warp: lane l adds blocks l, l + 32, l + 64, ... in order,
-  // then a fixed shuffle tree adds the 32 lanes. The order depends on gridDim.x only, and
-  // the dependent chain is gridDim.x / 32 long instead of gridDim.x.
-  constexpr int kWarps = BLOCK / 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int i = warp; i < K; i += kWarps) {
-    double s = 0.0;
-    for (unsigned b = lane; b < gridDim.x; b += 32) s += static_cast<volatile double*>(scratch.partials[b].v)[i];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_down_sync(0xffffffffu, s, offset);
-    if (lane == 0) scratch.result->v[i] = s;
-  }
-  if (threadIdx.x == 0) *scratch.ticket = 0u;
 }
 
 }  // namespace ndtcu::detail

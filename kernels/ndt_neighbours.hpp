@@ -7,6 +7,7 @@
 
 #include "ndt_hd.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <math.h>
 
@@ -82,6 +83,32 @@ struct VoxelGridView {
   std::int64_t dense_min[3];   ///< lattice cell of dense[0]
   std::int64_t dense_dims[3];  ///< box size in cells along x, y, z
 };
+
+/// The view of a map's voxel arrays (structure of arrays, `size` voxels, device or host
+/// memory alike): the one place a VoxelGridView is put together, for the CPU backend's
+/// maps, the device's and a tiled map's versions. Its lookups are attached after it:
+/// attach_hash, and a dense index (DenseVoxelIndex::attach).
+inline VoxelGridView voxel_grid_view(std::size_t size, const double* const* mean, const double* const* icov,
+                                     const float* const* centroid, float inv_resolution, float radius_sq) {
+  VoxelGridView g{};
+  g.size = static_cast<std::int32_t>(size);
+  for (int a = 0; a < 3; ++a) {
+    g.mean[a] = mean[a];
+    g.centroid[a] = centroid[a];
+  }
+  for (int e = 0; e < 6; ++e) g.icov[e] = icov[e];
+  g.inv_resolution = inv_resolution;
+  g.radius_sq = radius_sq;
+  return g;
+}
+
+/// Attaches a hash table of `capacity` slots (a power of two; 0: none) to `g`.
+inline void attach_hash(VoxelGridView& g, const std::uint64_t* keys, const std::int32_t* values,
+                        std::size_t capacity) {
+  g.table_keys = keys;
+  g.table_values = values;
+  g.table_mask = capacity == 0 ? 0 : capacity - 1;
+}
 
 /// Entry of box cell (a, b, c) (cells from the box's lowest corner) in a dense index over
 /// a box of `dims` cells: x fastest, then y, then z.

@@ -27,9 +27,18 @@ NDTCU_HD inline T accumulate_voxel(const VoxelGridView& g, std::int32_t v, const
   return accumulate_pair(q, icov, J, H, pt.d1, pt.d2, with_hessian, sums);
 }
 
+/// A matched point's own terms, once per point after its pairs: its best score term to
+/// the NVTL sum (Autoware's nearest-voxel transformation likelihood), its `pairs` to the
+/// correspondences and one matched point. The CPU's sums are double, a GPU thread's Real.
+template <typename T, typename S>
+NDTCU_HD inline void add_point_terms(T best, int pairs, S* sums) {
+  sums[kNvtlSum] += static_cast<S>(best);
+  sums[kCorrespondences] += static_cast<S>(pairs);
+  sums[kPointsMatched] += S(1);
+}
+
 /// The pairs of transformed point `tp` with its `n` > 0 voxels `nb` (in find_neighbours'
-/// order), then the point's best score term to the NVTL sum (Autoware's nearest-voxel
-/// transformation likelihood) and its counts. The same terms as accumulate_voxel pair by
+/// order), then the point's own terms (add_point_terms). The same terms as accumulate_voxel pair by
 /// pair, added in the same order, but every pair's exponential is taken first: the exp
 /// calls are then independent and overlap, where each would otherwise wait for the
 /// previous pair's derivatives (measured: 10-15% of a CPU evaluation). Meant for the CPU:
@@ -48,9 +57,7 @@ NDTCU_HD inline void accumulate_neighbours(const VoxelGridView& g, const std::in
     const T s = accumulate_pair_terms(q[k], icov[k], cq[k], e[k], J, H, pt.d1, pt.d2, with_hessian, sums);
     if (s > best) best = s;
   }
-  sums[kNvtlSum] += static_cast<double>(best);
-  sums[kCorrespondences] += static_cast<double>(n);
-  sums[kPointsMatched] += 1.0;
+  add_point_terms(best, n, sums);
 }
 
 /// A source point's voxels: the transformed point and find_neighbours' answer for it.
@@ -92,8 +99,8 @@ NDTCU_HD inline void accumulate_point_pairs(const VoxelGridView& g, const PoseTe
 /// threads, the same per-pair terms (accumulate_voxel); only the order in which the pairs
 /// are added differs from accumulate_point_pairs' distance order. Adds the pairs' terms to
 /// `sums`, raises `best` to the best score term found and returns the number of pairs; the
-/// caller combines `best` (max) and the counts over the point's threads and adds the NVTL
-/// and match counts once. With first 0 and stride 1 one thread does the whole point.
+/// caller combines `best` (max) and the counts over the point's threads and adds them
+/// once (add_point_terms). With first 0 and stride 1 one thread does the whole point.
 template <typename T, typename S>
 NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x,
                                            float y, float z, const float* tp, bool with_hessian, int first,

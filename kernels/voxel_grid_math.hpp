@@ -1,13 +1,13 @@
 #pragma once
 /// \file
 /// The per-point arithmetic of the range crop and the voxel filter, written once for the
-/// CPU filters (src/filters.cpp) and the CUDA scan filter (kernels/voxel_filter.cu).
+/// CPU filters (src/filters/filters.cpp) and the CUDA scan filter (src/cuda/cuda_filter.cu).
 ///
 /// Both sides take the same text, with nvcc's contraction into FMA ruled out by the
 /// explicit _rn intrinsics (the host compiler builds ndtcu with -ffp-contract=off), so a
 /// point lands in the same cell and passes the same crop test on the CPU and the GPU, bit
 /// for bit. The lattice itself (which cells exist, which index width) is computed on the
-/// host only, by detail::voxel_lattice (src/voxel_lattice.hpp).
+/// host only, by detail::voxel_lattice (src/filters/voxel_lattice.hpp).
 
 #include "ndt_hd.hpp"  // NDTCU_HD and the unfused *_rn arithmetic
 

@@ -1,9 +1,10 @@
 #pragma once
 // The device lookups of a voxel map built on the device: the hash table (find_voxel's
 // open addressing) and the dense index over the occupied box, each filled by one thread
-// per voxel. Shared by the CUDA backend's maps taken from a GPU build (ndt_cuda.cu) and
-// the tiled map's device twin (device_tiled_map.cu), whose voxel arrays have free slots
-// (key kEmptyKey), skipped here.
+// per voxel. Shared by the CUDA backend's maps taken from a GPU build
+// (src/cuda/device_voxel_map.cu) and the tiled map's device twin
+// (src/cuda/device_tiled_map.cu), whose voxel arrays have free slots (key kEmptyKey),
+// skipped here.
 #include "ndt_neighbours.hpp"
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// One voxel's normal distribution from its points, written once for the CPU map build
-/// (src/voxel_map.cpp) and the CUDA one (kernels/voxel_build.cu): the sums, the mean and
+/// (src/map/voxel_map.cpp) and the CUDA one (src/cuda/cuda_voxel_build.cu): the sums, the mean and
 /// covariance in both conventions, PCL's eigenvalue inflation with a 3x3 symmetric
 /// eigensolver, and the inverse. The arithmetic is unfused on both sides (ndt_hd.hpp), so
 /// a cell whose points are added in the same order gets the same bits on the CPU and the
@@ -217,3 +217,35 @@ NDTCU_HD inline void voxel_statistics(const VoxelSums& s, bool pcl, double eigen
 }
 
 }  // namespace ndtcu::math
+
+namespace ndtcu::detail {
+
+/// A usable voxel's statistics as the GPU build computes them (device memory, one per
+/// voxel; `pad` fills the struct to a multiple of 8 bytes and is written, so copying one
+/// whole reads no uninitialized byte).
+struct VoxelResult {
+  double mean[3];
+  double icov[6];  ///< xx xy xz yy yz zz
+  double cov[6];
+  float centroid[3];
+  float pad;
+};
+static_assert(sizeof(VoxelResult) == 15 * sizeof(double) + 4 * sizeof(float), "no implicit padding");
+
+/// The usable statistics `s` as a VoxelResult: each symmetric matrix by its upper triangle
+/// (xx xy xz yy yz zz). What the GPU build writes for a voxel, and what the tiled map's
+/// device twin is sent for a voxel the host joined.
+NDTCU_HD inline void to_voxel_result(const math::VoxelStatistics& s, VoxelResult& out) {
+  constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
+  out.pad = 0.0f;
+  for (int a = 0; a < 3; ++a) {
+    out.mean[a] = s.mean[a];
+    out.centroid[a] = s.centroid[a];
+  }
+  for (int e = 0; e < 6; ++e) {
+    out.icov[e] = s.icov[kRow[e]][kCol[e]];
+    out.cov[e] = s.cov[kRow[e]][kCol[e]];
+  }
+}
+
+}  // namespace ndtcu::detail

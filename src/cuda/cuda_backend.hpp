@@ -1,19 +1,22 @@
 #pragma once
-// The CUDA backend's host-side face (host compiler only; the CUDA state hides behind a
-// pimpl). A CudaBackend owns everything that lives on the device for a sequence of
-// alignments: the voxel map (uploaded once per map), the source points of one or more
-// scans (grow-only buffers, uploaded once per call), each hypothesis's loop state, the
-// reduction scratch and pinned staging. evaluate() uploads one pose frame (104 bytes),
-// runs the kernels, reads back the 31 reduced sums and synchronizes once; run_fixed_step()
-// runs the fixed-step Newton loop of a whole batch of hypotheses on the device.
+// The CUDA backend (host-compiler header; the CUDA state hides behind a pimpl). A
+// CudaBackend is an AlignBackend that owns everything that lives on the device for a
+// sequence of alignments: the voxel map (DeviceVoxelMap: uploaded once per map, staged or
+// taken from a tiled map), the source points of one or more scans (grow-only buffers,
+// uploaded once per call), each hypothesis's loop state, the reduction scratch, pinned
+// staging and the loop graphs (LoopGraphCache). evaluate() uploads one pose frame (104
+// bytes), runs the kernels, reads back the 31 reduced sums and synchronizes once;
+// run_fixed_step() runs the fixed-step Newton loop of a whole batch of hypotheses on the
+// device. The AlignBackend members (cuda_backend.cpp) make the backend's device current
+// and forward to the device members (cuda_backend.cu).
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/voxel_map.hpp>
 
+#include "../ndt/align_backend.hpp"
 #include "../ndt/evaluator.hpp"
+#include "device_voxel_map.hpp"
 #include "ndt_step.hpp"
-
-#include <Eigen/Core>
 
 #include <cstdint>
 #include <memory>
@@ -25,37 +28,6 @@ namespace ndtcu::detail {
 
 struct DeviceVoxelCells;  // cuda_voxel_build.hpp
 class DeviceTiledMap;     // device_tiled_map.hpp
-
-/// How a voxel's lattice cell is found on the device. The radius search makes 27 lookups
-/// per point, each a dependent load chain, so lookup latency sets the kernel's time:
-/// measured on an H100 the dense index (one load) takes 27-30 us per evaluation against
-/// 46-48 us for the hash (probe, key compare, value load) at 1.5k-20k points, and 91 vs
-/// 117 us at 125k. Auto therefore takes the dense index whenever the occupied lattice box
-/// fits the budget (a 1 km x 1 km x 50 m map at 2 m is 6 million cells, 25 MB) and falls
-/// back to the hash for wide or sparse maps. Sorted keys with a binary search were not
-/// built: they need more dependent loads per lookup than the hash.
-enum class VoxelLookup {
-  Auto,   ///< dense when the occupied box fits the budget, hash otherwise
-  Hash,   ///< the map's open-addressing hash (linear probing)
-  Dense,  ///< a dense index over the occupied lattice box
-};
-
-/// One hypothesis of a device batch: its start (map-relative) and the source it aligns.
-struct DeviceHypothesis {
-  Pose6 start = Pose6::Zero();
-  int source = 0;  ///< index into the sources of set_sources
-  Pose6 prior_center = Pose6::Zero();  ///< the pose prior's centre (when the rules have one)
-};
-
-/// What the device-resident loop produced for one hypothesis (poses map-relative).
-struct DeviceLoopOutput {
-  Pose6 pose = Pose6::Zero();
-  int iterations = 0;
-  int evaluations = 0;
-  StopReason reason = StopReason::MaxIterations;
-  math::DerivativeSums final_sums{};        ///< the evaluation at the final pose
-  std::vector<IterationTrace> trace;        ///< one entry per iteration, when asked for
-};
 
 /// How the device-resident loop is launched. `Auto` (the default): a batch of one runs
 /// its whole loop in one cooperative kernel (grid-wide barriers between the evaluation
@@ -72,36 +44,43 @@ struct DeviceLoopOutput {
 /// value is an Error naming it).
 enum class LoopLaunch { Auto, Graph, Stream };
 
-/// What the device did, summed since the last reset.
-struct CudaTelemetry {
-  std::uint64_t evaluations = 0;       ///< evaluations (Newton iterations and line-search trials)
-  std::uint64_t graph_builds = 0;      ///< device-loop graphs built (a new grid shape)
-  std::uint64_t cooperative_loops = 0; ///< device loops run by the cooperative kernel (LoopLaunch::Auto)
-  std::uint64_t bytes_up = 0;          ///< per-evaluation bytes sent to the device
-  std::uint64_t bytes_down = 0;        ///< per-evaluation bytes read back
-  std::uint64_t setup_bytes_up = 0;    ///< map and scan uploads
-  double gpu_ms = 0.0;                 ///< device time of the evaluation kernels (and the device loop's step kernels)
-  std::uint64_t device_allocations = 0;  ///< DeviceBuffer allocations made by this backend
-  std::uint64_t map_swaps = 0;         ///< staged maps swapped in by set_map
-};
-
 /// Device-resident NDT state for one device and one stream.
-class CudaBackend {
+class CudaBackend final : public AlignBackend {
  public:
-  /// Uses the current CUDA device and `stream` (null: the default stream; the backend
-  /// never creates or destroys the caller's stream). Throws CudaError when CUDA is not
-  /// compiled in or no device is usable.
-  explicit CudaBackend(CUstream_st* stream = nullptr);
-  ~CudaBackend();
+  /// Uses `device` (-1: the calling thread's current device) and `stream` (null: the
+  /// default stream; the backend never creates or destroys the caller's stream). Every
+  /// AlignBackend member runs on that device, whichever thread calls it. Throws CudaError
+  /// when CUDA is not compiled in or no device is usable.
+  explicit CudaBackend(CUstream_st* stream = nullptr, int device = -1);
+  ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // AlignBackend (cuda_backend.cpp): the device made current, then the members below.
+  const char* name() const noexcept override { return "cuda"; }
+  Backend kind() const noexcept override { return Backend::Cuda; }
+  void set_map(const std::shared_ptr<const VoxelMap>& map) override;
+  std::shared_ptr<const VoxelMap> build_map(PointCloudView target, const VoxelMapOptions& options) override;
+  std::size_t use_device_tiled_map(DeviceTiledMap& map, bool take_newer) override;
+  void stage_map(const std::shared_ptr<const VoxelMap>& map) override;
+  void set_sources(const std::vector<PointCloudView>& sources) override;
+  /// The fixed step with PCL's direction runs as device batches (run_fixed_step);
+  /// More-Thuente, the saddle-free direction and GpuNewtonLoop::Host run the host loop over
+  /// device evaluations, one hypothesis after the other.
+  std::vector<OptimizerOutput> align_batch(const std::vector<Hypothesis>& hypotheses, const AlignSettings& settings,
+                                           bool keep_trace) override;
+  math::DerivativeSums evaluate(int source, const Pose6& pose, bool with_hessian) override;
+  std::vector<math::DerivativeSums> evaluate_batch(int source, const std::vector<Pose6>& poses,
+                                                   bool with_hessian) override;
+  void reset_telemetry() noexcept override;
+  BackendTelemetry telemetry() const override;
 
   /// Uploads `map` (means, inverse covariances, centroids, lookup). The map must outlive
   /// nothing: everything needed is copied. `dense_budget_bytes` bounds the dense index
   /// (VoxelLookup::Auto picks it when it fits). Throws CudaError (with the sizes asked
   /// and free) when the device memory is too small; the backend stays usable.
   void set_map(const VoxelMap& map, VoxelLookup lookup = VoxelLookup::Auto,
-               std::size_t dense_budget_bytes = std::size_t(256) << 20);
+               std::size_t dense_budget_bytes = kDenseBudget);
   /// Uses `map` as set_map does, taking its voxels from `cells`, where the GPU build that
   /// `map` was assembled from left them (VoxelMap::build's, through a CudaVoxelizer on
   /// this device): copied on the device, and the hash table and dense index built there,
@@ -109,7 +88,7 @@ class CudaBackend {
   /// once `cells` is no longer read. Throws Error when `cells` is not `map`'s (another
   /// voxel count), CudaError as set_map does.
   void set_map_from_device(const VoxelMap& map, const DeviceVoxelCells& cells, VoxelLookup lookup = VoxelLookup::Auto,
-                           std::size_t dense_budget_bytes = std::size_t(256) << 20);
+                           std::size_t dense_budget_bytes = kDenseBudget);
   /// Uploads `map` into a second set of map buffers on a stream of the backend's own,
   /// leaving the map in use alone: the one member that may run on another thread while
   /// this backend evaluates (a worker preparing the next map of a moving vehicle). A later
@@ -119,8 +98,7 @@ class CudaBackend {
   /// two alternating; a growth frees a buffer, which synchronizes the device. Staging
   /// another map replaces the staged one. Throws CudaError as set_map does (the map in
   /// use is untouched).
-  void stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup = VoxelLookup::Auto,
-                 std::size_t dense_budget_bytes = std::size_t(256) << 20);
+  void stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup, std::size_t dense_budget_bytes);
   /// Aligns on `map`, the device twin of a tiled map, from now on: binds this backend to
   /// it (one backend at a time; Error while another is bound) and takes its newest
   /// published version when that is newer than the one in use, without waiting (see
@@ -129,23 +107,10 @@ class CudaBackend {
   /// in use (0 before the first publish). set_map() and set_map_from_device() unbind it;
   /// `map` must outlive the binding.
   std::size_t use_tiled_map(DeviceTiledMap& map, bool take_newer = true);
-  /// Uploads the points of B sources (each relative to its own origin; the views' origins
-  /// are not used), one after the other into grow-only buffers; hypotheses name them by
-  /// index. The points are read during the call only (copied into the device's layout as
-  /// they are uploaded).
-  void set_sources(const std::vector<PointCloudView>& sources);
   /// One source (set_sources of one).
   void set_source(PointCloudView points) { set_sources({points}); }
   /// Search and Gaussian constants for the following evaluations.
   void configure(SearchMethod search, double outlier_ratio);
-
-  /// The reduced sums of source `source` at `pose` (map-relative), by the kernel the loop
-  /// runs.
-  math::DerivativeSums evaluate(const Pose6& pose, bool with_hessian, int source = 0);
-  /// The reduced sums of source `source` at every pose, in one launch of the derivative
-  /// kernel over all of them and one read-back; each has the bits of evaluate() there.
-  std::vector<math::DerivativeSums> evaluate_batch(const std::vector<Pose6>& poses, bool with_hessian,
-                                                   int source = 0);
 
   /// True when the device-resident loop can run: launched as a graph, it needs a driver
   /// that runs conditional graph nodes (CUDA 12.4 and later).
@@ -158,21 +123,31 @@ class CudaBackend {
   /// (all running hypotheses, several blocks each) and the step kernel (one block per
   /// running hypothesis: the fixed-order reduction of its blocks, then its step), until
   /// every hypothesis has stopped; then one read-back. A hypothesis's bits do not depend
-  /// on the others or on their number. Traces are read back when `keep_trace`. Throws
-  /// CudaError when device_loop_supported() is false or the device memory is too small
-  /// (the backend stays usable).
-  std::vector<DeviceLoopOutput> run_fixed_step(const std::vector<DeviceHypothesis>& hypotheses,
-                                               const math::StepRules& rules, bool keep_trace);
+  /// on the others or on their number. Traces are read back when `keep_trace`. At most
+  /// 65535 hypotheses (align_batch runs larger batches in parts). Throws CudaError when
+  /// device_loop_supported() is false or the device memory is too small (the backend
+  /// stays usable).
+  std::vector<OptimizerOutput> run_fixed_step(const std::vector<Hypothesis>& hypotheses, const math::StepRules& rules,
+                                              bool keep_trace);
   /// Which lookup the current map uses.
   VoxelLookup lookup() const noexcept;
-  /// Telemetry since construction or the last reset.
-  const CudaTelemetry& telemetry() const noexcept;
-  /// Zeroes the telemetry.
-  void reset_telemetry() noexcept;
+
+  /// The dense index's default budget (VoxelLookup::Auto).
+  static constexpr std::size_t kDenseBudget = std::size_t(256) << 20;
 
  private:
+  friend class CudaEvaluator;
+  // The device members behind evaluate() and evaluate_batch(), on the current device.
+  math::DerivativeSums evaluate_on_device(int source, const Pose6& pose, bool with_hessian);
+  std::vector<math::DerivativeSums> evaluate_batch_on_device(int source, const std::vector<Pose6>& poses,
+                                                             bool with_hessian);
+  void set_sources_on_device(const std::vector<PointCloudView>& sources);
+
   struct Impl;
+  int device_;
   std::unique_ptr<Impl> impl_;
+  std::shared_ptr<const VoxelMap> map_;  // the map set_map(shared_ptr) set, while it is the one in use
+  double upload_ms_ = 0.0;
 };
 
 /// DerivativeEvaluator over a CudaBackend that already holds the map and the sources.
@@ -181,7 +156,7 @@ class CudaEvaluator final : public DerivativeEvaluator {
   /// `backend` must outlive the evaluator; evaluations are of source `source`.
   explicit CudaEvaluator(CudaBackend& backend, int source = 0) : backend_(backend), source_(source) {}
   math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) override {
-    return backend_.evaluate(pose, with_hessian, source_);
+    return backend_.evaluate_on_device(source_, pose, with_hessian);
   }
 
  private:

@@ -1,6 +1,6 @@
 #pragma once
-// The voxel map's cells built on the GPU (kernels/voxel_build.cu): the same cells, in the
-// same order, with the same bits as the CPU build (src/voxel_map.cpp), which both hand to
+// The voxel map's cells built on the GPU (cuda_voxel_build.cu): the same cells, in the
+// same order, with the same bits as the CPU build (src/map/voxel_map.cpp), which both hand to
 // detail::VoxelCells for the map's assembly.
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/voxel_map.hpp>
@@ -27,36 +27,8 @@ struct VoxelCells {
 };
 
 /// Sets every voxel array of `out` (keys to covariances) to `voxels` entries; the cell
-/// counts stay (src/voxel_map.cpp).
+/// counts stay (src/map/voxel_map.cpp).
 void resize_voxels(VoxelCells& out, std::size_t voxels);
-
-/// A usable voxel's statistics as the GPU build computes them (device memory, one per
-/// voxel; `pad` fills the struct to a multiple of 8 bytes and is written, so copying one
-/// whole reads no uninitialized byte).
-struct VoxelResult {
-  double mean[3];
-  double icov[6];  ///< xx xy xz yy yz zz
-  double cov[6];
-  float centroid[3];
-  float pad;
-};
-static_assert(sizeof(VoxelResult) == 15 * sizeof(double) + 4 * sizeof(float), "no implicit padding");
-
-/// The usable statistics `s` as a VoxelResult: each symmetric matrix by its upper triangle
-/// (xx xy xz yy yz zz). What the GPU build writes for a voxel, and what the tiled map's
-/// device twin is sent for a voxel the host joined.
-NDTCU_HD inline void to_voxel_result(const math::VoxelStatistics& s, VoxelResult& out) {
-  constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
-  out.pad = 0.0f;
-  for (int a = 0; a < 3; ++a) {
-    out.mean[a] = s.mean[a];
-    out.centroid[a] = s.centroid[a];
-  }
-  for (int e = 0; e < 6; ++e) {
-    out.icov[e] = s.icov[kRow[e]][kCol[e]];
-    out.cov[e] = s.cov[kRow[e]][kCol[e]];
-  }
-}
 
 /// The usable voxels of a GPU build where they lie, in the voxelizer's device memory:
 /// what a CUDA backend takes its map from without sending it back up (valid until the

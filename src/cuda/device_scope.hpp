@@ -3,7 +3,7 @@
 // The CUDA runtime's current device is per host thread, and the library's work is called
 // from the caller's threads, its reader threads and the tile streamer's: each entry into
 // the GPU path makes its object's device current for its scope, whichever thread calls.
-// Host-compiler header: implemented in kernels/cuda_device.cu (no-ops in no_cuda.cpp).
+// Host-compiler header: implemented in cuda_device.cu (no-ops in no_cuda.cpp).
 
 namespace ndtcu::detail {
 

@@ -1,6 +1,6 @@
 #pragma once
 // A voxel map on the device that changes a voxel at a time: the device twin of a tiled map
-// (src/tiled_voxel_map.cpp), which tells it, at each publish, which cells' voxels changed.
+// (src/map/tiled_voxel_map.cpp), which tells it, at each publish, which cells' voxels changed.
 //
 // Layout. Every voxel lives in a slot of grow-only device arrays (means, inverse
 // covariances, centroids, the cell key; a free slot's key is kEmptyKey). The lookup (the
@@ -24,7 +24,7 @@
 // waits for on the device. So a version is never written while it may be read.
 #include <ndtcu/settings.hpp>
 
-#include "cuda_backend.hpp"
+#include "device_voxel_map.hpp"
 #include "cuda_voxel_build.hpp"
 #include "ndt_neighbours.hpp"
 

@@ -50,32 +50,30 @@ OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView, float, const VoxelMa
 namespace ndtcu::detail {
 
 struct CudaBackend::Impl {};
-CudaBackend::CudaBackend(CUstream_st*) { throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason()); }
+CudaBackend::CudaBackend(CUstream_st*, int) : device_(-1) {
+  throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
+}
 CudaBackend::~CudaBackend() = default;
 void CudaBackend::set_map(const VoxelMap&, VoxelLookup, std::size_t) {}
 void CudaBackend::set_map_from_device(const VoxelMap&, const DeviceVoxelCells&, VoxelLookup, std::size_t) {}
 void CudaBackend::stage_map(std::shared_ptr<const VoxelMap>, VoxelLookup, std::size_t) {}
 std::size_t CudaBackend::use_tiled_map(DeviceTiledMap&, bool) { return 0; }
-void CudaBackend::set_sources(const std::vector<PointCloudView>&) {}
+void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>&) {}
 void CudaBackend::configure(SearchMethod, double) {}
-math::DerivativeSums CudaBackend::evaluate(const Pose6&, bool, int) {
+math::DerivativeSums CudaBackend::evaluate_on_device(int, const Pose6&, bool) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
-std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(const std::vector<Pose6>&, bool, int) {
+std::vector<math::DerivativeSums> CudaBackend::evaluate_batch_on_device(int, const std::vector<Pose6>&, bool) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
 bool CudaBackend::device_loop_supported() const noexcept { return false; }
 void CudaBackend::set_loop_launch(LoopLaunch) noexcept {}
 LoopLaunch CudaBackend::loop_launch() const noexcept { return LoopLaunch::Auto; }
-std::vector<DeviceLoopOutput> CudaBackend::run_fixed_step(const std::vector<DeviceHypothesis>&, const math::StepRules&,
-                                                          bool) {
+std::vector<OptimizerOutput> CudaBackend::run_fixed_step(const std::vector<Hypothesis>&, const math::StepRules&, bool) {
   throw CudaError("CUDA backend unavailable: " + cuda_unavailable_reason());
 }
 VoxelLookup CudaBackend::lookup() const noexcept { return VoxelLookup::Hash; }
-const CudaTelemetry& CudaBackend::telemetry() const noexcept {
-  static const CudaTelemetry none;
-  return none;
-}
+BackendTelemetry CudaBackend::telemetry() const { return {}; }
 void CudaBackend::reset_telemetry() noexcept {}
 std::uint64_t device_allocations() noexcept { return 0; }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The dense voxel index (kernels/ndt_math.hpp, VoxelGridView::dense): the voxel index of
+// The dense voxel index (kernels/ndt_neighbours.hpp, VoxelGridView::dense): the voxel index of
 // every lattice cell in the box the map's voxels occupy, so that a lookup is one load
 // instead of a hash probe sequence. The CPU backend keeps one per map when it fits its
 // budget; the CUDA backend builds the same index to upload it.

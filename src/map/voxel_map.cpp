@@ -289,9 +289,7 @@ VoxelMap VoxelMap::build(PointCloudView cloud, const VoxelMapOptions& options) {
 std::int32_t VoxelMap::find(std::int64_t i, std::int64_t j, std::int64_t k) const {
   if (table_keys_.empty()) return -1;
   math::VoxelGridView g{};
-  g.table_keys = table_keys_.data();
-  g.table_values = table_values_.data();
-  g.table_mask = table_keys_.size() - 1;
+  math::attach_hash(g, table_keys_.data(), table_values_.data(), table_keys_.size());
   return math::find_voxel(g, i, j, k);
 }
 

@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -29,13 +30,19 @@ struct Hypothesis {
   Pose6 prior_center = Pose6::Zero();  ///< the pose prior's centre, map-relative (when the settings have one)
 };
 
-/// What a backend did during the last batch or evaluation (AlignTimings' backend part).
+/// What a backend did since its last reset_telemetry (AlignTimings' backend part, and the
+/// CUDA backend's counters; the CPU backend reports none).
 struct BackendTelemetry {
-  double upload_ms = 0.0;            ///< map (when it changed) and source upload
-  double gpu_ms = 0.0;               ///< device time of the kernels
-  std::uint64_t bytes_up = 0;        ///< per-evaluation (and per-batch) bytes sent
-  std::uint64_t bytes_down = 0;      ///< bytes read back
-  std::uint64_t setup_bytes_up = 0;  ///< source (and map) upload bytes
+  double upload_ms = 0.0;                ///< map (when it changed) and source upload
+  double gpu_ms = 0.0;                   ///< device time of the kernels
+  std::uint64_t bytes_up = 0;            ///< per-evaluation (and per-batch) bytes sent
+  std::uint64_t bytes_down = 0;          ///< bytes read back
+  std::uint64_t setup_bytes_up = 0;      ///< source (and map) upload bytes
+  std::uint64_t evaluations = 0;         ///< evaluations (Newton iterations and line-search trials)
+  std::uint64_t graph_builds = 0;        ///< device-loop graphs built (a new grid shape)
+  std::uint64_t cooperative_loops = 0;   ///< device loops run by the cooperative kernel (LoopLaunch::Auto)
+  std::uint64_t device_allocations = 0;  ///< DeviceBuffer allocations made by the backend
+  std::uint64_t map_swaps = 0;           ///< staged or tiled map versions swapped in
 };
 
 /// A backend that aligns batches of hypotheses against one voxel map.

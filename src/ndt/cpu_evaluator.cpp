@@ -40,18 +40,13 @@ math::Search to_math(SearchMethod m) {
 }
 
 math::VoxelGridView host_view(const VoxelMap& map, const DenseVoxelIndex* dense) {
-  math::VoxelGridView g{};
-  g.size = static_cast<std::int32_t>(map.size());
-  for (int a = 0; a < 3; ++a) {
-    g.mean[a] = map.mean(a).data();
-    g.centroid[a] = map.centroid(a).data();
-  }
-  for (int e = 0; e < 6; ++e) g.icov[e] = map.inverse_covariance(e).data();
-  g.table_keys = map.table_keys().data();
-  g.table_values = map.table_values().data();
-  g.table_mask = map.table_keys().empty() ? 0 : map.table_keys().size() - 1;
-  g.inv_resolution = map.inverse_resolution();
-  g.radius_sq = map.radius_squared();
+  const double* mean[3] = {map.mean(0).data(), map.mean(1).data(), map.mean(2).data()};
+  const float* centroid[3] = {map.centroid(0).data(), map.centroid(1).data(), map.centroid(2).data()};
+  const double* icov[6];
+  for (int e = 0; e < 6; ++e) icov[e] = map.inverse_covariance(e).data();
+  math::VoxelGridView g =
+      math::voxel_grid_view(map.size(), mean, icov, centroid, map.inverse_resolution(), map.radius_squared());
+  math::attach_hash(g, map.table_keys().data(), map.table_values().data(), map.table_keys().size());
   if (dense && !dense->empty()) dense->attach(g);
   return g;
 }

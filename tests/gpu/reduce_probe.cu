@@ -1,7 +1,8 @@
-// Launches the fixed-order grid reduction on synthetic contributions, for the GPU tests.
+// Launches the production fixed-order reduction (reduce_partials) on synthetic partials,
+// for the GPU tests.
 #include "reduce_probe.hpp"
 
-#include "../../kernels/device_buffer.cuh"
+#include "../../src/cuda/device_buffer.cuh"
 #include "../../kernels/fixed_order_reduce.cuh"
 
 namespace ndtcu::test {
@@ -9,18 +10,20 @@ namespace {
 constexpr int kK = 29;
 constexpr int kBlock = 256;
 
-__global__ void probe_kernel(const double* x, int n, detail::ReduceScratch<kK> scratch) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  detail::Vec<kK> mine = detail::Vec<kK>::zero();
-  if (i < n) {
-    // Contributions of different magnitudes so that the summation order shows in the bits.
-    double p = x[i];
-    for (int k = 0; k < kK; ++k) {
-      mine.v[k] = p;
-      p *= x[i] * 1.7;
-    }
+// Partial i from x_i: terms of different magnitudes so that the summation order shows in
+// the bits.
+__global__ void partials_kernel(const double* x, int n, detail::Vec<kK>* partials) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  double p = x[i];
+  for (int k = 0; k < kK; ++k) {
+    partials[i].v[k] = p;
+    p *= x[i] * 1.7;
   }
-  detail::reduce_grid_fixed_order<kK, kBlock>(mine, scratch);
+}
+
+__global__ void reduce_kernel(const detail::Vec<kK>* partials, int n, double* out) {
+  detail::reduce_partials<kK>(partials, n, out);
 }
 }  // namespace
 
@@ -29,12 +32,12 @@ std::vector<std::vector<double>> reduce_on_gpu(const std::vector<double>& x, int
   const int blocks = (n + kBlock - 1) / kBlock;
   detail::DeviceBuffer<double> dx;
   dx.upload(x.data(), x.size());
-  detail::DeviceBuffer<detail::Vec<kK>> partials(blocks), result(1);
-  detail::DeviceBuffer<unsigned> ticket(1);
-  NDTCU_CUDA_CHECK(cudaMemset(ticket.data(), 0, sizeof(unsigned)));
+  detail::DeviceBuffer<detail::Vec<kK>> partials(n), result(1);
+  partials_kernel<<<blocks, kBlock>>>(dx.data(), n, partials.data());
+  NDTCU_CUDA_CHECK_LAUNCH();
   std::vector<std::vector<double>> out;
   for (int r = 0; r < repeats; ++r) {
-    probe_kernel<<<blocks, kBlock>>>(dx.data(), n, {partials.data(), ticket.data(), result.data()});
+    reduce_kernel<<<1, kBlock>>>(partials.data(), n, reinterpret_cast<double*>(result.data()));
     NDTCU_CUDA_CHECK_LAUNCH();
     std::vector<double> host(kK);
     result.download(reinterpret_cast<detail::Vec<kK>*>(host.data()), 1);

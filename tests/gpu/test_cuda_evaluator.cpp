@@ -24,11 +24,21 @@ using detail::VoxelLookup;
 
 namespace {
 
+// The same bits in every field of two evaluations (the device loop's sums at the final
+// pose, as to_evaluation gives them).
+bool same_bits(const detail::Evaluation& a, const detail::Evaluation& b) {
+  return std::memcmp(&a.score, &b.score, sizeof(double)) == 0 &&
+         std::memcmp(a.gradient.data(), b.gradient.data(), sizeof(double) * 6) == 0 &&
+         std::memcmp(a.hessian.data(), b.hessian.data(), sizeof(double) * 36) == 0 &&
+         std::memcmp(&a.nvtl_sum, &b.nvtl_sum, sizeof(double)) == 0 && a.correspondences == b.correspondences &&
+         a.matched_points == b.matched_points;
+}
+
 // Both backends take the same pose frame (PCL's float transform from the shared code,
 // the sin/cos of the host) and the same per-pair code, so every point meets the same
 // voxels: the counts are equal. The CPU takes each pair's terms in double, the GPU in
 // float (summed per thread in float, over the block and the scan in double:
-// kernels/ndt_cuda.cu says why), and they add the pairs in other orders: the sums agree
+// kernels/ndt_loop_kernels.cu says why), and they add the pairs in other orders: the sums agree
 // to 1e-5 of their scale (measured on an H200: at most 1.2e-6, in the Hessian).
 void compare(const detail::Evaluation& gpu, const detail::Evaluation& cpu) {
   CHECK(gpu.correspondences == cpu.correspondences);
@@ -105,11 +115,11 @@ TEST_CASE("CUDA evaluations are bit-identical over 100 runs and allocate nothing
   backend.configure(SearchMethod::Radius, 0.55);
   Pose6 pose;
   pose << 0.3, -0.2, 0.05, 0.01, -0.02, 0.03;
-  const math::DerivativeSums first = backend.evaluate(pose, true);
+  const math::DerivativeSums first = backend.evaluate(0, pose, true);
   const std::uint64_t allocations = detail::device_allocations();
   backend.reset_telemetry();
   for (int run = 0; run < 100; ++run) {
-    const math::DerivativeSums again = backend.evaluate(pose, true);
+    const math::DerivativeSums again = backend.evaluate(0, pose, true);
     REQUIRE(std::memcmp(again.v, first.v, sizeof(first.v)) == 0);
   }
   CHECK(detail::device_allocations() == allocations);
@@ -124,13 +134,13 @@ TEST_CASE("CUDA evaluations are bit-identical over 100 runs and allocate nothing
   PointCloud small = source;
   small.points.resize(1000);
   backend.set_source(small);
-  backend.evaluate(pose, true);
+  backend.evaluate(0, pose, true);
   CHECK(detail::device_allocations() == allocations);
 }
 
 // The device loop for one hypothesis of source 0, with its trace.
-static detail::DeviceLoopOutput run_one(CudaBackend& backend, const Pose6& guess, const math::StepRules& rules) {
-  return backend.run_fixed_step({detail::DeviceHypothesis{guess, 0}}, rules, true).front();
+static detail::OptimizerOutput run_one(CudaBackend& backend, const Pose6& guess, const math::StepRules& rules) {
+  return backend.run_fixed_step({detail::Hypothesis{guess, 0}}, rules, true).front();
 }
 
 TEST_CASE("The device-resident Newton loop follows the host loop and repeats its bits", "[gpu]") {
@@ -154,7 +164,7 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
     s.epsilon = pcl_rule ? 1e-6 : 1e-3;
     s.step_size = 0.1;
     s.max_iterations = 60;
-    const detail::DeviceLoopOutput dev = run_one(backend, guess, detail::step_rules(s));
+    const detail::OptimizerOutput dev = run_one(backend, guess, detail::step_rules(s));
     detail::CudaEvaluator evaluator(backend);
     const detail::OptimizerOutput host = detail::optimize(evaluator, guess, s);
     CAPTURE(pcl_rule, dev.iterations, host.iterations, dev.pose.transpose(), host.pose.transpose());
@@ -173,7 +183,7 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
       CHECK(dev.trace[k].score == Approx(host.trace[k].score).epsilon(1e-9));
       CHECK(dev.trace[k].step_length == Approx(host.trace[k].step_length).epsilon(1e-6));
     }
-    const detail::Evaluation final_dev = detail::to_evaluation(dev.final_sums);
+    const detail::Evaluation final_dev = dev.final;
     CHECK(final_dev.score == Approx(host.final.score).epsilon(1e-9));
   }
 
@@ -184,13 +194,13 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
   d.step_max = 0.1;
   d.epsilon = 0.01;
   d.max_iterations = 30;
-  const detail::DeviceLoopOutput first = run_one(backend, guess, d);
+  const detail::OptimizerOutput first = run_one(backend, guess, d);
   const std::uint64_t allocations = detail::device_allocations();
   backend.reset_telemetry();
   for (int run = 0; run < 20; ++run) {
-    const detail::DeviceLoopOutput again = run_one(backend, guess, d);
+    const detail::OptimizerOutput again = run_one(backend, guess, d);
     REQUIRE(again.iterations == first.iterations);
-    REQUIRE(std::memcmp(again.final_sums.v, first.final_sums.v, sizeof(first.final_sums.v)) == 0);
+    REQUIRE(same_bits(again.final, first.final));
     REQUIRE(again.pose == first.pose);
   }
   CHECK(detail::device_allocations() == allocations);
@@ -206,13 +216,13 @@ TEST_CASE("The device-resident Newton loop follows the host loop and repeats its
   // Stops: the iteration cap, and a pose with no voxel around any point.
   d.max_iterations = 2;
   d.epsilon = 1e-9;
-  const detail::DeviceLoopOutput capped = run_one(backend, guess, d);
+  const detail::OptimizerOutput capped = run_one(backend, guess, d);
   CHECK(capped.reason == StopReason::MaxIterations);
   CHECK(capped.iterations == 2);
   CHECK(capped.trace.size() == 2u);
   Pose6 far_away = guess;
   far_away(0) += 1e4;
-  const detail::DeviceLoopOutput lost = run_one(backend, far_away, d);
+  const detail::OptimizerOutput lost = run_one(backend, far_away, d);
   CHECK(lost.reason == StopReason::NoCorrespondence);
   CHECK(lost.iterations == 0);
   CHECK(lost.evaluations == 1);
@@ -249,17 +259,17 @@ TEST_CASE("A batch of one runs its loop in the cooperative kernel, with the grap
       CAPTURE(points, run, trace);
       backend.set_loop_launch(fallback);
       backend.reset_telemetry();
-      const detail::DeviceLoopOutput graph = backend.run_fixed_step({{guess, 0}}, d, trace).at(0);
+      const detail::OptimizerOutput graph = backend.run_fixed_step({{guess, 0}}, d, trace).at(0);
       CHECK(backend.telemetry().cooperative_loops == 0);
       backend.set_loop_launch(detail::LoopLaunch::Auto);
       backend.reset_telemetry();
-      const detail::DeviceLoopOutput autod = backend.run_fixed_step({{guess, 0}}, d, trace).at(0);
+      const detail::OptimizerOutput autod = backend.run_fixed_step({{guess, 0}}, d, trace).at(0);
       CHECK(backend.telemetry().cooperative_loops == (points == 4000 ? 1u : 0u));
       CHECK(autod.pose == graph.pose);
       CHECK(autod.iterations == graph.iterations);
       CHECK(autod.evaluations == graph.evaluations);
       CHECK(autod.reason == graph.reason);
-      CHECK(std::memcmp(autod.final_sums.v, graph.final_sums.v, sizeof(graph.final_sums.v)) == 0);
+      CHECK(same_bits(autod.final, graph.final));
       REQUIRE(autod.trace.size() == graph.trace.size());
       for (std::size_t k = 0; k < graph.trace.size(); ++k) {
         CHECK(autod.trace[k].pose == graph.trace[k].pose);
@@ -272,7 +282,7 @@ TEST_CASE("A batch of one runs its loop in the cooperative kernel, with the grap
   Pose6 far_away = Pose6::Zero();
   far_away(0) = 1e4;
   backend.set_loop_launch(detail::LoopLaunch::Auto);
-  const detail::DeviceLoopOutput lost = backend.run_fixed_step({{far_away, 0}}, d, false).at(0);
+  const detail::OptimizerOutput lost = backend.run_fixed_step({{far_away, 0}}, d, false).at(0);
   CHECK(lost.reason == StopReason::NoCorrespondence);
   CHECK(lost.evaluations == 1);
 }
@@ -294,7 +304,7 @@ TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu
   backend.configure(SearchMethod::Radius, 0.55);
   // Hypotheses that stop at different passes: converged, capped, and lost at once.
   std::mt19937 rng(17);
-  std::vector<detail::DeviceHypothesis> hyps;
+  std::vector<detail::Hypothesis> hyps;
   for (int i = 0; i < 37; ++i) hyps.push_back({random_pose(rng, 1.0, 0.1), 0});
   Pose6 far_away = hyps[5].start;
   far_away(0) += 1e4;
@@ -308,9 +318,9 @@ TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu
     for (bool trace : {false, true}) {
       CAPTURE(max_iterations, trace);
       backend.set_loop_launch(detail::LoopLaunch::Graph);
-      const std::vector<detail::DeviceLoopOutput> graph = backend.run_fixed_step(hyps, d, trace);
+      const std::vector<detail::OptimizerOutput> graph = backend.run_fixed_step(hyps, d, trace);
       backend.set_loop_launch(detail::LoopLaunch::Stream);
-      const std::vector<detail::DeviceLoopOutput> stream = backend.run_fixed_step(hyps, d, trace);
+      const std::vector<detail::OptimizerOutput> stream = backend.run_fixed_step(hyps, d, trace);
       REQUIRE(graph.size() == stream.size());
       int capped = 0, converged = 0, lost = 0;
       for (std::size_t h = 0; h < graph.size(); ++h) {
@@ -319,7 +329,7 @@ TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu
         CHECK(stream[h].iterations == graph[h].iterations);
         CHECK(stream[h].evaluations == graph[h].evaluations);
         CHECK(stream[h].reason == graph[h].reason);
-        CHECK(std::memcmp(stream[h].final_sums.v, graph[h].final_sums.v, sizeof(graph[h].final_sums.v)) == 0);
+        CHECK(same_bits(stream[h].final, graph[h].final));
         REQUIRE(stream[h].trace.size() == graph[h].trace.size());
         for (std::size_t k = 0; k < graph[h].trace.size(); ++k) {
           CHECK(stream[h].trace[k].pose == graph[h].trace[k].pose);
@@ -408,7 +418,7 @@ TEST_CASE("CUDA out-of-memory is a CudaError with the sizes, and the backend kee
   backend.set_map(map, VoxelLookup::Hash);
   backend.set_source(source);
   backend.configure(SearchMethod::Radius, 0.55);
-  const math::DerivativeSums sums = backend.evaluate(Pose6::Zero(), true);
+  const math::DerivativeSums sums = backend.evaluate(0, Pose6::Zero(), true);
   CHECK(sums.v[math::kPointsMatched] > 1000);
   CHECK(detail::device_allocations() > before);
 }

@@ -374,7 +374,7 @@ TEST_CASE("a CUDA map taken from the device build evaluates as the uploaded map 
         uploaded.configure(search, 0.55);
         from_device.configure(search, 0.55);
         for (const Pose6& pose : poses) {
-          const math::DerivativeSums a = uploaded.evaluate(pose, true), b = from_device.evaluate(pose, true);
+          const math::DerivativeSums a = uploaded.evaluate(0, pose, true), b = from_device.evaluate(0, pose, true);
           CHECK(std::memcmp(&a, &b, sizeof(a)) == 0);
           ++compared;
           nonzero += a.v[0] != 0.0;

@@ -1,5 +1,5 @@
-// The grid reduction every Newton iteration relies on: right sums, identical bits on
-// every run, and the ticket counter reset so that launches can follow each other.
+// The fixed-order reduction every Newton iteration relies on (reduce_partials, as the
+// loop kernels call it): right sums and identical bits on every run.
 #include "../support/test_support.hpp"
 
 #include "reduce_probe.hpp"
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <random>
 
-TEST_CASE("fixed-order grid reduction is exact to rounding and bit-identical over 100 runs", "[gpu]") {
+TEST_CASE("fixed-order reduction of partials is exact to rounding and bit-identical over 100 runs", "[gpu]") {
   if (ndtcu::cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + ndtcu::cuda_unavailable_reason());
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(-1.0, 1.0);

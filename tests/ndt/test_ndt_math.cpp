@@ -1,4 +1,4 @@
-// The shared per-point math (kernels/ndt_math.hpp) against central finite differences of
+// The shared per-point math (kernels/ndt_point.hpp, ndt_derivatives.hpp) against central finite differences of
 // the score it differentiates, evaluated independently in double.
 #include "../support/test_support.hpp"
 

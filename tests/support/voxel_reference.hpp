@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA scan filter's algorithm (kernels/voxel_filter.cu) step by step on the CPU, with
+// The CUDA scan filter's algorithm (src/cuda/cuda_filter.cu) step by step on the CPU, with
 // the same shared code: crop by math::within_range, bounds of the kept points, the lattice
 // from detail::voxel_lattice, keys by math::cell_index, a stable sort of (key, point), and
 // each cell's points summed one after another in input order. The GPU must give exactly

@@ -1,13 +1,15 @@
 // The tiled map's device twin (src/cuda/device_tiled_map.hpp): voxels in slots, written a
 // publish at a time, and a lookup rebuilt on the device into one of two buffers.
+#include "device_tiled_map.hpp"
+
 #include "cuda_check.cuh"
 #include "device_buffer.cuh"
+#include "tiled_map_kernels.cuh"
 #include "voxel_lookup_build.cuh"
 
-#include "../src/cuda/device_tiled_map.hpp"
-#include "../src/log.hpp"
-#include "../src/map/dense_voxel_index.hpp"
-#include "../src/nvtx.hpp"
+#include "../log.hpp"
+#include "../map/dense_voxel_index.hpp"
+#include "../nvtx.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -22,14 +24,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// A voxel sent up: where it goes and what it holds.
-struct SlotWrite {
-  std::uint64_t key;
-  std::uint32_t slot;
-  std::uint32_t pad;
-  VoxelResult stats;
-};
-
 // The slots' arrays: what VoxelGridView points into, and each slot's key.
 struct SlotArrays {
   DeviceBuffer<double> mean[3], icov[6];
@@ -38,14 +32,6 @@ struct SlotArrays {
   std::size_t capacity = 0;
 
   std::size_t bytes() const { return capacity * (9 * sizeof(double) + 3 * sizeof(float) + sizeof(std::uint64_t)); }
-};
-
-// Writable pointers into SlotArrays.
-struct SlotPointers {
-  double* mean[3];
-  double* icov[6];
-  float* centroid[3];
-  std::uint64_t* keys;
 };
 
 SlotPointers pointers(SlotArrays& a) {
@@ -68,67 +54,6 @@ struct LookupBuffers {
     return table_keys.capacity() * sizeof(std::uint64_t) + (table_values.capacity() + dense.capacity()) * sizeof(std::int32_t);
   }
 };
-
-// A slot's key set: a freed slot's becomes kEmptyKey (no later lookup build finds it), an
-// adopted staged slot's its cell.
-struct SlotKey {
-  std::uint64_t key;
-  std::uint32_t slot;
-  std::uint32_t pad;
-};
-
-__global__ void set_keys_kernel(const SlotKey* keys, std::size_t n, std::uint64_t* out) {
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[keys[i].slot] = keys[i].key;
-}
-
-// Slot s's statistics, in the structure of arrays the kernels read.
-__device__ void write_slot(const VoxelResult& r, std::uint32_t s, const SlotPointers& out) {
-  for (int a = 0; a < 3; ++a) {
-    out.mean[a][s] = r.mean[a];
-    out.centroid[a][s] = r.centroid[a];
-  }
-  for (int e = 0; e < 6; ++e) out.icov[e][s] = r.icov[e];
-}
-
-// The written voxels into their slots, with their keys.
-__global__ void write_slots_kernel(const SlotWrite* writes, std::size_t n, SlotPointers out) {
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  write_slot(writes[i].stats, writes[i].slot, out);
-  out.keys[writes[i].slot] = writes[i].key;
-}
-
-// A staged cell: which of a voxelize's cells goes to which slot.
-struct StagePair {
-  std::uint32_t cell;
-  std::uint32_t slot;
-};
-
-// Staged cells' statistics into their slots, straight from the voxelizer's memory; their
-// keys stay kEmptyKey until a publish adopts them.
-__global__ void stage_slots_kernel(const math::VoxelStatistics* stats, const StagePair* pairs, std::size_t n,
-                                   SlotPointers out) {
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  VoxelResult r;
-  to_voxel_result(stats[pairs[i].cell], r);
-  write_slot(r, pairs[i].slot, out);
-}
-
-// The occupied lattice box of the used slots: per axis the lowest and highest cell
-// (box[0..2] min, box[3..5] max; preset to INT_MAX and INT_MIN).
-__global__ void box_kernel(const std::uint64_t* keys, std::size_t n, int* box) {
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const std::uint64_t key = keys[i];
-  if (key == math::kEmptyKey) return;
-  for (int a = 0; a < 3; ++a) {
-    const int c = math::unpack_key(key, a);
-    atomicMin(box + a, c);
-    atomicMax(box + 3 + a, c);
-  }
-}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -235,7 +160,64 @@ struct DeviceTiledMap::Impl {
     arrays = std::move(grown);
     return true;
   }
+
+  /// The lookup of the used slots of the newest arrays, built on the stream into lookup
+  /// buffer `target_set` (the one no version in use reads): a dense index when the occupied
+  /// box fits the budget, the hash otherwise (`lookup` says which). Returns the view.
+  math::VoxelGridView build_lookup(int target_set, VoxelLookup& lookup);
 };
+
+math::VoxelGridView DeviceTiledMap::Impl::build_lookup(int target_set, VoxelLookup& lookup) {
+  SlotArrays& a = *arrays;
+  const std::size_t voxels = slot_of.size();
+  const std::size_t slots = used_slots;
+  LookupBuffers& l = lookups[target_set];
+  const double* mean[3] = {a.mean[0].data(), a.mean[1].data(), a.mean[2].data()};
+  const float* centroid[3] = {a.centroid[0].data(), a.centroid[1].data(), a.centroid[2].data()};
+  const double* icov[6];
+  for (int e = 0; e < 6; ++e) icov[e] = a.icov[e].data();
+  math::VoxelGridView g = math::voxel_grid_view(voxels, mean, icov, centroid, inverse_resolution, radius_squared);
+  LatticeBox occupied;
+  if (voxels) {
+    int* hb = pinned_box.data();
+    hb[0] = hb[1] = hb[2] = INT_MAX;
+    hb[3] = hb[4] = hb[5] = INT_MIN;
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(box.data(), hb, 6 * sizeof(int), cudaMemcpyHostToDevice, stream));
+    box_kernel<<<grid_blocks(slots, kThreads), kThreads, 0, stream>>>(a.keys.data(), slots, box.data());
+    NDTCU_CUDA_CHECK_LAUNCH();
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(hb, box.data(), 6 * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int i = 0; i < 3; ++i) {
+      occupied.min[i] = hb[i];
+      occupied.dims[i] = static_cast<std::int64_t>(hb[3 + i]) - hb[i] + 1;
+    }
+  }
+  const bool dense = voxels && occupied.bytes() <= static_cast<double>(dense_budget);
+  if (dense) {
+    const auto cells = static_cast<std::size_t>(occupied.cells());
+    l.dense.resize_with_headroom(cells);
+    NDTCU_CUDA_CHECK(cudaMemsetAsync(l.dense.data(), 0xff, cells * sizeof(std::int32_t), stream));  // -1
+    DenseVoxelIndex::attach(g, l.dense.data(), occupied);
+    scatter_dense_kernel<<<grid_blocks(slots, kThreads), kThreads, 0, stream>>>(a.keys.data(), slots,
+                                                                                 l.dense.data(), g);
+    NDTCU_CUDA_CHECK_LAUNCH();
+    lookup = VoxelLookup::Dense;
+  } else {
+    const std::size_t capacity = math::hash_capacity(voxels);
+    l.table_keys.resize_with_headroom(capacity);
+    l.table_values.resize_with_headroom(capacity);
+    NDTCU_CUDA_CHECK(cudaMemsetAsync(l.table_keys.data(), 0xff, capacity * sizeof(std::uint64_t), stream));
+    NDTCU_CUDA_CHECK(cudaMemsetAsync(l.table_values.data(), 0xff, capacity * sizeof(std::int32_t), stream));
+    if (slots) {
+      insert_keys_kernel<<<grid_blocks(slots, kThreads), kThreads, 0, stream>>>(
+          a.keys.data(), slots, l.table_keys.data(), l.table_values.data(), capacity - 1);
+      NDTCU_CUDA_CHECK_LAUNCH();
+    }
+    math::attach_hash(g, l.table_keys.data(), l.table_values.data(), capacity);
+    lookup = VoxelLookup::Hash;
+  }
+  return g;
+}
 
 DeviceTiledMap::DeviceTiledMap(double resolution, float inverse_resolution, float radius_squared,
                                std::size_t dense_budget_bytes)
@@ -384,58 +366,7 @@ DevicePublishStats DeviceTiledMap::publish(const std::vector<std::uint64_t>& era
 
     // The lookup of every used slot, into the buffer no version in use reads.
     const std::size_t voxels = m.slot_of.size();
-    const std::size_t slots = m.used_slots;
-    LookupBuffers& l = m.lookups[target_set];
-    math::VoxelGridView g{};
-    g.size = static_cast<std::int32_t>(voxels);
-    for (int i = 0; i < 3; ++i) {
-      g.mean[i] = a.mean[i].data();
-      g.centroid[i] = a.centroid[i].data();
-    }
-    for (int e = 0; e < 6; ++e) g.icov[e] = a.icov[e].data();
-    g.inv_resolution = m.inverse_resolution;
-    g.radius_sq = m.radius_squared;
-    LatticeBox box;
-    if (voxels) {
-      int* hb = m.pinned_box.data();
-      hb[0] = hb[1] = hb[2] = INT_MAX;
-      hb[3] = hb[4] = hb[5] = INT_MIN;
-      NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.box.data(), hb, 6 * sizeof(int), cudaMemcpyHostToDevice, m.stream));
-      box_kernel<<<grid_blocks(slots, kThreads), kThreads, 0, m.stream>>>(a.keys.data(), slots, m.box.data());
-      NDTCU_CUDA_CHECK_LAUNCH();
-      NDTCU_CUDA_CHECK(cudaMemcpyAsync(hb, m.box.data(), 6 * sizeof(int), cudaMemcpyDeviceToHost, m.stream));
-      NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-      for (int i = 0; i < 3; ++i) {
-        box.min[i] = hb[i];
-        box.dims[i] = static_cast<std::int64_t>(hb[3 + i]) - hb[i] + 1;
-      }
-    }
-    const bool dense = voxels && box.bytes() <= static_cast<double>(m.dense_budget);
-    if (dense) {
-      const auto cells = static_cast<std::size_t>(box.cells());
-      l.dense.resize_with_headroom(cells);
-      NDTCU_CUDA_CHECK(cudaMemsetAsync(l.dense.data(), 0xff, cells * sizeof(std::int32_t), m.stream));  // -1
-      DenseVoxelIndex::attach(g, l.dense.data(), box);
-      scatter_dense_kernel<<<grid_blocks(slots, kThreads), kThreads, 0, m.stream>>>(a.keys.data(), slots,
-                                                                                   l.dense.data(), g);
-      NDTCU_CUDA_CHECK_LAUNCH();
-      st.lookup = VoxelLookup::Dense;
-    } else {
-      const std::size_t capacity = math::hash_capacity(voxels);
-      l.table_keys.resize_with_headroom(capacity);
-      l.table_values.resize_with_headroom(capacity);
-      NDTCU_CUDA_CHECK(cudaMemsetAsync(l.table_keys.data(), 0xff, capacity * sizeof(std::uint64_t), m.stream));
-      NDTCU_CUDA_CHECK(cudaMemsetAsync(l.table_values.data(), 0xff, capacity * sizeof(std::int32_t), m.stream));
-      if (slots) {
-        insert_keys_kernel<<<grid_blocks(slots, kThreads), kThreads, 0, m.stream>>>(
-            a.keys.data(), slots, l.table_keys.data(), l.table_values.data(), capacity - 1);
-        NDTCU_CUDA_CHECK_LAUNCH();
-      }
-      g.table_keys = l.table_keys.data();
-      g.table_values = l.table_values.data();
-      g.table_mask = capacity - 1;
-      st.lookup = VoxelLookup::Hash;
-    }
+    const math::VoxelGridView g = m.build_lookup(target_set, st.lookup);
     // Complete before it is published: the consumer switches without waiting, and the
     // pinned staging is free for the next publish.
     NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));

@@ -1,9 +1,10 @@
-// Device queries, the allocation counter, and the rigid-transform kernel.
+// Device queries, the allocation counter, and the rigid transform of a point array
+// (kernels/rigid_transform.cuh).
 #include "cuda_check.cuh"
 #include "device_buffer.cuh"
-
-#include "../src/cuda/device_scope.hpp"
-#include "../src/cuda/transform_points.hpp"
+#include "device_scope.hpp"
+#include "rigid_transform.cuh"
+#include "transform_points.hpp"
 
 #include <ndtcu/cuda_device.hpp>
 
@@ -13,19 +14,6 @@ namespace detail {
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 
-struct Rigid {
-  float r[9];
-  float t[3];
-};
-
-__global__ void transform_points_kernel(const float3* in, float3* out, int n, Rigid T) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float3 p = in[i];
-  out[i] = make_float3(T.r[0] * p.x + T.r[1] * p.y + T.r[2] * p.z + T.t[0],
-                       T.r[3] * p.x + T.r[4] * p.y + T.r[5] * p.z + T.t[1],
-                       T.r[6] * p.x + T.r[7] * p.y + T.r[8] * p.z + T.t[2]);
-}
 }  // namespace
 
 int resolve_device(int requested) {

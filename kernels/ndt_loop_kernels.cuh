@@ -1,0 +1,96 @@
+#pragma once
+// The CUDA NDT loop's kernels and their launchers (ndt_loop_kernels.cu): the derivative
+// kernel over every running hypothesis of a batch, the fixed-order reduction per
+// hypothesis, the step kernel that takes the fixed step of kernels/ndt_step.hpp on the
+// device, and the cooperative kernel that runs a batch of one's whole loop in one launch.
+// What they read is handed over in the trivially copyable structs below; the host objects
+// that own the memory live in src/cuda/ (cuda_backend.hpp, device_voxel_map.hpp,
+// loop_graph.hpp). Why the loop has this shape: BENCHMARK.md, "Designs measured and
+// rejected".
+#include "fixed_order_reduce.cuh"
+#include "ndt_point.hpp"
+#include "ndt_step.hpp"
+
+#include <cuda_runtime.h>
+
+namespace ndtcu::detail {
+
+/// Components of a hypothesis's sums (score, gradient, Hessian, NVTL and counts).
+constexpr int kSums = math::kSumSize;
+/// Threads per source point at most (lanes_for).
+constexpr int kMaxLanes = 8;
+/// Threads per block of every loop kernel: the 31-double per-thread sums stay in
+/// registers within the 255-register limit.
+constexpr int kLoopBlock = 256;
+
+/// A source of the batch: where its points start in the concatenated buffers, how many,
+/// and its launch shape (threads per point, blocks).
+struct DeviceSource {
+  int offset;
+  int n;
+  int lanes;
+  int blocks;
+};
+
+/// One hypothesis on the device: its loop state and the pose frame of its next evaluation
+/// (written by the host for the first, by the step kernel after).
+struct DeviceHyp {
+  math::StepState state;
+  math::PoseFrame frame;
+  int source;
+  double prior_center[6];  ///< the pose prior's centre (read when the rules have a prior)
+};
+
+/// Per-map and per-source constants, in device memory (uploaded when they change).
+struct DeviceConfig {
+  math::VoxelGridView grid;
+  const float* x;
+  const float* y;
+  const float* z;
+  const DeviceSource* sources;
+  math::Search search;
+  double d1, d2;
+};
+
+/// What the kernels of one batch share: pointers into the backend's buffers, fixed while a
+/// graph built on them lives.
+struct BatchArgs {
+  const DeviceConfig* cfg;
+  DeviceHyp* hyps;              ///< [K]
+  int* active;                  ///< running hypotheses, compacted in hypothesis order
+  int* active_count;            ///< how many
+  int* running;                 ///< [K] per slot: still running after the step
+  Vec<kSums>* partials;         ///< [K][max_blocks] one partial sum per block
+  Vec<kSums>* sums;             ///< [K] each hypothesis's sums at its current pose
+  math::StepTrace* trace;       ///< [K][max_iterations], or null
+  unsigned* ticket;             ///< the step kernel's last-block counter (zero between launches)
+  int max_blocks;               ///< partials per hypothesis
+  const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
+};
+
+/// Threads per point for a source of n points on a device of `multiprocessors` SMs (a
+/// power of two up to kMaxLanes; see the definition for the measurements).
+int lanes_for(int n, int multiprocessors);
+
+/// The derivative kernel over `grid` (blocks of a hypothesis x running slots): block
+/// (b, slot) evaluates block b of hypothesis active[slot] at its pose frame, or at
+/// `single` for hypothesis 0 when not null. A grid of one slot runs the single alignment's
+/// instance, more slots the batch's (the same PTX, so the same bits).
+void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream);
+/// The host-driven evaluations' reduction: hypothesis h < `hypotheses` sums its partials
+/// into sums[h], in a fixed order. Launchers that return nothing leave their error to
+/// cudaGetLastError (the caller's NDTCU_CUDA_CHECK_LAUNCH).
+void launch_reduce(const BatchArgs& a, int hypotheses, cudaStream_t stream);
+/// One pass of the device loop's body on `stream`: the derivative kernel over `blocks` x
+/// `slots`, then the step kernel. Returns the launches' error (captured launches report
+/// theirs at the capture's end). `in_graph`: the step kernel ends the loop through
+/// `handle`, the graph's conditional.
+cudaError_t launch_loop_body(const BatchArgs& a, int blocks, int slots, cudaGraphConditionalHandle handle,
+                             bool in_graph, cudaStream_t stream);
+/// The whole loop of a batch of one (hypothesis 0, `blocks` blocks all resident at once)
+/// in one cooperative launch; returns the launch's error.
+cudaError_t launch_cooperative_loop(BatchArgs a, int blocks, cudaStream_t stream);
+/// Blocks of the cooperative loop kernel one SM holds at once, into `blocks`.
+cudaError_t cooperative_loop_blocks_per_sm(int& blocks);
+
+}  // namespace ndtcu::detail

@@ -1,0 +1,564 @@
+// The CUDA backend's device members: the buffers of the sources and of a batch's
+// hypotheses, and the launches of kernels/ndt_loop_kernels.cuh on them. The map is a
+// DeviceVoxelMap's, the loop graphs a LoopGraphCache's.
+#include "cuda_backend.hpp"
+
+#include "cuda_check.cuh"
+#include "device_buffer.cuh"
+#include "device_scope.hpp"
+#include "loop_graph.hpp"
+#include "ndt_loop_kernels.cuh"
+
+#include "../nvtx.hpp"
+
+#include <ndtcu/cuda_device.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace ndtcu::detail {
+namespace {
+
+constexpr int kBlock = kLoopBlock;
+
+/// Grows `buffer` to hold `n` (with headroom); true when it was reallocated (graphs built
+/// on its old address are then stale).
+template <typename T>
+bool grow(DeviceBuffer<T>& buffer, std::size_t n) {
+  const T* before = buffer.data();
+  buffer.resize_with_headroom(n);
+  return buffer.data() != before;
+}
+
+// NDTCU_CUDA_LOOP: how a new backend launches the device loop (LoopLaunch).
+LoopLaunch loop_launch_from_environment() {
+  const char* env = std::getenv("NDTCU_CUDA_LOOP");
+  if (!env || !*env || std::strcmp(env, "auto") == 0) return LoopLaunch::Auto;
+  if (std::strcmp(env, "graph") == 0) return LoopLaunch::Graph;
+  if (std::strcmp(env, "stream") == 0) return LoopLaunch::Stream;
+  throw Error(std::string("NDTCU_CUDA_LOOP is '") + env + "'; it must be 'auto', 'graph' or 'stream'");
+}
+
+void check_source(int source, std::size_t sources) {
+  if (source < 0 || static_cast<std::size_t>(source) >= sources) {
+    throw Error("CUDA backend: evaluate of source " + std::to_string(source) + " of " + std::to_string(sources));
+  }
+}
+
+}  // namespace
+
+std::uint64_t device_allocations() noexcept { return device_allocation_count(); }
+
+struct CudaBackend::Impl {
+  explicit Impl(cudaStream_t s) : stream(s), map(s) {}
+
+  cudaStream_t stream = nullptr;
+  std::uint64_t allocations_at_start = 0;
+  DeviceVoxelMap map;
+  // Sources, concatenated.
+  DeviceBuffer<float> x, y, z;
+  DeviceBuffer<DeviceSource> source_table;
+  std::vector<DeviceSource> sources;
+  std::vector<float> staging;
+  int multiprocessors = 1;     // of the current device
+  int driver_version = 0;      // cudaDriverGetVersion: conditional graph nodes need 12040
+  int cooperative_blocks = 0;  // cooperative loop kernel's blocks resident at once (0: no cooperative launch)
+  LoopLaunch loop_launch = LoopLaunch::Auto;
+  // Configuration.
+  DeviceBuffer<DeviceConfig> config;
+  SearchMethod search = SearchMethod::Radius;
+  double outlier_ratio = 0.55;
+  bool config_dirty = true;
+  // Hypotheses: state, running list, partials, sums, trace.
+  DeviceBuffer<DeviceHyp> hyps;
+  DeviceBuffer<int> active, running, active_count;
+  DeviceBuffer<Vec<kSums>> partials, sums;
+  DeviceBuffer<math::StepTrace> trace;
+  DeviceBuffer<unsigned> ticket;
+  DeviceBuffer<math::StepRules> rules;
+  DeviceBuffer<math::PoseFrame> eval_frame;
+  PinnedBuffer<DeviceHyp> pinned_hyps;
+  PinnedBuffer<Vec<kSums>> pinned_sums;
+  PinnedBuffer<math::StepTrace> pinned_trace;
+  PinnedBuffer<math::PoseFrame> pinned_frame;
+  PinnedBuffer<int> pinned_active;
+  PinnedBuffer<math::StepRules> pinned_rules;
+  int partial_blocks = 0;        // partials per hypothesis the buffers hold
+  int eval_source = -1;          // the source hyps[0] names for evaluate()
+  std::uint64_t generation = 1;  // bumped whenever a buffer a graph points into moves
+  cudaEvent_t start = nullptr, stop = nullptr;
+  BackendTelemetry telemetry;
+  LoopGraphCache graphs;
+
+  ~Impl() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+
+  void upload_config() {
+    if (!map.ready()) throw Error("CudaBackend: no map set");
+    const math::GaussConstants g = math::gauss_constants(map.resolution(), outlier_ratio);
+    DeviceConfig c{};
+    c.grid = map.grid();
+    c.x = x.data();
+    c.y = y.data();
+    c.z = z.data();
+    c.sources = source_table.data();
+    c.search = to_math(search);
+    c.d1 = g.d1;
+    c.d2 = g.d2;
+    config.upload(&c, 1, stream);
+    telemetry.setup_bytes_up += sizeof(c);
+    config_dirty = false;
+  }
+
+  int max_source_blocks() const {
+    int b = 1;
+    for (const DeviceSource& s : sources) b = std::max(b, s.blocks);
+    return b;
+  }
+
+  /// Sizes the per-hypothesis buffers for `k` hypotheses (grow-only, with headroom).
+  void size_for(std::size_t k, bool with_trace, int max_iterations) {
+    const int blocks = max_source_blocks();
+    bool moved = false;
+    try {
+      if (blocks > partial_blocks) {
+        partial_blocks = blocks + blocks / 4 + 1;  // headroom for scans a little larger
+        partials.resize_discard(0);
+        moved = true;
+      }
+      moved |= grow(partials, k * static_cast<std::size_t>(partial_blocks));
+      moved |= grow(hyps, k);
+      moved |= grow(active, k);
+      moved |= grow(running, k);
+      moved |= grow(sums, k);
+      moved |= grow(active_count, 1);
+      moved |= grow(ticket, 1);
+      moved |= grow(rules, 1);
+      if (with_trace && grow(trace, k * static_cast<std::size_t>(max_iterations))) {
+        moved = true;
+        // A hypothesis writes only the iterations it runs, and the read-back copies every
+        // slot: zero them once, so no read-back ever copies uninitialized memory.
+        NDTCU_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.capacity() * sizeof(math::StepTrace), stream));
+      }
+    } catch (...) {
+      ++generation;  // a buffer may have been freed: no cached graph may point into it
+      throw;
+    }
+    if (moved) ++generation;
+  }
+
+  /// Room in the pinned staging for `k` hypotheses.
+  void reserve_pinned(std::size_t k) {
+    pinned_hyps.reserve_with_headroom(k);
+    pinned_sums.reserve_with_headroom(k);
+    pinned_active.reserve_with_headroom(k + 1);
+  }
+
+  BatchArgs args(bool with_trace) {
+    BatchArgs a{};
+    a.cfg = config.data();
+    a.hyps = hyps.data();
+    a.active = active.data();
+    a.active_count = active_count.data();
+    a.running = running.data();
+    a.partials = partials.data();
+    a.sums = sums.data();
+    a.trace = with_trace ? trace.data() : nullptr;
+    a.ticket = ticket.data();
+    a.max_blocks = partial_blocks;
+    a.rules = rules.data();
+    return a;
+  }
+
+  /// Uploads the first `k` hypotheses staged in pinned_hyps and the running list of all of
+  /// them (0 .. k - 1) on the stream.
+  void upload_hypotheses(std::size_t k) {
+    for (std::size_t i = 0; i < k; ++i) pinned_active.data()[i] = static_cast<int>(i);
+    pinned_active.data()[k] = static_cast<int>(k);
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(hyps.data(), pinned_hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyHostToDevice, stream));
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(active.data(), pinned_active.data(), k * sizeof(int), cudaMemcpyHostToDevice, stream));
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(active_count.data(), pinned_active.data() + k, sizeof(int), cudaMemcpyHostToDevice, stream));
+  }
+
+  /// The loop's blocks: the largest source's with headroom (so scans a little larger or
+  /// smaller share a graph; blocks past a source's exit at once).
+  int loop_blocks() const {
+    const int needed = max_source_blocks();
+    return std::min(needed + needed / 4 + 1, partial_blocks);
+  }
+
+  /// The device time between the start and stop events (the stream synchronized).
+  float elapsed_ms() const {
+    float ms = 0.f;
+    NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  }
+
+  /// Adds one call's counts to the telemetry.
+  void count(std::uint64_t evaluations, std::uint64_t up, std::uint64_t down, float ms) {
+    telemetry.evaluations += evaluations;
+    telemetry.bytes_up += up;
+    telemetry.bytes_down += down;
+    telemetry.gpu_ms += ms;
+    telemetry.device_allocations = device_allocation_count() - allocations_at_start;
+  }
+
+  void launch_loop(std::size_t k, const math::StepRules& rules, bool keep_trace, bool cooperative, bool in_graph,
+                   int single_blocks);
+  std::vector<OptimizerOutput> read_back(std::size_t k, const math::StepRules& rules, bool keep_trace);
+};
+
+CudaBackend::CudaBackend(CUstream_st* stream, int device) : device_(-1) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw CudaError("CUDA backend unavailable: " + why);
+  const LoopLaunch launch = loop_launch_from_environment();
+  device_ = resolve_device(device);
+  DeviceScope scope(device_);
+  impl_ = std::make_unique<Impl>(stream);
+  Impl& m = *impl_;
+  m.loop_launch = launch;
+  m.allocations_at_start = device_allocation_count();
+  int current = 0;
+  NDTCU_CUDA_CHECK(cudaGetDevice(&current));
+  NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&m.multiprocessors, cudaDevAttrMultiProcessorCount, current));
+  NDTCU_CUDA_CHECK(cudaDriverGetVersion(&m.driver_version));
+  int cooperative = 0, per_sm = 0;
+  NDTCU_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, current));
+  if (cooperative) {
+    NDTCU_CUDA_CHECK(cooperative_loop_blocks_per_sm(per_sm));
+    m.cooperative_blocks = per_sm * m.multiprocessors;
+  }
+  NDTCU_CUDA_CHECK(cudaEventCreate(&m.start));
+  NDTCU_CUDA_CHECK(cudaEventCreate(&m.stop));
+  m.config.resize_discard(1);
+  m.eval_frame.resize_discard(1);
+  m.pinned_frame.reserve(1);
+  m.pinned_sums.reserve(1);
+  m.pinned_active.reserve(2);
+  m.pinned_hyps.reserve(1);
+  m.pinned_rules.reserve(1);
+  m.size_for(1, false, 1);
+  NDTCU_CUDA_CHECK(cudaMemsetAsync(m.ticket.data(), 0, sizeof(unsigned), m.stream));
+}
+
+CudaBackend::~CudaBackend() {
+  try {
+    DeviceScope scope(device_);
+    impl_.reset();
+  } catch (...) {
+    impl_.reset();  // the device could not be made current: freed where it is
+  }
+}
+
+void CudaBackend::set_loop_launch(LoopLaunch launch) noexcept { impl_->loop_launch = launch; }
+LoopLaunch CudaBackend::loop_launch() const noexcept { return impl_->loop_launch; }
+
+void CudaBackend::set_map(const VoxelMap& map, VoxelLookup lookup, std::size_t dense_budget_bytes) {
+  Impl& m = *impl_;
+  map_.reset();  // the map set_map(shared_ptr) set is no longer the one in use
+  const MapChange change = m.map.set(map, lookup, dense_budget_bytes);
+  m.telemetry.setup_bytes_up += change.bytes_up;
+  if (change.swapped) ++m.telemetry.map_swaps;
+  m.config_dirty = true;
+}
+
+void CudaBackend::set_map_from_device(const VoxelMap& map, const DeviceVoxelCells& cells, VoxelLookup lookup,
+                                      std::size_t dense_budget_bytes) {
+  Impl& m = *impl_;
+  map_.reset();
+  m.config_dirty = true;
+  m.telemetry.setup_bytes_up += m.map.set_from_device(map, cells, lookup, dense_budget_bytes).bytes_up;
+}
+
+void CudaBackend::stage_map(std::shared_ptr<const VoxelMap> map, VoxelLookup lookup, std::size_t dense_budget_bytes) {
+  if (!map) throw Error("CudaBackend::stage_map: null map");
+  impl_->map.stage(std::move(map), lookup, dense_budget_bytes);
+}
+
+std::size_t CudaBackend::use_tiled_map(DeviceTiledMap& map, bool take_newer) {
+  Impl& m = *impl_;
+  map_.reset();  // a later set_map of any map sets it again (and leaves the tiled map)
+  if (m.map.use_tiled(map, take_newer).swapped) {
+    m.config_dirty = true;
+    ++m.telemetry.map_swaps;
+  }
+  return m.map.tiled_voxels();
+}
+
+void CudaBackend::configure(SearchMethod search, double outlier_ratio) {
+  Impl& m = *impl_;
+  m.search = search;
+  m.outlier_ratio = outlier_ratio;
+  m.config_dirty = true;
+}
+
+VoxelLookup CudaBackend::lookup() const noexcept { return impl_->map.lookup(); }
+
+BackendTelemetry CudaBackend::telemetry() const {
+  BackendTelemetry t = impl_->telemetry;
+  t.upload_ms = upload_ms_;
+  return t;
+}
+
+void CudaBackend::reset_telemetry() noexcept {
+  impl_->telemetry = BackendTelemetry{};
+  impl_->allocations_at_start = device_allocation_count();
+  upload_ms_ = 0.0;
+}
+
+void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>& sources) {
+  Impl& m = *impl_;
+  std::size_t total = 0;
+  for (const PointCloudView& s : sources) total += s.size();
+  if (total > static_cast<std::size_t>(std::numeric_limits<int>::max() / (2 * kMaxLanes))) {
+    throw Error("CUDA backend: " + std::to_string(total) + " source points are more than it indexes");
+  }
+  // Whatever happens below, the configuration the kernels read (the point buffers'
+  // addresses) is stale until uploaded again, and the cached sources are gone: a growth
+  // that fails has already freed the old buffer.
+  m.config_dirty = true;
+  m.eval_source = -1;
+  m.sources.clear();
+  // A scan larger than any before grows the buffers to 1.5 times its size: localizing a
+  // sequence whose filtered scans grow a little at a time would otherwise reallocate (a
+  // device-wide synchronization) on every new maximum.
+  try {
+    for (auto* buffer : {&m.x, &m.y, &m.z}) buffer->resize_with_headroom(std::max<std::size_t>(total, 1));
+  } catch (...) {
+    ++m.generation;  // no cached graph may run on what was freed
+    throw;
+  }
+  // Structure of arrays: x, y, z each contiguous, so a warp's loads coalesce.
+  m.staging.resize(3 * total);
+  std::size_t at = 0;
+  for (const PointCloudView& s : sources) {
+    DeviceSource d{};
+    d.offset = static_cast<int>(at);
+    d.n = static_cast<int>(s.size());
+    d.lanes = lanes_for(d.n, m.multiprocessors);
+    d.blocks = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) * d.lanes + kBlock - 1) / kBlock));
+    m.sources.push_back(d);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      m.staging[at + i] = s[i].x();
+      m.staging[total + at + i] = s[i].y();
+      m.staging[2 * total + at + i] = s[i].z();
+    }
+    at += s.size();
+  }
+  m.x.upload(m.staging.data(), total, m.stream);
+  m.y.upload(m.staging.data() + total, total, m.stream);
+  m.z.upload(m.staging.data() + 2 * total, total, m.stream);
+  m.source_table.upload(m.sources.data(), m.sources.size(), m.stream);
+  m.telemetry.setup_bytes_up += 3 * total * sizeof(float) + m.sources.size() * sizeof(DeviceSource);
+  m.eval_source = -1;
+  m.config_dirty = true;
+}
+
+math::DerivativeSums CudaBackend::evaluate_on_device(int source, const Pose6& pose, bool with_hessian) {
+  Impl& m = *impl_;
+  check_source(source, m.sources.size());
+  if (m.config_dirty) m.upload_config();
+  math::DerivativeSums out;
+  out.clear();
+  if (m.sources[static_cast<std::size_t>(source)].n == 0) return out;
+  m.size_for(1, false, 1);
+  if (m.eval_source != source) {
+    // Hypothesis 0 names the source; the running list is that one hypothesis.
+    DeviceHyp& h = m.pinned_hyps.data()[0];
+    h = DeviceHyp{};
+    h.source = source;
+    m.upload_hypotheses(1);
+    NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the pinned staging is reused below
+    m.eval_source = source;
+  }
+  const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
+  *m.pinned_frame.data() = math::pose_frame(p, with_hessian);
+  const BatchArgs a = m.args(false);
+  const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
+  NDTCU_NVTX_RANGE("derivatives");
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.eval_frame.data(), m.pinned_frame.data(), sizeof(math::PoseFrame),
+                                   cudaMemcpyHostToDevice, m.stream));
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
+  launch_derivatives(a, dim3(blocks, 1), m.eval_frame.data(), m.stream);
+  NDTCU_CUDA_CHECK_LAUNCH();
+  launch_reduce(a, 1, m.stream);
+  NDTCU_CUDA_CHECK_LAUNCH();
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  NDTCU_NVTX_RANGE("reduce");  // the read-back and the one synchronization
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the one synchronization per evaluation
+  const float ms = m.elapsed_ms();
+  for (int k = 0; k < kSums; ++k) out.v[k] = m.pinned_sums.data()->v[k];
+  m.count(1, sizeof(math::PoseFrame), sizeof(Vec<kSums>), ms);
+  return out;
+}
+
+std::vector<math::DerivativeSums> CudaBackend::evaluate_batch_on_device(int source, const std::vector<Pose6>& poses,
+                                                                        bool with_hessian) {
+  Impl& m = *impl_;
+  check_source(source, m.sources.size());
+  if (m.config_dirty) m.upload_config();
+  const std::size_t k = poses.size();
+  std::vector<math::DerivativeSums> out(k);
+  for (auto& s : out) s.clear();
+  if (k == 0 || m.sources[static_cast<std::size_t>(source)].n == 0) return out;
+  if (k > 65535) throw Error("CUDA backend: " + std::to_string(k) + " poses in one evaluation batch (at most 65535)");
+  m.size_for(k, false, 1);
+  m.reserve_pinned(k);
+  m.eval_source = -1;  // hyps[0] and the running list are this batch's now
+  for (std::size_t i = 0; i < k; ++i) {
+    const double p[6] = {poses[i](0), poses[i](1), poses[i](2), poses[i](3), poses[i](4), poses[i](5)};
+    DeviceHyp& h = m.pinned_hyps.data()[i];
+    h = DeviceHyp{};
+    h.frame = math::pose_frame(p, with_hessian);
+    h.source = source;
+  }
+  const BatchArgs a = m.args(false);
+  const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
+  NDTCU_NVTX_RANGE("derivatives");
+  m.upload_hypotheses(k);
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
+  launch_derivatives(a, dim3(blocks, static_cast<unsigned>(k)), nullptr, m.stream);
+  NDTCU_CUDA_CHECK_LAUNCH();
+  launch_reduce(a, static_cast<int>(k), m.stream);
+  NDTCU_CUDA_CHECK_LAUNCH();
+  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), k * sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
+                                   m.stream));
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  const float ms = m.elapsed_ms();
+  for (std::size_t i = 0; i < k; ++i) {
+    for (int j = 0; j < kSums; ++j) out[i].v[j] = m.pinned_sums.data()[i].v[j];
+  }
+  m.count(k, k * (sizeof(DeviceHyp) + sizeof(int)) + sizeof(int), k * sizeof(Vec<kSums>), ms);
+  return out;
+}
+
+bool CudaBackend::device_loop_supported() const noexcept {
+  return impl_->loop_launch == LoopLaunch::Stream || impl_->driver_version >= 12040 ||
+         (impl_->loop_launch == LoopLaunch::Auto && impl_->cooperative_blocks > 0);
+}
+
+std::vector<OptimizerOutput> CudaBackend::run_fixed_step(const std::vector<Hypothesis>& hypotheses,
+                                                         const math::StepRules& rules, bool keep_trace) {
+  Impl& m = *impl_;
+  if (!device_loop_supported()) throw CudaError("the device-resident Newton loop needs a CUDA 12.4 driver or later");
+  if (rules.max_iterations < 1) throw Error("device loop: max_iterations must be at least 1");
+  if (m.config_dirty) m.upload_config();
+  const std::size_t k = hypotheses.size();
+  if (k == 0) return {};
+  for (const Hypothesis& h : hypotheses) {
+    if (h.source < 0 || static_cast<std::size_t>(h.source) >= m.sources.size() ||
+        m.sources[static_cast<std::size_t>(h.source)].n == 0) {
+      throw Error("device loop: hypothesis of source " + std::to_string(h.source) + ", which has no points");
+    }
+  }
+  const auto iterations = static_cast<std::size_t>(rules.max_iterations);
+  m.size_for(k, keep_trace, rules.max_iterations);
+  m.reserve_pinned(k);
+  if (keep_trace) m.pinned_trace.reserve_with_headroom(k * iterations);
+  // A batch of one whose blocks are all resident at once runs in the cooperative kernel.
+  const int single_blocks = m.sources[static_cast<std::size_t>(hypotheses[0].source)].blocks;
+  const bool cooperative = m.loop_launch == LoopLaunch::Auto && k == 1 && single_blocks <= m.cooperative_blocks;
+  const bool in_graph = !cooperative && m.loop_launch != LoopLaunch::Stream;
+  if (in_graph && m.driver_version < 12040) {
+    throw CudaError("the device-resident Newton loop of a batch needs a CUDA 12.4 driver or later");
+  }
+  *m.pinned_rules.data() = rules;
+  m.eval_source = -1;  // hyps[0] and the running list are the batch's now
+  for (std::size_t i = 0; i < k; ++i) {
+    const double p[6] = {hypotheses[i].start(0), hypotheses[i].start(1), hypotheses[i].start(2),
+                         hypotheses[i].start(3), hypotheses[i].start(4), hypotheses[i].start(5)};
+    DeviceHyp& h = m.pinned_hyps.data()[i];
+    h.state = math::start_state(p);
+    h.frame = math::pose_frame(p, true);
+    h.source = hypotheses[i].source;
+    for (int j = 0; j < 6; ++j) h.prior_center[j] = hypotheses[i].prior_center(j);
+  }
+  m.launch_loop(k, rules, keep_trace, cooperative, in_graph, single_blocks);
+  return m.read_back(k, rules, keep_trace);
+}
+
+void CudaBackend::Impl::launch_loop(std::size_t k, const math::StepRules& step_rules, bool keep_trace,
+                                    bool cooperative, bool in_graph, int single_blocks) {
+  const int slots = loop_slots(static_cast<int>(k));
+  cudaGraphExec_t graph = nullptr;
+  if (in_graph) {
+    bool built = false;
+    graph = graphs.get(args(keep_trace), slots, max_source_blocks(), loop_blocks(), keep_trace, generation, built);
+    if (built) telemetry.graph_builds += 1;
+  }
+  NDTCU_NVTX_RANGE("device loop");
+  NDTCU_CUDA_CHECK(cudaMemcpyAsync(rules.data(), pinned_rules.data(), sizeof(math::StepRules), cudaMemcpyHostToDevice,
+                                   stream));
+  upload_hypotheses(k);
+  NDTCU_CUDA_CHECK(cudaEventRecord(start, stream));
+  if (cooperative) {
+    NDTCU_CUDA_CHECK(launch_cooperative_loop(args(keep_trace), single_blocks, stream));
+    telemetry.cooperative_loops += 1;
+  } else if (in_graph) {
+    NDTCU_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  } else {
+    // A hypothesis evaluates at most max_iterations + 1 times (fixed_step), so that many
+    // passes of the body run every loop to its end.
+    const BatchArgs a = args(keep_trace);
+    const int blocks = loop_blocks();
+    for (int pass = 0; pass <= step_rules.max_iterations; ++pass) {
+      NDTCU_CUDA_CHECK(launch_loop_body(a, blocks, slots, 0, false, stream));
+    }
+  }
+  NDTCU_CUDA_CHECK(cudaEventRecord(stop, stream));
+}
+
+std::vector<OptimizerOutput> CudaBackend::Impl::read_back(std::size_t k, const math::StepRules& step_rules,
+                                                          bool keep_trace) {
+  const auto iterations = static_cast<std::size_t>(step_rules.max_iterations);
+  NDTCU_CUDA_CHECK(
+      cudaMemcpyAsync(pinned_hyps.data(), hyps.data(), k * sizeof(DeviceHyp), cudaMemcpyDeviceToHost, stream));
+  NDTCU_CUDA_CHECK(
+      cudaMemcpyAsync(pinned_sums.data(), sums.data(), k * sizeof(Vec<kSums>), cudaMemcpyDeviceToHost, stream));
+  if (keep_trace) {
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(pinned_trace.data(), trace.data(), k * iterations * sizeof(math::StepTrace),
+                                     cudaMemcpyDeviceToHost, stream));
+  }
+  NDTCU_CUDA_CHECK(
+      cudaMemcpyAsync(pinned_active.data() + k, active_count.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+  NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const float ms = elapsed_ms();
+  if (const int still = pinned_active.data()[k]; still != 0) {
+    throw CudaError("device loop: " + std::to_string(still) + " of " + std::to_string(k) +
+                    " hypotheses still running after the loop ended (max_iterations " +
+                    std::to_string(step_rules.max_iterations) + ")");
+  }
+  std::vector<OptimizerOutput> out(k);
+  std::uint64_t evaluations = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    const math::StepState& st = pinned_hyps.data()[i].state;
+    OptimizerOutput& o = out[i];
+    for (int j = 0; j < 6; ++j) o.pose(j) = st.pose[j];
+    o.iterations = st.iterations;
+    o.evaluations = st.evaluations;
+    o.reason = to_stop_reason(st.reason);
+    math::DerivativeSums final_sums;
+    for (int j = 0; j < kSums; ++j) final_sums.v[j] = pinned_sums.data()[i].v[j];
+    o.final = to_evaluation(final_sums);
+    if (keep_trace) {
+      o.trace = to_trace(pinned_trace.data() + i * iterations, std::min(st.iterations, step_rules.max_iterations));
+    }
+    evaluations += static_cast<std::uint64_t>(st.evaluations);
+  }
+  count(evaluations, k * (sizeof(DeviceHyp) + sizeof(int)) + sizeof(int) + sizeof(math::StepRules),
+        k * (sizeof(DeviceHyp) + sizeof(Vec<kSums>)) + (keep_trace ? k * iterations * sizeof(math::StepTrace) : 0), ms);
+  return out;
+}
+
+}  // namespace ndtcu::detail

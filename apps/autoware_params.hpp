@@ -68,6 +68,21 @@ struct AutowareParams {
   std::vector<std::string> not_used;
 };
 
+/// Autoware's NDT parameters and the AlignSettings field (ndtcu/fields.hpp) each sets, with
+/// where AutowareParams keeps its value: the one list of renames. Reading the file and
+/// applying it to the settings (ndt_settings) both walk it; calls v(key, field, value).
+template <typename V>
+void visit_autoware_renames(V&& v) {
+  v("ndt.trans_epsilon", "epsilon", &AutowareParams::epsilon);
+  v("ndt.step_size", "step_size", &AutowareParams::step_size);
+  v("ndt.resolution", "resolution", &AutowareParams::resolution);
+  v("ndt.max_iterations", "max_iterations", &AutowareParams::max_iterations);
+  v("ndt.num_threads", "threads", &AutowareParams::threads);
+}
+
+/// The file's NDT values (visit_autoware_renames, and covariance_estimation_type) set on `s`.
+void apply_autoware_params(const AutowareParams& p, AlignSettings& s);
+
 /// Reads an Autoware ndt_scan_matcher.param.yaml: the ROS 2 layout, `/**:` (or a node
 /// name) holding `ros__parameters:`, with the sections of autoware_ndt_scan_matcher's
 /// config/ndt_scan_matcher.param.yaml. Throws IoError naming the file for one that cannot

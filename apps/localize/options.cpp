@@ -244,7 +244,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   AlignSettings& s = ls.align;
   s = ndt_settings(o.ndt, config ? &*config : nullptr);
   // The localizer reports a covariance with every pose unless told otherwise.
-  if (!o.ndt.pose_covariance && !(config && config->pose_covariance)) s.pose_covariance = PoseCovariance::Laplace;
+  if (!o.ndt.was_given("pose_covariance") && !(config && config->pose_covariance)) s.pose_covariance = PoseCovariance::Laplace;
   ls.min_range = o.min_range;
   ls.max_range = o.max_range;
   ls.voxel_leaf = o.voxel;

@@ -206,6 +206,12 @@ void check_range(CLI::Option* option, const FieldRange& range) {
       range.text(), "range"));
 }
 
+}  // namespace
+
+void check_number_range(CLI::Option* option, const FieldRange& range) { check_range<double>(option, range); }
+
+namespace {
+
 // The --help line of a field: its doc, then what a special value means.
 std::string option_help(const char* doc, const FieldRange& range) {
   return range.note ? std::string(doc) + " (" + range.note + ")" : std::string(doc);

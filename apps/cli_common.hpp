@@ -102,6 +102,10 @@ struct NdtOptions {
 /// "--NAME" of a field, '_' spelt '-'.
 std::string option_name(const std::string& field);
 
+/// Checks a real-number option against `range` (a field's, ndtcu/fields.hpp), naming the
+/// value and the range.
+void check_number_range(CLI::Option* option, const FieldRange& range);
+
 /// Registers --preset and one option per AlignSettings field (--resolution, --step-size,
 /// --epsilon, --max-iterations, --outlier-ratio, --search, --line-search, --convergence,
 /// --newton-direction, --covariance, --min-points-per-voxel, --eigenvalue-ratio,

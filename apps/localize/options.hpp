@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndtcu::cli::localize {
@@ -42,11 +43,31 @@ struct LocalizeOptions {
   std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};
   std::vector<double> motion_sigma = {kDefaults.motion_translation_sigma, kDefaults.motion_rotation_sigma};
   double gate_chi2 = kDefaults.gate_chi2;
+  double max_prediction_scale = kDefaults.max_prediction_scale;
   bool prediction_prior = kDefaults.prediction_prior;
   std::optional<double> regularization;
   std::size_t min_scan_points = kDefaults.min_scan_points;
   std::size_t min_frame_points = kDefaults.min_frame_points;
 };
+
+/// The LocalizerSettings fields whose `localize` option is not named after the field
+/// (option_name(field)), with the option that sets each: shorter names, the two
+/// standard deviations of --motion-sigma, and flags that turn a default off.
+inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
+    {"voxel_leaf", "--voxel"},
+    {"gpu_preprocess", "--cpu-preprocess"},
+    {"reject_max_iterations", "--accept-max-iterations"},
+    {"rotation_search_range_deg", "--rotation-search-range"},
+    {"rotation_search_step_deg", "--rotation-search-step"},
+    {"max_turn_rate_deg", "--max-turn-rate"},
+    {"degeneracy_probe_m", "--degeneracy-probe"},
+    {"motion_translation_sigma", "--motion-sigma"},
+    {"motion_rotation_sigma", "--motion-sigma"},
+    {"regularization_scale_factor", "--regularization"},
+};
+
+/// The `localize` option that sets the LocalizerSettings field `field`.
+std::string localize_option(const std::string& field);
 
 /// The options a --config file sets unless the command line gives them.
 struct ConfigurableOptions {

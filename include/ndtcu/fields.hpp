@@ -33,12 +33,15 @@ struct FieldRange {
   bool lo_open = false;                                  ///< lo itself is outside
   bool hi_open = false;                                  ///< hi itself is outside
   const char* note = nullptr;  ///< what a special value means ("0 = one per hardware thread"), or null
+  bool finite = false;         ///< without bounds: still a finite number
 
   /// Whether any bound is set.
   bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
-  /// Whether `v` lies in the range (and is finite when the range is bounded).
+  /// Whether values are checked at all (a bound, or finite).
+  bool checked() const { return bounded() || finite; }
+  /// Whether `v` lies in the range (and is finite when the range is checked).
   bool contains(double v) const {
-    if (!bounded()) return true;
+    if (!checked()) return true;
     if (!std::isfinite(v)) return false;
     const bool above = lo_open ? v > lo : v >= lo;
     const bool below = hi_open ? v < hi : v <= hi;
@@ -52,7 +55,7 @@ struct FieldRange {
     }
     if (has_lo) return std::string(lo_open ? "> " : ">= ") + number_text(lo);
     if (has_hi) return std::string(hi_open ? "< " : "<= ") + number_text(hi);
-    return {};
+    return finite ? "finite" : "";
   }
 };
 
@@ -62,6 +65,12 @@ inline FieldRange range_closed(double lo, double hi, const char* note = nullptr)
 inline FieldRange range_open(double lo, double hi) { return {lo, hi, true, true, nullptr}; }
 /// A range (lo, inf).
 inline FieldRange range_above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, false, nullptr}; }
+/// Any finite number.
+inline FieldRange range_finite() {
+  FieldRange r;
+  r.finite = true;
+  return r;
+}
 /// A range [lo, inf).
 inline FieldRange range_at_least(double lo, const char* note = nullptr) {
   return {lo, std::numeric_limits<double>::infinity(), false, false, note};
@@ -161,36 +170,49 @@ struct FieldList<LocalizerSettings> {
   template <typename V>
   static void visit(V&& v) {
     using S = LocalizerSettings;
-    v(make_field("min_range", &S::min_range, "scan points closer than this to the sensor are dropped (m)"));
+    v(make_field("min_range", &S::min_range, "scan points closer than this to the sensor are dropped (m)",
+                 range_at_least(0.0)));
     v(make_field("max_range", &S::max_range, "scan points farther than this are dropped (m)"));
-    v(make_field("voxel_leaf", &S::voxel_leaf, "voxel-filter leaf for the scan (m; 0 keeps every point)"));
+    v(make_field("voxel_leaf", &S::voxel_leaf, "voxel-filter leaf for the scan (m)", range_at_least(0.0, "0: no filter")));
     v(make_field("min_scan_points", &S::min_scan_points,
             "shrink the scan's leaf (by 0.7, at most 4 times) while fewer points than this are left (0: fixed leaf)"));
     v(make_field("min_frame_points", &S::min_frame_points,
-            "a frame with fewer points after the filter is lost at once (0: align whatever is left)"));
+            "a frame with fewer points after the filter is lost at once (0: align whatever is left)",
+            range_closed(0, 10000000)));
     v(make_field("gpu_preprocess", &S::gpu_preprocess, "crop and filter scans on the GPU with the CUDA backend"));
-    v(make_field("nvtl_threshold", &S::nvtl_threshold, "a pose is valid when its NVTL reaches this"));
-    v(make_field("min_matched_ratio", &S::min_matched_ratio, "... and when this share of its points found a map voxel"));
+    v(make_field("nvtl_threshold", &S::nvtl_threshold, "a pose is valid when its NVTL reaches this", range_finite()));
+    v(make_field("min_matched_ratio", &S::min_matched_ratio, "... and when this share of its points found a map voxel",
+            range_closed(0.0, 1.0)));
     v(make_field("reject_max_iterations", &S::reject_max_iterations,
             "reject an alignment that used every iteration without converging"));
     v(make_field("recovery", &S::recovery, "what a frame whose first attempt fails does"));
-    v(make_field("recovery_attempts", &S::recovery_attempts, "retries after a failed first attempt"));
-    v(make_field("rotation_search_range_deg", &S::rotation_search_range_deg, "heading search: turns up to this either way (deg)"));
-    v(make_field("rotation_search_step_deg", &S::rotation_search_step_deg, "heading search: step between turns (deg)"));
-    v(make_field("search_radius", &S::search_radius, "position search radius around the prediction (m)"));
-    v(make_field("max_speed", &S::max_speed, "fastest the sensor moves (m/s), sizing the wide search"));
-    v(make_field("max_turn_rate_deg", &S::max_turn_rate_deg, "fastest the sensor turns (deg/s)"));
-    v(make_field("max_search_radius", &S::max_search_radius, "widest position search (m)"));
-    v(make_field("search_nvtl_ratio", &S::search_nvtl_ratio, "an alignment is taken only when its NVTL also reaches this share of the accepted frames' (0: no check)"));
-    v(make_field("max_prediction_scale", &S::max_prediction_scale, "largest prediction step, in multiples of the last inter-frame motion"));
-    v(make_field("degeneracy_probe_m", &S::degeneracy_probe_m, "probe distance along a weak direction (m; 0: no probe)"));
-    v(make_field("degeneracy_margin", &S::degeneracy_margin, "a probe within this NVTL of the pose's marks a direction the scan does not pin"));
-    v(make_field("motion_translation_sigma", &S::motion_translation_sigma, "the constant-velocity prediction's position standard deviation per second (m/s)"));
-    v(make_field("motion_rotation_sigma", &S::motion_rotation_sigma, "... and its angles' (rad/s)"));
-    v(make_field("gate_chi2", &S::gate_chi2, "Mahalanobis gate of a correction under the prediction's covariance (0: no gate)"));
+    v(make_field("recovery_attempts", &S::recovery_attempts, "retries after a failed first attempt", range_closed(0, 10)));
+    v(make_field("rotation_search_range_deg", &S::rotation_search_range_deg, "heading search: turns up to this either way (deg)",
+            range_closed(0.0, 180.0)));
+    v(make_field("rotation_search_step_deg", &S::rotation_search_step_deg, "heading search: step between turns (deg)",
+            range_closed(1.0, 180.0)));
+    v(make_field("search_radius", &S::search_radius, "position search radius around the prediction (m)",
+            range_closed(0.0, 200.0)));
+    v(make_field("max_speed", &S::max_speed, "fastest the sensor moves (m/s), sizing the wide search",
+            range_closed(0.0, 100.0)));
+    v(make_field("max_turn_rate_deg", &S::max_turn_rate_deg, "fastest the sensor turns (deg/s)", range_closed(0.0, 3600.0)));
+    v(make_field("max_search_radius", &S::max_search_radius, "widest position search (m; at least search_radius)", range_closed(0.0, 200.0)));
+    v(make_field("search_nvtl_ratio", &S::search_nvtl_ratio, "an alignment is taken only when its NVTL also reaches this share of the accepted frames' (0: no check)",
+            range_closed(0.0, 1.0)));
+    v(make_field("max_prediction_scale", &S::max_prediction_scale, "largest prediction step, in multiples of the last inter-frame motion",
+            range_at_least(1.0)));
+    v(make_field("degeneracy_probe_m", &S::degeneracy_probe_m, "probe distance along a weak direction (m)",
+            range_closed(0.0, 100.0, "0: no probe")));
+    v(make_field("degeneracy_margin", &S::degeneracy_margin, "a probe within this NVTL of the pose's marks a direction the scan does not pin",
+            range_at_least(0.0)));
+    v(make_field("motion_translation_sigma", &S::motion_translation_sigma, "the constant-velocity prediction's position standard deviation per second (m/s)",
+            range_at_least(0.0)));
+    v(make_field("motion_rotation_sigma", &S::motion_rotation_sigma, "... and its angles' (rad/s)", range_at_least(0.0)));
+    v(make_field("gate_chi2", &S::gate_chi2, "Mahalanobis gate of a correction under the prediction's covariance (0: no gate)",
+            range_at_least(0.0)));
     v(make_field("prediction_prior", &S::prediction_prior, "align the first attempt and its retries with the prediction as a pose prior"));
     v(make_field("regularization_scale_factor", &S::regularization_scale_factor,
-            "Autoware's GNSS regularization about the prediction (0: off)"));
+            "Autoware's GNSS regularization about the prediction (0: off)", range_at_least(0.0)));
   }
 };
 
@@ -237,6 +259,16 @@ std::vector<std::string> field_names() {
   return names;
 }
 
+/// The range of the field of `S` named `name` (unbounded when there is none).
+template <typename S>
+FieldRange field_range(const std::string& name) {
+  FieldRange range;
+  visit_fields<S>([&](const auto& f) {
+    if (name == f.name) range = f.range;
+  });
+  return range;
+}
+
 /// Sets the field of `s` named `name` to `value` when there is one of type T; whether there was.
 template <typename S, typename T>
 bool set_field(S& s, const std::string& name, const T& value) {
@@ -252,23 +284,30 @@ bool set_field(S& s, const std::string& name, const T& value) {
   return found;
 }
 
-/// Throws Error for the first number field of `s` outside its range: "invalid setting NAME
-/// (must be RULE): VALUE" for a real number, "invalid setting NAME: VALUE (must be RULE[,
-/// NOTE])" for an integer.
-template <typename S>
-void validate_ranges(const S& s) {
+/// Calls fail(name, value, real, range) for the first number field of `s` outside its
+/// range (value as text; real: a floating-point field), which is expected to throw.
+template <typename S, typename Fail>
+void check_ranges(const S& s, Fail&& fail) {
   visit_fields<S>([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
       const T value = s.*f.member;
       if (f.range.contains(static_cast<double>(value))) return;
-      const std::string rule = f.range.text() + (f.range.note ? std::string(", ") + f.range.note : std::string());
-      if constexpr (std::is_floating_point_v<T>) {
-        throw Error("invalid setting " + std::string(f.name) + " (must be " + rule + "): " + number_text(value));
-      } else {
-        throw Error("invalid setting " + std::string(f.name) + ": " + std::to_string(value) + " (must be " + rule + ")");
-      }
+      const bool real = std::is_floating_point_v<T>;
+      fail(std::string(f.name), real ? number_text(static_cast<double>(value)) : std::to_string(value), real, f.range);
     }
+  });
+}
+
+/// Throws Error for the first number field of `s` outside its range: "invalid setting NAME
+/// (must be RULE): VALUE" for a real number, "invalid setting NAME: VALUE (must be RULE[,
+/// NOTE])" for an integer.
+template <typename S>
+void validate_ranges(const S& s) {
+  check_ranges(s, [](const std::string& name, const std::string& value, bool real, const FieldRange& range) {
+    const std::string rule = range.text() + (range.note ? std::string(", ") + range.note : std::string());
+    if (real) throw Error("invalid setting " + name + " (must be " + rule + "): " + value);
+    throw Error("invalid setting " + name + ": " + value + " (must be " + rule + ")");
   });
 }
 

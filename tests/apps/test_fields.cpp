@@ -4,6 +4,7 @@
 // field and the value.
 #include "cli_app.hpp"
 #include "cli_common.hpp"
+#include "localize/options.hpp"
 
 #include <ndtcu/fields.hpp>
 #include <ndtcu/log.hpp>
@@ -61,6 +62,11 @@ TEST_CASE("every settings field is an option of the aligning commands and a key 
     });
   }
   CHECK(fields == 3 * field_names<AlignSettings>().size());
+  // localize sets every LocalizerSettings field from an option too.
+  visit_fields<LocalizerSettings>([&](const auto& f) {
+    CAPTURE(f.name);
+    CHECK(cli->app.get_subcommand("localize")->get_option_no_throw(cli::localize::localize_option(f.name)) != nullptr);
+  });
   CHECK(field_names<AlignSettings>().size() >= 17);
 
   // The options once missing from the command line, given, reach the settings in use.
@@ -87,30 +93,45 @@ TEST_CASE("every settings field is an option of the aligning commands and a key 
   CHECK(j.at("covariance_mode") == "laplace");
 }
 
-TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
+namespace {
+
+// Sets each number field of S with a range, in turn, just outside it (or to NaN for a
+// field that need only be finite) and checks that validate() names the field (after
+// `prefix`) and the value; returns how many were checked.
+template <typename S>
+std::size_t check_validated_ranges(const std::string& prefix) {
   std::size_t checked = 0;
-  visit_fields<AlignSettings>([&](const auto& f) {
+  visit_fields<S>([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-      if (!f.range.bounded()) return;
+      if (!f.range.checked()) return;
       CAPTURE(f.name);
-      AlignSettings s;
+      S s;
       CHECK_NOTHROW(validate(s));  // the defaults lie in range
-      // Just outside the lower bound (or the upper one for a field without a lower).
-      const double bad = std::isfinite(f.range.lo) ? (f.range.lo_open ? f.range.lo : f.range.lo - 1)
-                                                   : (f.range.hi_open ? f.range.hi : f.range.hi + 1);
-      s.*f.member = static_cast<T>(bad);
-      const std::string value = std::is_floating_point_v<T> ? number_text(bad) : std::to_string(static_cast<T>(bad));
-      CHECK_THROWS_WITH(validate(s), Catch::Contains(std::string("invalid setting ") + f.name) &&
-                                         Catch::Contains(value));
+      if (f.range.bounded()) {
+        // Just outside the lower bound (or the upper one for a field without a lower).
+        const double bad = std::isfinite(f.range.lo) ? (f.range.lo_open ? f.range.lo : f.range.lo - 1)
+                                                     : (f.range.hi_open ? f.range.hi : f.range.hi + 1);
+        s.*f.member = static_cast<T>(bad);
+        const std::string value =
+            std::is_floating_point_v<T> ? number_text(bad) : std::to_string(static_cast<T>(bad));
+        CHECK_THROWS_WITH(validate(s), Catch::Contains(prefix + f.name) && Catch::Contains(value));
+      }
       if constexpr (std::is_floating_point_v<T>) {
         s.*f.member = std::numeric_limits<T>::quiet_NaN();
-        CHECK_THROWS_WITH(validate(s), Catch::Contains(f.name));
+        CHECK_THROWS_WITH(validate(s), Catch::Contains(prefix + f.name) && Catch::Contains("nan"));
       }
       ++checked;
     }
   });
-  CHECK(checked == 9);
+  return checked;
+}
+
+}  // namespace
+
+TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
+  CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 9);
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 20);
 }
 
 TEST_CASE("every Autoware parameter renamed names an AlignSettings field of its type", "[unit][cli][fields]") {

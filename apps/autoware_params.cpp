@@ -634,11 +634,4 @@ std::optional<AutowareParams> load_autoware_params(const std::string& path) {
   return params;
 }
 
-void apply_autoware_params(const AutowareParams& p, AlignSettings& s) {
-  visit_autoware_renames([&](const char*, const char* field, auto value) {
-    if (p.*value) set_field(s, field, *(p.*value));
-  });
-  if (p.pose_covariance) s.pose_covariance = *p.pose_covariance;
-}
-
 }  // namespace ndtcu::cli

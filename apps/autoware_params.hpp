@@ -3,6 +3,7 @@
 // the values ndtcu has an equivalent for, read with yaml-cpp. A library of its own (the
 // only code that links yaml-cpp; the core library never does), so that the unit tests
 // call the parser directly. This header names no yaml-cpp type.
+#include <ndtcu/fields.hpp>
 #include <ndtcu/settings.hpp>
 
 #include <optional>
@@ -81,7 +82,12 @@ void visit_autoware_renames(V&& v) {
 }
 
 /// The file's NDT values (visit_autoware_renames, and covariance_estimation_type) set on `s`.
-void apply_autoware_params(const AutowareParams& p, AlignSettings& s);
+inline void apply_autoware_params(const AutowareParams& p, AlignSettings& s) {
+  visit_autoware_renames([&](const char*, const char* field, auto value) {
+    if (p.*value) set_field(s, field, *(p.*value));
+  });
+  if (p.pose_covariance) s.pose_covariance = *p.pose_covariance;
+}
 
 /// Reads an Autoware ndt_scan_matcher.param.yaml: the ROS 2 layout, `/**:` (or a node
 /// name) holding `ros__parameters:`, with the sections of autoware_ndt_scan_matcher's

@@ -1,6 +1,7 @@
 #include "autoware_params.hpp"
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/fields.hpp>
 #include <ndtcu/initial_pose_tpe.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/log.hpp>
@@ -23,6 +24,7 @@
 #include <map>
 #include <iostream>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,14 +34,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The keys ndtcu reads, by their path under ros__parameters (autoware_ndt_scan_matcher's
-// config/ndt_scan_matcher.param.yaml).
-const char* const kUsedKeys[] = {
-    "ndt.trans_epsilon",
-    "ndt.step_size",
-    "ndt.resolution",
-    "ndt.max_iterations",
-    "ndt.num_threads",
+// The keys ndtcu reads besides the renamed NDT settings (visit_autoware_renames), by their
+// path under ros__parameters (autoware_ndt_scan_matcher's config/ndt_scan_matcher.param.yaml).
+const char* const kOtherUsedKeys[] = {
     "initial_pose_estimation.particles_num",
     "initial_pose_estimation.n_startup_trials",
     "validation.initial_pose_timeout_sec",
@@ -83,13 +80,28 @@ bool listed(const char* const (&keys)[N], const std::string& key) {
   return std::any_of(std::begin(keys), std::end(keys), [&](const char* k) { return key == k; });
 }
 
-bool is_leaf(const std::string& key) { return listed(kUsedKeys, key) || listed(kNotUsedKeys, key); }
+// Every key ndtcu reads: the renamed NDT settings, then the others.
+const std::vector<const char*>& used_keys() {
+  static const std::vector<const char*> keys = [] {
+    std::vector<const char*> k;
+    visit_autoware_renames([&](const char* key, const char*, auto) { k.push_back(key); });
+    k.insert(k.end(), std::begin(kOtherUsedKeys), std::end(kOtherUsedKeys));
+    return k;
+  }();
+  return keys;
+}
+
+bool is_leaf(const std::string& key) {
+  const auto& used = used_keys();
+  return std::any_of(used.begin(), used.end(), [&](const char* k) { return key == k; }) || listed(kNotUsedKeys, key);
+}
 
 // A section: a prefix of some known key ("ndt", "covariance.covariance_estimation").
 bool is_section(const std::string& key) {
   const std::string prefix = key + ".";
   const auto starts = [&](const char* k) { return std::strncmp(k, prefix.c_str(), prefix.size()) == 0; };
-  return std::any_of(std::begin(kUsedKeys), std::end(kUsedKeys), starts) ||
+  const auto& used = used_keys();
+  return std::any_of(used.begin(), used.end(), starts) ||
          std::any_of(std::begin(kNotUsedKeys), std::end(kNotUsedKeys), starts);
 }
 
@@ -380,35 +392,32 @@ class Reader {
     });
   }
 
+  // A renamed NDT setting (visit_autoware_renames): read as its field's type, checked by
+  // validate() on that field, kept in AutowareParams. Whether `key` is one.
+  bool take_renamed(const std::string& key, const YAML::Node& node) {
+    bool taken = false;
+    visit_autoware_renames([&](const char* name, const char* field, auto value) {
+      if (taken || key != name) return;
+      taken = true;
+      using T = typename std::decay_t<decltype(out_.*value)>::value_type;
+      std::optional<T> v;
+      if constexpr (std::is_integral_v<T>) {
+        v = integer(node, key);
+      } else {
+        v = number(node, key);
+      }
+      if (!v) return;
+      ndt_value(node, key, [&](AlignSettings& s) { set_field(s, field, *v); });
+      out_.*value = v;
+      if (key == "ndt.step_size") step_node_ = node;
+      if (key == "ndt.trans_epsilon") epsilon_node_ = node;
+    });
+    return taken;
+  }
+
   void take(const std::string& key, const YAML::Node& node) {
-    if (key == "ndt.resolution") {
-      if (const auto v = number(node, key)) {
-        ndt_value(node, key, [&](AlignSettings& s) { s.resolution = *v; });
-        out_.resolution = v;
-      }
-    } else if (key == "ndt.step_size") {
-      if (const auto v = number(node, key)) {
-        ndt_value(node, key, [&](AlignSettings& s) { s.step_size = *v; });
-        out_.step_size = v;
-        step_node_ = node;
-      }
-    } else if (key == "ndt.trans_epsilon") {
-      if (const auto v = number(node, key)) {
-        ndt_value(node, key, [&](AlignSettings& s) { s.epsilon = *v; });
-        out_.epsilon = v;
-        epsilon_node_ = node;
-      }
-    } else if (key == "ndt.max_iterations") {
-      if (const auto v = integer(node, key)) {
-        ndt_value(node, key, [&](AlignSettings& s) { s.max_iterations = *v; });
-        out_.max_iterations = v;
-      }
-    } else if (key == "ndt.num_threads") {
-      if (const auto v = integer(node, key)) {
-        ndt_value(node, key, [&](AlignSettings& s) { s.threads = *v; });
-        out_.threads = v;
-      }
-    } else if (key == "covariance.covariance_estimation.covariance_estimation_type") {
+    if (take_renamed(key, node)) return;
+    if (key == "covariance.covariance_estimation.covariance_estimation_type") {
       if (const auto v = integer(node, key)) {
         // Autoware's CovarianceEstimationType, in its order.
         const PoseCovariance types[] = {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,

@@ -3,6 +3,7 @@
 // the values ndtcu has an equivalent for, read with yaml-cpp. A library of its own (the
 // only code that links yaml-cpp; the core library never does), so that the unit tests
 // call the parser directly. This header names no yaml-cpp type.
+#include <ndtcu/fields.hpp>
 #include <ndtcu/settings.hpp>
 
 #include <optional>
@@ -67,6 +68,26 @@ struct AutowareParams {
   /// sensor_points, the other validation limits, dynamic map loading's distances, ...).
   std::vector<std::string> not_used;
 };
+
+/// Autoware's NDT parameters and the AlignSettings field (ndtcu/fields.hpp) each sets, with
+/// where AutowareParams keeps its value: the one list of renames. Reading the file and
+/// applying it to the settings (ndt_settings) both walk it; calls v(key, field, value).
+template <typename V>
+void visit_autoware_renames(V&& v) {
+  v("ndt.trans_epsilon", "epsilon", &AutowareParams::epsilon);
+  v("ndt.step_size", "step_size", &AutowareParams::step_size);
+  v("ndt.resolution", "resolution", &AutowareParams::resolution);
+  v("ndt.max_iterations", "max_iterations", &AutowareParams::max_iterations);
+  v("ndt.num_threads", "threads", &AutowareParams::threads);
+}
+
+/// The file's NDT values (visit_autoware_renames, and covariance_estimation_type) set on `s`.
+inline void apply_autoware_params(const AutowareParams& p, AlignSettings& s) {
+  visit_autoware_renames([&](const char*, const char* field, auto value) {
+    if (p.*value) set_field(s, field, *(p.*value));
+  });
+  if (p.pose_covariance) s.pose_covariance = *p.pose_covariance;
+}
 
 /// Reads an Autoware ndt_scan_matcher.param.yaml: the ROS 2 layout, `/**:` (or a node
 /// name) holding `ros__parameters:`, with the sections of autoware_ndt_scan_matcher's

@@ -178,37 +178,85 @@ ReadOptions read_options_for_origin(const std::string& text, const std::string& 
   throw Error(option + ": " + origin_expected(text));
 }
 
+std::string option_name(const std::string& field) {
+  std::string name = "--" + field;
+  for (char& c : name) c = c == '_' ? '-' : c;
+  return name;
+}
+
+namespace {
+
+// The check of a number option from its field's range: CLI11's Range where both bounds are
+// set and closed (its message names the value and the bounds), else the range's own rule.
+// Either shows the range in --help.
+template <typename T>
+void check_range(CLI::Option* option, const FieldRange& range) {
+  if (!range.bounded()) return;
+  if (std::isfinite(range.lo) && std::isfinite(range.hi) && !range.lo_open && !range.hi_open) {
+    option->check(CLI::Range(static_cast<T>(range.lo), static_cast<T>(range.hi)));
+    return;
+  }
+  option->check(CLI::Validator(
+      [range](std::string& value) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (end == value.c_str() || *end != '\0') return {};  // not a number: the conversion says so
+        return range.contains(v) ? std::string() : "value " + value + " must be " + range.text();
+      },
+      range.text(), "range"));
+}
+
+}  // namespace
+
+void check_number_range(CLI::Option* option, const FieldRange& range) { check_range<double>(option, range); }
+
+namespace {
+
+// The --help line of a field: its doc, then what a special value means.
+std::string option_help(const char* doc, const FieldRange& range) {
+  return range.note ? std::string(doc) + " (" + range.note + ")" : std::string(doc);
+}
+
+}  // namespace
+
 void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
   cmd->add_option("--preset", o.preset, "starting NDT settings; every other option overrides them")
       ->check(CLI::IsMember({"autoware", "pcl"}));
-  cmd->add_option("--resolution", o.resolution, "NDT voxel size (m)")->check(CLI::PositiveNumber);
-  cmd->add_option("--search", o.search, "neighbour search")
-      ->check(CLI::IsMember({"radius", "direct27", "direct7", "direct1"}));
-  cmd->add_option("--line-search", o.line_search, "step length rule")->check(CLI::IsMember({"more-thuente", "fixed"}));
-  cmd->add_option("--step-size", o.step_size, "largest step |dp|")->check(CLI::PositiveNumber);
-  cmd->add_option("--epsilon", o.epsilon, "convergence threshold")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-iterations", o.max_iterations, fmt::format("Newton iterations at most (at most {})", kMaxIterations))
-      ->check(CLI::Range(1, kMaxIterations));
-  cmd->add_option("--convergence", o.convergence, "stopping rule")->check(CLI::IsMember({"pcl", "autoware"}));
-  cmd->add_option("--newton-direction", o.newton_direction,
-                  "Newton direction: H dp = -g as PCL and Autoware solve it, or saddle-free (|eigenvalues|)")
-      ->check(CLI::IsMember({"pcl", "saddle-free"}));
-  cmd->add_option("--covariance", o.covariance, "voxel covariance convention")->check(CLI::IsMember({"pcl", "autoware"}));
-  cmd->add_option("--pose-covariance", o.pose_covariance,
-                  "covariance of the aligned pose, as Autoware estimates it: none, laplace ((-H)^-1 of the score), "
-                  "multi-ndt (6 more aligns from 0.5-1 m offsets), multi-ndt-score (NVTL-weighted offsets)")
-      ->check(CLI::IsMember({"none", "laplace", "multi-ndt", "multi-ndt-score"}));
-  cmd->add_option("--threads", o.threads, fmt::format("CPU threads for the alignment (0 = all, at most {})", kMaxThreads))
-      ->check(CLI::Range(0, kMaxThreads));
-  cmd->add_option("--backend", o.backend, "backend (auto: CUDA when a device is present)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--device", o.device,
-                  "CUDA device index the CUDA backend runs on (`ndtcu devices` lists them; default: device 0, or "
-                  "the first of CUDA_VISIBLE_DEVICES); one process per GPU with --device 0, 1, ...")
-      ->check(CLI::Range(0, 1023));  // a bound only for the message: hosts have a few dozen GPUs at most
-  cmd->add_option("--gpu-loop", o.gpu_loop,
-                  "CUDA, fixed step: Newton loop in one device graph, or one host round trip per iteration")
-      ->check(CLI::IsMember({"device", "host"}));
+  visit_fields<AlignSettings>([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    const std::string field = f.name;
+    auto member = f.member;
+    if constexpr (std::is_enum_v<T>) {
+      cmd->add_option_function<std::string>(
+             option_name(field),
+             [&o, field, member](const std::string& v) {
+               o.values.*member = EnumValues<T>::parse(v);
+               o.given.insert(field);
+             },
+             f.doc)
+          ->check(CLI::IsMember(enum_names<T>()));
+    } else if (field == "device") {
+      // The command line names a device; -1 (the current one) is the default, not a choice.
+      cmd->add_option_function<T>(
+             option_name(field),
+             [&o, field, member](const T& v) {
+               o.values.*member = v;
+               o.given.insert(field);
+             },
+             std::string(f.doc) + " (`ndtcu devices` lists them; default: device 0, or the first of "
+                                  "CUDA_VISIBLE_DEVICES); one process per GPU with --device 0, 1, ...")
+          ->check(CLI::Range(0, 1023));  // a bound only for the message: hosts have a few dozen GPUs at most
+    } else {
+      CLI::Option* option = cmd->add_option_function<T>(
+          option_name(field),
+          [&o, field, member](const T& v) {
+            o.values.*member = v;
+            o.given.insert(field);
+          },
+          option_help(f.doc, f.range));
+      check_range<T>(option, f.range);
+    }
+  });
 }
 
 CLI::Option* add_regularization_option(CLI::App* cmd, std::optional<double>& scale, const std::string& pose_from) {
@@ -253,10 +301,13 @@ Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::strin
 }
 
 CLI::Option* add_config_option(CLI::App* cmd, NdtOptions& o, const std::string& keys) {
+  std::string renamed;
+  visit_autoware_renames([&](const char* key, const char* field, auto) {
+    renamed += fmt::format("{}{} ({})", renamed.empty() ? "" : ", ", key, option_name(field));
+  });
   return cmd->add_option("--config", o.config,
-                         "Autoware's ndt_scan_matcher.param.yaml (/**: ros__parameters:): its ndt section "
-                         "(resolution, step_size, trans_epsilon, max_iterations, num_threads), "
-                         "covariance_estimation_type" +
+                         "Autoware's ndt_scan_matcher.param.yaml (/**: ros__parameters:): " + renamed +
+                             ", covariance_estimation_type" +
                              keys +
                              "; applied on top of --preset, and every option given here overrides the file. "
                              "Unknown keys and values of the wrong type are warnings, values out of range errors");
@@ -302,65 +353,78 @@ nlohmann::json prior_json(const PosePrior& p) {
           {"regularization_scale_factor", p.regularization_scale_factor}};
 }
 
+namespace {
+
+// A field's value as JSON: enums by name, matrices row-major, strings through json_text.
+template <typename T>
+nlohmann::json field_json(const T& v) {
+  if constexpr (std::is_enum_v<T>) {
+    return to_string(v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return json_text(v);
+  } else if constexpr (std::is_base_of_v<Eigen::MatrixBase<T>, T>) {
+    std::vector<double> values;
+    for (Eigen::Index r = 0; r < v.rows(); ++r)
+      for (Eigen::Index c = 0; c < v.cols(); ++c) values.push_back(v(r, c));
+    return values;
+  } else {
+    return v;
+  }
+}
+
+// Every field of `s` listed for S (ndtcu/fields.hpp), by name.
+template <typename S>
+nlohmann::json fields_json(const S& s) {
+  nlohmann::json j = nlohmann::json::object();
+  visit_fields<S>([&](const auto& f) { j[f.name] = field_json(s.*f.member); });
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config) {
-  return {{"preset", preset},
-          {"config", config.empty() ? nlohmann::json(nullptr) : json_text(config)},
-          {"resolution", s.resolution},
-          {"step_size", s.step_size},
-          {"epsilon", s.epsilon},
-          {"max_iterations", s.max_iterations},
-          {"search", to_string(s.search)},
-          {"line_search", to_string(s.line_search)},
-          {"convergence", to_string(s.convergence)},
-          {"newton_direction", to_string(s.newton_direction)},
-          {"covariance", to_string(s.covariance)},
-          {"pose_covariance", to_string(s.pose_covariance)},
-          {"threads", s.threads},
-          {"backend", to_string(s.backend)},
-          {"device", s.device},
-          {"gpu_loop", to_string(s.gpu_loop)},
-          {"prior", prior_json(s.prior)}};
+  nlohmann::json j = fields_json(s);
+  j["preset"] = preset;
+  j["config"] = config.empty() ? nlohmann::json(nullptr) : json_text(config);
+  j["prior"] = prior_json(s.prior);
+  return j;
+}
+
+nlohmann::json align_result_json(const AlignResult& r) {
+  nlohmann::json j = fields_json(r);
+  j["localizability"] = localizability_json(r.localizability);
+  j["time_ms"] = r.timings.total_ms;
+  j["per_iteration_ms"] = r.timings.per_iteration_ms;
+  j["evaluations"] = r.timings.evaluations;
+  auto& trace = j["trace"] = nlohmann::json::array();
+  for (const auto& it : r.trace) {
+    trace.push_back({{"xyzrpy", field_json(it.pose)}, {"score", it.score}, {"step", it.step_length}});
+  }
+  return j;
 }
 
 AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config) {
   AlignSettings s = preset(o.preset);
-  if (config) {
-    if (config->resolution) s.resolution = *config->resolution;
-    if (config->step_size) s.step_size = *config->step_size;
-    if (config->epsilon) s.epsilon = *config->epsilon;
-    if (config->max_iterations) s.max_iterations = *config->max_iterations;
-    if (config->threads) s.threads = *config->threads;
-    if (config->pose_covariance) s.pose_covariance = *config->pose_covariance;
-  }
-  // The command line's options are set only when given (std::optional), so they override
-  // the file exactly when they were on the command line.
-  if (o.resolution) s.resolution = *o.resolution;
-  if (o.step_size) s.step_size = *o.step_size;
-  if (o.epsilon) s.epsilon = *o.epsilon;
-  if (o.max_iterations) s.max_iterations = *o.max_iterations;
-  if (o.threads) s.threads = *o.threads;
-  if (o.search) s.search = search_method_from_string(*o.search);
-  if (o.line_search) s.line_search = line_search_from_string(*o.line_search);
-  if (o.covariance) s.covariance = covariance_mode_from_string(*o.covariance);
-  if (o.convergence) s.convergence = convergence_rule_from_string(*o.convergence);
-  if (o.newton_direction) s.newton_direction = newton_direction_from_string(*o.newton_direction);
-  if (o.pose_covariance) s.pose_covariance = pose_covariance_from_string(*o.pose_covariance);
-  if (o.backend) s.backend = backend_from_string(*o.backend);
-  if (o.gpu_loop) s.gpu_loop = gpu_loop_from_string(*o.gpu_loop);
-  if (o.device) {
+  if (config) apply_autoware_params(*config, s);
+  // The command line's values replace the file's exactly when they were given.
+  visit_fields<AlignSettings>([&](const auto& f) {
+    if (o.was_given(f.name) && std::string(f.name) != "device") s.*f.member = o.values.*f.member;
+  });
+  if (o.was_given("device")) {
+    const int device = o.values.device;
     // Checked here, before any file is read, in the option's own words.
     if (s.backend == Backend::Cpu) {
       throw Error(fmt::format("--device {}: the CPU backend runs on no CUDA device (use --backend cuda or auto)",
-                              *o.device));
+                              device));
     }
     const std::size_t count = cuda_devices().size();
-    if (static_cast<std::size_t>(*o.device) >= count) {
+    if (device < 0 || static_cast<std::size_t>(device) >= count) {
       const std::string why = cuda_unavailable_reason();
-      throw Error(fmt::format("--device {}: no such CUDA device ({} present{}; `ndtcu devices` lists them)", *o.device,
+      throw Error(fmt::format("--device {}: no such CUDA device ({} present{}; `ndtcu devices` lists them)", device,
                               count, count > 0 ? fmt::format(", indices 0 to {}", count - 1)
                                                : why.empty() ? std::string() : ": " + why));
     }
-    s.device = *o.device;
+    s.device = device;
   }
   // Before any point cloud is read: a contradiction fails at once. Each value of the file
   // passed its own range already; what is left is a rule between two settings that the

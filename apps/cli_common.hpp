@@ -3,6 +3,8 @@
 #include "autoware_params.hpp"
 
 #include <ndtcu/io.hpp>
+#include <ndtcu/fields.hpp>
+#include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include <optional>
+#include <set>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,21 +75,41 @@ CLI::Option* add_origin_option(CLI::App* cmd, std::string& origin, const std::st
 /// `option` and the text for anything else.
 ReadOptions read_options_for_origin(const std::string& text, const std::string& option = "--origin");
 
-/// The NDT options `align` and `localize` share: a preset and every setting that
-/// overrides it (unset: the preset's value), and the Autoware parameter file (--config)
-/// whose values come between the two.
+/// The NDT options `align` and `localize` share: a preset, the Autoware parameter file
+/// (--config) whose values come after it, and one option per AlignSettings field (from
+/// ndtcu/fields.hpp), bound onto a default-constructed AlignSettings, that overrides both
+/// when given.
 struct NdtOptions {
   std::string preset = "autoware";
-  std::string config;  ///< --config FILE (empty: none)
-  std::optional<double> resolution, step_size, epsilon;
-  std::optional<int> max_iterations, threads, device;
-  std::optional<std::string> search, line_search, covariance, convergence, backend, gpu_loop, newton_direction,
-      pose_covariance;
+  std::string config;            ///< --config FILE (empty: none)
+  AlignSettings values;          ///< what the options set (the library's defaults where not given)
+  std::set<std::string> given;   ///< names of the fields given on the command line
+
+  /// Sets a field as the command line would, and marks it given.
+  template <typename T>
+  void set(T AlignSettings::*member, T value) {
+    values.*member = value;
+    visit_fields<AlignSettings>([&](const auto& f) {
+      if constexpr (std::is_same_v<typename std::decay_t<decltype(f)>::Type, T>) {
+        if (f.member == member) given.insert(f.name);
+      }
+    });
+  }
+  /// Whether the field `name` was given.
+  bool was_given(const std::string& name) const { return given.count(name) > 0; }
 };
 
-/// Registers --preset, --resolution, --search, --line-search, --step-size, --epsilon,
-/// --max-iterations, --convergence, --newton-direction, --covariance, --pose-covariance,
-/// --threads, --backend, --device, --gpu-loop.
+/// "--NAME" of a field, '_' spelt '-'.
+std::string option_name(const std::string& field);
+
+/// Checks a real-number option against `range` (a field's, ndtcu/fields.hpp), naming the
+/// value and the range.
+void check_number_range(CLI::Option* option, const FieldRange& range);
+
+/// Registers --preset and one option per AlignSettings field (--resolution, --step-size,
+/// --epsilon, --max-iterations, --outlier-ratio, --search, --line-search, --convergence,
+/// --newton-direction, --covariance, --min-points-per-voxel, --eigenvalue-ratio,
+/// --threads, --backend, --device, --gpu-loop, --pose-covariance).
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
 /// Registers --config FILE (Autoware's ndt_scan_matcher.param.yaml) on a command that also
@@ -111,14 +135,20 @@ Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::strin
 /// null when it adds nothing.
 nlohmann::json prior_json(const PosePrior& prior);
 
-/// JSON of the NDT settings in use (with the preset they started from, and the --config
-/// file, null without one).
+/// JSON of the NDT settings in use: every AlignSettings field by its name (enums by name),
+/// the prior (prior_json), the preset they started from, and the --config file (null
+/// without one).
 nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config = {});
 
 /// JSON of an alignment's localizability: valid, eigenvalues (ascending), directions (row
 /// i: the pose change [x y z roll pitch yaw] of eigenvalue i, moving the points 1 m RMS),
 /// condition (null when infinite), weakest_ratio, weak, degenerate.
 nlohmann::json localizability_json(const Localizability& l);
+
+/// JSON of an alignment's result: every AlignResult field by its name (matrices row-major,
+/// enums by name), localizability, time_ms, per_iteration_ms, evaluations and trace (one
+/// {xyzrpy, score, step} per iteration).
+nlohmann::json align_result_json(const AlignResult& r);
 
 /// One line of text for it: "degenerate: 1 weak direction (...)" or the condition.
 std::string localizability_text(const Localizability& l);

@@ -80,31 +80,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // One alignment's JSON object: what `ndtcu --json align` prints, and each entry of the
 // `results` list with --guesses.
 nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
-  nlohmann::json j;
-  std::vector<double> t;
-  for (int row = 0; row < 4; ++row)
-    for (int col = 0; col < 4; ++col) t.push_back(r.transform(row, col));
-  j["transform"] = t;
-  j["xyzrpy"] = {r.pose(0), r.pose(1), r.pose(2), r.pose(3), r.pose(4), r.pose(5)};
-  j["converged"] = r.converged;
-  j["reason"] = to_string(r.reason);
-  j["iterations"] = r.iterations;
-  j["score"] = r.score;
-  j["tp"] = r.tp;
-  j["nvtl"] = r.nvtl;
-  j["correspondences"] = r.correspondences;
-  j["matched_points"] = r.matched_points;
-  j["source_points"] = r.source_points;
+  nlohmann::json j = align_result_json(r);
   j["source_points_read"] = c.source_points_read;
   j["target_points"] = c.target_points;
   j["target_points_read"] = c.target_points_read;
-  j["target_voxels"] = r.target_voxels;
-  j["oscillation_count"] = r.oscillation_count;
-  j["localizability"] = localizability_json(r.localizability);
-  j["backend"] = r.backend;
-  j["time_ms"] = r.timings.total_ms;
-  j["per_iteration_ms"] = r.timings.per_iteration_ms;
-  j["evaluations"] = r.timings.evaluations;
   if (r.backend == "cuda") {
     j["gpu"] = {{"gpu_ms", r.timings.gpu_ms},
                 {"upload_ms", r.timings.upload_ms},
@@ -116,25 +95,6 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
   j["map_build_ms"] = c.map_ms;
   j["load_ms"] = c.load_ms;
   j["settings"] = ndt_settings_json(c.preset, c.settings, c.config);
-  auto& trace = j["trace"] = nlohmann::json::array();
-  for (const auto& it : r.trace) {
-    trace.push_back({{"xyzrpy", {it.pose(0), it.pose(1), it.pose(2), it.pose(3), it.pose(4), it.pose(5)}},
-                     {"score", it.score},
-                     {"step", it.step_length}});
-  }
-  if (r.covariance_mode != PoseCovariance::None) {
-    // Row-major, [x y z roll pitch yaw] (m, rad); zeros when covariance_valid is false.
-    std::vector<double> cov, cxy;
-    for (int row = 0; row < 6; ++row)
-      for (int col = 0; col < 6; ++col) cov.push_back(r.covariance(row, col));
-    for (int row = 0; row < 2; ++row)
-      for (int col = 0; col < 2; ++col) cxy.push_back(r.covariance_xy(row, col));
-    j["covariance_mode"] = to_string(r.covariance_mode);
-    j["covariance_valid"] = r.covariance_valid;
-    j["covariance"] = cov;
-    j["covariance_xy"] = cxy;
-    j["covariance_ms"] = r.timings.covariance_ms;
-  }
   return j;
 }
 

@@ -186,18 +186,11 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   const AlignSettings& s = run.settings;
   const Pose6& around = run.around;
   const InitialPoseResult& r = run.result;
-  const AlignResult& b = r.best;
-  nlohmann::json j;
+  // The best alignment's fields at the top level (its time_ms replaced by the search's).
+  nlohmann::json j = align_result_json(r.best);
   j["method"] = o.method;
   j["verdict"] = to_string(verdict(r, o.nvtl_threshold));
   j["nvtl_threshold"] = o.nvtl_threshold;
-  j["xyzrpy"] = pose_json(b.pose);
-  j["nvtl"] = b.nvtl;
-  j["tp"] = b.tp;
-  j["score"] = b.score;
-  j["converged"] = b.converged;
-  j["reason"] = to_string(b.reason);
-  j["iterations"] = b.iterations;
   j["hypotheses_aligned"] = r.hypotheses_aligned;
   j["screened_hypotheses"] = r.screened_hypotheses;
   j["coarse_hypotheses"] = r.coarse_hypotheses;
@@ -232,8 +225,6 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   j["scan_points_read"] = run.scan_points_read;
   j["map_points"] = run.map_points;
   j["map_points_read"] = run.map_points_read;
-  j["target_voxels"] = b.target_voxels;
-  j["backend"] = b.backend;
   j["load_ms"] = run.load_ms;
   j["map_build_ms"] = run.map_ms;
   j["settings"] = ndt_settings_json(o.ndt.preset, s, o.ndt.config);

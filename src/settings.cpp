@@ -1,4 +1,5 @@
 #include <ndtcu/error.hpp>
+#include <ndtcu/fields.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/text.hpp>
@@ -126,26 +127,8 @@ bool wants_device_loop(const AlignSettings& s) {
 }
 
 void validate(const AlignSettings& s) {
-  auto fail = [](const std::string& what, double v) {
-    throw Error("invalid setting " + what + ": " + ndtcu::number_text(v));
-  };
-  if (!(s.resolution > 0.0) || !std::isfinite(s.resolution)) fail("resolution (must be > 0)", s.resolution);
-  if (!(s.step_size > 0.0) || !std::isfinite(s.step_size)) fail("step_size (must be > 0)", s.step_size);
-  if (!(s.epsilon >= 0.0) || !std::isfinite(s.epsilon)) fail("epsilon (must be >= 0)", s.epsilon);
-  if (s.max_iterations < 1 || s.max_iterations > kMaxIterations) {
-    throw Error(fmt::format("invalid setting max_iterations: {} (must be in [1, {}])", s.max_iterations, kMaxIterations));
-  }
-  if (!(s.outlier_ratio > 0.0 && s.outlier_ratio < 1.0)) fail("outlier_ratio (must be in (0, 1))", s.outlier_ratio);
-  if (s.min_points_per_voxel < 3) fail("min_points_per_voxel (must be >= 3)", s.min_points_per_voxel);
-  if (!(s.eigenvalue_ratio >= 0.0 && s.eigenvalue_ratio <= 1.0)) fail("eigenvalue_ratio (must be in [0, 1])", s.eigenvalue_ratio);
-  if (s.device < -1) {
-    throw Error("invalid setting device: " + std::to_string(s.device) +
-                " (must be -1, the current CUDA device, or a device index >= 0)");
-  }
-  if (s.threads < 0 || s.threads > kMaxThreads) {
-    throw Error("invalid setting threads: " + std::to_string(s.threads) + " (must be in [0, " +
-                std::to_string(kMaxThreads) + "], 0 = one per hardware thread)");
-  }
+  // Each number against its range in the one list of fields (ndtcu/fields.hpp).
+  validate_ranges(s);
   // Step lengths are kept in [epsilon / 2, step_size] (PCL's and Autoware's rule); with
   // epsilon / 2 above step_size that range is empty and every step would be epsilon / 2 long.
   if (s.epsilon > 2.0 * s.step_size) {
@@ -154,7 +137,8 @@ void validate(const AlignSettings& s) {
                 fmt::format("{}", 2.0 * s.step_size) + " or less, or raise step_size");
   }
   if (std::string(to_string(s.pose_covariance)) == "?") {
-    fail("pose_covariance (must be none, laplace, multi-ndt or multi-ndt-score)", static_cast<int>(s.pose_covariance));
+    throw Error("invalid setting pose_covariance (must be none, laplace, multi-ndt or multi-ndt-score): " +
+                std::to_string(static_cast<int>(s.pose_covariance)));
   }
   validate(s.prior);
 }

@@ -145,6 +145,12 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
                   "degrees of freedom; 0 = no gate)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  check_number_range(
+      cmd->add_option("--max-prediction-scale", o.max_prediction_scale,
+                      "largest step of the constant-velocity prediction, in multiples of the last inter-frame motion "
+                      "(a long gap after lost frames would otherwise extrapolate the velocity without limit)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("max_prediction_scale"));
   cmd->add_flag("--prediction-prior", o.prediction_prior,
                 "align the first attempt with the prediction as a pose prior (its covariance's inverse as "
                 "information): where the scan does not pin the pose, the result stays near the prediction");
@@ -220,6 +226,13 @@ ConfigurableOptions add_localize_options(CLI::App* cmd, LocalizeOptions& o) {
   return given;
 }
 
+std::string localize_option(const std::string& field) {
+  for (const auto& [name, option] : kRenamedLocalizerOptions) {
+    if (field == name) return option;
+  }
+  return option_name(field);
+}
+
 LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions& given) {
   LocalizeSettings result;
   result.config = load_autoware_params(o.ndt.config);
@@ -244,7 +257,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   AlignSettings& s = ls.align;
   s = ndt_settings(o.ndt, config ? &*config : nullptr);
   // The localizer reports a covariance with every pose unless told otherwise.
-  if (!o.ndt.pose_covariance && !(config && config->pose_covariance)) s.pose_covariance = PoseCovariance::Laplace;
+  if (!o.ndt.was_given("pose_covariance") && !(config && config->pose_covariance)) s.pose_covariance = PoseCovariance::Laplace;
   ls.min_range = o.min_range;
   ls.max_range = o.max_range;
   ls.voxel_leaf = o.voxel;
@@ -266,6 +279,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.degeneracy_probe_m = o.degeneracy_probe;
   ls.degeneracy_margin = o.degeneracy_margin;
   ls.gate_chi2 = o.gate_chi2;
+  ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;
   ls.regularization_scale_factor = regularization_scale(o.regularization, config ? &*config : nullptr);
   ls.motion_translation_sigma = o.motion_sigma[0];

@@ -8,38 +8,66 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndtcu::cli::localize {
 
 /// Every option of `ndtcu localize`, as given on the command line.
 struct LocalizeOptions {
+  inline static const LocalizerSettings kDefaults{};  ///< where the localizer options' defaults come from
+
   std::string map, scans, topic, init_from, reference, reference_format = "auto", out = "localization";
   std::string origin = "auto";  // --origin: the map's
   std::vector<double> init;
   NdtOptions ndt;
-  double min_range = 1.0, max_range = 100.0, voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
-  double min_matched_ratio = 0.5, rotation_search_range = 45.0, rotation_search_step = 15.0, search_nvtl_ratio = 0.85;
-  int recovery_attempts = 2, readers = 2;
-  std::string recovery = "hypotheses";
-  double search_radius = 2.0, max_speed = 20.0, max_turn_rate = 90.0, max_search_radius = 50.0;
+  // The localizer's settings start as the library's defaults (LocalizerSettings{}).
+  double min_range = kDefaults.min_range, max_range = kDefaults.max_range, voxel = kDefaults.voxel_leaf;
+  double map_voxel = 0.0, nvtl_threshold = kDefaults.nvtl_threshold;
+  double min_matched_ratio = kDefaults.min_matched_ratio, rotation_search_range = kDefaults.rotation_search_range_deg;
+  double rotation_search_step = kDefaults.rotation_search_step_deg, search_nvtl_ratio = kDefaults.search_nvtl_ratio;
+  int recovery_attempts = kDefaults.recovery_attempts, readers = 2;
+  std::string recovery = to_string(kDefaults.recovery);
+  double search_radius = kDefaults.search_radius, max_speed = kDefaults.max_speed;
+  double max_turn_rate = kDefaults.max_turn_rate_deg, max_search_radius = kDefaults.max_search_radius;
   double init_radius = 0.0, init_yaw_range = 360.0;
   double map_radius = 100.0, map_update_distance = 20.0, map_memory_mb = 0.0;
   bool map_update_wait = false;
   std::size_t queue = 4;
-  bool accept_max_iterations = false, no_plot = false, cpu_preprocess = false, gpu_filter_in_line = false;
+  bool accept_max_iterations = !kDefaults.reject_max_iterations, cpu_preprocess = !kDefaults.gpu_preprocess;
+  bool no_plot = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
-  double degeneracy_probe = 2.0, degeneracy_margin = 0.1;
+  double degeneracy_probe = kDefaults.degeneracy_probe_m, degeneracy_margin = kDefaults.degeneracy_margin;
   std::string odometry;                                     // --odometry FILE (TUM)
   std::string odometry_topic;                               // --odometry-topic TOPIC (of the scans' bag)
   std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};
-  std::vector<double> motion_sigma = {1.0, 0.35};
-  double gate_chi2 = LocalizerSettings{}.gate_chi2;
-  bool prediction_prior = false;
+  std::vector<double> motion_sigma = {kDefaults.motion_translation_sigma, kDefaults.motion_rotation_sigma};
+  double gate_chi2 = kDefaults.gate_chi2;
+  double max_prediction_scale = kDefaults.max_prediction_scale;
+  bool prediction_prior = kDefaults.prediction_prior;
   std::optional<double> regularization;
-  std::size_t min_scan_points = LocalizerSettings{}.min_scan_points;
-  std::size_t min_frame_points = LocalizerSettings{}.min_frame_points;
+  std::size_t min_scan_points = kDefaults.min_scan_points;
+  std::size_t min_frame_points = kDefaults.min_frame_points;
 };
+
+/// The LocalizerSettings fields whose `localize` option is not named after the field
+/// (option_name(field)), with the option that sets each: shorter names, the two
+/// standard deviations of --motion-sigma, and flags that turn a default off.
+inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
+    {"voxel_leaf", "--voxel"},
+    {"gpu_preprocess", "--cpu-preprocess"},
+    {"reject_max_iterations", "--accept-max-iterations"},
+    {"rotation_search_range_deg", "--rotation-search-range"},
+    {"rotation_search_step_deg", "--rotation-search-step"},
+    {"max_turn_rate_deg", "--max-turn-rate"},
+    {"degeneracy_probe_m", "--degeneracy-probe"},
+    {"motion_translation_sigma", "--motion-sigma"},
+    {"motion_rotation_sigma", "--motion-sigma"},
+    {"regularization_scale_factor", "--regularization"},
+};
+
+/// The `localize` option that sets the LocalizerSettings field `field`.
+std::string localize_option(const std::string& field);
 
 /// The options a --config file sets unless the command line gives them.
 struct ConfigurableOptions {

@@ -1,4 +1,5 @@
 #include <ndtcu/error.hpp>
+#include <ndtcu/fields.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/localizer.hpp>
@@ -130,15 +131,16 @@ double min_voxel_leaf(const LocalizerSettings& s) {
 
 void validate(const LocalizerSettings& s) {
   validate(s.align);
-  if (!(s.min_range >= 0.0) || !std::isfinite(s.min_range)) {
-    throw Error("localizer min_range must be finite and >= 0, got " + ndtcu::number_text(s.min_range));
-  }
+  // Each number against its range in the one list of fields (ndtcu/fields.hpp).
+  check_ranges(s, [](const std::string& name, const std::string& value, bool real, const FieldRange& range) {
+    const bool half = range.bounded() && !(std::isfinite(range.lo) && std::isfinite(range.hi));
+    throw Error("localizer " + name + " must be " + (real && half ? "finite and " : "") + range.text() +
+                (range.note ? std::string(" (") + range.note + ")" : std::string()) + ", got " + value);
+  });
+  // The rules between two settings.
   if (!(s.max_range > s.min_range)) {
     throw Error("localizer max_range must exceed min_range (" + ndtcu::number_text(s.min_range) + "), got " +
                 ndtcu::number_text(s.max_range));
-  }
-  if (!(s.voxel_leaf >= 0.0) || !std::isfinite(s.voxel_leaf)) {
-    throw Error("localizer voxel_leaf must be finite and >= 0 (0: no filter), got " + ndtcu::number_text(s.voxel_leaf));
   }
   if (s.voxel_leaf > 0.0 && s.voxel_leaf < min_voxel_leaf(s)) {
     // Checked here, before any scan: the filter refuses such a leaf on every frame, and a
@@ -148,65 +150,13 @@ void validate(const LocalizerSettings& s) {
                             s.voxel_leaf, min_voxel_leaf(s), s.max_range,
                             s.min_scan_points > 0 ? ", at the leaf shrunk to 0.7^4 for min_scan_points" : ""));
   }
-  if (!std::isfinite(s.nvtl_threshold)) {
-    throw Error("localizer nvtl_threshold must be finite, got " + ndtcu::number_text(s.nvtl_threshold));
-  }
-  if (!(s.search_radius >= 0.0 && s.search_radius <= 200.0)) {
-    throw Error("localizer search_radius must be in [0, 200] m, got " + ndtcu::number_text(s.search_radius));
-  }
-  if (!(s.max_speed >= 0.0 && s.max_speed <= 100.0)) {
-    throw Error("localizer max_speed must be in [0, 100] m/s, got " + ndtcu::number_text(s.max_speed));
-  }
-  if (!(s.max_turn_rate_deg >= 0.0 && s.max_turn_rate_deg <= 3600.0)) {
-    throw Error("localizer max_turn_rate_deg must be in [0, 3600] deg/s, got " + ndtcu::number_text(s.max_turn_rate_deg));
-  }
-  if (!(s.max_search_radius >= s.search_radius && s.max_search_radius <= 200.0)) {
+  if (!(s.max_search_radius >= s.search_radius)) {
     throw Error("localizer max_search_radius must be in [search_radius = " + ndtcu::number_text(s.search_radius) +
                 ", 200] m, got " + ndtcu::number_text(s.max_search_radius));
   }
   if (s.recovery != Recovery::None && s.recovery != Recovery::LastGood && s.recovery != Recovery::Hypotheses) {
     throw Error("localizer recovery must be none, last-good or hypotheses, got " +
                 std::to_string(static_cast<int>(s.recovery)));
-  }
-  if (!(s.min_matched_ratio >= 0.0 && s.min_matched_ratio <= 1.0)) {
-    throw Error("localizer min_matched_ratio must be in [0, 1], got " + ndtcu::number_text(s.min_matched_ratio));
-  }
-  if (!(s.search_nvtl_ratio >= 0.0 && s.search_nvtl_ratio <= 1.0)) {
-    throw Error("localizer search_nvtl_ratio must be in [0, 1], got " + ndtcu::number_text(s.search_nvtl_ratio));
-  }
-  if (!(s.rotation_search_range_deg >= 0.0 && s.rotation_search_range_deg <= 180.0)) {
-    throw Error("localizer rotation_search_range_deg must be in [0, 180] deg, got " +
-                ndtcu::number_text(s.rotation_search_range_deg));
-  }
-  if (!(s.rotation_search_step_deg >= 1.0 && s.rotation_search_step_deg <= 180.0)) {
-    throw Error("localizer rotation_search_step_deg must be in [1, 180] deg, got " +
-                ndtcu::number_text(s.rotation_search_step_deg));
-  }
-  if (s.min_frame_points > 10000000) {
-    throw Error("localizer min_frame_points must be in [0, 10000000], got " + std::to_string(s.min_frame_points));
-  }
-  if (s.recovery_attempts < 0 || s.recovery_attempts > 10) {
-    throw Error("localizer recovery_attempts must be in [0, 10], got " + std::to_string(s.recovery_attempts));
-  }
-  if (!(s.degeneracy_probe_m >= 0.0 && s.degeneracy_probe_m <= 100.0)) {
-    throw Error("localizer degeneracy_probe_m must be in [0, 100] m (0: no probe), got " +
-                ndtcu::number_text(s.degeneracy_probe_m));
-  }
-  if (!(s.degeneracy_margin >= 0.0) || !std::isfinite(s.degeneracy_margin)) {
-    throw Error("localizer degeneracy_margin must be finite and >= 0, got " + ndtcu::number_text(s.degeneracy_margin));
-  }
-  if (!(s.max_prediction_scale >= 1.0) || !std::isfinite(s.max_prediction_scale)) {
-    throw Error("localizer max_prediction_scale must be finite and >= 1, got " +
-                ndtcu::number_text(s.max_prediction_scale));
-  }
-  const std::pair<const char*, double> non_negative[] = {{"motion_translation_sigma", s.motion_translation_sigma},
-                                                         {"motion_rotation_sigma", s.motion_rotation_sigma},
-                                                         {"gate_chi2", s.gate_chi2},
-                                                         {"regularization_scale_factor", s.regularization_scale_factor}};
-  for (const auto& [name, v] : non_negative) {
-    if (!(v >= 0.0) || !std::isfinite(v)) {
-      throw Error(std::string("localizer ") + name + " must be finite and >= 0, got " + ndtcu::number_text(v));
-    }
   }
   if (s.align.prior.active()) {
     throw Error("localizer: align.prior is set, but the localizer sets each frame's prior itself (prediction_prior, "

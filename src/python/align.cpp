@@ -1,39 +1,36 @@
-// The Python module: AlignResult and the Aligner.
+// The Python module: AlignResult (its fields from ndtcu/fields.hpp) and the Aligner.
 #include "common.hpp"
 
 using namespace nb::literals;
 
 namespace ndtcu::python {
 
+void def_result_fields(nb::class_<AlignResult>& cls) {
+  visit_fields<AlignResult>([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    auto member = f.member;
+    if constexpr (std::is_enum_v<T>) {
+      cls.def_prop_ro(f.name, [member](const AlignResult& r) { return std::string(to_string(r.*member)); }, f.doc);
+    } else if constexpr (std::is_base_of_v<Eigen::MatrixBase<T>, T>) {
+      cls.def_prop_ro(f.name, [member](const AlignResult& r) { return T(r.*member); }, f.doc);
+    } else {
+      cls.def_ro(f.name, f.member, f.doc);
+    }
+  });
+}
+
 void define_align_result(nb::module_& m) {
-  nb::class_<AlignResult>(m, "AlignResult", "One alignment; field names as `ndtcu align --json`.")
-      .def_prop_ro("transform", [](const AlignResult& r) { return Eigen::Matrix4d(r.transform); })
-      .def_prop_ro("xyzrpy", [](const AlignResult& r) { return Eigen::VectorXd(r.pose); })
-      .def_ro("converged", &AlignResult::converged)
-      .def_prop_ro("reason", [](const AlignResult& r) { return std::string(to_string(r.reason)); })
-      .def_ro("iterations", &AlignResult::iterations)
-      .def_ro("score", &AlignResult::score)
-      .def_ro("tp", &AlignResult::tp)
-      .def_ro("nvtl", &AlignResult::nvtl)
-      .def_prop_ro("hessian", [](const AlignResult& r) { return Eigen::Matrix<double, 6, 6>(r.hessian); })
-      .def_ro("correspondences", &AlignResult::correspondences)
-      .def_ro("matched_points", &AlignResult::matched_points)
-      .def_ro("source_points", &AlignResult::source_points)
-      .def_ro("target_voxels", &AlignResult::target_voxels)
-      .def_ro("oscillation_count", &AlignResult::oscillation_count)
+  auto result = nb::class_<AlignResult>(m, "AlignResult", "One alignment; field names as `ndtcu align --json`.");
+  def_result_fields(result);
+  result
       .def_prop_ro("localizability", [](const AlignResult& r) { return localizability_dict(r.localizability); },
                    "How well the scan constrains each direction (ndtcu/localizability.hpp): eigenvalues "
                    "ascending, directions one row per eigenvalue (the pose change [x y z roll pitch yaw] moving the points 1 m RMS), degenerate")
       .def_prop_ro("degenerate", [](const AlignResult& r) { return r.localizability.degenerate; })
-      .def_ro("backend", &AlignResult::backend)
       .def_prop_ro("time_ms", [](const AlignResult& r) { return r.timings.total_ms; })
       .def_prop_ro("per_iteration_ms", [](const AlignResult& r) { return r.timings.per_iteration_ms; })
       .def_prop_ro("evaluations", [](const AlignResult& r) { return r.timings.evaluations; })
       .def_prop_ro("trace", &trace_list)
-      .def_prop_ro("covariance_mode", [](const AlignResult& r) { return std::string(to_string(r.covariance_mode)); })
-      .def_ro("covariance_valid", &AlignResult::covariance_valid)
-      .def_prop_ro("covariance", [](const AlignResult& r) { return Eigen::Matrix<double, 6, 6>(r.covariance); })
-      .def_prop_ro("covariance_xy", [](const AlignResult& r) { return Eigen::Matrix2d(r.covariance_xy); })
       .def_prop_ro("covariance_ms", [](const AlignResult& r) { return r.timings.covariance_ms; })
       .def("to_dict", &result_dict, "The fields as a dict (the JSON object's names)")
       .def("__repr__", [](const AlignResult& r) {

@@ -165,30 +165,15 @@ nb::dict localizability_dict(const Localizability& l) {
 }
 
 nb::dict result_dict(const AlignResult& r) {
+  // Every listed field (as its attribute gives it), then the derived ones.
+  nb::object self = nb::cast(r, nb::rv_policy::reference);
   nb::dict d;
-  d["transform"] = Eigen::Matrix4d(r.transform);
-  d["xyzrpy"] = Eigen::VectorXd(r.pose);
-  d["converged"] = r.converged;
-  d["reason"] = to_string(r.reason);
-  d["iterations"] = r.iterations;
-  d["score"] = r.score;
-  d["tp"] = r.tp;
-  d["nvtl"] = r.nvtl;
-  d["correspondences"] = r.correspondences;
-  d["matched_points"] = r.matched_points;
-  d["source_points"] = r.source_points;
-  d["target_voxels"] = r.target_voxels;
-  d["oscillation_count"] = r.oscillation_count;
+  for (const std::string& name : field_names<AlignResult>()) d[name.c_str()] = self.attr(name.c_str());
   d["localizability"] = localizability_dict(r.localizability);
-  d["backend"] = r.backend;
   d["time_ms"] = r.timings.total_ms;
   d["per_iteration_ms"] = r.timings.per_iteration_ms;
   d["evaluations"] = r.timings.evaluations;
   d["trace"] = trace_list(r);
-  d["covariance_mode"] = to_string(r.covariance_mode);
-  d["covariance_valid"] = r.covariance_valid;
-  d["covariance"] = Eigen::Matrix<double, 6, 6>(r.covariance);
-  d["covariance_xy"] = Eigen::Matrix2d(r.covariance_xy);
   d["covariance_ms"] = r.timings.covariance_ms;
   return d;
 }

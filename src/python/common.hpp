@@ -5,6 +5,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/fields.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/io.hpp>
@@ -27,6 +28,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -173,6 +176,47 @@ void enum_setting(nb::class_<S>& cls, const char* name, E S::*member, E (*parse)
       name, [member](const S& s) { return std::string(to_string(s.*member)); },
       [member, parse](S& s, const std::string& v) { s.*member = parse(v); }, doc);
 }
+
+// A docstring kept for the life of the module (nanobind keeps the pointer of some).
+inline const char* kept_doc(std::string doc) {
+  static std::deque<std::string> docs;
+  docs.push_back(std::move(doc));
+  return docs.back().c_str();
+}
+
+// One read-write attribute per field of the settings struct S (ndtcu/fields.hpp): numbers
+// and flags as they are, enums by name. Keyword arguments (apply_kwargs) set the same.
+template <typename S>
+void def_settings_fields(nb::class_<S>& cls) {
+  visit_fields<S>([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    if constexpr (std::is_enum_v<T>) {
+      std::string names;
+      for (const std::string& n : enum_names<T>()) names += (names.empty() ? "" : "|") + n;
+      enum_setting(cls, f.name, f.member, &EnumValues<T>::parse, kept_doc(std::string(f.doc) + ": " + names));
+    } else {
+      cls.def_rw(f.name, f.member, f.doc);
+    }
+  });
+}
+
+// "Type(name=repr, ...)" of every field of S, then the attributes `extra` names, as
+// keywords the constructors take.
+template <typename S>
+std::string fields_repr(nb::handle self, const char* type, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> names = field_names<S>();
+  names.insert(names.end(), extra.begin(), extra.end());
+  std::string out = std::string(type) + "(";
+  bool first = true;
+  for (const std::string& n : names) {
+    out += (first ? "" : ", ") + n + "=" + nb::cast<std::string>(nb::repr(self.attr(n.c_str())));
+    first = false;
+  }
+  return out + ")";
+}
+
+// One read-only attribute per AlignResult field: matrices as numpy arrays, enums by name.
+void def_result_fields(nb::class_<AlignResult>& cls);
 
 // An Aligner and a Localizer as Python holds them: with a lock. The GIL is released while
 // they work, and each takes one call at a time (aligner.hpp, localizer.hpp), so two Python

@@ -6,38 +6,15 @@ using namespace nb::literals;
 namespace ndtcu::python {
 
 void define_localizer_settings(nb::module_& m) {
-  nb::class_<LocalizerSettings>(m, "LocalizerSettings", "Localizer settings (ndtcu's LocalizerSettings).")
-      .def(nb::init<>())
+  auto settings = nb::class_<LocalizerSettings>(m, "LocalizerSettings", "Localizer settings (ndtcu's LocalizerSettings).");
+  settings.def(nb::init<>())
       .def_rw("align", &LocalizerSettings::align, "the NDT settings (AlignSettings)")
-      .def_rw("min_range", &LocalizerSettings::min_range)
-      .def_rw("max_range", &LocalizerSettings::max_range)
-      .def_rw("voxel_leaf", &LocalizerSettings::voxel_leaf)
-      .def_rw("min_scan_points", &LocalizerSettings::min_scan_points)
-      .def_rw("min_frame_points", &LocalizerSettings::min_frame_points)
-      .def_rw("gpu_preprocess", &LocalizerSettings::gpu_preprocess)
-      .def_rw("nvtl_threshold", &LocalizerSettings::nvtl_threshold)
-      .def_rw("min_matched_ratio", &LocalizerSettings::min_matched_ratio)
-      .def_rw("reject_max_iterations", &LocalizerSettings::reject_max_iterations)
-      .def_prop_rw(
-          "recovery", [](const LocalizerSettings& s) { return std::string(to_string(s.recovery)); },
-          [](LocalizerSettings& s, const std::string& v) { s.recovery = recovery_from_string(v); },
-          "none|last-good|hypotheses")
-      .def_rw("recovery_attempts", &LocalizerSettings::recovery_attempts)
-      .def_rw("rotation_search_range_deg", &LocalizerSettings::rotation_search_range_deg)
-      .def_rw("rotation_search_step_deg", &LocalizerSettings::rotation_search_step_deg)
-      .def_rw("search_radius", &LocalizerSettings::search_radius)
-      .def_rw("max_speed", &LocalizerSettings::max_speed)
-      .def_rw("max_turn_rate_deg", &LocalizerSettings::max_turn_rate_deg)
-      .def_rw("max_search_radius", &LocalizerSettings::max_search_radius)
-      .def_rw("search_nvtl_ratio", &LocalizerSettings::search_nvtl_ratio)
-      .def_rw("max_prediction_scale", &LocalizerSettings::max_prediction_scale)
-      .def_rw("degeneracy_probe_m", &LocalizerSettings::degeneracy_probe_m)
-      .def_rw("degeneracy_margin", &LocalizerSettings::degeneracy_margin)
-      .def_rw("motion_translation_sigma", &LocalizerSettings::motion_translation_sigma)
-      .def_rw("motion_rotation_sigma", &LocalizerSettings::motion_rotation_sigma)
-      .def_rw("gate_chi2", &LocalizerSettings::gate_chi2)
-      .def_rw("prediction_prior", &LocalizerSettings::prediction_prior)
-      .def_rw("regularization_scale_factor", &LocalizerSettings::regularization_scale_factor);
+      .def("__copy__", [](const LocalizerSettings& s) { return s; })
+      .def("__repr__", [](nb::handle self) {
+        // Every field by name, as keywords Localizer(...) takes, then the NDT settings.
+        return fields_repr<LocalizerSettings>(self, "LocalizerSettings", {"align"});
+      });
+  def_settings_fields(settings);
 
   nb::class_<LocalizationResult>(m, "LocalizationResult", "One frame of Localizer.localize.")
       .def_prop_ro("pose", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.pose); }, "4x4 T_map_sensor")

@@ -157,9 +157,9 @@ TEST_CASE("every key ndtcu maps is read from the file, and options given overrid
   }
   SECTION("options given on the command line win") {
     cli::NdtOptions o;
-    o.resolution = 3.0;
-    o.max_iterations = 7;
-    o.pose_covariance = "laplace";
+    o.set(&AlignSettings::resolution, 3.0);
+    o.set(&AlignSettings::max_iterations, 7);
+    o.set(&AlignSettings::pose_covariance, PoseCovariance::Laplace);
     const AlignSettings s = cli::ndt_settings(o, &p);
     CHECK(s.resolution == 3.0);
     CHECK(s.max_iterations == 7);
@@ -169,7 +169,7 @@ TEST_CASE("every key ndtcu maps is read from the file, and options given overrid
   }
   SECTION("the file's epsilon against the command line's step size") {
     cli::NdtOptions o;
-    o.step_size = 0.02;  // 0.05 > 2 x 0.02
+    o.set(&AlignSettings::step_size, 0.02);  // 0.05 > 2 x 0.02
     const std::string what = [&] {
       try {
         cli::ndt_settings(o, &p);

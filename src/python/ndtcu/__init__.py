@@ -33,6 +33,7 @@ from ._ndtcu import (  # noqa: F401
     pose_to_matrix,
     read_point_cloud,
     run_command,
+    settings_fields,
     tum_line,
     voxel_downsample,
     write_point_cloud,

@@ -1,0 +1,147 @@
+// The one list of fields (ndtcu/fields.hpp) against what is made from it: every
+// AlignSettings field is an option of the commands that align and a key of their JSON,
+// every AlignResult field a key of `ndtcu --json align`, and every range check names the
+// field and the value.
+#include "cli_app.hpp"
+#include "cli_common.hpp"
+#include "localize/options.hpp"
+
+#include <ndtcu/fields.hpp>
+#include <ndtcu/log.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+// `ndtcu ARGS...` in-process; its stdout, or the exit status and stderr in the failure.
+std::string run_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "ndtcu");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::ostringstream out, err;
+  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
+  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
+  const LogLevel level = log_level();
+  const int rc = cli::run_cli(static_cast<int>(args.size()), argv.data());
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  set_log_level(level);
+  INFO(err.str());
+  REQUIRE(rc == 0);
+  return out.str();
+}
+
+const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+
+}  // namespace
+
+TEST_CASE("every settings field is an option of the aligning commands and a key of their JSON",
+          "[unit][cli][fields]") {
+  const auto cli = cli::make_cli_app();
+  std::size_t fields = 0;
+  for (const char* command : {"align", "initpose", "localize"}) {
+    const CLI::App* sub = cli->app.get_subcommand(command);
+    visit_fields<AlignSettings>([&](const auto& f) {
+      CAPTURE(command, f.name);
+      CHECK(sub->get_option_no_throw(cli::option_name(f.name)) != nullptr);
+      ++fields;
+    });
+  }
+  CHECK(fields == 3 * field_names<AlignSettings>().size());
+  // localize sets every LocalizerSettings field from an option too.
+  visit_fields<LocalizerSettings>([&](const auto& f) {
+    CAPTURE(f.name);
+    CHECK(cli->app.get_subcommand("localize")->get_option_no_throw(cli::localize::localize_option(f.name)) != nullptr);
+  });
+  CHECK(field_names<AlignSettings>().size() >= 17);
+
+  // The options once missing from the command line, given, reach the settings in use.
+  const nlohmann::json j = nlohmann::json::parse(
+      run_json({"--json", "align", (kSample / "map.pcd").string(), (kSample / "scans" / "000000.pcd").string(),
+                "--backend", "cpu", "--threads", "2", "--outlier-ratio", "0.4", "--min-points-per-voxel", "5",
+                "--eigenvalue-ratio", "0.02", "--pose-covariance", "laplace"}));
+  const nlohmann::json& settings = j.at("settings");
+  visit_fields<AlignSettings>([&](const auto& f) {
+    CAPTURE(f.name);
+    CHECK(settings.contains(f.name));
+  });
+  CHECK(settings.at("outlier_ratio") == 0.4);
+  CHECK(settings.at("min_points_per_voxel") == 5);
+  CHECK(settings.at("eigenvalue_ratio") == 0.02);
+  CHECK(settings.at("pose_covariance") == "laplace");
+  CHECK(settings.at("resolution") == AlignSettings{}.resolution);  // not given: the library's default
+  visit_fields<AlignResult>([&](const auto& f) {
+    CAPTURE(f.name);
+    CHECK(j.contains(f.name));
+  });
+  CHECK(j.at("covariance").size() == 36);
+  CHECK(j.at("transform").size() == 16);
+  CHECK(j.at("covariance_mode") == "laplace");
+}
+
+namespace {
+
+// Sets each number field of S with a range, in turn, just outside it (or to NaN for a
+// field that need only be finite) and checks that validate() names the field (after
+// `prefix`) and the value; returns how many were checked.
+template <typename S>
+std::size_t check_validated_ranges(const std::string& prefix) {
+  std::size_t checked = 0;
+  visit_fields<S>([&](const auto& f) {
+    using T = typename std::decay_t<decltype(f)>::Type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      if (!f.range.checked()) return;
+      CAPTURE(f.name);
+      S s;
+      CHECK_NOTHROW(validate(s));  // the defaults lie in range
+      if (f.range.bounded()) {
+        // Just outside the lower bound (or the upper one for a field without a lower).
+        const double bad = std::isfinite(f.range.lo) ? (f.range.lo_open ? f.range.lo : f.range.lo - 1)
+                                                     : (f.range.hi_open ? f.range.hi : f.range.hi + 1);
+        s.*f.member = static_cast<T>(bad);
+        const std::string value =
+            std::is_floating_point_v<T> ? number_text(bad) : std::to_string(static_cast<T>(bad));
+        CHECK_THROWS_WITH(validate(s), Catch::Contains(prefix + f.name) && Catch::Contains(value));
+      }
+      if constexpr (std::is_floating_point_v<T>) {
+        s.*f.member = std::numeric_limits<T>::quiet_NaN();
+        CHECK_THROWS_WITH(validate(s), Catch::Contains(prefix + f.name) && Catch::Contains("nan"));
+      }
+      ++checked;
+    }
+  });
+  return checked;
+}
+
+}  // namespace
+
+TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
+  CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 9);
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 20);
+}
+
+TEST_CASE("every Autoware parameter renamed names an AlignSettings field of its type", "[unit][cli][fields]") {
+  std::size_t renames = 0;
+  cli::visit_autoware_renames([&](const char* key, const char* field, auto value) {
+    CAPTURE(key, field);
+    using T = typename std::decay_t<decltype(cli::AutowareParams{}.*value)>::value_type;
+    AlignSettings s;
+    CHECK(set_field(s, field, T{}));
+    ++renames;
+  });
+  CHECK(renames == 5);
+}

@@ -1,0 +1,28 @@
+"""The library's one list of fields (ndtcu.settings_fields()) against the Python module:
+every settings field an attribute, a keyword argument and a part of repr(), every result
+field an attribute and a key of to_dict()."""
+import ndtcu
+
+
+def test_every_listed_field_is_an_attribute_a_keyword_and_in_repr(sample):
+    """ndtcu.settings_fields() is the library's one list: each settings field is an
+    attribute, a keyword argument of Aligner or Localizer and in __repr__; each result
+    field an attribute and a key of to_dict()."""
+    fields = ndtcu.settings_fields()
+    assert {"resolution", "outlier_ratio", "min_points_per_voxel", "pose_covariance"} <= set(fields["AlignSettings"])
+    assert {"nvtl_threshold", "recovery", "min_frame_points"} <= set(fields["LocalizerSettings"])
+    for cls, make in (("AlignSettings", ndtcu.Aligner), ("LocalizerSettings", ndtcu.Localizer)):
+        settings = getattr(ndtcu, cls)()
+        text = repr(settings)
+        assert text.startswith(cls + "(")
+        for name in fields[cls]:
+            assert hasattr(settings, name), (cls, name)
+            assert f"{name}={getattr(settings, name)!r}" in text, (cls, name)
+            value = getattr(settings, name)
+            assert getattr(make(**{name: value}).settings, name) == value, (cls, name)
+    result = ndtcu.Aligner(backend="cpu", threads=2)
+    result.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))
+    r = result.align(ndtcu.read_point_cloud(str(sample / "scans" / "000000.pcd")))
+    d = r.to_dict()
+    for name in fields["AlignResult"]:
+        assert hasattr(r, name) and name in d, name

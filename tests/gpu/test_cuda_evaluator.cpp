@@ -251,6 +251,9 @@ TEST_CASE("A batch of one runs its loop in the cooperative kernel, with the grap
   const detail::LoopLaunch fallback = env_loop && std::string(env_loop) == "stream" ? detail::LoopLaunch::Stream
                                                                                      : detail::LoopLaunch::Graph;
   for (int points : {4000, 60000}) {
+    // Under those sanitizers the 60,000-point scan is left out: Auto's fallback for it is
+    // the graph, which they do not follow (the cooperative kernel is the 4,000-point case).
+    if (points == 60000 && fallback == detail::LoopLaunch::Stream) continue;
     backend.set_source(test::synthetic_scene(6, points));
     for (int run = 0; run < 6; ++run) {
       const Pose6 guess = random_pose(rng, 1.0, 0.1);

@@ -419,7 +419,11 @@ void check_tutorial(Backend backend) {
   CHECK(ours.iterations == pcl_run.iterations);
   CHECK(dt < 1e-4);
   CHECK(da < 1e-4);
-  CHECK(std::abs(ours.likelihood - pcl_run.likelihood) <= 1e-6 * std::abs(pcl_run.likelihood));
+  // The CPU backend computes in double as PCL does; the CUDA backend's pair terms are float
+  // (kernels/ndt_loop_kernels.cu, Real), which moves the pose by about 1e-6 and the
+  // likelihood by 1.5e-6 of itself here (measured on an H200), hence its looser bound.
+  const double likelihood_tolerance = backend == Backend::Cuda ? 1e-5 : 1e-6;
+  CHECK(std::abs(ours.likelihood - pcl_run.likelihood) <= likelihood_tolerance * std::abs(pcl_run.likelihood));
   // The output clouds: point p moves by at most dt + da |p| between the two transforms.
   REQUIRE(ours.aligned.size() == pcl_run.aligned.size());
   double worst = 0.0;

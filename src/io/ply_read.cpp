@@ -181,17 +181,38 @@ bool fixed_size(const PlyElement& e, std::uint64_t& record) {
   return true;
 }
 
-}  // namespace
+/// The header: the body's format and the elements in the order they are stored.
+struct PlyHeader {
+  PlyFormat format = PlyFormat::Ascii;
+  std::vector<PlyElement> elements;
+  std::size_t body_offset = 0;  ///< the byte after the end_header line
+};
 
-PointCloud parse_ply(std::string_view bytes, const std::string& name, const ReadOptions& options, CloudInfo* info) {
-  if (bytes.empty()) throw IoError(name, "empty file (0 bytes)");
-  bytes = without_bom(bytes);  // a header written with a text editor
+PlyProperty parse_property(const std::vector<std::string_view>& tok, std::string_view line, const std::string& name) {
+  PlyProperty p;
+  if (tok.size() == 5 && tok[1] == "list") {
+    p.is_list = true;
+    p.name = std::string(tok[4]);
+    p.count_kind = checked_kind(name, tok[2], p.name);
+    p.kind = checked_kind(name, tok[3], p.name);
+    if (p.count_kind == ScalarKind::F32 || p.count_kind == ScalarKind::F64) {
+      fail(name, "list property '" + p.name + "' has a floating-point length type");
+    }
+  } else if (tok.size() == 3) {
+    p.name = std::string(tok[2]);
+    p.kind = checked_kind(name, tok[1], p.name);
+  } else {
+    fail(name, "malformed PLY property line '" + std::string(line.substr(0, 80)) + "'");
+  }
+  return p;
+}
+
+PlyHeader read_header(std::string_view bytes, const std::string& name) {
   detail::LineReader lines(bytes);
   std::string_view line;
   if (!lines.next(line) || line != "ply") fail(name, "not a PLY file: the first line is not 'ply'");
   std::vector<std::string_view> tok;
-  std::vector<PlyElement> elements;
-  PlyFormat format = PlyFormat::Ascii;
+  PlyHeader h;
   bool have_format = false, ended = false;
   while (lines.next(line)) {
     detail::split_tokens(line, tok);
@@ -200,9 +221,9 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
     if (key == "comment" || key == "obj_info") continue;
     if (key == "format") {
       if (tok.size() < 2) fail(name, "PLY format line has no format");
-      if (tok[1] == "ascii") format = PlyFormat::Ascii;
-      else if (tok[1] == "binary_little_endian") format = PlyFormat::BinaryLittle;
-      else if (tok[1] == "binary_big_endian") format = PlyFormat::BinaryBig;
+      if (tok[1] == "ascii") h.format = PlyFormat::Ascii;
+      else if (tok[1] == "binary_little_endian") h.format = PlyFormat::BinaryLittle;
+      else if (tok[1] == "binary_big_endian") h.format = PlyFormat::BinaryBig;
       else fail(name, "unknown PLY format '" + std::string(tok[1].substr(0, 40)) + "'");
       have_format = true;
     } else if (key == "element") {
@@ -212,25 +233,10 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
       if (!detail::parse_u64(tok[2], e.count)) {
         fail(name, "element '" + e.name + "' count '" + std::string(tok[2].substr(0, 40)) + "' is not a non-negative integer");
       }
-      elements.push_back(std::move(e));
+      h.elements.push_back(std::move(e));
     } else if (key == "property") {
-      if (elements.empty()) fail(name, "PLY property line before any element");
-      PlyProperty p;
-      if (tok.size() == 5 && tok[1] == "list") {
-        p.is_list = true;
-        p.name = std::string(tok[4]);
-        p.count_kind = checked_kind(name, tok[2], p.name);
-        p.kind = checked_kind(name, tok[3], p.name);
-        if (p.count_kind == ScalarKind::F32 || p.count_kind == ScalarKind::F64) {
-          fail(name, "list property '" + p.name + "' has a floating-point length type");
-        }
-      } else if (tok.size() == 3) {
-        p.name = std::string(tok[2]);
-        p.kind = checked_kind(name, tok[1], p.name);
-      } else {
-        fail(name, "malformed PLY property line '" + std::string(line.substr(0, 80)) + "'");
-      }
-      elements.back().properties.push_back(std::move(p));
+      if (h.elements.empty()) fail(name, "PLY property line before any element");
+      h.elements.back().properties.push_back(parse_property(tok, line, name));
     } else if (key == "end_header") {
       ended = true;
       break;
@@ -240,69 +246,143 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
   }
   if (!ended) fail(name, "PLY header has no end_header line (truncated?)");
   if (!have_format) fail(name, "PLY header has no format line");
+  h.body_offset = lines.position();
+  return h;
+}
 
-  auto vertex_it = std::find_if(elements.begin(), elements.end(), [](const PlyElement& e) { return e.name == "vertex"; });
-  if (vertex_it == elements.end()) fail(name, "PLY file has no 'vertex' element");
-  const PlyElement& vertex = *vertex_it;
-  int xyz[3] = {-1, -1, -1}, intensity = -1, best_rank = 1 << 30;
+/// Which vertex properties are x, y, z and the intensity (-1: none read).
+struct VertexFields {
+  int xyz[3] = {-1, -1, -1};
+  int intensity = -1;
+};
+
+VertexFields vertex_fields(const PlyElement& vertex, const std::string& name, const ReadOptions& options) {
+  VertexFields f;
+  int best_rank = 1 << 30;
   const char* axis[3] = {"x", "y", "z"};
   for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
     const auto& p = vertex.properties[i];
     for (int a = 0; a < 3; ++a) {
-      if (p.name == axis[a] && xyz[a] < 0) {
+      if (p.name == axis[a] && f.xyz[a] < 0) {
         if (p.is_list) fail(name, std::string("vertex property ") + axis[a] + " is a list");
-        xyz[a] = i;
+        f.xyz[a] = i;
       }
     }
     int rank = detail::intensity_rank(p.name);
     if (options.read_intensity && !p.is_list && rank >= 0 && rank < best_rank) {
       best_rank = rank;
-      intensity = i;
+      f.intensity = i;
     }
   }
   for (int a = 0; a < 3; ++a) {
-    if (xyz[a] < 0) fail(name, std::string("PLY vertex element has no property ") + axis[a]);
+    if (f.xyz[a] < 0) fail(name, std::string("PLY vertex element has no property ") + axis[a]);
   }
+  return f;
+}
+
+void describe(CloudInfo& info, PlyFormat format, const PlyElement& vertex, int intensity) {
+  info.format = FileFormat::Ply;
+  info.encoding = format == PlyFormat::Ascii          ? "ascii"
+                  : format == PlyFormat::BinaryLittle ? "binary_little_endian"
+                                                      : "binary_big_endian";
+  info.fields.clear();
+  for (const auto& p : vertex.properties) {
+    info.fields.push_back({p.name, kind_letter(p.kind), static_cast<int>(kind_size(p.kind)), 1});
+  }
+  info.width = vertex.count;
+  info.height = 1;
+  info.points_in_file = vertex.count;
+  info.intensity_field = intensity >= 0 ? vertex.properties[intensity].name : "";
+}
+
+/// Reads past the elements stored before the vertices.
+void skip_element(Body& body, const PlyElement& e, PlyFormat format, const std::string& name) {
+  // An element without properties has empty records, whatever its count: looping over
+  // a count of 10^18 of them would hang.
+  if (e.properties.empty()) return;
+  std::uint64_t record = 0;
+  if (format != PlyFormat::Ascii && fixed_size(e, record)) {
+    if (record != 0 && e.count > body.remaining() / record) {
+      fail(name, "truncated: element '" + e.name + "' declares " + std::to_string(e.count) + " records");
+    }
+    body.skip_binary(record * e.count, "an element before the vertices");
+    return;
+  }
+  for (std::uint64_t r = 0; r < e.count; ++r) {
+    if (body.ascii()) body.begin_record("element '" + e.name + "' record " + std::to_string(r));
+    for (const auto& p : e.properties) {
+      if (p.is_list) skip_list(body, p, name);
+      else body.value(p.kind, "an element before the vertices", &p.name);
+    }
+    body.end_record();
+  }
+}
+
+/// Fixed-size binary records: the wanted properties read straight from their offsets.
+void read_fixed_vertices(Body& body, const PlyElement& vertex, std::uint64_t record, const VertexFields& f,
+                         const std::string& name, detail::CloudBuilder& out) {
+  std::uint64_t offsets[4] = {0, 0, 0, 0};
+  ScalarKind kinds[4] = {ScalarKind::F32, ScalarKind::F32, ScalarKind::F32, ScalarKind::F32};
+  const int wanted[4] = {f.xyz[0], f.xyz[1], f.xyz[2], f.intensity};
+  for (int w = 0; w < 4; ++w) {
+    std::uint64_t off = 0;
+    for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
+      if (i == wanted[w]) {
+        offsets[w] = off;
+        kinds[w] = vertex.properties[i].kind;
+      }
+      off += kind_size(vertex.properties[i].kind);
+    }
+  }
+  if (vertex.count > body.remaining() / record) {
+    fail(name, "truncated: the header declares " + std::to_string(vertex.count) + " vertices of " +
+                   std::to_string(record) + " bytes but only " + std::to_string(body.remaining()) +
+                   " bytes follow the header");
+  }
+  const char* base = body.data();
+  bool swap = body.big_endian();
+  for (std::uint64_t k = 0; k < vertex.count; ++k) {
+    const char* r = base + k * record;
+    double value = f.intensity >= 0 ? detail::load_scalar(r + offsets[3], kinds[3], swap) : 0.0;
+    out.add(detail::load_scalar(r + offsets[0], kinds[0], swap), detail::load_scalar(r + offsets[1], kinds[1], swap),
+            detail::load_scalar(r + offsets[2], kinds[2], swap), value);
+  }
+}
+
+/// Ascii records, or binary ones with lists: every property read in turn.
+void read_vertices_in_turn(Body& body, const PlyElement& vertex, const VertexFields& f, const std::string& name,
+                           detail::CloudBuilder& out) {
+  std::vector<double> values(vertex.properties.size());
+  for (std::uint64_t k = 0; k < vertex.count; ++k) {
+    if (body.ascii()) body.begin_record("vertex " + std::to_string(k));
+    for (std::size_t i = 0; i < vertex.properties.size(); ++i) {
+      const auto& p = vertex.properties[i];
+      if (p.is_list) skip_list(body, p, name);
+      else values[i] = body.value(p.kind, "a vertex", &p.name);
+    }
+    body.end_record();
+    out.add(values[f.xyz[0]], values[f.xyz[1]], values[f.xyz[2]], f.intensity >= 0 ? values[f.intensity] : 0.0);
+  }
+}
+
+}  // namespace
+
+PointCloud parse_ply(std::string_view bytes, const std::string& name, const ReadOptions& options, CloudInfo* info) {
+  if (bytes.empty()) throw IoError(name, "empty file (0 bytes)");
+  bytes = without_bom(bytes);  // a header written with a text editor
+  const PlyHeader header = read_header(bytes, name);
+  const PlyFormat format = header.format;
+  auto vertex_it = std::find_if(header.elements.begin(), header.elements.end(),
+                                [](const PlyElement& e) { return e.name == "vertex"; });
+  if (vertex_it == header.elements.end()) fail(name, "PLY file has no 'vertex' element");
+  const PlyElement& vertex = *vertex_it;
+  const VertexFields fields = vertex_fields(vertex, name, options);
   bool xyz_double = false;
-  for (int a = 0; a < 3; ++a) xyz_double |= vertex.properties[xyz[a]].kind == ScalarKind::F64;
+  for (int a = 0; a < 3; ++a) xyz_double |= vertex.properties[fields.xyz[a]].kind == ScalarKind::F64;
+  if (info) describe(*info, format, vertex, fields.intensity);
 
-  if (info) {
-    info->format = FileFormat::Ply;
-    info->encoding = format == PlyFormat::Ascii ? "ascii"
-                   : format == PlyFormat::BinaryLittle ? "binary_little_endian" : "binary_big_endian";
-    info->fields.clear();
-    for (const auto& p : vertex.properties) {
-      info->fields.push_back({p.name, kind_letter(p.kind), static_cast<int>(kind_size(p.kind)), 1});
-    }
-    info->width = vertex.count;
-    info->height = 1;
-    info->points_in_file = vertex.count;
-    info->intensity_field = intensity >= 0 ? vertex.properties[intensity].name : "";
-  }
-
-  Body body(bytes.substr(lines.position()), format, name, detail::line_number(bytes, lines.position()));
-  // Skip the elements stored before the vertices.
-  for (auto it = elements.begin(); it != vertex_it; ++it) {
-    // An element without properties has empty records, whatever its count: looping over
-    // a count of 10^18 of them would hang.
-    if (it->properties.empty()) continue;
-    std::uint64_t record = 0;
-    if (format != PlyFormat::Ascii && fixed_size(*it, record)) {
-      if (record != 0 && it->count > body.remaining() / record) {
-        fail(name, "truncated: element '" + it->name + "' declares " + std::to_string(it->count) + " records");
-      }
-      body.skip_binary(record * it->count, "an element before the vertices");
-      continue;
-    }
-    for (std::uint64_t r = 0; r < it->count; ++r) {
-      if (body.ascii()) body.begin_record("element '" + it->name + "' record " + std::to_string(r));
-      for (const auto& p : it->properties) {
-        if (p.is_list) skip_list(body, p, name);
-        else body.value(p.kind, "an element before the vertices", &p.name);
-      }
-      body.end_record();
-    }
-  }
+  Body body(bytes.substr(header.body_offset), format, name, detail::line_number(bytes, header.body_offset));
+  for (auto it = header.elements.begin(); it != vertex_it; ++it) skip_element(body, *it, format, name);
 
   // Every record takes at least one byte per property (binary) or two (ascii "0 "), so
   // the remaining bytes bound what a claimed count may allocate.
@@ -315,49 +395,12 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
                    std::to_string(min_record) + " bytes but only " + std::to_string(body.remaining()) +
                    " bytes follow the header");
   }
-  detail::CloudBuilder out(options, intensity >= 0, std::min(vertex.count, can_hold));
+  detail::CloudBuilder out(options, fields.intensity >= 0, std::min(vertex.count, can_hold));
   std::uint64_t record = 0;
   if (format != PlyFormat::Ascii && fixed_size(vertex, record)) {
-    // Fixed-size binary records: read the wanted properties straight from their offsets.
-    std::uint64_t offsets[4] = {0, 0, 0, 0};
-    ScalarKind kinds[4] = {ScalarKind::F32, ScalarKind::F32, ScalarKind::F32, ScalarKind::F32};
-    int wanted[4] = {xyz[0], xyz[1], xyz[2], intensity};
-    for (int w = 0; w < 4; ++w) {
-      std::uint64_t off = 0;
-      for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
-        if (i == wanted[w]) {
-          offsets[w] = off;
-          kinds[w] = vertex.properties[i].kind;
-        }
-        off += kind_size(vertex.properties[i].kind);
-      }
-    }
-    if (vertex.count > body.remaining() / record) {
-      fail(name, "truncated: the header declares " + std::to_string(vertex.count) + " vertices of " +
-                     std::to_string(record) + " bytes but only " + std::to_string(body.remaining()) +
-                     " bytes follow the header");
-    }
-    const char* base = body.data();
-    bool swap = body.big_endian();
-    for (std::uint64_t k = 0; k < vertex.count; ++k) {
-      const char* r = base + k * record;
-      double value = intensity >= 0 ? detail::load_scalar(r + offsets[3], kinds[3], swap) : 0.0;
-      out.add(detail::load_scalar(r + offsets[0], kinds[0], swap), detail::load_scalar(r + offsets[1], kinds[1], swap),
-              detail::load_scalar(r + offsets[2], kinds[2], swap), value);
-    }
+    read_fixed_vertices(body, vertex, record, fields, name, out);
   } else {
-    std::vector<double> values(vertex.properties.size());
-    for (std::uint64_t k = 0; k < vertex.count; ++k) {
-      if (body.ascii()) body.begin_record("vertex " + std::to_string(k));
-      for (std::size_t i = 0; i < vertex.properties.size(); ++i) {
-        const auto& p = vertex.properties[i];
-        if (p.is_list) skip_list(body, p, name);
-        else values[i] = body.value(p.kind, "a vertex", &p.name);
-      }
-      body.end_record();
-      out.add(values[xyz[0]], values[xyz[1]], values[xyz[2]],
-              intensity >= 0 ? values[intensity] : 0.0);
-    }
+    read_vertices_in_turn(body, vertex, fields, name, out);
   }
   return out.finish(name, xyz_double, info);
 }

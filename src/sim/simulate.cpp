@@ -217,21 +217,11 @@ void validate(const SimulationSettings& s) {
   }
 }
 
-SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir) {
-  validate(settings);
-  const auto t_start = Clock::now();
-  auto& log = ndtcu::detail::log();
-  // One seed drives everything; each part gets its own stream of it.
-  const std::uint64_t seed = settings.world.seed;
-  TrajectorySettings trajectory_settings = settings.trajectory;
-  trajectory_settings.seed = detail::hash4(seed, detail::kStreamRoute, 1);
-  MapSettings map_settings = settings.map;
-  map_settings.seed = detail::hash4(seed, detail::kStreamMap, 1);
-  map_settings.threads = settings.threads;
-  const std::uint64_t noise_seed = detail::hash4(seed, detail::kStreamRayNoise, 1);
+namespace {
 
-  const fs::path dir(out_dir);
-  const fs::path scans_dir = dir / "scans";
+/// Makes `dir`/scans and removes an earlier run's description, poses and scans: a folder
+/// never holds new scans beside another run's world.json (written last) or truth.
+void prepare_output_folder(const fs::path& dir, const fs::path& scans_dir) {
   std::error_code ec;
   // The scans go into the folder's own scans/, never through a link out of it.
   if (fs::is_symlink(scans_dir, ec)) {
@@ -240,62 +230,54 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   }
   fs::create_directories(scans_dir, ec);
   if (ec) throw IoError(scans_dir.string(), "cannot create folder: " + ec.message());
-  // An earlier run's description and poses go before the first new scan is written: a
-  // folder never holds new scans beside another run's world.json (written last) or truth.
   for (const char* name : {"world.json", "poses_tum.txt", "poses_kitti.txt", "initial_pose_rough.txt"}) {
     fs::remove(dir / name, ec);
     if (ec) throw IoError((dir / name).string(), "cannot remove an earlier run's file: " + ec.message());
   }
   clear_old_scans(scans_dir);
+}
 
-  SimulationSummary summary;
-  World world(generate_scene(settings.world));
-  const Scene& scene = world.scene();
-  summary.primitives = scene.primitive_count();
-  summary.contents = scene.contents;
-  summary.seconds_world = seconds_since(t_start);
-  log.debug("sim: {:.0f} m world with {} buildings, {} trees, {} vehicles ({} primitives) in {:.2f} s", scene.size,
-           scene.contents.buildings, scene.contents.trees, scene.contents.vehicles, summary.primitives,
-           summary.seconds_world);
+/// The LiDAR with its columns sized so that a scan holds about `scan_points` points (0:
+/// the model's own): a pilot revolution at the first pose gives the fraction of rays that
+/// return.
+LidarModel sized_lidar(const World& world, LidarModel lidar, std::size_t scan_points, const TrajectorySample& first,
+                       std::uint64_t noise_seed, unsigned threads) {
+  if (scan_points == 0) return lidar;
+  const Scan pilot = cast_scan(world, lidar, first.scene_from_sensor, noise_seed, 0, threads);
+  if (pilot.cloud.empty()) throw Error("scan points (--scan-points): the first pose sees nothing to size the scan by");
+  const double per_column = static_cast<double>(pilot.cloud.size()) / lidar.columns;
+  lidar.columns = static_cast<int>(std::clamp(std::ceil(static_cast<double>(scan_points) / per_column), 1.0, 1e6));
+  validate(lidar);
+  return lidar;
+}
 
-  const std::vector<TrajectorySample> trajectory = generate_trajectory(world, trajectory_settings);
-  LidarModel lidar = settings.lidar;
-  if (settings.scan_points > 0) {
-    // A pilot revolution at the first pose gives the fraction of rays that return.
-    const Scan pilot = cast_scan(world, lidar, trajectory.front().scene_from_sensor, noise_seed, 0, settings.threads);
-    if (pilot.cloud.empty()) throw Error("scan points (--scan-points): the first pose sees nothing to size the scan by");
-    const double per_column = static_cast<double>(pilot.cloud.size()) / lidar.columns;
-    lidar.columns = static_cast<int>(std::clamp(std::ceil(static_cast<double>(settings.scan_points) / per_column), 1.0, 1e6));
-    validate(lidar);
+/// One map: map.pcd, or the tiled folder map/. An earlier run's other form would not
+/// belong to this one.
+void write_map(const World& world, const MapSettings& map_settings, const SimulationSettings& settings,
+               const fs::path& dir, const WriteOptions& write, SimulationSummary& summary) {
+  std::error_code ec;
+  if (settings.map_tile_size > 0.0) {
+    fs::remove(dir / "map.pcd", ec);
+    fs::remove_all(dir / "map", ec);
+    TiledMapWriterOptions tiles;
+    tiles.write = write;
+    const TiledMapWriteStats tiled = write_tiled_map(world, map_settings, settings.map_tile_size, (dir / "map").string(), tiles);
+    summary.map_points = tiled.points_written;
+    summary.map_tiles = tiled.tiles;
+  } else {
+    fs::remove_all(dir / "map", ec);
+    const PointCloud map = sample_map(world, map_settings);
+    write_pcd((dir / "map.pcd").string(), map, write);
+    summary.map_points = map.size();
   }
-  summary.columns = lidar.columns;
+}
 
-  const auto t_map = Clock::now();
-  WriteOptions write;
-  write.pcd_encoding = settings.encoding;
-  {
-    // One map: map.pcd, or the tiled folder map/. An earlier run's other form would not
-    // belong to this one.
-    if (settings.map_tile_size > 0.0) {
-      fs::remove(dir / "map.pcd", ec);
-      fs::remove_all(dir / "map", ec);
-      TiledMapWriterOptions tiles;
-      tiles.write = write;
-      const TiledMapWriteStats tiled = write_tiled_map(world, map_settings, settings.map_tile_size, (dir / "map").string(), tiles);
-      summary.map_points = tiled.points_written;
-      summary.map_tiles = tiled.tiles;
-    } else {
-      fs::remove_all(dir / "map", ec);
-      const PointCloud map = sample_map(world, map_settings);
-      write_pcd((dir / "map.pcd").string(), map, write);
-      summary.map_points = map.size();
-    }
-  }
-  summary.seconds_map = seconds_since(t_map);
-  log.debug("sim: map: {} points in {:.2f} s", summary.map_points, summary.seconds_map);
-
-  const auto t_scans = Clock::now();
-  const Eigen::Isometry3d world_from_scene_frame = world_from_scene(scene);
+/// Casts and writes every scan; returns the true poses (T_world_sensor) and fills the
+/// summary's scan counts.
+std::vector<TimedPose> write_scans(const World& world, const LidarModel& lidar, const std::vector<TrajectorySample>& trajectory,
+                                   const SimulationSettings& settings, std::uint64_t noise_seed, const fs::path& scans_dir,
+                                   const WriteOptions& write, SimulationSummary& summary) {
+  const Eigen::Isometry3d world_from_scene_frame = world_from_scene(world.scene());
   std::vector<TimedPose> poses;
   summary.scan_points_min = std::numeric_limits<std::size_t>::max();
   for (std::size_t f = 0; f < trajectory.size(); ++f) {
@@ -309,32 +291,44 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   }
   summary.frames = trajectory.size();
   summary.path_length = trajectory.back().distance;
-  summary.seconds_scans = seconds_since(t_scans);
-  log.debug("sim: {} scans ({} to {} points) in {:.2f} s", summary.frames, summary.scan_points_min,
-           summary.scan_points_max, summary.seconds_scans);
-  write_tum_poses((dir / "poses_tum.txt").string(), poses);
-  write_kitti_poses((dir / "poses_kitti.txt").string(), poses);
   for (std::size_t f = 1; f < poses.size(); ++f) {
     const Eigen::Isometry3d step = poses[f - 1].pose.inverse() * poses[f].pose;
     summary.max_turn_deg = std::max(summary.max_turn_deg, rotation_angle(step.linear()) * 180.0 / kPi);
     summary.max_step = std::max(summary.max_step, step.translation().norm());
   }
-  // The rough start: a guess such as a person or a GNSS fix gives, for the first scan.
-  const fs::path rough_path = dir / "initial_pose_rough.txt";
-  Eigen::Vector3d rough_shift = Eigen::Vector3d::Zero();
-  double rough_yaw = 0.0;
-  if (settings.rough_start) {
-    detail::Rng rng(detail::hash4(seed, detail::kStreamRoughStart, 0));
-    const double direction = rng.uniform(-kPi, kPi);
-    rough_yaw = (rng.chance(0.5) ? 1.0 : -1.0) * settings.rough_start_yaw_deg * kPi / 180.0;
-    rough_shift = settings.rough_start_offset * Eigen::Vector3d(std::cos(direction), std::sin(direction), 0.0);
-    TimedPose rough = poses.front();
-    rough.pose.translation() += rough_shift;
-    rough.pose.linear() = Eigen::AngleAxisd(rough_yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * rough.pose.linear();
-    write_tum_poses(rough_path.string(), {rough});
-  }
+  return poses;
+}
 
-  // Every parameter, and nothing that changes from run to run (no times, paths, threads).
+/// The rough start: a guess such as a person or a GNSS fix gives, for the first scan.
+struct RoughStart {
+  Eigen::Vector3d shift = Eigen::Vector3d::Zero();
+  double yaw = 0.0;
+};
+
+RoughStart write_rough_start(const SimulationSettings& settings, std::uint64_t seed, const TimedPose& first,
+                             const fs::path& path) {
+  RoughStart r;
+  if (!settings.rough_start) return r;
+  detail::Rng rng(detail::hash4(seed, detail::kStreamRoughStart, 0));
+  const double direction = rng.uniform(-kPi, kPi);
+  r.yaw = (rng.chance(0.5) ? 1.0 : -1.0) * settings.rough_start_yaw_deg * kPi / 180.0;
+  r.shift = settings.rough_start_offset * Eigen::Vector3d(std::cos(direction), std::sin(direction), 0.0);
+  TimedPose rough = first;
+  rough.pose.translation() += r.shift;
+  rough.pose.linear() = Eigen::AngleAxisd(r.yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix() * rough.pose.linear();
+  write_tum_poses(path.string(), {rough});
+  return r;
+}
+
+/// world.json: every parameter, and nothing that changes from run to run (no times,
+/// paths, threads).
+nlohmann::ordered_json world_description(const SimulationSettings& settings, const Scene& scene, const LidarModel& lidar,
+                                         const TrajectorySettings& trajectory_settings,
+                                         const std::vector<TrajectorySample>& trajectory, const MapSettings& map_settings,
+                                         const SimulationSummary& summary, const RoughStart& rough) {
+  const std::uint64_t seed = settings.world.seed;
+  const Eigen::Vector3d& rough_shift = rough.shift;
+  const double rough_yaw = rough.yaw;
   nlohmann::ordered_json j;
   j["generator"] = {{"name", "ndtcu simulate"}, {"version", NDTCU_VERSION_STRING}};
   j["seed"] = seed;
@@ -428,6 +422,62 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
                         {"yaw_offset_deg", rough_yaw * 180.0 / kPi},
                         {"applied", "R = Rz(yaw offset) * R_first, t = t_first + offset"}};
   }
+  return j;
+}
+
+}  // namespace
+
+SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir) {
+  validate(settings);
+  const auto t_start = Clock::now();
+  auto& log = ndtcu::detail::log();
+  // One seed drives everything; each part gets its own stream of it.
+  const std::uint64_t seed = settings.world.seed;
+  TrajectorySettings trajectory_settings = settings.trajectory;
+  trajectory_settings.seed = detail::hash4(seed, detail::kStreamRoute, 1);
+  MapSettings map_settings = settings.map;
+  map_settings.seed = detail::hash4(seed, detail::kStreamMap, 1);
+  map_settings.threads = settings.threads;
+  const std::uint64_t noise_seed = detail::hash4(seed, detail::kStreamRayNoise, 1);
+
+  const fs::path dir(out_dir);
+  const fs::path scans_dir = dir / "scans";
+  prepare_output_folder(dir, scans_dir);
+
+  SimulationSummary summary;
+  World world(generate_scene(settings.world));
+  const Scene& scene = world.scene();
+  summary.primitives = scene.primitive_count();
+  summary.contents = scene.contents;
+  summary.seconds_world = seconds_since(t_start);
+  log.debug("sim: {:.0f} m world with {} buildings, {} trees, {} vehicles ({} primitives) in {:.2f} s", scene.size,
+           scene.contents.buildings, scene.contents.trees, scene.contents.vehicles, summary.primitives,
+           summary.seconds_world);
+
+  const std::vector<TrajectorySample> trajectory = generate_trajectory(world, trajectory_settings);
+  const LidarModel lidar =
+      sized_lidar(world, settings.lidar, settings.scan_points, trajectory.front(), noise_seed, settings.threads);
+  summary.columns = lidar.columns;
+
+  const auto t_map = Clock::now();
+  WriteOptions write;
+  write.pcd_encoding = settings.encoding;
+  write_map(world, map_settings, settings, dir, write, summary);
+  summary.seconds_map = seconds_since(t_map);
+  log.debug("sim: map: {} points in {:.2f} s", summary.map_points, summary.seconds_map);
+
+  const auto t_scans = Clock::now();
+  const std::vector<TimedPose> poses =
+      write_scans(world, lidar, trajectory, settings, noise_seed, scans_dir, write, summary);
+  summary.seconds_scans = seconds_since(t_scans);
+  log.debug("sim: {} scans ({} to {} points) in {:.2f} s", summary.frames, summary.scan_points_min,
+           summary.scan_points_max, summary.seconds_scans);
+  write_tum_poses((dir / "poses_tum.txt").string(), poses);
+  write_kitti_poses((dir / "poses_kitti.txt").string(), poses);
+  const RoughStart rough = write_rough_start(settings, seed, poses.front(), dir / "initial_pose_rough.txt");
+
+  const nlohmann::ordered_json j = world_description(settings, scene, lidar, trajectory_settings, trajectory,
+                                                     map_settings, summary, rough);
   write_file_whole((dir / "world.json").string(), j.dump(2) + "\n");
   summary.seconds_total = seconds_since(t_start);
   return summary;

@@ -80,7 +80,8 @@ def test_fleet_equals_the_cli_and_resumes(cluster, sample, bags, data_dir, cli, 
     assert run_fleet(m, out, max_retries=1, progress=False) == 0
     first_s = time.monotonic() - t0
     fleet = json.loads((out / "fleet.json").read_text())
-    assert fleet["counts"] == {"runs": len(runs), "done": len(runs), "present": 0, "failed": 0, "not_run": 0}
+    assert fleet["counts"] == {"runs": len(runs), "done": len(runs), "present": 0, "failed": 0, "not_run": 0,
+                               "accepted_wrong": 0}
     table = read_csv(out / "runs.csv")
     assert [r["name"] for r in table] == [r.name for r in runs]
     for run, row in zip(runs, table):
@@ -95,7 +96,7 @@ def test_fleet_equals_the_cli_and_resumes(cluster, sample, bags, data_dir, cli, 
         assert row["status"] == "done" and row["attempts"] == "1" and row["device"].startswith("CPU")
         for col, value in (("frames", s["frames"]), ("localized", s["localized"]), ("degenerate", s["degenerate"]),
                            ("lost", s["lost"]), ("fps", s["fps"]), ("success_rate", s["success"]["rate"]),
-                           ("ate_rmse_m", s["ate"]["rmse_m"])):
+                           ("ate_rmse_m", s["ate"]["rmse_m"]), ("accepted_wrong", s["success"]["accepted_wrong"])):
             assert number(row[col]) == value, (run.name, col)
         assert json.loads((folder / "run.json").read_text())["key"] == run.key
     html = (out / "report.html").read_text()

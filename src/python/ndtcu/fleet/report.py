@@ -10,8 +10,8 @@ import os
 import time
 
 COLUMNS = ("name", "status", "frames", "localized", "degenerate", "lost", "recovered", "skipped",
-           "success_frames", "succeeded", "success_rate", "ate_rmse_m", "fps", "device", "time_s", "attempts",
-           "reason")
+           "success_frames", "succeeded", "success_rate", "accepted_wrong", "ate_rmse_m", "fps", "device", "time_s",
+           "attempts", "reason")
 
 
 def _summary_numbers(summary):
@@ -27,6 +27,9 @@ def _summary_numbers(summary):
         "success_frames": success.get("frames"),
         "succeeded": success.get("succeeded"),
         "success_rate": success.get("rate"),
+        # Frames accepted as valid more than success.wrong_beyond_m (0.3 m) from the
+        # reference: the worst failure, counted apart from the lost ones.
+        "accepted_wrong": success.get("accepted_wrong"),
         "ate_rmse_m": ate.get("rmse_m"),
         "fps": summary.get("fps"),
     }
@@ -67,6 +70,7 @@ def write(out, manifest, records, cluster, started, ended, interrupted, options)
     counts = {"runs": len(table)}
     for s in ("done", "present", "failed", "not run"):
         counts[s.replace(" ", "_")] = sum(r["status"] == s for r in table)
+    counts["accepted_wrong"] = sum(r["accepted_wrong"] or 0 for r in table)
     ran = [r for r in table if r["status"] == "done"]
     frames = sum(r["frames"] or 0 for r in ran)
     wall = ended - started
@@ -187,6 +191,7 @@ def page(doc):
            "<style>body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;"
            "font-size:12px}th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}"
            "td.l,th.l{text-align:left}tr.failed{background:#fde2e1}tr.notrun{color:#999}"
+           ".wrong{color:#b00000}td.wrong{font-weight:bold;background:#fde2e1}"
            "figure{display:inline-block;margin:0 1.5em 1.5em 0;vertical-align:top}</style></head><body>",
            "<h1>ndtcu fleet report</h1>",
            f"<p>Manifest <code>{html.escape(doc['manifest'])}</code>; ndtcu {html.escape(doc['ndtcu'])}; "
@@ -194,13 +199,15 @@ def page(doc):
            f"{' &mdash; <b>interrupted</b>' if doc['interrupted'] else ''}.</p>",
            f"<p>{c['runs']} runs: {c['done']} done, {c['present']} present from an earlier fleet, "
            f"{c['failed']} failed, {c['not_run']} not run. "
+           + (f"<b class=\"wrong\">{c['accepted_wrong']} frame(s) accepted as valid but wrong</b> (over "
+              f"0.3 m from the reference). " if c["accepted_wrong"] else "")
            + (f"Fleet throughput {doc['frames_per_second']:.1f} frames/s. " if doc["frames_per_second"] else "")
            + (f"Cluster: {doc['cluster'].get('nodes')} node(s), {doc['cluster'].get('cpus'):g} CPUs, "
               f"{doc['cluster'].get('gpus'):g} GPUs." if doc["cluster"] else "") + "</p>"]
     out.append("<h2>Runs</h2><table><tr>")
     heads = [("name", "run"), ("status", "status"), ("frames", "frames"), ("localized", "localized"),
              ("degenerate", "degenerate"), ("lost", "lost"), ("success_rate", "success &le; 10 cm"),
-             ("ate_rmse_m", "ATE RMSE (m)"), ("fps", "fps"), ("device", "device"), ("time_s", "time (s)"),
+             ("accepted_wrong", "accepted wrong"), ("ate_rmse_m", "ATE RMSE (m)"), ("fps", "fps"), ("device", "device"), ("time_s", "time (s)"),
              ("attempts", "attempts"), ("reason", "reason")]
     out += [f'<th class="{"l" if k in ("name", "status", "device", "reason") else ""}">{t}</th>' for k, t in heads]
     out.append("</tr>")
@@ -215,7 +222,8 @@ def page(doc):
                 text = f'<a href="{html.escape(r["folder"])}/summary.json">{html.escape(v)}</a>'
             else:
                 text = _fmt(v, 4 if k == "ate_rmse_m" else 1 if k in ("fps", "time_s") else 3)
-            out.append(f'<td class="{"l" if k in ("name", "status", "device", "reason") else ""}">{text}</td>')
+            cell = "l" if k in ("name", "status", "device", "reason") else "wrong" if k == "accepted_wrong" and v else ""
+            out.append(f'<td class="{cell}">{text}</td>')
         out.append("</tr>")
     out.append("</table>")
     out.append("<h2>Plots</h2>")

@@ -388,7 +388,9 @@ def run_fleet(manifest_path, out, address=None, gpus_per_run=1.0, cpus_per_run=1
     if progress:
         c = doc["counts"]
         sys.stderr.write(f"fleet: {c['done']} done, {c['present']} present, {c['failed']} failed, "
-                         f"{c['not_run']} not run of {c['runs']}; report {os.path.join(out, 'report.html')}\n")
+                         f"{c['not_run']} not run of {c['runs']}"
+                         + (f"; {c['accepted_wrong']} frame(s) accepted as valid but wrong" if c["accepted_wrong"] else "")
+                         + f"; report {os.path.join(out, 'report.html')}\n")
         for r in failed:
             sys.stderr.write(f"fleet: {r['name']} failed after {r['attempts']} attempt(s): {r['reason']}\n")
     return 130 if interrupted else 1 if failed else 0

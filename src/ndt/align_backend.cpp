@@ -1,18 +1,13 @@
 #include "align_backend.hpp"
 
-#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 
 #include "../cuda/cuda_backend.hpp"
-#include "../log.hpp"
 #include "../thread_pool.hpp"
 #include "../map/voxel_cells.hpp"
 #include "../map/dense_voxel_index.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -108,32 +103,10 @@ class CpuAlignBackend final : public AlignBackend {
   std::vector<PointCloudView> sources_;  // the caller's points, not copied
 };
 
-// Backend::Auto resolved: CUDA when a device is usable, else the CPU (logged once).
-Backend resolve(Backend requested, int device) {
-  if (requested == Backend::Cpu) return Backend::Cpu;
-  const std::string why = cuda_unavailable_reason();
-  if (requested == Backend::Cuda) {
-    if (!why.empty()) throw CudaError("backend cuda requested, but " + why);
-    return Backend::Cuda;
-  }
-  static std::once_flag once;
-  std::call_once(once, [&why, device] {
-    if (why.empty()) {
-      const auto devices = cuda_devices();
-      const std::size_t k = device < 0 ? 0 : static_cast<std::size_t>(device);
-      log().info("backend auto: using CUDA on {}",
-                 k < devices.size() ? fmt::format("device {} ({})", k, devices[k].name) : fmt::format("device {}", k));
-    } else {
-      log().info("backend auto: using the CPU backend ({})", why);
-    }
-  });
-  return why.empty() ? Backend::Cuda : Backend::Cpu;
-}
-
 }  // namespace
 
 std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream) {
-  if (resolve(settings.backend, settings.device) == Backend::Cuda) {
+  if (resolve_backend(settings.backend, settings.device) == Backend::Cuda) {
     auto cuda = std::make_unique<CudaBackend>(stream, settings.device);
     cuda->configure(settings.search, settings.outlier_ratio);
     return cuda;

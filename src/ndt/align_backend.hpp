@@ -88,7 +88,7 @@ class AlignBackend {
   virtual BackendTelemetry telemetry() const { return {}; }
 };
 
-/// Resolves `settings.backend` (Auto: CUDA when a device is usable, logged once) into a
+/// Resolves `settings.backend` by resolve_backend (Auto: CUDA when a device is usable) into a
 /// backend with `settings`' threads, search and Gaussian constants. Throws CudaError for
 /// Backend::Cuda without a usable device.
 std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream);

@@ -86,10 +86,9 @@ class Aligner {
   /// a localization loop moves it to each frame's prediction. Throws Error, keeping the
   /// prior in use, when `prior` is invalid (validate(PosePrior)). PosePrior{} removes it.
   void set_prior(const PosePrior& prior);
-  /// The backend align() runs on: "cpu" or "cuda" (Backend::Auto resolved).
-  const char* backend() const noexcept;
-  /// The same as a Backend: Cpu or Cuda, never Auto.
-  Backend resolved_backend() const noexcept;
+  /// The backend align() runs on: Backend::Cpu or Backend::Cuda, never Auto (resolved by
+  /// resolve_backend when the aligner is made; to_string gives "cpu" or "cuda").
+  Backend backend() const noexcept;
   /// Builds the target voxel map from `target` with voxel_map_options(settings()), on the
   /// backend the aligner runs on (VoxelMapOptions::backend: a CUDA aligner builds it on the
   /// GPU; the voxels are the CPU build's, bit for bit).

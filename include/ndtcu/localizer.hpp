@@ -344,10 +344,10 @@ class Localizer {
 
   /// The settings in use.
   const LocalizerSettings& settings() const noexcept;
-  /// The backend the alignments run on: "cpu" or "cuda".
-  const char* backend() const noexcept;
-  /// Where preprocess() runs: "cuda" (gpu_preprocess with the CUDA backend) or "cpu".
-  const char* preprocess_backend() const noexcept;
+  /// The backend the alignments run on: Backend::Cpu or Backend::Cuda (Aligner::backend).
+  Backend backend() const noexcept;
+  /// Where preprocess() runs: Backend::Cuda (gpu_preprocess with the CUDA backend) or Backend::Cpu.
+  Backend preprocess_backend() const noexcept;
   /// The aligner (its target map, settings and backend).
   const Aligner& aligner() const noexcept;
 

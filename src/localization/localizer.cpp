@@ -192,7 +192,7 @@ const char* to_string(FrameStatus status) {
 
 Localizer::Impl::Impl(const LocalizerSettings& s, CUstream_st* stream)
     : settings(s), aligner(without_pose_covariance(s.align), stream) {
-  if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) {
+  if (s.gpu_preprocess && aligner.backend() == Backend::Cuda) {
     gpu_filters = std::make_unique<detail::GpuFilterPool>(s.align.device);
   }
 }
@@ -211,8 +211,8 @@ Localizer::Localizer(Localizer&&) noexcept = default;
 Localizer& Localizer::operator=(Localizer&&) noexcept = default;
 
 const LocalizerSettings& Localizer::settings() const noexcept { return impl_->settings; }
-const char* Localizer::backend() const noexcept { return impl_->aligner.backend(); }
-const char* Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? "cuda" : "cpu"; }
+Backend Localizer::backend() const noexcept { return impl_->aligner.backend(); }
+Backend Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? Backend::Cuda : Backend::Cpu; }
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
 
 void Localizer::set_map(PointCloudView map) {

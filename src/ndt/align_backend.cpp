@@ -23,7 +23,7 @@ std::shared_ptr<const VoxelMap> AlignBackend::build_map(PointCloudView target, c
 
 std::size_t AlignBackend::use_device_tiled_map(DeviceTiledMap&, bool) {
   throw Error(std::string("tiled map: a map that publishes on the GPU is followed by a CUDA aligner, not by the ") +
-              name() + " backend");
+              to_string(kind()) + " backend");
 }
 
 namespace {
@@ -37,7 +37,6 @@ class CpuAlignBackend final : public AlignBackend {
  public:
   explicit CpuAlignBackend(const AlignSettings& s) : settings_(s), pool_(s.threads) {}
 
-  const char* name() const noexcept override { return "cpu"; }
   Backend kind() const noexcept override { return Backend::Cpu; }
 
   void set_map(const std::shared_ptr<const VoxelMap>& map) override {

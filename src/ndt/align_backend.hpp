@@ -49,8 +49,6 @@ struct BackendTelemetry {
 class AlignBackend {
  public:
   virtual ~AlignBackend() = default;
-  /// "cpu" or "cuda": what results report.
-  virtual const char* name() const noexcept = 0;
   /// The backend this is (never Backend::Auto).
   virtual Backend kind() const noexcept = 0;
   /// Uses `map` for the following calls (the pointer must stay valid until the next

@@ -139,8 +139,7 @@ void Aligner::set_prior(const PosePrior& prior) {
   validate(prior);
   impl_->settings.prior = prior;
 }
-const char* Aligner::backend() const noexcept { return impl_->backend->name(); }
-Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind(); }
+Backend Aligner::backend() const noexcept { return impl_->backend->kind(); }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
 const std::shared_ptr<TiledVoxelMap>& Aligner::tiled_target() const noexcept { return impl_->tiled; }
 bool Aligner::has_target() const noexcept { return impl_->map || impl_->tiled; }
@@ -307,7 +306,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
     for (std::size_t k = 0; k < guesses[b]->size(); ++k) {
       const Pose6& guess = (*guesses[b])[k];
       AlignResult r;
-      r.backend = m.backend->name();
+      r.backend = m.backend->kind();
       r.source_points = source.size();
       r.target_voxels = map.voxels;
       r.pose = guess;
@@ -413,7 +412,7 @@ std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const st
   std::vector<AlignResult> out(poses.size());
   for (std::size_t k = 0; k < poses.size(); ++k) {
     AlignResult& r = out[k];
-    r.backend = m.backend->name();
+    r.backend = m.backend->kind();
     r.source_points = source.size();
     r.target_voxels = map.voxels;
     r.pose = poses[k];

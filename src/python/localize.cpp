@@ -59,7 +59,7 @@ void define_localizer(nb::module_& m) {
           "settings"_a = nb::none(), "kwargs"_a,
           "Settings from `settings` (default: LocalizerSettings()) with keyword overrides.")
       .def_prop_ro("settings", [](const PyLocalizer& l) { return l.settings(); }, "the settings in use (a copy)")
-      .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(l.backend()); })
+      .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(to_string(l.backend())); })
       .def(
           "set_map",
           [](PyLocalizer& l, nb::handle map) {

@@ -340,7 +340,7 @@ TEST_CASE("preprocessing stays on the CPU with the CPU backend and equals the CP
       s.min_range = 2.0;
       s.max_range = 40.0;
       const Localizer localizer(s);
-      CHECK(std::string(localizer.preprocess_backend()) == "cpu");
+      CHECK(localizer.preprocess_backend() == Backend::Cpu);
       const PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
       const PointCloud want = leaf > 0.0 ? voxel_downsample(cropped, leaf) : cropped;
       const PointCloud got = localizer.preprocess(scan);

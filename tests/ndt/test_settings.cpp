@@ -52,7 +52,7 @@ TEST_CASE("device is -1 (the current CUDA device) or an index, with the value na
   // The CPU backend runs on no device: an index is not checked against the devices there.
   s.device = 1000;
   s.backend = Backend::Cpu;
-  CHECK(std::string(Aligner(s).backend()) == "cpu");
+  CHECK(Aligner(s).backend() == Backend::Cpu);
 }
 
 TEST_CASE("resolve_backend: the one rule for Backend::Auto, used by the aligner and the map build",
@@ -72,7 +72,7 @@ TEST_CASE("resolve_backend: the one rule for Backend::Auto, used by the aligner 
   // The aligner and the voxel map build follow it.
   AlignSettings s;
   s.backend = Backend::Auto;
-  CHECK(Aligner(s).resolved_backend() == resolve_backend(Backend::Auto));
+  CHECK(Aligner(s).backend() == resolve_backend(Backend::Auto));
   PointCloud cloud;
   cloud.points = {{0.f, 0.f, 0.f}, {0.1f, 0.f, 0.f}, {0.f, 0.1f, 0.f},
                   {0.f, 0.f, 0.1f}, {0.1f, 0.1f, 0.f}, {0.1f, 0.f, 0.1f},

@@ -473,12 +473,12 @@ std::string lost_reason(const LocalizationResult& r, const LocalizerSettings& ls
   // about as well elsewhere (the localizer never guesses between two), or for a score
   // far below the scene's.
   if (r.ambiguous) {
-    return fmt::format("ambiguous: the {}'s best pose (NVTL {:.3f}) has a distinct rival at NVTL {:.3f}", r.stage,
+    return fmt::format("ambiguous: the {}'s best pose (NVTL {:.3f}) has a distinct rival at NVTL {:.3f}", to_string(r.stage),
                        a.nvtl, r.ambiguity_nvtl);
   }
   return fmt::format("the best pose (NVTL {:.3f}, from the {}) is below {} of what the accepted frames score "
                      "(--search-nvtl-ratio)",
-                     a.nvtl, r.stage, ls.search_nvtl_ratio);
+                     a.nvtl, to_string(r.stage), ls.search_nvtl_ratio);
 }
 
 int report_run(const LocalizeRun& run, Progress& progress, const GlobalOptions& global) {

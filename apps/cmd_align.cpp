@@ -84,7 +84,7 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
   j["source_points_read"] = c.source_points_read;
   j["target_points"] = c.target_points;
   j["target_points_read"] = c.target_points_read;
-  if (r.backend == "cuda") {
+  if (r.backend == Backend::Cuda) {
     j["gpu"] = {{"gpu_ms", r.timings.gpu_ms},
                 {"upload_ms", r.timings.upload_ms},
                 {"bytes_up", r.timings.bytes_up},
@@ -136,9 +136,9 @@ std::string result_text(const AlignResult& r, const AlignContext& c) {
   out += "  directions  " + localizability_text(r.localizability) + "\n";
   out += fmt::format("  time        align {:.2f} ms ({:.2f} ms/iteration, {} evaluations, backend {}), map {:.1f} ms, "
                      "load {:.1f} ms\n",
-                     r.timings.total_ms, r.timings.per_iteration_ms, r.timings.evaluations, r.backend, c.map_ms,
+                     r.timings.total_ms, r.timings.per_iteration_ms, r.timings.evaluations, to_string(r.backend), c.map_ms,
                      c.load_ms);
-  if (r.backend == "cuda") {
+  if (r.backend == Backend::Cuda) {
     out += fmt::format("  gpu         {:.3f} ms kernels ({:.1f} us/evaluation), upload {:.3f} ms, {} B up and {} B down "
                        "per evaluation\n",
                        r.timings.gpu_ms, r.timings.evaluations ? 1e3 * r.timings.gpu_ms / r.timings.evaluations : 0.0,
@@ -236,7 +236,7 @@ std::string batch_text(const std::vector<AlignResult>& results, std::size_t best
   out += fmt::format("  batch       {} hypotheses from {} in one batch: {:.2f} ms ({:.1f} aligns/s), backend {}, map "
                      "{:.1f} ms, load {:.1f} ms\n",
                      results.size(), printable(guesses_path), batch_ms, batch_ms > 0 ? 1e3 * results.size() / batch_ms : 0.0,
-                     first.backend, c.map_ms, c.load_ms);
+                     to_string(first.backend), c.map_ms, c.load_ms);
   out += fmt::format("  {:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}  {:<9} {:<18} {:>4} {:>10} {:>7} {:>7}\n", "#", "x",
                      "y", "z", "roll", "pitch", "yaw", "converged", "reason", "iter", "score", "TP", "NVTL");
   for (std::size_t k = 0; k < results.size(); ++k) {

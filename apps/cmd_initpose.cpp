@@ -262,7 +262,7 @@ std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
   out += fmt::format("  time        search {:.1f} ms ({} {:.1f} ms, {} {:.1f} ms, backend {}), map {:.1f} ms, "
                      "load {:.1f} ms\n",
                      r.time_ms, run.tpe ? "startup" : "coarse", r.coarse_ms, run.tpe ? "proposed" : "refine", r.refine_ms,
-                     b.backend, run.map_ms, run.load_ms);
+                     to_string(b.backend), run.map_ms, run.load_ms);
   if (r.has_rival) {
     out += fmt::format("  rival       NVTL {:.4f} (winner - {:.4f}, margin {}) at {}\n", r.ambiguity_nvtl,
                        b.nvtl - r.ambiguity_nvtl, o.search.ambiguity_margin, pose_text(r.rival_pose));

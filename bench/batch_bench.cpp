@@ -162,7 +162,7 @@ std::vector<Pose6> random_starts(const Pose6& reference, std::size_t count, std:
 
 // One row of a table: a batch size on one backend, or the fixed-iteration single align.
 struct Row {
-  std::string backend;    // "cuda" or "cpu"
+  Backend backend = Backend::Cpu;  // the backend the row ran on (never Auto)
   int k = 0;              // hypotheses per batch
   std::string skipped;    // why the row did not run ("" when it ran)
   std::vector<double> ms;  // wall time of each timed batch
@@ -208,10 +208,10 @@ void time_row(Row& row, const BatchBenchOptions& o, F&& run) {
   }
 }
 
-Row batch_row(Aligner& aligner, const char* backend, const PointCloud& source, const std::vector<Pose6>& starts, int k,
+Row batch_row(Aligner& aligner, const PointCloud& source, const std::vector<Pose6>& starts, int k,
               const BatchBenchOptions& o) {
   Row row;
-  row.backend = backend;
+  row.backend = aligner.backend();
   row.k = k;
   const std::vector<Pose6> guesses(starts.begin(), starts.begin() + k);
   std::vector<AlignResult> results;
@@ -225,10 +225,9 @@ Row batch_row(Aligner& aligner, const char* backend, const PointCloud& source, c
   return row;
 }
 
-Row fixed_row(Aligner& aligner, const char* backend, const PointCloud& source, const Pose6& start,
-              const BatchBenchOptions& o) {
+Row fixed_row(Aligner& aligner, const PointCloud& source, const Pose6& start, const BatchBenchOptions& o) {
   Row row;
-  row.backend = backend;
+  row.backend = aligner.backend();
   row.k = 1;
   AlignResult r;
   time_row(row, o, [&] { r = aligner.align_from_pose(source, start); });
@@ -239,7 +238,7 @@ Row fixed_row(Aligner& aligner, const char* backend, const PointCloud& source, c
 }
 
 nlohmann::json row_json(const Row& row) {
-  nlohmann::json j{{"backend", row.backend}, {"k", row.k}};
+  nlohmann::json j{{"backend", to_string(row.backend)}, {"k", row.k}};
   if (!row.skipped.empty()) {
     j["skipped"] = row.skipped;
     return j;
@@ -252,7 +251,7 @@ nlohmann::json row_json(const Row& row) {
   j["mean_iterations"] = row.mean_iterations();
   j["converged_fraction"] = row.converged_fraction();
   j["wall_us_per_hypothesis_iteration"] = row.wall_us_per_iteration();
-  if (row.backend == "cuda") {
+  if (row.backend == Backend::Cuda) {
     j["gpu_ms"] = row.gpu_ms;
     j["gpu_us_per_hypothesis_iteration"] = row.gpu_us_per_iteration();
   }
@@ -351,13 +350,13 @@ int run_batch_bench(const BatchBenchOptions& o) {
     auto print_row = [&](const Row& row, const Row* cpu_row) {
       if (!text) return;
       if (!row.skipped.empty()) {
-        std::cout << fmt::format("{:<8} {:>5}    -  skipped: {}\n", row.backend, row.k, row.skipped);
+        std::cout << fmt::format("{:<8} {:>5}    -  skipped: {}\n", to_string(row.backend), row.k, row.skipped);
       } else {
-        const bool ratio = row.backend == "cuda" && cpu_row && cpu_row->skipped.empty();
+        const bool ratio = row.backend == Backend::Cuda && cpu_row && cpu_row->skipped.empty();
         std::cout << fmt::format("{:<8} {:>5} {:>4} {:>10.3f} {:>10.3f} {:>10.1f} {:>9.2f} {:>6.3f} {:>13.2f} {:>13} {:>8}\n",
-                                 row.backend, row.k, row.ms.size(), row.median(), row.min(), row.aligns_per_s(),
+                                 to_string(row.backend), row.k, row.ms.size(), row.median(), row.min(), row.aligns_per_s(),
                                  row.mean_iterations(), row.converged_fraction(), row.wall_us_per_iteration(),
-                                 row.backend == "cuda" ? fmt::format("{:.2f}", row.gpu_us_per_iteration()) : "-",
+                                 row.backend == Backend::Cuda ? fmt::format("{:.2f}", row.gpu_us_per_iteration()) : "-",
                                  ratio ? fmt::format("{:.1f}x", cpu_row->median() / row.median()) : "-");
       }
       std::cout << std::flush;
@@ -377,18 +376,18 @@ int run_batch_bench(const BatchBenchOptions& o) {
       // The CPU row first, so that the CUDA row can show the ratio.
       Row cpu_row;
       if (k > o.cpu_max_k) {
-        cpu_row.backend = "cpu";
+        cpu_row.backend = Backend::Cpu;
         cpu_row.k = k;
         cpu_row.skipped = fmt::format("K above --cpu-max-k {}", o.cpu_max_k);
       } else {
-        cpu_row = batch_row(cpu_aligner, "cpu", w.source, starts, k, o);
+        cpu_row = batch_row(cpu_aligner, w.source, starts, k, o);
       }
       if (cuda) {
         Row cuda_row;
         try {
-          cuda_row = batch_row(*cuda_aligner, "cuda", w.source, starts, k, o);
+          cuda_row = batch_row(*cuda_aligner, w.source, starts, k, o);
         } catch (const Error& e) {  // e.g. a batch larger than the device's memory: say so, go on
-          cuda_row.backend = "cuda";
+          cuda_row.backend = Backend::Cuda;
           cuda_row.k = k;
           cuda_row.skipped = std::string("failed: ") + e.what();
         }
@@ -411,29 +410,29 @@ int run_batch_bench(const BatchBenchOptions& o) {
       std::cout << fmt::format("{:<8} {:>4} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "backend", "reps", "median ms",
                                "min ms", "iterations", "us/iteration", "gpu us/iter");
     }
-    std::vector<std::pair<const char*, Backend>> backends{{"cpu", Backend::Cpu}};
-    if (cuda) backends.insert(backends.begin(), {"cuda", Backend::Cuda});
-    for (const auto& [label, backend] : backends) {
+    std::vector<Backend> backends{Backend::Cpu};
+    if (cuda) backends.insert(backends.begin(), Backend::Cuda);
+    for (const Backend backend : backends) {
       AlignSettings s = fixed;
       s.backend = backend;
       s.threads = 0;
       Aligner aligner(s);
       aligner.set_target(map);
-      const Row row = fixed_row(aligner, label, w.source, starts.front(), o);
+      const Row row = fixed_row(aligner, w.source, starts.front(), o);
       if (text) {
-        std::cout << fmt::format("{:<8} {:>4} {:>10.3f} {:>10.3f} {:>10} {:>12.2f} {:>12}\n", row.backend,
+        std::cout << fmt::format("{:<8} {:>4} {:>10.3f} {:>10.3f} {:>10} {:>12.2f} {:>12}\n", to_string(row.backend),
                                  row.ms.size(), row.median(), row.min(), row.iterations, row.wall_us_per_iteration(),
-                                 row.backend == "cuda" ? fmt::format("{:.2f}", row.gpu_us_per_iteration()) : "-");
+                                 row.backend == Backend::Cuda ? fmt::format("{:.2f}", row.gpu_us_per_iteration()) : "-");
         std::cout << std::flush;
       }
-      nlohmann::json fj{{"backend", row.backend},
+      nlohmann::json fj{{"backend", to_string(row.backend)},
                         {"repeats", row.ms.size()},
                         {"median_ms", row.median()},
                         {"min_ms", row.min()},
                         {"iterations", row.iterations},
                         {"converged", row.converged == 1},
                         {"wall_us_per_iteration", row.wall_us_per_iteration()}};
-      if (row.backend == "cuda") {
+      if (row.backend == Backend::Cuda) {
         fj["gpu_ms"] = row.gpu_ms;
         fj["gpu_us_per_iteration"] = row.gpu_us_per_iteration();
       }

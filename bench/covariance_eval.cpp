@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
                        "converged, {} used; {} preset, step {}, epsilon {}, {} iterations, {} backend\n",
                        trials, frames, starts, max_offset, max_angle_deg,
                        frames ? static_cast<double>(scan_points) / frames : 0.0, not_converged, used, ndt.preset,
-                       settings.step_size, settings.epsilon, settings.max_iterations, aligner.backend());
+                       settings.step_size, settings.epsilon, settings.max_iterations, to_string(aligner.backend()));
     out += fmt::format("x-y error against the truth: RMS per axis {:.2f} cm, max {:.2f} cm\n", 100 * rms_error,
                        100 * j["max_error_m"].get<double>());
     out += fmt::format("honest: NEES mean 2, median {:.3f}, 95 % inside {:.3f}\n\n", kChi2TwoMedian, kChi2Two95);

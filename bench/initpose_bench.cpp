@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < starts; ++s) {
         const Pose6 start = rough_start(truth, radius, rng);
         const InitialPoseResult r = find_initial_pose(aligner, scan, start, o);
-        backend_name = r.best.backend;
+        backend_name = to_string(r.best.backend);
         const double err = (r.best.transform.topRightCorner<3, 1>() - truth.topRightCorner<3, 1>()).norm();
         const double angle =
             Eigen::AngleAxisd(r.best.transform.topLeftCorner<3, 3>().transpose() * truth.topLeftCorner<3, 3>()).angle();

@@ -59,7 +59,7 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   // hypotheses its searches aligned and screened, and the last search's best rival.
   if (result) {
     const auto& r = *result;
-    row += fmt::format(",{},{},{},{},{}", r.stage, r.hypotheses, r.screened,
+    row += fmt::format(",{},{},{},{},{}", to_string(r.stage), r.hypotheses, r.screened,
                        std::isnan(r.ambiguity_nvtl) ? std::string() : fmt::format("{:.6f}", r.ambiguity_nvtl),
                        r.ambiguous ? 1 : 0);
   } else {
@@ -86,7 +86,7 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   // Which check decided the frame, and the correction's Mahalanobis distance (squared)
   // under the prediction's covariance (empty without one).
   if (result) {
-    row += fmt::format(",{},{}", result->decided_by,
+    row += fmt::format(",{},{}", to_string(result->decided_by),
                        std::isnan(result->mahalanobis2) ? std::string() : fmt::format("{:.4f}", result->mahalanobis2));
   } else {
     row += ",,";

@@ -84,7 +84,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
 // The CUDA device index the frames were aligned on (--device; the CLI's current device is
 // 0), or null on the CPU.
 nlohmann::json cuda_device_index(const LocalizeRun& run) {
-  if (std::string(run.localizer.backend()) != "cuda") return nullptr;
+  if (run.localizer.backend() != Backend::Cuda) return nullptr;
   const int d = run.settings.localizer.align.device;
   return d < 0 ? 0 : d;
 }
@@ -93,7 +93,7 @@ nlohmann::json cuda_device_index(const LocalizeRun& run) {
 std::string device_name(const LocalizeRun& run) {
   const AlignSettings& s = run.settings.localizer.align;
   std::string device;
-  if (std::string(run.localizer.backend()) == "cuda") {
+  if (run.localizer.backend() == Backend::Cuda) {
     const auto devices = cuda_devices();
     const std::size_t k = s.device < 0 ? 0 : static_cast<std::size_t>(s.device);
     device = k < devices.size() ? devices[k].name : fmt::format("CUDA device {}", k);
@@ -165,7 +165,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"min_scan_points", ls.min_scan_points},
                    {"min_frame_points", ls.min_frame_points},
                    {"gpu_preprocess", ls.gpu_preprocess},
-                   {"preprocess", localizer.preprocess_backend()},
+                   {"preprocess", to_string(localizer.preprocess_backend())},
                    {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},
                    {"reject_max_iterations", ls.reject_max_iterations},
@@ -359,10 +359,10 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
     }
     text += fmt::format("  speed       {:.1f} fps ({} backend, {}); latency median {:.1f} ms, p95 {:.1f} ms, max "
                         "{:.1f} ms\n",
-                        j["fps"].get<double>(), localizer.backend(), device, percentile(t.latency, 0.5),
+                        j["fps"].get<double>(), to_string(localizer.backend()), device, percentile(t.latency, 0.5),
                         percentile(t.latency, 0.95), largest(t.latency));
     text += fmt::format("  per scan    {:.0f} points after the filter ({}), {:.1f} iterations (medians)\n",
-                        percentile(t.points, 0.5), localizer.preprocess_backend(), percentile(t.iterations, 0.5));
+                        percentile(t.points, 0.5), to_string(localizer.preprocess_backend()), percentile(t.iterations, 0.5));
     if (s.pose_covariance != PoseCovariance::None && t.sigma_x.empty()) {
       text += fmt::format("  covariance  {}: no frame with a covariance\n", to_string(s.pose_covariance));
     } else if (s.pose_covariance != PoseCovariance::None) {
@@ -473,18 +473,18 @@ std::string lost_reason(const LocalizationResult& r, const LocalizerSettings& ls
   // about as well elsewhere (the localizer never guesses between two), or for a score
   // far below the scene's.
   if (r.ambiguous) {
-    return fmt::format("ambiguous: the {}'s best pose (NVTL {:.3f}) has a distinct rival at NVTL {:.3f}", r.stage,
+    return fmt::format("ambiguous: the {}'s best pose (NVTL {:.3f}) has a distinct rival at NVTL {:.3f}", to_string(r.stage),
                        a.nvtl, r.ambiguity_nvtl);
   }
   return fmt::format("the best pose (NVTL {:.3f}, from the {}) is below {} of what the accepted frames score "
                      "(--search-nvtl-ratio)",
-                     a.nvtl, r.stage, ls.search_nvtl_ratio);
+                     a.nvtl, to_string(r.stage), ls.search_nvtl_ratio);
 }
 
 int report_run(const LocalizeRun& run, Progress& progress, const GlobalOptions& global) {
   nlohmann::json j;
   add_run_json(j, run);
-  j["backend"] = run.localizer.backend();
+  j["backend"] = to_string(run.localizer.backend());
   const std::string device = device_name(run);
   j["device"] = device;
   j["cuda_device"] = cuda_device_index(run);

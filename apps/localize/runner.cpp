@@ -43,7 +43,7 @@ class FrameLoop {
         // scan just before aligning it instead: no filter kernels run during an alignment
         // (BALM on an H100, three runs each: alignment p95 1.30-1.44 ms in line, 1.35-1.45 ms
         // on the readers).
-        filter_in_line_(std::string(localizer.preprocess_backend()) == "cuda" && o.gpu_filter_in_line) {}
+        filter_in_line_(localizer.preprocess_backend() == Backend::Cuda && o.gpu_filter_in_line) {}
 
   // Every scan in order, until the last or until `interrupt` notes a signal.
   void run(const InterruptWatch& interrupt) {

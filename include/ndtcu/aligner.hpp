@@ -86,10 +86,9 @@ class Aligner {
   /// a localization loop moves it to each frame's prediction. Throws Error, keeping the
   /// prior in use, when `prior` is invalid (validate(PosePrior)). PosePrior{} removes it.
   void set_prior(const PosePrior& prior);
-  /// The backend align() runs on: "cpu" or "cuda" (Backend::Auto resolved).
-  const char* backend() const noexcept;
-  /// The same as a Backend: Cpu or Cuda, never Auto.
-  Backend resolved_backend() const noexcept;
+  /// The backend align() runs on: Backend::Cpu or Backend::Cuda, never Auto (resolved by
+  /// resolve_backend when the aligner is made; to_string gives "cpu" or "cuda").
+  Backend backend() const noexcept;
   /// Builds the target voxel map from `target` with voxel_map_options(settings()), on the
   /// backend the aligner runs on (VoxelMapOptions::backend: a CUDA aligner builds it on the
   /// GPU; the voxels are the CPU build's, bit for bit).
@@ -107,8 +106,8 @@ class Aligner {
   /// Follows a tiled map whose tiles change while this aligner aligns (a vehicle's map
   /// tiles loaded and dropped on another thread): each call (align, align_batch, evaluate,
   /// ...) first takes the version `tiles` last published (TiledVoxelMap::publish), so a new
-  /// version is swapped in between two calls, never during one (an align() with a pose
-  /// covariance keeps one version for both). A CUDA aligner with a tiled map that
+  /// version is swapped in between two calls, never during one; a VersionHold keeps one
+  /// version across several calls (an align() with a pose covariance holds one for both). A CUDA aligner with a tiled map that
   /// publishes on the GPU reads its device twin: the swap waits for nothing, on the host or
   /// the device, and no map is uploaded; one CUDA aligner follows a given tiled map at a
   /// time. Otherwise the published host map is used as set_target(map) would. Throws Error
@@ -124,6 +123,31 @@ class Aligner {
   const std::shared_ptr<TiledVoxelMap>& tiled_target() const noexcept;
   /// True once a target is set (a map, a cloud's map or a tiled map).
   bool has_target() const noexcept;
+
+  /// While it lives, the calls of the aligner that made it (Aligner::hold_target_version)
+  /// take no newer version of a tiled target (set_target(tiles)): they keep the version the
+  /// aligner used last (or the one the first call takes, when none was used yet), so an
+  /// alignment and the pose covariance estimated after it (estimate_pose_covariance) see
+  /// one map. Holds nest: the newest publish is taken again once the last one ends. No
+  /// effect on a plain map. Move-only; must not outlive the aligner.
+  class VersionHold {
+   public:
+    VersionHold(VersionHold&& other) noexcept;
+    VersionHold(const VersionHold&) = delete;
+    VersionHold& operator=(const VersionHold&) = delete;
+    VersionHold& operator=(VersionHold&&) = delete;
+    ~VersionHold();
+
+   private:
+    friend class Aligner;
+    explicit VersionHold(int* holds) noexcept;
+    int* holds_;  // the aligner's count of live holds; null once moved from
+  };
+  /// Holds the tiled map version in use until the returned VersionHold ends:
+  ///   const Aligner::VersionHold hold = aligner.hold_target_version();
+  ///   AlignResult r = aligner.align(scan, guess);  // both on one version
+  ///   PoseCovarianceResult c = estimate_pose_covariance(aligner, scan, r, mode);
+  [[nodiscard]] VersionHold hold_target_version() noexcept;
 
   /// Aligns `source` starting at `guess` (source-to-target, world frames). Throws Error
   /// when no target is set, the guess is not finite or not rigid, or a source point is not

@@ -115,6 +115,14 @@ NDTCU_ENUM_VALUES(GpuNewtonLoop, gpu_loop_from_string, GpuNewtonLoop::Device, Gp
 NDTCU_ENUM_VALUES(PoseCovariance, pose_covariance_from_string, PoseCovariance::None, PoseCovariance::Laplace,
                   PoseCovariance::MultiNdt, PoseCovariance::MultiNdtScore);
 NDTCU_ENUM_VALUES(Recovery, recovery_from_string, Recovery::None, Recovery::LastGood, Recovery::Hypotheses);
+NDTCU_ENUM_VALUES(FrameCheck, frame_check_from_string, FrameCheck::Passed, FrameCheck::DegeneracyProbe,
+                  FrameCheck::TooFewPoints, FrameCheck::NoPose, FrameCheck::NotConverged, FrameCheck::MatchedRatio,
+                  FrameCheck::Nvtl, FrameCheck::TypicalNvtl, FrameCheck::MahalanobisGate, FrameCheck::Ambiguous,
+                  FrameCheck::ProbeFoundBetter);
+NDTCU_ENUM_VALUES(FrameStage, frame_stage_from_string, FrameStage::None, FrameStage::Prediction,
+                  FrameStage::Continuation, FrameStage::LastGood, FrameStage::Probe, FrameStage::HeadingSearch,
+                  FrameStage::RotationSearch, FrameStage::PositionSearch, FrameStage::WideSearch,
+                  FrameStage::InitialSearch);
 #undef NDTCU_ENUM_VALUES
 
 /// The names of every value of enum E, in declaration order (to_string's spelling).

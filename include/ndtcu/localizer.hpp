@@ -83,7 +83,7 @@ struct LocalizerSettings {
   /// keeps a sparse scan's wrong pose out is the frame check (gate, typical NVTL, probe).
   std::size_t min_scan_points = 0;
   /// A frame with fewer points than this after the crop and filter is lost at once
-  /// (decided_by "too few points"): no alignment, retry or search runs, and the motion model
+  /// (decided_by FrameCheck::TooFewPoints): no alignment, retry or search runs, and the motion model
   /// is left as it was, so the next frame's searches are sized by the time since the last
   /// good pose, never by the empty scan. An empty scan once started the widest search
   /// (86,712 poses screened per frame); a scan this sparse cannot be told apart from a wrong
@@ -268,6 +268,47 @@ enum class FrameStatus {
 /// "tracked", "recovered", "lost", "degenerate".
 const char* to_string(FrameStatus status);
 
+/// Which check decided a frame (LocalizationResult::decided_by).
+enum class FrameCheck {
+  Passed,            ///< "passed": the frame is valid
+  DegeneracyProbe,   ///< "degeneracy probe": the frame is degenerate
+  TooFewPoints,      ///< "too few points": nothing ran (LocalizerSettings::min_frame_points)
+  NoPose,            ///< "no pose": the best attempt gave no pose
+  NotConverged,      ///< "not converged": it ran out of iterations (reject_max_iterations)
+  MatchedRatio,      ///< "matched ratio": too few points matched (min_matched_ratio)
+  Nvtl,              ///< "nvtl": NVTL below nvtl_threshold
+  TypicalNvtl,       ///< "typical nvtl": NVTL below search_nvtl_ratio of the accepted frames'
+  MahalanobisGate,   ///< "mahalanobis gate": too far from the prediction (gate_chi2)
+  Ambiguous,         ///< "ambiguous": a distinct rival scored about as well
+  /// "probe found better": every score check passed, but a degeneracy probe scored more
+  /// than degeneracy_margin above the pose (not the optimum, see degeneracy_probe_m).
+  ProbeFoundBetter,
+};
+
+/// The check's name as frames.csv, JSON and Python write it ("passed", "nvtl", ...).
+const char* to_string(FrameCheck check);
+/// The FrameCheck named by to_string(); throws Error naming the value and the choices.
+FrameCheck frame_check_from_string(const std::string& name);
+
+/// What gave a frame's pose (LocalizationResult::stage).
+enum class FrameStage {
+  None,            ///< "none": nothing was tried (too few points)
+  Prediction,      ///< "prediction": the first attempt, from the prediction
+  Continuation,    ///< "continuation": on from where an attempt ran out of iterations
+  LastGood,        ///< "last-good": from the last good pose
+  Probe,           ///< "probe": from the pose of a probe that beat a refused one
+  HeadingSearch,   ///< "heading search"
+  RotationSearch,  ///< "rotation search"
+  PositionSearch,  ///< "position search"
+  WideSearch,      ///< "wide search"
+  InitialSearch,   ///< "initial search"
+};
+
+/// The stage's name as frames.csv, JSON and Python write it ("prediction", "wide search", ...).
+const char* to_string(FrameStage stage);
+/// The FrameStage named by to_string(); throws Error naming the value and the choices.
+FrameStage frame_stage_from_string(const std::string& name);
+
 /// The outcome of one Localizer::localize call.
 struct LocalizationResult {
   /// T_map_sensor. For a valid frame, the accepted alignment; for a lost one, the prediction.
@@ -282,13 +323,11 @@ struct LocalizationResult {
   /// d' C^-1 d of the reported alignment's correction from the prediction (NaN without a
   /// covariance): see LocalizerSettings::gate_chi2.
   double mahalanobis2 = std::numeric_limits<double>::quiet_NaN();
-  /// Which check decided the frame: "passed" (valid), "degeneracy probe" (degenerate), or
-  /// for a lost frame "too few points" (nothing ran, see LocalizerSettings::min_frame_points)
-  /// or the check its best attempt failed: "no pose", "not converged",
-  /// "matched ratio", "nvtl", "typical nvtl", "mahalanobis gate", "ambiguous", "probe found
-  /// better" (every score check passed, but a degeneracy probe scored more than
-  /// degeneracy_margin above the pose: not the optimum, see degeneracy_probe_m).
-  const char* decided_by = "passed";
+  /// Which check decided the frame: Passed (valid), DegeneracyProbe (degenerate), or for a
+  /// lost frame TooFewPoints (nothing ran, see LocalizerSettings::min_frame_points) or the
+  /// check its best attempt failed (NoPose, NotConverged, MatchedRatio, Nvtl, TypicalNvtl,
+  /// MahalanobisGate, Ambiguous, ProbeFoundBetter).
+  FrameCheck decided_by = FrameCheck::Passed;
   /// The accepted alignment (valid frames) or the attempt with the highest NVTL (lost ones).
   AlignResult alignment;
   int attempts = 0;                 ///< alignments run for this frame (1 + retries + search hypotheses)
@@ -297,11 +336,9 @@ struct LocalizationResult {
   /// Hypotheses a wide search screened (scored without aligning; see
   /// InitialPoseOptions::screen_above).
   int screened = 0;
-  /// What gave the pose: "prediction", "continuation", "last-good", "probe" (an alignment
-  /// from the pose of a probe that beat a refused one), "heading search", "rotation search",
-  /// "position search", "wide search", "initial search"; for a lost frame, the last thing tried
-  /// ("none" when nothing was: too few points).
-  const char* stage = "prediction";
+  /// What gave the pose (see FrameStage); for a lost frame, the last thing tried
+  /// (FrameStage::None when nothing was: too few points).
+  FrameStage stage = FrameStage::Prediction;
   /// Directions the degeneracy probe found the scan does not pin (0 without a probe or when
   /// it found none), and the accepted alignment's NVTL minus the best of its 32 probes' (NaN
   /// without a probe; at most degeneracy_margin for a degenerate frame).
@@ -344,10 +381,10 @@ class Localizer {
 
   /// The settings in use.
   const LocalizerSettings& settings() const noexcept;
-  /// The backend the alignments run on: "cpu" or "cuda".
-  const char* backend() const noexcept;
-  /// Where preprocess() runs: "cuda" (gpu_preprocess with the CUDA backend) or "cpu".
-  const char* preprocess_backend() const noexcept;
+  /// The backend the alignments run on: Backend::Cpu or Backend::Cuda (Aligner::backend).
+  Backend backend() const noexcept;
+  /// Where preprocess() runs: Backend::Cuda (gpu_preprocess with the CUDA backend) or Backend::Cpu.
+  Backend preprocess_backend() const noexcept;
   /// The aligner (its target map, settings and backend).
   const Aligner& aligner() const noexcept;
 

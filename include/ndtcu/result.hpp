@@ -96,7 +96,7 @@ struct AlignResult {
   Localizability localizability;
   std::vector<IterationTrace> trace;  ///< one entry per iteration
   AlignTimings timings;               ///< where the time went
-  std::string backend;                ///< which backend ran ("cpu" or "cuda")
+  Backend backend = Backend::Cpu;     ///< which backend ran: Cpu or Cuda (JSON and Python: "cpu", "cuda")
 };
 
 }  // namespace ndtcu

@@ -229,6 +229,13 @@ ConvergenceRule convergence_rule_from_string(const std::string& name);
 CovarianceMode covariance_mode_from_string(const std::string& name);
 /// Parses a Backend name; throws Error otherwise.
 Backend backend_from_string(const std::string& name);
+
+/// The backend `requested` runs on, the one rule every part of ndtcu (aligner, voxel map
+/// build, tiled map, localizer) follows: Cpu as asked; Cuda when a CUDA device is usable,
+/// else CudaError saying why; Auto: Cuda when a device is usable, else Cpu (which one is
+/// logged once per process). `device` (AlignSettings::device) only names the device in
+/// that log line. Never returns Backend::Auto.
+Backend resolve_backend(Backend requested, int device = -1);
 /// Parses a GpuNewtonLoop name; throws Error otherwise.
 GpuNewtonLoop gpu_loop_from_string(const std::string& name);
 /// Parses a PoseCovariance name; throws Error otherwise (naming the value and the choices).

@@ -86,8 +86,8 @@ struct TiledVoxelMapPublish {
 };
 
 /// True when a TiledVoxelMap made with `options` voxelizes its tiles on the GPU and
-/// publishes to a device twin: Backend::Cuda, or Backend::Auto with CUDA compiled in and a
-/// device present.
+/// publishes to a device twin: resolve_backend(options.backend, options.device) is
+/// Backend::Cuda. Throws CudaError for Backend::Cuda without a usable device.
 bool tiled_map_on_device(const VoxelMapOptions& options);
 
 /// The voxel map of a changing set of tiles (see the file comment).

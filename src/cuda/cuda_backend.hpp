@@ -57,7 +57,6 @@ class CudaBackend final : public AlignBackend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   // AlignBackend (cuda_backend.cpp): the device made current, then the members below.
-  const char* name() const noexcept override { return "cuda"; }
   Backend kind() const noexcept override { return Backend::Cuda; }
   void set_map(const std::shared_ptr<const VoxelMap>& map) override;
   std::shared_ptr<const VoxelMap> build_map(PointCloudView target, const VoxelMapOptions& options) override;

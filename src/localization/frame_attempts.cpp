@@ -142,7 +142,7 @@ class Localizer::Impl::FrameAttempts {
     if (from_region) {
       // The initial pose search, whose verdict must be found (converged, unambiguous, enough overlap) as well.
       const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(m.initial), *m.initial_search);
-      return take(found, "initial search") && verdict(found, m.settings.nvtl_threshold) == InitialPoseVerdict::Found;
+      return take(found, FrameStage::InitialSearch) && verdict(found, m.settings.nvtl_threshold) == InitialPoseVerdict::Found;
     }
     return run(out.prediction);
   }
@@ -160,10 +160,10 @@ class Localizer::Impl::FrameAttempts {
       Eigen::Matrix4d guess;
       if (better && !already_tried(*better)) {
         guess = *better;  // the probe found a better pose near a refused one: go on from there
-        out.stage = "probe";
+        out.stage = FrameStage::Probe;
       } else if (can_continue && !already_tried(best.transform)) {
         guess = best.transform;  // a long correction that ran out of iterations: go on from its end
-        out.stage = "continuation";
+        out.stage = FrameStage::Continuation;
       } else if (!already_tried(m.anchor())) {
         // Undo a velocity that no longer holds: a hand-held sensor's turn reverses between
         // two scans 2 s apart, and the Livox Avia set's frame 21 is 33 deg from its
@@ -172,7 +172,7 @@ class Localizer::Impl::FrameAttempts {
         // included; the rotation search holds this start too, but its coarse pass (5
         // iterations) can rank it below others and leave it unrefined.
         guess = m.anchor();
-        out.stage = "last-good";
+        out.stage = FrameStage::LastGood;
       } else {
         break;  // every start left would repeat one already tried
       }
@@ -200,12 +200,12 @@ class Localizer::Impl::FrameAttempts {
     if (!m.headings.empty() && heading_search(centres)) return true;
     // Stage 1: rotations about the sensor at each centre.
     const std::vector<Pose6> hypotheses = turned(centres, m.turns, Frame::Sensor);
-    if (search(hypotheses, m.search_options, "rotation search")) return true;
+    if (search(hypotheses, m.search_options, FrameStage::RotationSearch)) return true;
     const double since = m.since_last_good(time);
     if (m.settings.search_radius > 0.0) {
       // Stage 2: positions near the prediction.
       const InitialPoseOptions o = m.position_search(m.settings.search_radius, since);
-      if (search(initial_pose_hypotheses(matrix_to_pose(out.prediction), o), o, "position search")) return true;
+      if (search(initial_pose_hypotheses(matrix_to_pose(out.prediction), o), o, FrameStage::PositionSearch)) return true;
     }
     const double wide = std::min(m.settings.max_search_radius, m.settings.search_radius + m.settings.max_speed * since);
     if (wide >= m.settings.search_radius + 1.0) {
@@ -215,7 +215,7 @@ class Localizer::Impl::FrameAttempts {
       const InitialPoseOptions o = m.position_search(wide, since);
       Pose6 centre = matrix_to_pose(out.prediction);
       centre.head<3>() = m.anchor().topRightCorner<3, 1>();
-      return search(initial_pose_hypotheses(centre, o), o, "wide search");
+      return search(initial_pose_hypotheses(centre, o), o, FrameStage::WideSearch);
     }
     return false;
   }
@@ -290,7 +290,7 @@ class Localizer::Impl::FrameAttempts {
 
   // A search of the search_hypotheses() kind; its winner is taken when it passes the check
   // and no distinct pose scores about as well (never a guess between two).
-  bool take(const InitialPoseResult& found, const char* stage) {
+  bool take(const InitialPoseResult& found, FrameStage stage) {
     out.attempts += static_cast<int>(found.hypotheses_aligned);
     out.hypotheses += static_cast<int>(found.hypotheses_aligned);
     out.screened += static_cast<int>(found.screened_hypotheses);
@@ -315,10 +315,10 @@ class Localizer::Impl::FrameAttempts {
       return !already_tried(*better) && run(*better);
     }
     if (!typical && m.accept(found.best) && !found.ambiguous) {
-      detail::log().debug("localizer: {} at t={}: NVTL {:.3f} below {} of the accepted frames' {:.3f}", stage, time,
-                          found.best.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
+      detail::log().debug("localizer: {} at t={}: NVTL {:.3f} below {} of the accepted frames' {:.3f}",
+                          to_string(stage), time, found.best.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
     }
-    detail::log().debug("localizer: {} at t={}: best NVTL {:.3f} after {} hypotheses{}", stage, time,
+    detail::log().debug("localizer: {} at t={}: best NVTL {:.3f} after {} hypotheses{}", to_string(stage), time,
                         found.best.nvtl, found.hypotheses_aligned, found.ambiguous ? ", ambiguous" : "");
     if (!detail::has_pose(best) || (detail::has_pose(found.best) && found.best.nvtl > best.nvtl)) {
       best = found.best;
@@ -327,7 +327,7 @@ class Localizer::Impl::FrameAttempts {
     return false;
   }
 
-  bool search(const std::vector<Pose6>& hypotheses, const InitialPoseOptions& o, const char* stage) {
+  bool search(const std::vector<Pose6>& hypotheses, const InitialPoseOptions& o, FrameStage stage) {
     return take(search_hypotheses(m.aligner, filtered, hypotheses, o), stage);
   }
 
@@ -359,7 +359,7 @@ class Localizer::Impl::FrameAttempts {
     // flipped its Avia's frame 14).
     InitialPoseOptions o = m.search_options;
     o.refine_count = std::max(o.refine_count, static_cast<int>(hypotheses.size()));
-    return search(hypotheses, o, "heading search");
+    return search(hypotheses, o, FrameStage::HeadingSearch);
   }
 
   // An accepted pose whose scan does not pin every direction: held by the prediction along those.
@@ -390,7 +390,7 @@ class Localizer::Impl::FrameAttempts {
     Pose6 kept = delta;
     for (const auto& b : basis) kept -= b.dot(g * delta) * b;
     out.status = FrameStatus::Degenerate;
-    out.decided_by = "degeneracy probe";
+    out.decided_by = FrameCheck::DegeneracyProbe;
     out.valid = false;
     out.pose = pose_to_matrix(predicted.pose6 + kept);
     // The covariance follows the remapping: the pose is prediction + (I - P) delta, P the
@@ -426,16 +426,16 @@ class Localizer::Impl::FrameAttempts {
     out.valid = false;
     out.pose = out.prediction;
     // The check its best attempt failed.
-    if (const char* failed = m.failed_check(out.alignment)) {
+    if (const FrameCheck failed = m.failed_check(out.alignment); failed != FrameCheck::Passed) {
       out.decided_by = failed;
     } else if (!m.typical(out.alignment.nvtl)) {
-      out.decided_by = "typical nvtl";
+      out.decided_by = FrameCheck::TypicalNvtl;
     } else if (out.ambiguous) {
-      out.decided_by = "ambiguous";
+      out.decided_by = FrameCheck::Ambiguous;
     } else if (best_beaten) {
-      out.decided_by = "probe found better";
+      out.decided_by = FrameCheck::ProbeFoundBetter;
     } else {
-      out.decided_by = "mahalanobis gate";
+      out.decided_by = FrameCheck::MahalanobisGate;
     }
     ++m.consecutive_lost;
     // The scene's typical NVTL is kept however many frames are lost: forgetting it let the
@@ -490,8 +490,8 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
     out.status = FrameStatus::Lost;
     out.valid = false;
     out.pose = out.prediction;
-    out.stage = "none";
-    out.decided_by = "too few points";
+    out.stage = FrameStage::None;
+    out.decided_by = FrameCheck::TooFewPoints;
     ++m.consecutive_lost;
     detail::log().debug("localizer: frame at t={} lost: {} points after the filter, fewer than min_frame_points ({})",
                         time, filtered.size(), m.settings.min_frame_points);

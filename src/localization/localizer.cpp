@@ -190,9 +190,65 @@ const char* to_string(FrameStatus status) {
   return "?";
 }
 
+const char* to_string(FrameCheck check) {
+  switch (check) {
+    case FrameCheck::Passed: return "passed";
+    case FrameCheck::DegeneracyProbe: return "degeneracy probe";
+    case FrameCheck::TooFewPoints: return "too few points";
+    case FrameCheck::NoPose: return "no pose";
+    case FrameCheck::NotConverged: return "not converged";
+    case FrameCheck::MatchedRatio: return "matched ratio";
+    case FrameCheck::Nvtl: return "nvtl";
+    case FrameCheck::TypicalNvtl: return "typical nvtl";
+    case FrameCheck::MahalanobisGate: return "mahalanobis gate";
+    case FrameCheck::Ambiguous: return "ambiguous";
+    case FrameCheck::ProbeFoundBetter: return "probe found better";
+  }
+  return "?";
+}
+
+const char* to_string(FrameStage stage) {
+  switch (stage) {
+    case FrameStage::None: return "none";
+    case FrameStage::Prediction: return "prediction";
+    case FrameStage::Continuation: return "continuation";
+    case FrameStage::LastGood: return "last-good";
+    case FrameStage::Probe: return "probe";
+    case FrameStage::HeadingSearch: return "heading search";
+    case FrameStage::RotationSearch: return "rotation search";
+    case FrameStage::PositionSearch: return "position search";
+    case FrameStage::WideSearch: return "wide search";
+    case FrameStage::InitialSearch: return "initial search";
+  }
+  return "?";
+}
+
+namespace {
+
+// The value of E whose to_string is `name`, from the one list of its values (fields.hpp).
+template <typename E>
+E enum_from_string(const std::string& name, const char* what) {
+  for (E e : EnumValues<E>::all()) {
+    if (name == to_string(e)) return e;
+  }
+  std::string choices;
+  for (const std::string& n : enum_names<E>()) choices += (choices.empty() ? "" : ", ") + n;
+  throw Error(std::string(what) + " '" + name + "' is not one of " + choices);
+}
+
+}  // namespace
+
+FrameCheck frame_check_from_string(const std::string& name) {
+  return enum_from_string<FrameCheck>(name, "frame check");
+}
+
+FrameStage frame_stage_from_string(const std::string& name) {
+  return enum_from_string<FrameStage>(name, "frame stage");
+}
+
 Localizer::Impl::Impl(const LocalizerSettings& s, CUstream_st* stream)
     : settings(s), aligner(without_pose_covariance(s.align), stream) {
-  if (s.gpu_preprocess && aligner.resolved_backend() == Backend::Cuda) {
+  if (s.gpu_preprocess && aligner.backend() == Backend::Cuda) {
     gpu_filters = std::make_unique<detail::GpuFilterPool>(s.align.device);
   }
 }
@@ -211,8 +267,8 @@ Localizer::Localizer(Localizer&&) noexcept = default;
 Localizer& Localizer::operator=(Localizer&&) noexcept = default;
 
 const LocalizerSettings& Localizer::settings() const noexcept { return impl_->settings; }
-const char* Localizer::backend() const noexcept { return impl_->aligner.backend(); }
-const char* Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? "cuda" : "cpu"; }
+Backend Localizer::backend() const noexcept { return impl_->aligner.backend(); }
+Backend Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? Backend::Cuda : Backend::Cpu; }
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
 
 void Localizer::set_map(PointCloudView map) {

@@ -152,18 +152,18 @@ struct Localizer::Impl {
     return std::isnan(typical_nvtl) || nvtl >= settings.search_nvtl_ratio * typical_nvtl;
   }
 
-  // The score check an alignment fails first ("no pose", "not converged", "matched
-  // ratio", "nvtl"), or null when it passes.
-  const char* failed_check(const AlignResult& r) const {
-    if (!detail::has_pose(r)) return "no pose";
-    if (settings.reject_max_iterations && !r.converged) return "not converged";
+  // The score check an alignment fails first (NoPose, NotConverged, MatchedRatio, Nvtl), or
+  // Passed.
+  FrameCheck failed_check(const AlignResult& r) const {
+    if (!detail::has_pose(r)) return FrameCheck::NoPose;
+    if (settings.reject_max_iterations && !r.converged) return FrameCheck::NotConverged;
     if (!(static_cast<double>(r.matched_points) >= settings.min_matched_ratio * static_cast<double>(r.source_points))) {
-      return "matched ratio";
+      return FrameCheck::MatchedRatio;
     }
-    return r.nvtl >= settings.nvtl_threshold ? nullptr : "nvtl";
+    return r.nvtl >= settings.nvtl_threshold ? FrameCheck::Passed : FrameCheck::Nvtl;
   }
 
-  bool accept(const AlignResult& r) const { return failed_check(r) == nullptr; }
+  bool accept(const AlignResult& r) const { return failed_check(r) == FrameCheck::Passed; }
 
   // The constant-velocity prediction's covariance at `time`: the last pose's covariance
   // plus standard deviations of motion_*_sigma per second since it (one frame gap, or 1 s,

@@ -20,8 +20,8 @@ namespace ndtcu::detail {
 /// eigenvalue_ratio, threads), naming the value.
 void check_voxel_map_options(const VoxelMapOptions& options);
 
-/// True when a build by `options` runs on the GPU: Backend::Cuda, or Backend::Auto with
-/// CUDA compiled in and a device present.
+/// True when a build by `options` runs on the GPU: resolve_backend(options.backend,
+/// options.device) is Backend::Cuda (CudaError for Backend::Cuda without a usable device).
 bool build_on_gpu(const VoxelMapOptions& options);
 
 /// The lattice's inverse resolution: 1 / float(resolution) in float, as PCL's leaf size.

@@ -10,7 +10,7 @@
 #include "thread_pool.hpp"
 #include "voxel_statistics.hpp"
 
-#include <ndtcu/cuda_device.hpp>
+#include <ndtcu/settings.hpp>
 
 #include <Eigen/Dense>
 
@@ -29,11 +29,7 @@ using math::kEmptyKey;
 
 }  // namespace
 
-bool detail::build_on_gpu(const VoxelMapOptions& o) {
-  if (o.backend == Backend::Cuda) return true;
-  if (o.backend == Backend::Auto) return cuda_compiled() && !cuda_devices().empty();
-  return false;
-}
+bool detail::build_on_gpu(const VoxelMapOptions& o) { return resolve_backend(o.backend, o.device) == Backend::Cuda; }
 
 namespace {
 

@@ -1,18 +1,13 @@
 #include "align_backend.hpp"
 
-#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 
 #include "../cuda/cuda_backend.hpp"
-#include "../log.hpp"
 #include "../thread_pool.hpp"
 #include "../map/voxel_cells.hpp"
 #include "../map/dense_voxel_index.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -28,7 +23,7 @@ std::shared_ptr<const VoxelMap> AlignBackend::build_map(PointCloudView target, c
 
 std::size_t AlignBackend::use_device_tiled_map(DeviceTiledMap&, bool) {
   throw Error(std::string("tiled map: a map that publishes on the GPU is followed by a CUDA aligner, not by the ") +
-              name() + " backend");
+              to_string(kind()) + " backend");
 }
 
 namespace {
@@ -42,7 +37,6 @@ class CpuAlignBackend final : public AlignBackend {
  public:
   explicit CpuAlignBackend(const AlignSettings& s) : settings_(s), pool_(s.threads) {}
 
-  const char* name() const noexcept override { return "cpu"; }
   Backend kind() const noexcept override { return Backend::Cpu; }
 
   void set_map(const std::shared_ptr<const VoxelMap>& map) override {
@@ -108,32 +102,10 @@ class CpuAlignBackend final : public AlignBackend {
   std::vector<PointCloudView> sources_;  // the caller's points, not copied
 };
 
-// Backend::Auto resolved: CUDA when a device is usable, else the CPU (logged once).
-Backend resolve(Backend requested, int device) {
-  if (requested == Backend::Cpu) return Backend::Cpu;
-  const std::string why = cuda_unavailable_reason();
-  if (requested == Backend::Cuda) {
-    if (!why.empty()) throw CudaError("backend cuda requested, but " + why);
-    return Backend::Cuda;
-  }
-  static std::once_flag once;
-  std::call_once(once, [&why, device] {
-    if (why.empty()) {
-      const auto devices = cuda_devices();
-      const std::size_t k = device < 0 ? 0 : static_cast<std::size_t>(device);
-      log().info("backend auto: using CUDA on {}",
-                 k < devices.size() ? fmt::format("device {} ({})", k, devices[k].name) : fmt::format("device {}", k));
-    } else {
-      log().info("backend auto: using the CPU backend ({})", why);
-    }
-  });
-  return why.empty() ? Backend::Cuda : Backend::Cpu;
-}
-
 }  // namespace
 
 std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream) {
-  if (resolve(settings.backend, settings.device) == Backend::Cuda) {
+  if (resolve_backend(settings.backend, settings.device) == Backend::Cuda) {
     auto cuda = std::make_unique<CudaBackend>(stream, settings.device);
     cuda->configure(settings.search, settings.outlier_ratio);
     return cuda;

@@ -49,8 +49,6 @@ struct BackendTelemetry {
 class AlignBackend {
  public:
   virtual ~AlignBackend() = default;
-  /// "cpu" or "cuda": what results report.
-  virtual const char* name() const noexcept = 0;
   /// The backend this is (never Backend::Auto).
   virtual Backend kind() const noexcept = 0;
   /// Uses `map` for the following calls (the pointer must stay valid until the next
@@ -88,7 +86,7 @@ class AlignBackend {
   virtual BackendTelemetry telemetry() const { return {}; }
 };
 
-/// Resolves `settings.backend` (Auto: CUDA when a device is usable, logged once) into a
+/// Resolves `settings.backend` by resolve_backend (Auto: CUDA when a device is usable) into a
 /// backend with `settings`' threads, search and Gaussian constants. Throws CudaError for
 /// Backend::Cuda without a usable device.
 std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream);

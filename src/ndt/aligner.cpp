@@ -74,14 +74,14 @@ struct Aligner::Impl {
   std::shared_ptr<const VoxelMap> map;
   std::shared_ptr<TiledVoxelMap> tiled;  // before the backend: it outlives the backend's binding
   std::unique_ptr<detail::AlignBackend> backend;  // the one dispatch point
-  bool hold_version = false;  // inside align(): its pose covariance uses the alignment's map version
+  int version_holds = 0;  // live VersionHolds: while any, a tiled target's version is kept
   Impl(const AlignSettings& s, CUstream_st* stream) : settings(s), backend(detail::make_align_backend(s, stream)) {}
 
   // The map of this call, set on the backend: a tiled map's newest published version
   // (unless held), else the map set.
   TargetNow take_target() {
     if (tiled) {
-      const bool newer = !hold_version;
+      const bool newer = version_holds == 0;
       if (detail::DeviceTiledMap* device = detail::TiledVoxelMapAccess::device(*tiled)) {
         return {tiled->origin(), backend->use_device_tiled_map(*device, newer)};
       }
@@ -139,8 +139,7 @@ void Aligner::set_prior(const PosePrior& prior) {
   validate(prior);
   impl_->settings.prior = prior;
 }
-const char* Aligner::backend() const noexcept { return impl_->backend->name(); }
-Backend Aligner::resolved_backend() const noexcept { return impl_->backend->kind(); }
+Backend Aligner::backend() const noexcept { return impl_->backend->kind(); }
 const std::shared_ptr<const VoxelMap>& Aligner::target() const noexcept { return impl_->map; }
 const std::shared_ptr<TiledVoxelMap>& Aligner::tiled_target() const noexcept { return impl_->tiled; }
 bool Aligner::has_target() const noexcept { return impl_->map || impl_->tiled; }
@@ -253,6 +252,13 @@ AlignResult Aligner::align(PointCloudView source, const Eigen::Matrix4d& guess) 
   return align_from_pose(source, matrix_to_pose(guess));
 }
 
+Aligner::VersionHold::VersionHold(int* holds) noexcept : holds_(holds) { ++*holds_; }
+Aligner::VersionHold::VersionHold(VersionHold&& other) noexcept : holds_(other.holds_) { other.holds_ = nullptr; }
+Aligner::VersionHold::~VersionHold() {
+  if (holds_) --*holds_;
+}
+Aligner::VersionHold Aligner::hold_target_version() noexcept { return VersionHold(&impl_->version_holds); }
+
 AlignResult Aligner::align_from_pose(PointCloudView source, const Pose6& guess_pose) {
   NDTCU_NVTX_RANGE("align");
   if (!guess_pose.allFinite()) throw Error("align: the initial guess has a non-finite entry");
@@ -261,11 +267,7 @@ AlignResult Aligner::align_from_pose(PointCloudView source, const Pose6& guess_p
   options.trace = true;
   AlignResult r = std::move(run_batch({source}, {&guesses}, options).front().front());
   // The pose covariance below aligns and evaluates again: on the same map version.
-  struct Hold {
-    bool& flag;
-    ~Hold() { flag = false; }
-  } hold{impl_->hold_version};
-  impl_->hold_version = true;
+  const VersionHold hold = hold_target_version();
   if (r.reason == StopReason::EmptySource || r.reason == StopReason::NoVoxels) {
     detail::log().warn("align: {}", to_string(r.reason));
   } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
@@ -307,7 +309,7 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
     for (std::size_t k = 0; k < guesses[b]->size(); ++k) {
       const Pose6& guess = (*guesses[b])[k];
       AlignResult r;
-      r.backend = m.backend->name();
+      r.backend = m.backend->kind();
       r.source_points = source.size();
       r.target_voxels = map.voxels;
       r.pose = guess;
@@ -413,7 +415,7 @@ std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const st
   std::vector<AlignResult> out(poses.size());
   for (std::size_t k = 0; k < poses.size(); ++k) {
     AlignResult& r = out[k];
-    r.backend = m.backend->name();
+    r.backend = m.backend->kind();
     r.source_points = source.size();
     r.target_voxels = map.voxels;
     r.pose = poses[k];

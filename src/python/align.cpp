@@ -53,7 +53,7 @@ void define_aligner(nb::module_& m) {
           "Settings from `settings` (default: the autoware preset) with keyword overrides, e.g. "
           "Aligner(resolution=1.0, backend='cpu').")
       .def_prop_ro("settings", [](const PyAligner& a) { return a.settings(); }, "the settings in use (a copy)")
-      .def_prop_ro("backend", [](const PyAligner& a) { return std::string(a.backend()); })
+      .def_prop_ro("backend", [](const PyAligner& a) { return std::string(to_string(a.backend())); })
       .def(
           "set_target",
           [](PyAligner& a, nb::handle target) {

@@ -30,13 +30,13 @@ void define_localizer_settings(nb::module_& m) {
       .def_prop_ro("prediction_covariance",
                    [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.prediction_covariance); })
       .def_ro("mahalanobis2", &LocalizationResult::mahalanobis2)
-      .def_prop_ro("decided_by", [](const LocalizationResult& r) { return std::string(r.decided_by); },
+      .def_prop_ro("decided_by", [](const LocalizationResult& r) { return std::string(to_string(r.decided_by)); },
                    "which check decided the frame")
       .def_ro("alignment", &LocalizationResult::alignment)
       .def_ro("attempts", &LocalizationResult::attempts)
       .def_ro("hypotheses", &LocalizationResult::hypotheses)
       .def_ro("screened", &LocalizationResult::screened)
-      .def_prop_ro("stage", [](const LocalizationResult& r) { return std::string(r.stage); })
+      .def_prop_ro("stage", [](const LocalizationResult& r) { return std::string(to_string(r.stage)); })
       .def_ro("ambiguous", &LocalizationResult::ambiguous)
       .def_ro("ambiguity_nvtl", &LocalizationResult::ambiguity_nvtl)
       .def_ro("iterations_total", &LocalizationResult::iterations_total)
@@ -59,7 +59,7 @@ void define_localizer(nb::module_& m) {
           "settings"_a = nb::none(), "kwargs"_a,
           "Settings from `settings` (default: LocalizerSettings()) with keyword overrides.")
       .def_prop_ro("settings", [](const PyLocalizer& l) { return l.settings(); }, "the settings in use (a copy)")
-      .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(l.backend()); })
+      .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(to_string(l.backend())); })
       .def(
           "set_map",
           [](PyLocalizer& l, nb::handle map) {

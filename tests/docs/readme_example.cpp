@@ -20,6 +20,7 @@ int main() {
   const ndtcu::AlignResult r = aligner.align_from_pose(scan, guess);
 
   std::printf("x %.3f y %.3f z %.3f yaw %.3f: %s after %d iterations, NVTL %.2f (%s)\n", r.pose(0), r.pose(1),
-              r.pose(2), r.pose(5), ndtcu::to_string(r.reason), r.iterations, r.nvtl, aligner.backend());
+              r.pose(2), r.pose(5), ndtcu::to_string(r.reason), r.iterations, r.nvtl,
+              ndtcu::to_string(aligner.backend()));
   return r.converged ? 0 : 1;
 }

@@ -111,7 +111,7 @@ TEST_CASE("CUDA alignments match the CPU backend on every pair, search and line 
           const auto [rc, rg] = align_cpu_and_cuda(c, s);
           CAPTURE(c.name, to_string(search), to_string(line), to_string(loop), rc.iterations, rg.iterations,
                   to_string(rc.reason), to_string(rg.reason), rc.pose.transpose(), rg.pose.transpose());
-          CHECK(rg.backend == "cuda");
+          CHECK(rg.backend == Backend::Cuda);
           CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);
           CHECK(angle_between(rg.pose, rc.pose) < 0.01 * M_PI / 180.0);
           CHECK(std::abs(rg.iterations - rc.iterations) <= 1);
@@ -149,7 +149,7 @@ TEST_CASE("CUDA alignments with the saddle-free direction run the host loop and 
     s.gpu_loop = GpuNewtonLoop::Device;
     const auto [rc, rg] = align_cpu_and_cuda(c, s);
     CAPTURE(c.name, rc.iterations, rg.iterations, to_string(rc.reason), to_string(rg.reason));
-    CHECK(rg.backend == "cuda");
+    CHECK(rg.backend == Backend::Cuda);
     CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);
     CHECK(angle_between(rg.pose, rc.pose) < 0.01 * M_PI / 180.0);
     CHECK(std::abs(rg.iterations - rc.iterations) <= 1);
@@ -182,7 +182,7 @@ TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]"
   AlignSettings s;
   s.backend = Backend::Cuda;
   if (!cuda_devices().empty()) {
-    CHECK(std::string(Aligner(s).backend()) == "cuda");
+    CHECK(Aligner(s).backend() == Backend::Cuda);
     return;
   }
   try {
@@ -192,7 +192,7 @@ TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]"
     CHECK_THAT(e.what(), Catch::Contains("backend cuda requested, but"));
   }
   s.backend = Backend::Auto;
-  CHECK(std::string(Aligner(s).backend()) == "cpu");
+  CHECK(Aligner(s).backend() == Backend::Cpu);
 }
 
 TEST_CASE("AlignSettings::device: an index past the devices is an Error naming it and the count; an index "

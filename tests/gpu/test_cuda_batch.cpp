@@ -232,7 +232,7 @@ TEST_CASE("A view of a caller's buffer aligns on CUDA with the bits of its Point
   REQUIRE(viewed.size() == guesses.size());
   for (std::size_t k = 0; k < guesses.size(); ++k) {
     CAPTURE(k);
-    CHECK(viewed[k].backend == "cuda");
+    CHECK(viewed[k].backend == Backend::Cuda);
     test::check_same_bits(viewed[k], cloud[k]);
     test::check_same_bits(aligner.align_from_pose(view, guesses[k]), aligner.align_from_pose(source, guesses[k]));
     test::check_same_bits(aligner.evaluate(view, pose_to_matrix(guesses[k])),

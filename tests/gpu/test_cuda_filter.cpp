@@ -192,7 +192,7 @@ TEST_CASE("the CUDA scan filter from 4 threads gives the single-thread results",
   for (double leaf : leaves) {
     ls.voxel_leaf = leaf;
     localizers.emplace_back(ls);
-    CHECK(std::string(localizers.back().preprocess_backend()) == "cuda");
+    CHECK(localizers.back().preprocess_backend() == Backend::Cuda);
   }
   // Each thread runs every input in its own order, three times: through a filter of its
   // own, and through the Localizers (whose pools hand each thread a filter).
@@ -229,7 +229,7 @@ TEST_CASE("the sample sequence localizes the same with the scan filter on the GP
     s.align.backend = Backend::Cuda;
     s.gpu_preprocess = gpu_preprocess;
     Localizer localizer(s);
-    CHECK(std::string(localizer.preprocess_backend()) == (gpu_preprocess ? "cuda" : "cpu"));
+    CHECK(localizer.preprocess_backend() == (gpu_preprocess ? Backend::Cuda : Backend::Cpu));
     localizer.set_map(map);
     localizer.set_initial_pose(truth.front().pose.matrix());
     std::vector<LocalizationResult> results;
@@ -289,7 +289,7 @@ TEST_CASE("the CUDA scan filter and a CUDA localizer read a view where it lies, 
   LocalizerSettings s;
   s.align.backend = Backend::Cuda;
   Localizer from_view(s), from_cloud(s);
-  REQUIRE(std::string(from_view.preprocess_backend()) == "cuda");
+  REQUIRE(from_view.preprocess_backend() == Backend::Cuda);
   const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
   for (Localizer* l : {&from_view, &from_cloud}) {
     l->set_map(map);

@@ -297,7 +297,7 @@ TEST_CASE("BALM at 1 Hz with 16 of 64 rings and every third point: no wrong pose
     const LocalizationResult r = localizer.localize(scan, scans[k].time);
     REQUIRE(match[k]);
     const double err = (r.pose.topRightCorner<3, 1>() - reference[*match[k]].pose.translation()).norm();
-    CAPTURE(k, to_string(r.status), err, r.alignment.nvtl, r.points_used, r.decided_by);
+    CAPTURE(k, to_string(r.status), err, r.alignment.nvtl, r.points_used, to_string(r.decided_by));
     lost += r.status == FrameStatus::Lost;
     degenerate += r.status == FrameStatus::Degenerate;
     if (r.valid) {
@@ -369,7 +369,7 @@ TEST_CASE("the Livox Avia set at 2 s: no wrong pose accepted, none lost, 109 of 
   NDTCU_REQUIRE_DATA_DIR(dir);
   const LivoxRun run = localize_livox(dir, Backend::Cpu);
   for (std::size_t k = 0; k < run.results.size(); ++k) {
-    CAPTURE(k, to_string(run.results[k].status), run.errors[k], run.results[k].decided_by);
+    CAPTURE(k, to_string(run.results[k].status), run.errors[k], to_string(run.results[k].decided_by));
     if (run.results[k].valid) CHECK(run.errors[k] < 0.15);
   }
   CHECK(run.lost == 0);

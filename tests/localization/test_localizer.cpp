@@ -7,6 +7,7 @@
 #include "../ndt/synthetic.hpp"
 #include "../support/test_support.hpp"
 
+#include <ndtcu/fields.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/localizer.hpp>
@@ -64,6 +65,25 @@ PointCloud shifted(const PointCloud& c, const Eigen::Vector3f& by) {
 
 }  // namespace
 
+TEST_CASE("a frame's check and stage are enums named as frames.csv writes them", "[unit][localization]") {
+  // The names frames.csv, the JSON summary and Python have always written.
+  const std::vector<std::string> checks = {"passed", "degeneracy probe", "too few points", "no pose",
+                                           "not converged", "matched ratio", "nvtl", "typical nvtl",
+                                           "mahalanobis gate", "ambiguous", "probe found better"};
+  const std::vector<std::string> stages = {"none", "prediction", "continuation", "last-good", "probe",
+                                           "heading search", "rotation search", "position search",
+                                           "wide search", "initial search"};
+  CHECK(enum_names<FrameCheck>() == checks);
+  CHECK(enum_names<FrameStage>() == stages);
+  for (FrameCheck c : EnumValues<FrameCheck>::all()) CHECK(frame_check_from_string(to_string(c)) == c);
+  for (FrameStage st : EnumValues<FrameStage>::all()) CHECK(frame_stage_from_string(to_string(st)) == st);
+  CHECK_THROWS_WITH(frame_check_from_string("lost"), Catch::Contains("'lost'") && Catch::Contains("passed, "));
+  CHECK_THROWS_AS(frame_stage_from_string("search"), Error);
+  const LocalizationResult r;
+  CHECK(r.decided_by == FrameCheck::Passed);
+  CHECK(r.stage == FrameStage::Prediction);
+}
+
 TEST_CASE("the sample sequence localizes within 2 cm of its exact truth, no frame lost", "[unit][localization]") {
   std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
   REQUIRE(scans.size() == 10);
@@ -116,7 +136,7 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
     if (k == 6) {
       CHECK(r.status == FrameStatus::Lost);
       CHECK(r.points_used == 0);
-      CHECK(std::string(r.decided_by) == "too few points");  // nothing aligned, nothing searched
+      CHECK(r.decided_by == FrameCheck::TooFewPoints);  // nothing aligned, nothing searched
       CHECK(r.attempts == 0);
       CHECK(r.pose == predicted);
     } else if (k == 4) {
@@ -130,7 +150,7 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
       // pose (2 m + 20 m/s x 0.1 s), at 7 yaws (+-(45 + 90 x 0.1) deg), the last three with
       // at most 32 refinements, and up to three continuations of each refinement:
       // 18 + 246 + 91 + 343 + (18 + 3 x 18) + 3 x (32 + 3 x 32).
-      CHECK(std::string(r.stage) == "wide search");
+      CHECK(r.stage == FrameStage::WideSearch);
       CHECK(r.hypotheses <= 18 + 246 + 91 + 343 + (18 + 3 * 18) + 3 * (32 + 3 * 32));
       CHECK(r.screened == 0);  // too few to screen
       CHECK(r.attempts <= 1 + s.recovery_attempts + r.hypotheses);
@@ -167,7 +187,7 @@ TEST_CASE("a scan too sparse to hold a pose is lost at once, without a search, a
     for (int k = 3; k < 7; ++k) {
       const Eigen::Matrix4d predicted = localizer.predict(scans[k].time);
       const LocalizationResult r = localizer.localize(k == 4 ? sparse : one_point, scans[k].time);
-      CAPTURE(k, r.attempts, r.hypotheses, r.stage);
+      CAPTURE(k, r.attempts, r.hypotheses, to_string(r.stage));
       hypotheses += r.hypotheses;
       // Without the floor, the 40 points (a strip of one ring) are aligned, and on this
       // frame their pose passes every check though it is 3-4 deg off in roll and pitch.
@@ -177,8 +197,8 @@ TEST_CASE("a scan too sparse to hold a pose is lost at once, without a search, a
       CHECK(r.pose == predicted);
       if (min_frame_points > 0) {
         CHECK(localizer.consecutive_lost() == k - 2);
-        CHECK(std::string(r.decided_by) == "too few points");
-        CHECK(std::string(r.stage) == "none");
+        CHECK(r.decided_by == FrameCheck::TooFewPoints);
+        CHECK(r.stage == FrameStage::None);
         CHECK(r.attempts == 0);
         CHECK(r.hypotheses == 0);
         CHECK(r.screened == 0);
@@ -190,7 +210,7 @@ TEST_CASE("a scan too sparse to hold a pose is lost at once, without a search, a
     // sized by that time, and tracking goes on.
     for (int k = 7; k < 10; ++k) {
       const LocalizationResult r = localizer.localize(read_point_cloud(scans[k].path), scans[k].time);
-      CAPTURE(k, r.stage, r.alignment.nvtl);
+      CAPTURE(k, to_string(r.stage), r.alignment.nvtl);
       CHECK(r.valid);
       CHECK((r.pose.topRightCorner<3, 1>() - truth[k].pose.translation()).norm() < 0.04);
     }
@@ -340,7 +360,7 @@ TEST_CASE("preprocessing stays on the CPU with the CPU backend and equals the CP
       s.min_range = 2.0;
       s.max_range = 40.0;
       const Localizer localizer(s);
-      CHECK(std::string(localizer.preprocess_backend()) == "cpu");
+      CHECK(localizer.preprocess_backend() == Backend::Cpu);
       const PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
       const PointCloud want = leaf > 0.0 ? voxel_downsample(cropped, leaf) : cropped;
       const PointCloud got = localizer.preprocess(scan);
@@ -569,10 +589,10 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
   struct Turn {
     Eigen::Vector3d axis;
     double deg;
-    const char* stage;
+    FrameStage stage;
   };
-  for (const Turn& turn : {Turn{Eigen::Vector3d::UnitZ(), 40.0, "heading search"},
-                           Turn{Eigen::Vector3d::UnitX(), 60.0, "rotation search"}}) {
+  for (const Turn& turn : {Turn{Eigen::Vector3d::UnitZ(), 40.0, FrameStage::HeadingSearch},
+                           Turn{Eigen::Vector3d::UnitX(), 60.0, FrameStage::RotationSearch}}) {
     Eigen::Isometry3d start = truth[0].pose;
     start.rotate(Eigen::AngleAxisd(turn.deg * M_PI / 180.0, turn.axis));
     for (const bool search : {false, true}) {
@@ -587,7 +607,7 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
       const LocalizationResult r = localizer.localize(scan, scans[0].time);
       const double err = (r.pose.topRightCorner<3, 1>() - truth[0].pose.translation()).norm();
       const double angle = Eigen::AngleAxisd(r.pose.topLeftCorner<3, 3>().transpose() * truth[0].pose.linear()).angle();
-      CAPTURE(turn.stage, search, err, angle, r.attempts, r.alignment.nvtl, r.stage);
+      CAPTURE(to_string(turn.stage), search, err, angle, r.attempts, r.alignment.nvtl, to_string(r.stage));
       if (!search) {
         CHECK(r.status == FrameStatus::Lost);
         continue;
@@ -596,10 +616,10 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
       CHECK(r.valid);
       CHECK(err < 0.04);
       CHECK(angle < 0.5 * M_PI / 180.0);
-      CHECK(std::string(r.stage) == turn.stage);
+      CHECK(r.stage == turn.stage);
       // The 6 headings (one centre: no good pose yet) and their refinements count as
       // attempts, and for the rotation search its 123 rotations too.
-      if (std::string(turn.stage) == "heading search") {
+      if (turn.stage == FrameStage::HeadingSearch) {
         CHECK(r.attempts > 6);
         CHECK(r.attempts < 123);
       } else {
@@ -693,7 +713,7 @@ TEST_CASE("the position search finds a frame far from its prediction, and only t
     REQUIRE(localizer.localize(scan, scans[0].time).status == FrameStatus::Tracked);
     const LocalizationResult r = localizer.localize(moved, scans[0].time + 2.0);
     const double err = (r.pose.topRightCorner<3, 1>() - moved_truth.topRightCorner<3, 1>()).norm();
-    CAPTURE(to_string(recovery), err, r.attempts, r.alignment.nvtl, r.stage);
+    CAPTURE(to_string(recovery), err, r.attempts, r.alignment.nvtl, to_string(r.stage));
     if (recovery == Recovery::LastGood) {
       CHECK(r.status == FrameStatus::Lost);
       CHECK(r.attempts <= 1 + s.recovery_attempts);
@@ -702,7 +722,7 @@ TEST_CASE("the position search finds a frame far from its prediction, and only t
       CHECK(r.status == FrameStatus::Recovered);
       CHECK(r.valid);
       CHECK(err < 0.04);
-      CHECK(std::string(r.stage) == "position search");
+      CHECK(r.stage == FrameStage::PositionSearch);
       CHECK(r.hypotheses > 100);  // the rotation search's and the position search's
       CHECK(r.attempts > r.hypotheses);
       CHECK_FALSE(r.ambiguous);
@@ -738,10 +758,10 @@ TEST_CASE("the position search finds a frame far from its prediction, and only t
   PointCloud mirrored = scan;
   for (auto& p : mirrored.points) p.y() = -p.y();
   const LocalizationResult r = localizer.localize(mirrored, scans[0].time + 5.0);
-  CAPTURE(r.alignment.nvtl, r.stage, r.hypotheses, r.screened);
+  CAPTURE(r.alignment.nvtl, to_string(r.stage), r.hypotheses, r.screened);
   CHECK(r.status == FrameStatus::Lost);
   CHECK_FALSE(r.valid);
-  CHECK(std::string(r.stage) == "wide search");
+  CHECK(r.stage == FrameStage::WideSearch);
   CHECK(r.screened > 10000);
   CHECK_THROWS_WITH(Localizer([] {
                       LocalizerSettings bad;

@@ -67,10 +67,10 @@ TEST_CASE("a caller's prediction replaces the motion model, and the gate sends a
   {  // A covariance that allows it: tracked from the prediction, d' C^-1 d about 0.36.
     Localizer localizer = tracking(d, test::cpu_localizer_settings());
     const LocalizationResult r = localizer.localize(scan, time, off, isotropic(1.0, 0.1));
-    CAPTURE(to_string(r.status), r.stage, r.mahalanobis2, r.decided_by);
+    CAPTURE(to_string(r.status), to_string(r.stage), r.mahalanobis2, to_string(r.decided_by));
     CHECK(r.status == FrameStatus::Tracked);
     CHECK(r.valid);
-    CHECK(std::string(r.decided_by) == "passed");
+    CHECK(r.decided_by == FrameCheck::Passed);
     CHECK(r.prediction.isApprox(off));
     CHECK(r.prediction_covariance.isApprox(isotropic(1.0, 0.1)));
     CHECK(r.mahalanobis2 == Approx(0.36).margin(0.05));
@@ -79,11 +79,11 @@ TEST_CASE("a caller's prediction replaces the motion model, and the gate sends a
   {  // A covariance of 2 cm: the 0.6 m correction is 30 sigma; a search must confirm it.
     Localizer localizer = tracking(d, test::cpu_localizer_settings());
     const LocalizationResult r = localizer.localize(scan, time, off, isotropic(0.02, 0.01));
-    CAPTURE(to_string(r.status), r.stage, r.mahalanobis2, r.decided_by, r.attempts);
+    CAPTURE(to_string(r.status), to_string(r.stage), r.mahalanobis2, to_string(r.decided_by), r.attempts);
     CHECK(r.status == FrameStatus::Recovered);
     CHECK(r.valid);
     CHECK(r.attempts > 1);
-    CHECK(std::string(r.stage) != "prediction");
+    CHECK(r.stage != FrameStage::Prediction);
     CHECK(r.mahalanobis2 > 500.0);
     CHECK((r.pose.topRightCorner<3, 1>() - d.truth[3].pose.translation()).norm() < 0.04);
   }
@@ -94,7 +94,7 @@ TEST_CASE("a caller's prediction replaces the motion model, and the gate sends a
     const LocalizationResult r = localizer.localize(scan, time, off, isotropic(0.02, 0.01));
     CAPTURE(to_string(r.status), r.mahalanobis2);
     CHECK(r.status == FrameStatus::Lost);
-    CHECK(std::string(r.decided_by) == "mahalanobis gate");
+    CHECK(r.decided_by == FrameCheck::MahalanobisGate);
     // The gate off: the same frame is tracked.
     s.gate_chi2 = 0.0;
     Localizer ungated = tracking(d, s);
@@ -194,7 +194,7 @@ TEST_CASE("the prediction as a prior holds the alignment along a tunnel's axis",
     localizer.set_initial_pose(truth.matrix());
     const LocalizationResult r = localizer.localize(t.scans[2], t.times[2], predicted, isotropic(0.05, 0.01));
     const Eigen::Vector3d err = r.alignment.transform.topRightCorner<3, 1>() - truth.translation();
-    CAPTURE(prior, to_string(r.status), err.dot(t.axis), err.dot(across), r.decided_by);
+    CAPTURE(prior, to_string(r.status), err.dot(t.axis), err.dot(across), to_string(r.decided_by));
     CHECK(std::abs(err.dot(across)) < 0.1);  // the scan holds it either way
     if (prior) {
       CHECK(err.dot(t.axis) == Approx(0.5).margin(0.05));  // the prior holds it
@@ -242,7 +242,7 @@ TEST_CASE("a degenerate frame's covariance covers its error along the weak direc
     localizer.set_initial_pose(t.truth[k].matrix());  // each trial on its own
     const LocalizationResult r = localizer.localize(t.scans[k], t.times[k], pose_to_matrix(truth + l * z), c);
     const double miss = (r.pose.topRightCorner<3, 1>() - t.truth[k].translation()).norm();
-    CAPTURE(trial, to_string(r.status), r.decided_by, miss, z.transpose());
+    CAPTURE(trial, to_string(r.status), to_string(r.decided_by), miss, z.transpose());
     if (r.valid) CHECK(miss < 0.10);  // a frame taken as valid must not be a wrong pose
     if (r.status != FrameStatus::Degenerate) {
       ++other[to_string(r.status)];

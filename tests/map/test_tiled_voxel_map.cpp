@@ -18,6 +18,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace ndtcu;
@@ -221,6 +222,41 @@ TEST_CASE("tiled map errors name the tile and leave the map as it was", "[unit][
   m.remove_tiles({first});
   CHECK(m.map()->empty());
   CHECK(m.stats().tiles == 0);
+}
+
+TEST_CASE("a VersionHold keeps an aligner on the tiled map version it used, across calls", "[unit][tiles]") {
+  const PointCloud cloud = read_point_cloud((kSample / "map.pcd").string());
+  const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
+  const auto tiles = split(cloud, 20.0);
+  AlignSettings s = autoware_preset();
+  s.backend = Backend::Cpu;
+  s.threads = 2;
+  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s), cloud.origin);
+  for (const auto& [id, t] : tiles) tiled->add_tile(id, t);
+  tiled->publish();
+  Aligner follower(s);
+  follower.set_target(tiled);
+  const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
+  const AlignResult whole = follower.align(scan, guess);
+
+  tiled->remove_tiles({tiles.begin()->first});
+  {
+    const Aligner::VersionHold hold = follower.hold_target_version();
+    REQUIRE(tiled->publish().version == 2);
+    // Held: version 1 still, through nested and moved holds.
+    CHECK(follower.align(scan, guess).target_voxels == whole.target_voxels);
+    Aligner::VersionHold inner = follower.hold_target_version();
+    const Aligner::VersionHold moved = std::move(inner);
+    CHECK(follower.evaluate(scan, guess).target_voxels == whole.target_voxels);
+  }
+  // Every hold ended: the next call takes version 2.
+  Aligner reference(s);
+  reference.set_target(tiled->map());
+  const AlignResult fewer = reference.align(scan, guess);
+  REQUIRE(fewer.target_voxels < whole.target_voxels);
+  const AlignResult now = follower.align(scan, guess);
+  CHECK(now.target_voxels == fewer.target_voxels);
+  CHECK(now.transform == fewer.transform);
 }
 
 TEST_CASE("an aligner following a tiled map aligns on its last publish, taken between two calls", "[unit][tiles]") {

@@ -67,7 +67,7 @@ TEST_CASE("Both presets recover a known motion of a synthetic scene", "[unit][al
     CHECK(r.matched_points > source.size() / 2);
     CHECK(r.trace.size() == static_cast<std::size_t>(r.iterations));
     CHECK(r.hessian.isApprox(r.hessian.transpose()));
-    CHECK(r.backend == "cpu");
+    CHECK(r.backend == Backend::Cpu);
   }
 }
 

@@ -2,6 +2,7 @@
 #include "../support/test_support.hpp"
 
 #include <ndtcu/aligner.hpp>
+#include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/simulator.hpp>
@@ -51,7 +52,34 @@ TEST_CASE("device is -1 (the current CUDA device) or an index, with the value na
   // The CPU backend runs on no device: an index is not checked against the devices there.
   s.device = 1000;
   s.backend = Backend::Cpu;
-  CHECK(std::string(Aligner(s).backend()) == "cpu");
+  CHECK(Aligner(s).backend() == Backend::Cpu);
+}
+
+TEST_CASE("resolve_backend: the one rule for Backend::Auto, used by the aligner and the map build",
+          "[unit][settings]") {
+  CHECK(resolve_backend(Backend::Cpu) == Backend::Cpu);
+  CHECK(resolve_backend(Backend::Cpu, 1000) == Backend::Cpu);
+  const bool usable = cuda_unavailable_reason().empty();
+  // Auto is CUDA exactly when a device answers, never Auto itself.
+  CHECK(resolve_backend(Backend::Auto) == (usable ? Backend::Cuda : Backend::Cpu));
+  if (usable) {
+    CHECK(resolve_backend(Backend::Cuda) == Backend::Cuda);
+  } else {
+    CHECK_THROWS_AS(resolve_backend(Backend::Cuda), CudaError);
+    CHECK_THROWS_WITH(resolve_backend(Backend::Cuda),
+                      Catch::Contains("backend cuda requested, but") && Catch::Contains(cuda_unavailable_reason()));
+  }
+  // The aligner and the voxel map build follow it.
+  AlignSettings s;
+  s.backend = Backend::Auto;
+  CHECK(Aligner(s).backend() == resolve_backend(Backend::Auto));
+  PointCloud cloud;
+  cloud.points = {{0.f, 0.f, 0.f}, {0.1f, 0.f, 0.f}, {0.f, 0.1f, 0.f},
+                  {0.f, 0.f, 0.1f}, {0.1f, 0.1f, 0.f}, {0.1f, 0.f, 0.1f},
+                  {0.f, 0.1f, 0.1f}, {0.1f, 0.1f, 0.1f}};
+  VoxelMapOptions o;
+  o.backend = Backend::Auto;
+  CHECK(VoxelMap::build(cloud, o).built_on_gpu() == (resolve_backend(Backend::Auto) == Backend::Cuda));
 }
 
 TEST_CASE("max_iterations is bounded by kMaxIterations where the settings are checked", "[unit][settings]") {

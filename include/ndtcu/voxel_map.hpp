@@ -102,11 +102,6 @@ class VoxelMap {
   /// Points in every voxel.
   const std::vector<std::uint32_t>& point_counts() const noexcept { return counts_; }
 
-  /// Hash table slots: packed lattice key (kernels/ndt_neighbours.hpp pack_key) or all ones.
-  const std::vector<std::uint64_t>& table_keys() const noexcept { return table_keys_; }
-  /// Hash table slots: voxel index.
-  const std::vector<std::int32_t>& table_values() const noexcept { return table_values_; }
-
   /// Index of the voxel at lattice cell (i, j, k), or -1.
   std::int32_t find(std::int64_t i, std::int64_t j, std::int64_t k) const;
   /// Mean of voxel `v` in world coordinates.

@@ -9,6 +9,7 @@
 
 #include "../log.hpp"
 #include "../map/dense_voxel_index.hpp"
+#include "../map/voxel_map_access.hpp"
 
 #include <cstring>
 #include <mutex>
@@ -142,16 +143,17 @@ std::uint64_t upload_map(MapBuffers& d, const VoxelMap& map, VoxelLookup lookup,
     check_dense_fits(box);
     if (!cells) index = DenseVoxelIndex::build(map, box);
   }
+  const VoxelHashTable table = voxel_hash_table(map);
   Uploader up(stream, pinned);
   if (pinned) {
     const auto padded = Uploader::padded;
     const std::size_t total = 9 * padded(nv * sizeof(double)) + 3 * padded(nv * sizeof(float)) +
-                              padded(map.table_keys().size() * sizeof(std::uint64_t)) +
-                              padded(map.table_values().size() * sizeof(std::int32_t)) +
+                              padded(table.keys.size() * sizeof(std::uint64_t)) +
+                              padded(table.values.size() * sizeof(std::int32_t)) +
                               padded(index.cells.size() * sizeof(std::int32_t));
     pinned->reserve_with_headroom(total);
   }
-  const std::size_t capacity = map.table_keys().size();
+  const std::size_t capacity = table.keys.size();
   if (cells) {
     copy_cells(d, *cells, nv, capacity, stream);
   } else {
@@ -160,8 +162,8 @@ std::uint64_t upload_map(MapBuffers& d, const VoxelMap& map, VoxelLookup lookup,
       up.put(d.centroid[a], map.centroid(a).data(), nv);
     }
     for (int e = 0; e < 6; ++e) up.put(d.icov[e], map.inverse_covariance(e).data(), nv);
-    up.put(d.table_keys, map.table_keys().data(), capacity);
-    up.put(d.table_values, map.table_values().data(), map.table_values().size());
+    up.put(d.table_keys, table.keys.data(), capacity);
+    up.put(d.table_values, table.values.data(), table.values.size());
   }
 
   const double* mean[3] = {d.mean[0].data(), d.mean[1].data(), d.mean[2].data()};

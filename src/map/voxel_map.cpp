@@ -6,6 +6,7 @@
 #include "cuda/device_scope.hpp"
 #include "log.hpp"
 #include "voxel_cells.hpp"
+#include "voxel_map_access.hpp"
 #include "ndt_neighbours.hpp"
 #include "thread_pool.hpp"
 #include "voxel_statistics.hpp"
@@ -248,7 +249,10 @@ struct detail::VoxelMapAccess {
     return map;
   }
   static void set_build_ms(VoxelMap& map, double ms) { map.stats_.build_ms = ms; }
+  static VoxelHashTable hash_table(const VoxelMap& map) noexcept { return {map.table_keys_, map.table_values_}; }
 };
+
+detail::VoxelHashTable detail::voxel_hash_table(const VoxelMap& map) noexcept { return VoxelMapAccess::hash_table(map); }
 
 VoxelMap detail::assemble_voxel_map(VoxelCells&& cells, const VoxelMapOptions& options, const Eigen::Vector3d& origin,
                                     std::size_t points, bool built_on_gpu) {

@@ -1,4 +1,5 @@
 #include "evaluator.hpp"
+#include "../map/voxel_map_access.hpp"
 
 #include "../thread_pool.hpp"
 
@@ -46,7 +47,8 @@ math::VoxelGridView host_view(const VoxelMap& map, const DenseVoxelIndex* dense)
   for (int e = 0; e < 6; ++e) icov[e] = map.inverse_covariance(e).data();
   math::VoxelGridView g =
       math::voxel_grid_view(map.size(), mean, icov, centroid, map.inverse_resolution(), map.radius_squared());
-  math::attach_hash(g, map.table_keys().data(), map.table_values().data(), map.table_keys().size());
+  const detail::VoxelHashTable table = detail::voxel_hash_table(map);
+  math::attach_hash(g, table.keys.data(), table.values.data(), table.keys.size());
   if (dense && !dense->empty()) dense->attach(g);
   return g;
 }

@@ -9,6 +9,7 @@
 #include "../support/alloc_tracker.hpp"
 #include "../support/test_support.hpp"
 #include "synthetic.hpp"
+#include "map/voxel_map_access.hpp"
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
@@ -81,8 +82,9 @@ bool same_map(const VoxelMap& a, const VoxelMap& b) {
               same_bytes(a.resolution(), b.resolution()) && sa.points == sb.points &&
               sa.occupied_cells == sb.occupied_cells && sa.sparse_cells == sb.sparse_cells &&
               sa.singular_cells == sb.singular_cells && same_values(a.cells(), b.cells()) &&
-              same_values(a.point_counts(), b.point_counts()) && same_values(a.table_keys(), b.table_keys()) &&
-              same_values(a.table_values(), b.table_values());
+              same_values(a.point_counts(), b.point_counts()) &&
+              same_values(detail::voxel_hash_table(a).keys, detail::voxel_hash_table(b).keys) &&
+              same_values(detail::voxel_hash_table(a).values, detail::voxel_hash_table(b).values);
   for (int i = 0; same && i < 3; ++i) {
     same = same_values(a.mean(i), b.mean(i)) && same_values(a.centroid(i), b.centroid(i));
   }

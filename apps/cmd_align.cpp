@@ -7,6 +7,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
+#include <ndtcu/pose_covariance.hpp>
 #include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
@@ -267,7 +268,8 @@ int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
   // oscillation count the library derives from them.
   batch.trace = json || o.best;
   t0 = std::chrono::steady_clock::now();
-  const std::vector<AlignResult> results = aligner.align_batch(in.source, guesses, batch);
+  std::vector<AlignResult> results = aligner.align_batch(in.source, guesses, batch);
+  attach_pose_covariance(aligner, in.source, results);  // --pose-covariance
   const double batch_ms = ms_since(t0);
   const std::size_t best = best_hypothesis(results);
 
@@ -383,7 +385,8 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
     const auto t0 = std::chrono::steady_clock::now();
     aligner.set_target(in.target);
     in.context.map_ms = ms_since(t0);
-    const AlignResult r = aligner.align_from_pose(in.source, guess);
+    AlignResult r = aligner.align_from_pose(in.source, guess);
+    attach_pose_covariance(aligner, in.source, r);  // --pose-covariance
 
     if (!o->output.empty()) write_aligned(o->output, in.source, in.target.origin, r.transform);
     if (global.json) {

@@ -9,6 +9,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/initial_pose_tpe.hpp>
+#include <ndtcu/pose_covariance.hpp>
 #include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
@@ -178,6 +179,7 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
   // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
   run.result = run.tpe ? find_initial_pose_tpe(aligner, scan, around, o.tpe)
                        : find_initial_pose(aligner, scan, around, o.search);
+  attach_pose_covariance(aligner, scan, run.result.best);  // --pose-covariance, the winner's only
   return run;
 }
 

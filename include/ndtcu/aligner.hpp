@@ -50,9 +50,6 @@ struct BatchOptions {
   /// smaller number runs a coarse pass (hypotheses moved a little, to be ranked) on the same
   /// map and backend. Must be 0 or in [1, kMaxIterations] (Error otherwise).
   int max_iterations = 0;
-  /// Attach each result's pose covariance when the aligner's settings ask for one; false
-  /// skips it (results that are only ranked do not pay for it).
-  bool pose_covariance = true;
   /// Fill each result's localizability (AlignResult::localizability, a 6x6 eigen
   /// decomposition per hypothesis); false skips it (a coarse pass whose results are only
   /// ranked).
@@ -103,18 +100,19 @@ class Aligner {
   /// this aligner aligns (not while it is moved or destroyed). Throws as set_target does,
   /// and CudaError when the device memory is too small (the current target stays usable).
   void stage_target(std::shared_ptr<const VoxelMap> map);
-  /// Follows a tiled map whose tiles change while this aligner aligns (a vehicle's map
-  /// tiles loaded and dropped on another thread): each call (align, align_batch, evaluate,
-  /// ...) first takes the version `tiles` last published (TiledVoxelMap::publish), so a new
+  /// Follows a tiled map whose tiles change while this aligner aligns (a vehicle's map tiles
+  /// loaded and dropped on another thread): each call (align, align_batch, evaluate, ...)
+  /// first takes the version `tiles` last published (TiledVoxelMap::publish), so a new
   /// version is swapped in between two calls, never during one; a VersionHold keeps one
-  /// version across several calls (an align() with a pose covariance holds one for both). A CUDA aligner with a tiled map that
-  /// publishes on the GPU reads its device twin: the swap waits for nothing, on the host or
-  /// the device, and no map is uploaded; one CUDA aligner follows a given tiled map at a
-  /// time. Otherwise the published host map is used as set_target(map) would. Throws Error
-  /// for a null map, one that has published nothing yet, another resolution or covariance
-  /// mode than the settings', a CPU aligner given a map that publishes on the GPU, or a
-  /// map another CUDA aligner follows. `tiles` is kept alive by the aligner; its owner may
-  /// change and publish it on another thread while this aligner aligns.
+  /// version across several calls (attach_pose_covariance holds the version of the alignment
+  /// it follows). A CUDA aligner with a tiled map that publishes on the GPU reads its device
+  /// twin: the swap waits for nothing, on the host or the device, and no map is uploaded; one
+  /// CUDA aligner follows a given tiled map at a time. Otherwise the published host map is
+  /// used as set_target(map) would. Throws Error for a null map, one that has published
+  /// nothing yet, another resolution or covariance mode than the settings', a CPU aligner
+  /// given a map that publishes on the GPU, or a map another CUDA aligner follows. `tiles` is
+  /// kept alive by the aligner; its owner may change and publish it on another thread while
+  /// this aligner aligns.
   void set_target(std::shared_ptr<TiledVoxelMap> tiles);
   /// The target map (null before set_target). For a tiled target: the host map of the
   /// version in use, or null when it lives on the device only (see tiled_target()).
@@ -147,6 +145,7 @@ class Aligner {
   ///   const Aligner::VersionHold hold = aligner.hold_target_version();
   ///   AlignResult r = aligner.align(scan, guess);  // both on one version
   ///   PoseCovarianceResult c = estimate_pose_covariance(aligner, scan, r, mode);
+  /// (attach_pose_covariance takes one itself, after the alignment it follows.)
   [[nodiscard]] VersionHold hold_target_version() noexcept;
 
   /// Aligns `source` starting at `guess` (source-to-target, world frames). Throws Error
@@ -159,6 +158,10 @@ class Aligner {
   /// evaluation, the CUDA backend uploads them once per call) and never copied into a
   /// cloud. They must stay valid, and unchanged, until the call returns; nothing keeps
   /// them after it.
+  ///
+  /// align() and align_batch() estimate no pose covariance, whatever
+  /// AlignSettings::pose_covariance says: a caller that wants one calls
+  /// attach_pose_covariance (ndtcu/pose_covariance.hpp) on the result, with this aligner.
   AlignResult align(PointCloudView source, const Eigen::Matrix4d& guess = Eigen::Matrix4d::Identity());
   /// The same with the guess as a pose [x y z roll pitch yaw], used as given (no
   /// round trip through a matrix). Throws Error for a non-finite entry.
@@ -203,7 +206,8 @@ class Aligner {
   std::unique_ptr<Impl> impl_;
 };
 
-/// One-shot: builds the map of `target` and aligns `source` from `guess`.
+/// One-shot: builds the map of `target`, aligns `source` from `guess` and attaches the
+/// pose covariance settings.pose_covariance asks for (attach_pose_covariance).
 AlignResult align(const PointCloud& target, PointCloudView source, const Eigen::Matrix4d& guess,
                   const AlignSettings& settings);
 

@@ -52,8 +52,8 @@ struct LocalizerSettings {
   /// Autoware covariance, which the NVTL threshold below was tuned on), with
   /// pose_covariance Laplace: a filter downstream needs a covariance with every pose, and
   /// the Laplace one costs no extra alignment. The localizer estimates it once per valid
-  /// frame, for the accepted alignment only (its aligner runs with PoseCovariance::None,
-  /// so retries and lost frames cost no estimate); None leaves it zero.
+  /// frame, for the accepted alignment only (attach_pose_covariance; an Aligner estimates
+  /// none itself, so retries and lost frames cost no estimate); None leaves it zero.
   AlignSettings align = [] {
     AlignSettings s = autoware_preset();
     s.pose_covariance = PoseCovariance::Laplace;

@@ -98,7 +98,9 @@ Eigen::Matrix2d floor_xy_covariance(const Eigen::Matrix2d& covariance_xy, const 
 /// Estimates the covariance of `result`, an alignment of `source` on `aligner`'s target
 /// (see the file comment for the formulas). MultiNdt runs its alignments as one
 /// Aligner::align_batch on `aligner` (its settings, its backend), MultiNdtScore its scores
-/// with Aligner::evaluate; neither estimates a covariance of its own results. Throws Error
+/// with Aligner::evaluate (an Aligner never estimates a covariance itself). With a tiled
+/// target, call it inside an Aligner::VersionHold taken right after the alignment
+/// (attach_pose_covariance does) so that it sees the same map version. Throws Error
 /// for bad options (see covariance_offset_poses, softmax_weights) and for what align and
 /// evaluate reject (no target).
 PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView source, const AlignResult& result,
@@ -107,10 +109,19 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
 
 /// Fills `result`'s covariance_mode, covariance_valid, covariance and covariance_xy with
 /// estimate_pose_covariance(aligner, source, result, mode) and adds its time to
-/// timings.covariance_ms and total_ms. Does nothing for None, and nothing while an estimate
-/// is running on the same aligner (align_from_pose and align_batch call this for each result
-/// when AlignSettings asks for a covariance; the extra alignments of MultiNdt, themselves an
-/// align_batch, must not estimate their own).
+/// timings.covariance_ms and total_ms; does nothing for None. Aligner::align and align_batch
+/// never estimate a covariance: a caller that wants one (AlignSettings::pose_covariance)
+/// calls this right after the alignment, with the same aligner and source:
+///   AlignResult r = aligner.align(scan, guess);
+///   attach_pose_covariance(aligner, scan, r);  // the aligner's pose_covariance
+/// It holds the aligner's tiled target version (Aligner::hold_target_version) while it
+/// estimates, so the estimate sees the map the alignment used last. Throws as
+/// estimate_pose_covariance does.
 void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult& result, PoseCovariance mode);
+/// attach_pose_covariance with the aligner's own AlignSettings::pose_covariance.
+void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult& result);
+/// Each result of an align_batch of `source` gets the covariance of the aligner's own
+/// AlignSettings::pose_covariance, all on one tiled map version.
+void attach_pose_covariance(Aligner& aligner, PointCloudView source, std::vector<AlignResult>& results);
 
 }  // namespace ndtcu

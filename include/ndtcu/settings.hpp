@@ -174,10 +174,12 @@ struct AlignSettings {
   /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
   /// NewtonDirection::SaddleFree always run on the host).
   GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
-  /// Whether and how align(), align_from_pose() and every hypothesis of align_batch()
-  /// estimate the pose covariance of their result (AlignResult::covariance, covariance_xy);
-  /// None costs nothing, MultiNdt six more alignments per result, MultiNdtScore six more
-  /// score evaluations.
+  /// Whether and how the pose covariance of an alignment is estimated
+  /// (AlignResult::covariance, covariance_xy). The Aligner itself never estimates one: its
+  /// callers do, after the alignment, with attach_pose_covariance (ndtcu/pose_covariance.hpp),
+  /// as the one-shot align(), the CLI, the Python module, the PCL drop-in and the Localizer
+  /// (for its accepted alignment) do. None costs nothing, MultiNdt six more alignments per
+  /// result, MultiNdtScore six more score evaluations.
   PoseCovariance pose_covariance = PoseCovariance::None;
   /// The pose prior (PosePrior); none by default (PosePrior::active() false), the results
   /// then bit for bit those without one. Aligner::set_prior replaces it between calls.

@@ -3,7 +3,6 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/localizer.hpp>
-#include <ndtcu/pose_covariance.hpp>
 #include <ndtcu/text.hpp>
 
 #include "localizer_impl.hpp"
@@ -53,13 +52,6 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
   out.topLeftCorner<3, 3>() = Eigen::AngleAxisd(aa.angle() * s, aa.axis()).toRotationMatrix();
   out.topRightCorner<3, 1>() = s * delta.topRightCorner<3, 1>();
   return out;
-}
-
-// The localizer's own aligner estimates no covariance: retries and lost frames would pay for
-// one each; the accepted alignment gets its estimate in localize_preprocessed.
-AlignSettings without_pose_covariance(AlignSettings s) {
-  s.pose_covariance = PoseCovariance::None;
-  return s;
 }
 
 }  // namespace
@@ -247,7 +239,7 @@ FrameStage frame_stage_from_string(const std::string& name) {
 }
 
 Localizer::Impl::Impl(const LocalizerSettings& s, CUstream_st* stream)
-    : settings(s), aligner(without_pose_covariance(s.align), stream) {
+    : settings(s), aligner(s.align, stream) {
   if (s.gpu_preprocess && aligner.backend() == Backend::Cuda) {
     gpu_filters = std::make_unique<detail::GpuFilterPool>(s.align.device);
   }

@@ -266,15 +266,11 @@ AlignResult Aligner::align_from_pose(PointCloudView source, const Pose6& guess_p
   BatchOptions options;
   options.trace = true;
   AlignResult r = std::move(run_batch({source}, {&guesses}, options).front().front());
-  // The pose covariance below aligns and evaluates again: on the same map version.
-  const VersionHold hold = hold_target_version();
   if (r.reason == StopReason::EmptySource || r.reason == StopReason::NoVoxels) {
     detail::log().warn("align: {}", to_string(r.reason));
   } else if (r.reason == StopReason::NoCorrespondence || r.reason == StopReason::SingularHessian) {
     detail::log().warn("align: stopped after {} iterations: {}", r.iterations, to_string(r.reason));
   }
-  const AlignSettings& s = impl_->settings;
-  if (s.pose_covariance != PoseCovariance::None) attach_pose_covariance(*this, source, r, s.pose_covariance);
   return r;
 }
 
@@ -441,7 +437,9 @@ AlignResult align(const PointCloud& target, PointCloudView source, const Eigen::
                   const AlignSettings& settings) {
   Aligner aligner(settings);
   aligner.set_target(target);
-  return aligner.align(source, guess);
+  AlignResult r = aligner.align(source, guess);
+  attach_pose_covariance(aligner, source, r);  // settings.pose_covariance
+  return r;
 }
 
 
@@ -449,13 +447,7 @@ std::vector<AlignResult> Aligner::align_batch(PointCloudView source, const std::
                                               const BatchOptions& options) {
   NDTCU_NVTX_RANGE("align batch");
   check_guesses(guesses, "align_batch");
-  std::vector<AlignResult> out = std::move(run_batch({source}, {&guesses}, options).front());
-  // Each hypothesis's pose covariance, when asked for (its own batch of offsets each).
-  const PoseCovariance mode = impl_->settings.pose_covariance;
-  if (mode != PoseCovariance::None && options.pose_covariance) {
-    for (AlignResult& r : out) attach_pose_covariance(*this, source, r, mode);
-  }
-  return out;
+  return std::move(run_batch({source}, {&guesses}, options).front());
 }
 
 std::vector<AlignResult> Aligner::align_batch(PointCloudView source, const std::vector<Eigen::Matrix4d>& guesses,
@@ -493,14 +485,7 @@ std::vector<std::vector<AlignResult>> Aligner::align_batch(const std::vector<Poi
     check_guesses(guesses[b], "align_batch: source " + std::to_string(b));
     guess_lists.push_back(&guesses[b]);
   }
-  std::vector<std::vector<AlignResult>> out = run_batch(sources, guess_lists, options);
-  const PoseCovariance mode = impl_->settings.pose_covariance;
-  if (mode != PoseCovariance::None && options.pose_covariance) {
-    for (std::size_t b = 0; b < out.size(); ++b) {
-      for (AlignResult& r : out[b]) attach_pose_covariance(*this, sources[b], r, mode);
-    }
-  }
-  return out;
+  return run_batch(sources, guess_lists, options);
 }
 
 }  // namespace ndtcu

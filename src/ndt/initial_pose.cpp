@@ -361,12 +361,10 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
     throw Error(fmt::format("hypothesis search: {} hypotheses exceed the limit of {}", hypotheses.size(), o.max_hypotheses));
   }
 
-  // Coarse pass: the same aligner (map and backend) with fewer iterations and no pose
-  // covariance (only the refined winner's would be used).
+  // Coarse pass: the same aligner (map and backend) with fewer iterations.
   BatchOptions coarse;
   coarse.localizability = false;  // ranked only
   coarse.max_iterations = o.coarse_iterations;
-  coarse.pose_covariance = false;
 
   InitialPoseResult result;
   auto t = std::chrono::steady_clock::now();

@@ -283,13 +283,9 @@ InitialPoseResult find_initial_pose_tpe(Aligner& aligner, PointCloudView scan, c
   ts.seed = o.seed;
   TreeParzenEstimator tpe(std::move(dims), ts);
 
-  // Each particle with the aligner's own settings, as Autoware aligns them; the covariance
-  // is left to the winner (below).
-  BatchOptions batch;
-  batch.pose_covariance = false;
-  std::vector<Pose6> starts;
+  // Each particle with the aligner's own settings, as Autoware aligns them.
+  const BatchOptions batch{};
   std::vector<AlignResult> results;
-  starts.reserve(static_cast<std::size_t>(o.particles));
   results.reserve(static_cast<std::size_t>(o.particles));
   const auto run = [&](std::size_t count) {
     std::vector<Pose6> guesses;
@@ -300,7 +296,6 @@ InitialPoseResult find_initial_pose_tpe(Aligner& aligner, PointCloudView scan, c
     // (Autoware's add_trial of the aligned pose, not the sampled one).
     for (std::size_t k = 0; k < count; ++k) {
       tpe.add(pose_to_input(aligned[k].pose), aligned[k].tp);
-      starts.push_back(guesses[k]);
       results.push_back(std::move(aligned[k]));
     }
   };
@@ -327,13 +322,7 @@ InitialPoseResult find_initial_pose_tpe(Aligner& aligner, PointCloudView scan, c
   for (std::size_t k = 1; k < results.size(); ++k) {
     if (detail::nvtl_ranks_above(results[k], results[winner])) winner = k;
   }
-  if (aligner.settings().pose_covariance != PoseCovariance::None) {
-    // The batch gives the bits of align_from_pose, so this is the same alignment with the
-    // covariance attached.
-    result.best = aligner.align_batch(scan, std::vector<Pose6>{starts[winner]}).front();
-  } else {
-    result.best = results[winner];
-  }
+  result.best = results[winner];
 
   // Rival: the best particle that ended at a pose distinct from the winner's.
   for (std::size_t k = 0; k < results.size(); ++k) {

@@ -22,21 +22,6 @@ using Matrix6d = Eigen::Matrix<double, 6, 6>;
 using Vector6d = Eigen::Matrix<double, 6, 1>;
 constexpr double kPi = 3.14159265358979323846;
 
-// The aligner whose covariance estimate is running on this thread (an Aligner runs one
-// call at a time), so that the extra alignments it starts do not estimate their own.
-thread_local const Aligner* estimating = nullptr;
-
-class EstimatingGuard {
- public:
-  explicit EstimatingGuard(const Aligner& aligner) : previous_(estimating) { estimating = &aligner; }
-  ~EstimatingGuard() { estimating = previous_; }
-  EstimatingGuard(const EstimatingGuard&) = delete;
-  EstimatingGuard& operator=(const EstimatingGuard&) = delete;
-
- private:
-  const Aligner* previous_;
-};
-
 // An angle difference brought into (-pi, pi], so a spread across +-pi stays small.
 double wrap_angle(double a) {
   a = std::remainder(a, 2.0 * kPi);
@@ -166,11 +151,8 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
       std::vector<Pose6> poses{result.pose};  // the result is one of the samples, as in Autoware
       const double n = static_cast<double>(out.start_poses.size() + 1);
       if (mode == PoseCovariance::MultiNdt) {
-        {
-          const EstimatingGuard guard(aligner);
-          std::vector<AlignResult> ends = aligner.align_batch(source, out.start_poses);
-          for (const AlignResult& e : ends) out.end_poses.push_back(e.pose);
-        }
+        const std::vector<AlignResult> ends = aligner.align_batch(source, out.start_poses);
+        for (const AlignResult& e : ends) out.end_poses.push_back(e.pose);
         out.alignments = static_cast<int>(out.start_poses.size());
         out.weights.assign(static_cast<std::size_t>(n), 1.0 / n);
       } else {
@@ -206,7 +188,9 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
 }
 
 void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult& result, PoseCovariance mode) {
-  if (mode == PoseCovariance::None || estimating == &aligner) return;
+  if (mode == PoseCovariance::None) return;
+  // The estimate aligns or evaluates again: on the map version `result` was aligned on.
+  const Aligner::VersionHold hold = aligner.hold_target_version();
   const PoseCovarianceResult c = estimate_pose_covariance(aligner, source, result, mode);
   result.covariance_mode = c.mode;
   result.covariance_valid = c.valid;
@@ -214,6 +198,17 @@ void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult
   result.covariance_xy = c.covariance_xy;
   result.timings.covariance_ms = c.elapsed_ms;
   result.timings.total_ms += c.elapsed_ms;
+}
+
+void attach_pose_covariance(Aligner& aligner, PointCloudView source, AlignResult& result) {
+  attach_pose_covariance(aligner, source, result, aligner.settings().pose_covariance);
+}
+
+void attach_pose_covariance(Aligner& aligner, PointCloudView source, std::vector<AlignResult>& results) {
+  const PoseCovariance mode = aligner.settings().pose_covariance;
+  if (mode == PoseCovariance::None) return;
+  const Aligner::VersionHold hold = aligner.hold_target_version();  // one version for the whole batch
+  for (AlignResult& r : results) attach_pose_covariance(aligner, source, r, mode);
 }
 
 }  // namespace ndtcu

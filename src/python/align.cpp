@@ -1,6 +1,8 @@
 // The Python module: AlignResult (its fields from ndtcu/fields.hpp) and the Aligner.
 #include "common.hpp"
 
+#include <ndtcu/pose_covariance.hpp>
+
 using namespace nb::literals;
 
 namespace ndtcu::python {
@@ -89,11 +91,15 @@ void define_aligner(nb::module_& m) {
               // `ndtcu align --init` does.
               const std::vector<Pose6> p = guesses_arg(guess.attr("reshape")(1, -1), "guess");
               Working working(a.mutex);
-              return a.align_from_pose(c.view(), p.front());
+              AlignResult r = a.align_from_pose(c.view(), p.front());
+              attach_pose_covariance(a, c.view(), r);  // AlignSettings.pose_covariance
+              return r;
             }
             const Eigen::Matrix4d m = guess.is_none() ? Eigen::Matrix4d::Identity() : matrix_arg(guess, "guess");
             Working working(a.mutex);
-            return a.align(c.view(), m);
+            AlignResult r = a.align(c.view(), m);
+            attach_pose_covariance(a, c.view(), r);
+            return r;
           },
           "source"_a, "guess"_a = nb::none(),
           "Aligns `source` from `guess`: a 4x4 float64 transform (identity by default) or a (6,) float64 pose "
@@ -116,7 +122,9 @@ void define_aligner(nb::module_& m) {
             o.trace = trace;
             o.max_iterations = max_iterations;
             Working working(a.mutex);
-            return a.align_batch(c.view(), g, o);
+            std::vector<AlignResult> r = a.align_batch(c.view(), g, o);
+            attach_pose_covariance(a, c.view(), r);
+            return r;
           },
           "source"_a, "guesses"_a, "trace"_a = false, "max_iterations"_a = 0,
           "Aligns K hypotheses of one scan as one batch; guesses (K, 4, 4) transforms or (K, 6) poses. Each result "

@@ -1,6 +1,8 @@
 // The Python module: The initial pose search: InitialPoseResult and find_initial_pose.
 #include "common.hpp"
 
+#include <ndtcu/pose_covariance.hpp>
+
 using namespace nb::literals;
 
 namespace ndtcu::python {
@@ -61,7 +63,9 @@ void define_initial_pose(nb::module_& m) {
         o.refine_count = refine_count;
         o.level_from_ground = level_from_ground;
         Working working(aligner.mutex);
-        return find_initial_pose(aligner, c.view(), a, o);
+        InitialPoseResult r = find_initial_pose(aligner, c.view(), a, o);
+        attach_pose_covariance(aligner, c.view(), r.best);  // AlignSettings.pose_covariance
+        return r;
       },
       "aligner"_a, "scan"_a, "around"_a, "radius"_a = 2.0, "position_step"_a = 1.0, "yaw_range_deg"_a = 360.0,
       "yaw_step_deg"_a = 15.0, "coarse_iterations"_a = 5, "refine_count"_a = 32, "level_from_ground"_a = false,

@@ -61,6 +61,22 @@ bool same_bits(const math::DerivativeSums& a, const math::DerivativeSums& b) {
   return std::memcmp(a.v, b.v, sizeof(a.v)) == 0;
 }
 
+// An alignment with the pose covariance its aligner's settings ask for, as the callers of
+// Aligner::align and align_batch attach it.
+AlignResult with_covariance(Aligner& aligner, PointCloudView source, AlignResult r) {
+  attach_pose_covariance(aligner, source, r);
+  return r;
+}
+std::vector<AlignResult> with_covariance(Aligner& aligner, PointCloudView source, std::vector<AlignResult> r) {
+  attach_pose_covariance(aligner, source, r);
+  return r;
+}
+std::vector<std::vector<AlignResult>> with_covariance(Aligner& aligner, const std::vector<PointCloudView>& sources,
+                                                      std::vector<std::vector<AlignResult>> r) {
+  for (std::size_t b = 0; b < r.size(); ++b) attach_pose_covariance(aligner, sources[b], r[b]);
+  return r;
+}
+
 void check_same_covariance(const AlignResult& a, const AlignResult& b) {
   CHECK(a.covariance_mode == b.covariance_mode);
   CHECK(a.covariance_valid == b.covariance_valid);
@@ -105,22 +121,22 @@ TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds
   REQUIRE(view[0] == source.points[0]);
 
   AlignSettings s = cpu_settings();
-  s.pose_covariance = PoseCovariance::MultiNdt;  // attach_pose_covariance aligns the view six times more
+  s.pose_covariance = PoseCovariance::MultiNdt;  // with_covariance aligns the view six times more
   Aligner aligner(s);
   aligner.set_target(target);
   const Pose6 guess = truth + make_pose(0.2, -0.15, 0.0, 0.0, 0.0, 0.03);
 
   SECTION("align, align_from_pose and the one-shot align") {
-    const AlignResult cloud = aligner.align(source, pose_to_matrix(guess));
-    const AlignResult viewed = aligner.align(view, pose_to_matrix(guess));
+    const AlignResult cloud = with_covariance(aligner, source, aligner.align(source, pose_to_matrix(guess)));
+    const AlignResult viewed = with_covariance(aligner, view, aligner.align(view, pose_to_matrix(guess)));
     CHECK(cloud.converged);
     CHECK(cloud.iterations > 1);
     CHECK(cloud.covariance_valid);
     test::check_same_bits(viewed, cloud);
     check_same_trace(viewed, cloud);
     check_same_covariance(viewed, cloud);
-    const AlignResult cloud_pose = aligner.align_from_pose(source, guess);
-    const AlignResult viewed_pose = aligner.align_from_pose(view, guess);
+    const AlignResult cloud_pose = with_covariance(aligner, source, aligner.align_from_pose(source, guess));
+    const AlignResult viewed_pose = with_covariance(aligner, view, aligner.align_from_pose(view, guess));
     test::check_same_bits(viewed_pose, cloud_pose);
     check_same_trace(viewed_pose, cloud_pose);
     check_same_covariance(viewed_pose, cloud_pose);
@@ -147,8 +163,8 @@ TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds
     const std::vector<Pose6> guesses = test::guesses_around(truth, 4, 17, 0.4, 4.0);
     std::vector<Eigen::Matrix4d> matrices;
     for (const Pose6& g : guesses) matrices.push_back(pose_to_matrix(g));
-    const std::vector<AlignResult> cloud = aligner.align_batch(source, guesses);
-    const std::vector<AlignResult> viewed = aligner.align_batch(view, guesses);
+    const std::vector<AlignResult> cloud = with_covariance(aligner, source, aligner.align_batch(source, guesses));
+    const std::vector<AlignResult> viewed = with_covariance(aligner, view, aligner.align_batch(view, guesses));
     const std::vector<AlignResult> viewed_matrices = aligner.align_batch(view, matrices);
     REQUIRE(viewed.size() == guesses.size());
     for (std::size_t k = 0; k < guesses.size(); ++k) {
@@ -163,8 +179,10 @@ TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds
     part_cloud.origin = source.origin;
     part_cloud.points.assign(source.points.begin() + 1000, source.points.begin() + 3000);
     const std::vector<std::vector<Pose6>> lists{guesses, {guesses[1], guesses[2]}};
-    const auto many_cloud = aligner.align_batch(std::vector<PointCloud>{source, part_cloud}, lists);
-    const auto many_viewed = aligner.align_batch(std::vector<PointCloudView>{view, part}, lists);
+    const auto many_cloud = with_covariance(aligner, {source, part_cloud},
+                                            aligner.align_batch(std::vector<PointCloud>{source, part_cloud}, lists));
+    const auto many_viewed = with_covariance(aligner, {view, part},
+                                             aligner.align_batch(std::vector<PointCloudView>{view, part}, lists));
     REQUIRE(many_viewed.size() == 2);
     for (std::size_t b = 0; b < 2; ++b) {
       REQUIRE(many_viewed[b].size() == lists[b].size());
@@ -279,13 +297,17 @@ TEST_CASE("No call that takes a view allocates a block the size of its points", 
   s.pose_covariance = PoseCovariance::MultiNdt;
   Aligner aligner(s);
   aligner.set_target(target);
-  CHECK(largest_during([&] { (void)aligner.align(view, pose_to_matrix(guess)); }) < limit);
+  CHECK(largest_during([&] { (void)with_covariance(aligner, view, aligner.align(view, pose_to_matrix(guess))); }) <
+        limit);
   CHECK(largest_during([&] { (void)aligner.evaluate(view, pose_to_matrix(guess)); }) < limit);
   const std::vector<Pose6> poses{guess, Pose6::Zero()};
   const std::vector<std::vector<Pose6>> lists{{guess}, {poses[1]}};
   CHECK(largest_during([&] { (void)aligner.evaluate_batch(view, poses); }) < limit);
-  CHECK(largest_during([&] { (void)aligner.align_batch(view, poses); }) < limit);
-  CHECK(largest_during([&] { (void)aligner.align_batch(std::vector<PointCloudView>{view, view}, lists); }) < limit);
+  CHECK(largest_during([&] { (void)with_covariance(aligner, view, aligner.align_batch(view, poses)); }) < limit);
+  CHECK(largest_during([&] {
+          const std::vector<PointCloudView> views{view, view};
+          (void)with_covariance(aligner, views, aligner.align_batch(views, lists));
+        }) < limit);
 
   Aligner searcher(cpu_settings());
   searcher.set_target(target);

@@ -91,6 +91,14 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   } else {
     row += ",,";
   }
+  // Whether the pose is the refinement's (--refine-ratio), and how far it moved the
+  // accepted alignment's position (m; empty when none ran).
+  if (result) {
+    row += fmt::format(",{},{}", result->refined ? 1 : 0,
+                       std::isnan(result->refinement_m) ? std::string() : fmt::format("{:.4f}", result->refinement_m));
+  } else {
+    row += ",,";
+  }
   return row + "\n";
 }
 

@@ -119,6 +119,13 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_option("--degeneracy-margin", o.degeneracy_margin, "... within this NVTL of the pose's")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--refine-ratio", o.refine_ratio,
+                  "polish each valid frame's pose by one more alignment against the map's voxels at this share of "
+                  "--resolution (0 = no refinement): the checks and searches stay at --resolution, the pose is the "
+                  "finer map's when that converged within half its resolution and 2 deg (frames.csv: refined, "
+                  "refinement_m); not with a tiled map")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--odometry", o.odometry,
                   "TUM trajectory of odometry (wheel, IMU integration, LiDAR-inertial) in any fixed frame: the motion "
                   "it measured since the previous frame, interpolated to each scan's time, replaces the "
@@ -278,6 +285,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.max_search_radius = o.max_search_radius;
   ls.degeneracy_probe_m = o.degeneracy_probe;
   ls.degeneracy_margin = o.degeneracy_margin;
+  ls.refine_ratio = o.refine_ratio;
   ls.gate_chi2 = o.gate_chi2;
   ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;

@@ -38,6 +38,7 @@ struct LocalizeOptions {
   bool no_plot = false, gpu_filter_in_line = false;
   double period = 0.1, max_time_difference = 0.01;
   double degeneracy_probe = kDefaults.degeneracy_probe_m, degeneracy_margin = kDefaults.degeneracy_margin;
+  double refine_ratio = kDefaults.refine_ratio;
   std::string odometry;                                     // --odometry FILE (TUM)
   std::string odometry_topic;                               // --odometry-topic TOPIC (of the scans' bag)
   std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};

@@ -59,6 +59,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
   j["lost"] = t.lost;
   j["recovered"] = t.recovered;
   j["degenerate"] = t.degenerate;
+  j["refined"] = t.refined;
   j["skipped"] = t.skipped;
   j["odometry"] = in.odometry ? nlohmann::json{{"file", json_text(o.odometry.empty() ? o.scans : o.odometry)},
                                                {"topic", o.odometry_topic.empty() ? nlohmann::json(nullptr)
@@ -173,6 +174,8 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"min_matched_ratio", ls.min_matched_ratio},
                    {"degeneracy_probe_m", ls.degeneracy_probe_m},
                    {"degeneracy_margin", ls.degeneracy_margin},
+                   {"refine_ratio", ls.refine_ratio},
+                   {"refining", localizer.refines()},
                    {"gate_chi2", ls.gate_chi2},
                    {"motion_sigma", {ls.motion_translation_sigma, ls.motion_rotation_sigma}},
                    {"prediction_prior", ls.prediction_prior},
@@ -356,6 +359,13 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
                           "{} tiles read, {} dropped, {} skipped; frames waited {:.1f} ms at most\n",
                           ts.loaded, ts.listed, ts.peak_loaded, static_cast<double>(ts.peak_bytes) / 1e6, ts.updates,
                           t.map_swaps, ts.tiles_read, ts.tiles_dropped, ts.skipped.size(), largest(t.map_wait_ms));
+    }
+    const LocalizerSettings& ls = run.settings.localizer;
+    if (localizer.refines()) {
+      text += fmt::format("  refined     {} of {} localized frames at {} m (--refine-ratio {})\n", t.refined, t.localized,
+                          number_text(ls.refine_ratio * s.resolution), number_text(ls.refine_ratio));
+    } else if (ls.refine_ratio > 0.0) {
+      text += "  refined     none: a tiled map has no finer voxels to refine against (--refine-ratio)\n";
     }
     text += fmt::format("  speed       {:.1f} fps ({} backend, {}); latency median {:.1f} ms, p95 {:.1f} ms, max "
                         "{:.1f} ms\n",

@@ -183,6 +183,7 @@ class FrameLoop {
     } else if (r.status == FrameStatus::Degenerate) {
       ++t_.degenerate;
     }
+    t_.refined += r.refined ? 1 : 0;
     t_.latency.push_back(static_cast<float>(scan.read_ms + scan.preprocess_ms + r.align_ms));
     t_.align_ms.push_back(static_cast<float>(r.align_ms));
     t_.iterations.push_back(static_cast<float>(r.alignment.iterations));

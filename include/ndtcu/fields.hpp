@@ -213,6 +213,9 @@ struct FieldList<LocalizerSettings> {
             range_closed(0.0, 100.0, "0: no probe")));
     v(make_field("degeneracy_margin", &S::degeneracy_margin, "a probe within this NVTL of the pose's marks a direction the scan does not pin",
             range_at_least(0.0)));
+    v(make_field("refine_ratio", &S::refine_ratio,
+            "polish a valid frame's pose against the map's voxels at this share of the resolution",
+            range_closed(0.0, 0.9, "0: no refinement")));
     v(make_field("motion_translation_sigma", &S::motion_translation_sigma, "the constant-velocity prediction's position standard deviation per second (m/s)",
             range_at_least(0.0)));
     v(make_field("motion_rotation_sigma", &S::motion_rotation_sigma, "... and its angles' (rad/s)", range_at_least(0.0)));

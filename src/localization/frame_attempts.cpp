@@ -238,6 +238,7 @@ class Localizer::Impl::FrameAttempts {
       // The covariance of the accepted alignment only (settings.align.pose_covariance).
       attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
       out.covariance = out.alignment.covariance;
+      refine();
       m.advance(out.pose, time, out.covariance);
       m.typical_nvtl = std::isnan(m.typical_nvtl) ? out.alignment.nvtl : 0.8 * m.typical_nvtl + 0.2 * out.alignment.nvtl;
     } else {
@@ -418,6 +419,33 @@ class Localizer::Impl::FrameAttempts {
     m.advance(out.pose, time, out.covariance);
     detail::log().debug("localizer: frame at t={} degenerate in {} direction{} (NVTL {:.3f}, best probe {:.3f} below)",
                         time, probe.count, probe.count == 1 ? "" : "s", out.alignment.nvtl, probe.drop);
+  }
+
+  // The valid pose polished against the finer map (LocalizerSettings::refine_ratio).
+  // The frame's checks all ran at the map's resolution, where its basin is wide; the finer
+  // voxels, from a pose already in it, pin it closer. On the Livox Avia set, whose scans
+  // keep 370-670 points after the 1 m filter, the accepted poses of frames 56-77 were
+  // 10-12 cm from the reference, consistently along x, where an independent point-to-plane
+  // ICP of the raw scans agrees with the reference to 1-2 cm: 2 m voxels hold a sparse
+  // scan's optimum a little off. Refined at 1 m, no frame is beyond 10 cm.
+  // The covariance stays the accepted alignment's (its Hessian is the one the checks
+  // judged; the refined pose is at least as good).
+  void refine() {
+    if (!m.fine) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const AlignResult r = m.fine->align(filtered, out.pose);
+    out.iterations_total += r.iterations;
+    out.evaluations += r.timings.evaluations;
+    out.align_ms += detail::ms_since(t0);
+    if (!detail::has_pose(r)) return;
+    out.refinement_m = translation_gap(out.pose, r.transform);
+    const bool matched =
+        static_cast<double>(r.matched_points) >= m.settings.min_matched_ratio * static_cast<double>(r.source_points);
+    if (r.reason == StopReason::Converged && matched && out.refinement_m <= 0.5 * m.fine_resolution() &&
+        rotation_gap(out.pose, r.transform) <= 2.0 * detail::kPi / 180.0) {
+      out.pose = r.transform;
+      out.refined = true;
+    }
   }
 
   // No attempt passed: the frame is lost, with the check its best attempt failed.

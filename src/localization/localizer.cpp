@@ -150,6 +150,16 @@ void validate(const LocalizerSettings& s) {
     throw Error("localizer recovery must be none, last-good or hypotheses, got " +
                 std::to_string(static_cast<int>(s.recovery)));
   }
+  if (s.refine_ratio > 0.0) {  // the finer map's resolution must be one a map can have
+    AlignSettings fine = s.align;
+    fine.resolution = s.refine_ratio * s.align.resolution;
+    try {
+      validate(fine);
+    } catch (const Error& e) {
+      throw Error(std::string("localizer refine_ratio ") + number_text(s.refine_ratio) + " x resolution " +
+                  number_text(s.align.resolution) + ": " + e.what());
+    }
+  }
   if (s.align.prior.active()) {
     throw Error("localizer: align.prior is set, but the localizer sets each frame's prior itself (prediction_prior, "
                 "regularization_scale_factor); leave align.prior empty");
@@ -239,7 +249,7 @@ FrameStage frame_stage_from_string(const std::string& name) {
 }
 
 Localizer::Impl::Impl(const LocalizerSettings& s, CUstream_st* stream)
-    : settings(s), aligner(s.align, stream) {
+    : settings(s), aligner(s.align, stream), stream(stream) {
   if (s.gpu_preprocess && aligner.backend() == Backend::Cuda) {
     gpu_filters = std::make_unique<detail::GpuFilterPool>(s.align.device);
   }
@@ -264,19 +274,31 @@ Backend Localizer::preprocess_backend() const noexcept { return impl_->gpu_filte
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
 
 void Localizer::set_map(PointCloudView map) {
-  impl_->aligner.set_target(map);
-  impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores
+  Impl& m = *impl_;
+  m.aligner.set_target(map);
+  if (m.settings.refine_ratio > 0.0) {
+    if (!m.fine) m.fine.emplace(m.fine_settings(), m.stream);
+    m.fine->set_target(map);
+  }
+  m.typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores
 }
+// A map given as voxels has no finer voxels: its frames are not refined (refine_ratio).
 void Localizer::set_map(std::shared_ptr<const VoxelMap> map) {
   impl_->aligner.set_target(std::move(map));
+  impl_->fine.reset();
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
 }
 void Localizer::set_map(std::shared_ptr<TiledVoxelMap> tiles) {
   impl_->aligner.set_target(std::move(tiles));
+  impl_->fine.reset();
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
 }
-void Localizer::update_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.set_target(std::move(map)); }
+void Localizer::update_map(std::shared_ptr<const VoxelMap> map) {
+  impl_->aligner.set_target(std::move(map));
+  impl_->fine.reset();  // its voxels are those of the map before
+}
 void Localizer::stage_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.stage_target(std::move(map)); }
+bool Localizer::refines() const noexcept { return impl_->fine.has_value(); }
 
 void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   check_rigid(pose, "initial pose");

@@ -129,6 +129,20 @@ struct Localizer::Impl {
   // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
   std::unique_ptr<detail::GpuFilterPool> gpu_filters;
 
+  // settings.refine_ratio's aligner and its map (set_map of points), else empty.
+  CUstream_st* stream = nullptr;
+  std::optional<Aligner> fine;
+  double fine_resolution() const { return settings.refine_ratio * settings.align.resolution; }
+  // The settings of `fine`: the frame's NDT at fine_resolution(), without a prior or a
+  // covariance (the frame's covariance is the accepted alignment's).
+  AlignSettings fine_settings() const {
+    AlignSettings f = settings.align;
+    f.resolution = fine_resolution();
+    f.prior = PosePrior{};
+    f.pose_covariance = PoseCovariance::None;
+    return f;
+  }
+
   // One frame's attempts, retries and searches, and the check that decides it.
   class FrameAttempts;
 

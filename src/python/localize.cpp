@@ -24,6 +24,9 @@ void define_localizer_settings(nb::module_& m) {
                    "'tracked', 'recovered', 'lost' or 'degenerate'")
       .def_ro("degenerate_directions", &LocalizationResult::degenerate_directions)
       .def_ro("probe_nvtl_drop", &LocalizationResult::probe_nvtl_drop)
+      .def_ro("refined", &LocalizationResult::refined, "whether the pose is the refinement's (refine_ratio)")
+      .def_ro("refinement_m", &LocalizationResult::refinement_m,
+              "how far the refinement moved the accepted position (m; NaN when none ran)")
       .def_prop_ro("weakest_direction",
                    [](const LocalizationResult& r) { return Eigen::VectorXd(r.weakest_direction); })
       .def_prop_ro("prediction", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.prediction); })
@@ -98,6 +101,12 @@ void define_localizer(nb::module_& m) {
                      Working working(l.mutex);
                      return l.initialized();
                    })
+      .def_prop_ro("refines",
+                   [](PyLocalizer& l) {
+                     Working working(l.mutex);
+                     return l.refines();
+                   },
+                   "whether valid frames are refined (refine_ratio, with a map given as points)")
       .def(
           "localize",
           [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance) {

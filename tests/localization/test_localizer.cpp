@@ -308,6 +308,63 @@ TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
   bad([](LocalizerSettings& s) { s.recovery_attempts = -1; }, "recovery_attempts");
   bad([](LocalizerSettings& s) { s.max_prediction_scale = 0.5; }, "max_prediction_scale");
   bad([](LocalizerSettings& s) { s.align.resolution = 0; }, "resolution");
+  bad([](LocalizerSettings& s) { s.refine_ratio = 0.95; }, "refine_ratio");
+  bad([](LocalizerSettings& s) { s.refine_ratio = -0.5; }, "refine_ratio");
+}
+
+TEST_CASE("refine_ratio polishes valid frames against finer voxels of the map's points, and only then",
+          "[unit][localization]") {
+  std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
+  const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
+  const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
+  LocalizerSettings s;
+  s.align.threads = 2;
+  s.align.backend = Backend::Cpu;
+  Localizer plain(s);
+  plain.set_map(map);
+  CHECK_FALSE(plain.refines());  // off by default
+  s.refine_ratio = 0.5;
+  Localizer refining(s);
+  refining.set_map(map);
+  CHECK(refining.refines());
+  const RunStats a = run_sequence(plain, scans, truth.front().pose.matrix());
+  const RunStats b = run_sequence(refining, scans, truth.front().pose.matrix());
+  REQUIRE(a.results.size() == b.results.size());
+  int refined = 0;
+  for (std::size_t k = 0; k < a.results.size(); ++k) {
+    const LocalizationResult &x = a.results[k], &y = b.results[k];
+    CAPTURE(k, y.refinement_m);
+    CHECK_FALSE(x.refined);
+    CHECK(std::isnan(x.refinement_m));
+    REQUIRE(y.valid);
+    CHECK(std::isfinite(y.refinement_m));  // it ran on every valid frame
+    refined += y.refined;
+    if (y.refined) {
+      // Within its bounds (half the 1 m voxel), and the checks were those of the 2 m map:
+      // the accepted alignment stays in `alignment`, the pose is the refinement's.
+      CHECK(y.refinement_m <= 0.5);
+      CHECK(y.alignment.nvtl >= s.nvtl_threshold);
+      CHECK((y.pose.topRightCorner<3, 1>() - y.alignment.transform.topRightCorner<3, 1>()).norm() ==
+            Approx(y.refinement_m).margin(1e-9));
+    } else {
+      CHECK(y.pose == y.alignment.transform);
+    }
+    const double err = (y.pose.topRightCorner<3, 1>() - truth[k].pose.translation()).norm();
+    CHECK(err < 0.05);
+  }
+  CHECK(refined >= 8);
+  // A map given as voxels has no finer ones: no refinement, and the frames are the plain run's.
+  Localizer voxels(s);
+  voxels.set_map(std::make_shared<const VoxelMap>(VoxelMap::build(map, voxel_map_options(s.align))));
+  CHECK_FALSE(voxels.refines());
+  const RunStats c = run_sequence(voxels, scans, truth.front().pose.matrix());
+  for (std::size_t k = 0; k < a.results.size(); ++k) {
+    CHECK_FALSE(c.results[k].refined);
+    CHECK((c.results[k].pose - a.results[k].pose).norm() < 1e-6);
+  }
+  // update_map swaps in voxels: refinement stops with the old points' finer map.
+  refining.update_map(std::make_shared<const VoxelMap>(VoxelMap::build(map, voxel_map_options(s.align))));
+  CHECK_FALSE(refining.refines());
 }
 
 TEST_CASE("a voxel leaf too small for the crop is refused before any scan, naming the value, the limit and max_range",

@@ -39,6 +39,9 @@ LocalizerSettings settings(Backend backend = Backend::Cpu) {
   s.align.threads = 2;
   s.align.backend = backend;
   s.max_range = 20.0;
+  // A tiled map has no finer voxels to refine against (LocalizerSettings::refine_ratio):
+  // the whole map is localized without the refinement too, so both answer at one resolution.
+  s.refine_ratio = 0.0;
   return s;
 }
 

@@ -133,7 +133,7 @@ struct Localizer::Impl {
   class FrameAttempts;
 
   // Defined in localizer.cpp, where GpuFilterPool is.
-  Impl(const LocalizerSettings& s, CUstream_st* stream);
+  Impl(const LocalizerSettings& s, const ExecutionOptions& e);
   ~Impl();
 
   // The motion model takes `pose` at `time` as its newest pose (a valid or a degenerate frame).

@@ -376,14 +376,18 @@ class Reader {
     }
   }
 
-  // One NDT setting, checked by ndtcu::validate(AlignSettings) on Autoware's preset with
-  // only this value changed. The one rule between two settings (epsilon at most twice the
+  // One NDT setting, checked by ndtcu::validate(AlignSettings) on Autoware's preset (or by
+  // validate(ExecutionOptions) on the defaults, for ndt.num_threads) with only this value
+  // changed. The one rule between two settings (epsilon at most twice the
   // step size) is kept out of it here (the other is set so that it holds) and checked with
   // both values in check_together() and again once the command line is applied.
-  void ndt_value(const YAML::Node& node, const std::string& key, const std::function<void(AlignSettings&)>& set) {
+  void ndt_value(const YAML::Node& node, const std::string& key,
+                 const std::function<void(AlignSettings&, ExecutionOptions&)>& set) {
     check(node, key, [&] {
       AlignSettings probe = autoware_preset();
-      set(probe);
+      ExecutionOptions execution;
+      set(probe, execution);
+      validate(execution);
       if (key == "ndt.step_size") probe.epsilon = 0.0;
       if (key == "ndt.trans_epsilon" && std::isfinite(probe.epsilon) && probe.epsilon > 0.0) {
         probe.step_size = std::max(probe.step_size, probe.epsilon);
@@ -407,7 +411,9 @@ class Reader {
         v = number(node, key);
       }
       if (!v) return;
-      ndt_value(node, key, [&](AlignSettings& s) { set_field(s, field, *v); });
+      ndt_value(node, key, [&](AlignSettings& s, ExecutionOptions& e) {
+        if (!set_field(s, field, *v)) set_field(e, field, *v);
+      });
       out_.*value = v;
       if (key == "ndt.step_size") step_node_ = node;
       if (key == "ndt.trans_epsilon") epsilon_node_ = node;

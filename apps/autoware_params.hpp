@@ -23,7 +23,7 @@ struct AutowareParams {
   std::optional<double> step_size;     ///< ndt.step_size -> AlignSettings::step_size (--step-size)
   std::optional<double> epsilon;       ///< ndt.trans_epsilon -> AlignSettings::epsilon (--epsilon)
   std::optional<int> max_iterations;   ///< ndt.max_iterations -> AlignSettings::max_iterations
-  std::optional<int> threads;          ///< ndt.num_threads -> AlignSettings::threads (--threads)
+  std::optional<int> threads;          ///< ndt.num_threads -> ExecutionOptions::threads (--threads)
   /// covariance.covariance_estimation.covariance_estimation_type: 0 FIXED_VALUE -> None,
   /// 1 LAPLACE_APPROXIMATION -> Laplace, 2 MULTI_NDT -> MultiNdt, 3 MULTI_NDT_SCORE ->
   /// MultiNdtScore (AlignSettings::pose_covariance, --pose-covariance).
@@ -69,9 +69,10 @@ struct AutowareParams {
   std::vector<std::string> not_used;
 };
 
-/// Autoware's NDT parameters and the AlignSettings field (ndtcu/fields.hpp) each sets, with
-/// where AutowareParams keeps its value: the one list of renames. Reading the file and
-/// applying it to the settings (ndt_settings) both walk it; calls v(key, field, value).
+/// Autoware's NDT parameters and the AlignSettings or ExecutionOptions field
+/// (ndtcu/fields.hpp) each sets, with where AutowareParams keeps its value: the one list of
+/// renames. Reading the file and applying it (ndt_settings, execution_options) both walk
+/// it; calls v(key, field, value).
 template <typename V>
 void visit_autoware_renames(V&& v) {
   v("ndt.trans_epsilon", "epsilon", &AutowareParams::epsilon);
@@ -87,6 +88,14 @@ inline void apply_autoware_params(const AutowareParams& p, AlignSettings& s) {
     if (p.*value) set_field(s, field, *(p.*value));
   });
   if (p.pose_covariance) s.pose_covariance = *p.pose_covariance;
+}
+
+/// The file's values of how the alignment runs (visit_autoware_renames: ndt.num_threads)
+/// set on `e`.
+inline void apply_autoware_params(const AutowareParams& p, ExecutionOptions& e) {
+  visit_autoware_renames([&](const char*, const char* field, auto value) {
+    if (p.*value) set_field(e, field, *(p.*value));
+  });
 }
 
 /// Reads an Autoware ndt_scan_matcher.param.yaml: the ROS 2 layout, `/**:` (or a node

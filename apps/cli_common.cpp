@@ -217,12 +217,10 @@ std::string option_help(const char* doc, const FieldRange& range) {
   return range.note ? std::string(doc) + " (" + range.note + ")" : std::string(doc);
 }
 
-}  // namespace
-
-void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
-  cmd->add_option("--preset", o.preset, "starting NDT settings; every other option overrides them")
-      ->check(CLI::IsMember({"autoware", "pcl"}));
-  visit_fields<AlignSettings>([&](const auto& f) {
+// One option per field of S (AlignSettings or ExecutionOptions), setting o.target<S>().
+template <typename S>
+void add_field_options(CLI::App* cmd, NdtOptions& o) {
+  visit_fields<S>([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
     const std::string field = f.name;
     auto member = f.member;
@@ -230,7 +228,7 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       cmd->add_option_function<std::string>(
              option_name(field),
              [&o, field, member](const std::string& v) {
-               o.values.*member = EnumValues<T>::parse(v);
+               o.target<S>().*member = EnumValues<T>::parse(v);
                o.given.insert(field);
              },
              f.doc)
@@ -240,7 +238,7 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       cmd->add_option_function<T>(
              option_name(field),
              [&o, field, member](const T& v) {
-               o.values.*member = v;
+               o.target<S>().*member = v;
                o.given.insert(field);
              },
              std::string(f.doc) + " (`ndtcu devices` lists them; default: device 0, or the first of "
@@ -250,13 +248,22 @@ void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
       CLI::Option* option = cmd->add_option_function<T>(
           option_name(field),
           [&o, field, member](const T& v) {
-            o.values.*member = v;
+            o.target<S>().*member = v;
             o.given.insert(field);
           },
           option_help(f.doc, f.range));
       check_range<T>(option, f.range);
     }
   });
+}
+
+}  // namespace
+
+void add_ndt_options(CLI::App* cmd, NdtOptions& o) {
+  cmd->add_option("--preset", o.preset, "starting NDT settings; every other option overrides them")
+      ->check(CLI::IsMember({"autoware", "pcl"}));
+  add_field_options<AlignSettings>(cmd, o);
+  add_field_options<ExecutionOptions>(cmd, o);
 }
 
 CLI::Option* add_regularization_option(CLI::App* cmd, std::optional<double>& scale, const std::string& pose_from) {
@@ -382,8 +389,10 @@ nlohmann::json fields_json(const S& s) {
 
 }  // namespace
 
-nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config) {
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const ExecutionOptions& execution,
+                                 const std::string& config) {
   nlohmann::json j = fields_json(s);
+  j.update(fields_json(execution));
   j["preset"] = preset;
   j["config"] = config.empty() ? nlohmann::json(nullptr) : json_text(config);
   j["prior"] = prior_json(s.prior);
@@ -408,24 +417,8 @@ AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config) {
   if (config) apply_autoware_params(*config, s);
   // The command line's values replace the file's exactly when they were given.
   visit_fields<AlignSettings>([&](const auto& f) {
-    if (o.was_given(f.name) && std::string(f.name) != "device") s.*f.member = o.values.*f.member;
+    if (o.was_given(f.name)) s.*f.member = o.values.*f.member;
   });
-  if (o.was_given("device")) {
-    const int device = o.values.device;
-    // Checked here, before any file is read, in the option's own words.
-    if (s.backend == Backend::Cpu) {
-      throw Error(fmt::format("--device {}: the CPU backend runs on no CUDA device (use --backend cuda or auto)",
-                              device));
-    }
-    const std::size_t count = cuda_devices().size();
-    if (device < 0 || static_cast<std::size_t>(device) >= count) {
-      const std::string why = cuda_unavailable_reason();
-      throw Error(fmt::format("--device {}: no such CUDA device ({} present{}; `ndtcu devices` lists them)", device,
-                              count, count > 0 ? fmt::format(", indices 0 to {}", count - 1)
-                                               : why.empty() ? std::string() : ": " + why));
-    }
-    s.device = device;
-  }
   // Before any point cloud is read: a contradiction fails at once. Each value of the file
   // passed its own range already; what is left is a rule between two settings that the
   // file and the command line (or the preset) set apart.
@@ -437,6 +430,33 @@ AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config) {
                             config->path));
   }
   return s;
+}
+
+ExecutionOptions execution_options(const NdtOptions& o, const AutowareParams* config) {
+  ExecutionOptions e;
+  if (config) apply_autoware_params(*config, e);
+  // The command line's values replace the file's exactly when they were given.
+  visit_fields<ExecutionOptions>([&](const auto& f) {
+    if (o.was_given(f.name) && std::string(f.name) != "device") e.*f.member = o.execution.*f.member;
+  });
+  if (o.was_given("device")) {
+    const int device = o.execution.device;
+    // Checked here, before any file is read, in the option's own words.
+    if (e.backend == Backend::Cpu) {
+      throw Error(fmt::format("--device {}: the CPU backend runs on no CUDA device (use --backend cuda or auto)",
+                              device));
+    }
+    const std::size_t count = cuda_devices().size();
+    if (device < 0 || static_cast<std::size_t>(device) >= count) {
+      const std::string why = cuda_unavailable_reason();
+      throw Error(fmt::format("--device {}: no such CUDA device ({} present{}; `ndtcu devices` lists them)", device,
+                              count, count > 0 ? fmt::format(", indices 0 to {}", count - 1)
+                                               : why.empty() ? std::string() : ": " + why));
+    }
+    e.device = device;
+  }
+  validate(e);
+  return e;
 }
 
 std::string shell_quote(const std::string& s) {

@@ -76,20 +76,32 @@ CLI::Option* add_origin_option(CLI::App* cmd, std::string& origin, const std::st
 ReadOptions read_options_for_origin(const std::string& text, const std::string& option = "--origin");
 
 /// The NDT options `align` and `localize` share: a preset, the Autoware parameter file
-/// (--config) whose values come after it, and one option per AlignSettings field (from
-/// ndtcu/fields.hpp), bound onto a default-constructed AlignSettings, that overrides both
-/// when given.
+/// (--config) whose values come after it, and one option per AlignSettings field and per
+/// ExecutionOptions field (from ndtcu/fields.hpp), bound onto a default-constructed
+/// AlignSettings and ExecutionOptions, that overrides both when given.
 struct NdtOptions {
   std::string preset = "autoware";
   std::string config;            ///< --config FILE (empty: none)
   AlignSettings values;          ///< what the options set (the library's defaults where not given)
+  ExecutionOptions execution;    ///< what the options of how it runs set (--backend, --threads, ...)
   std::set<std::string> given;   ///< names of the fields given on the command line
 
-  /// Sets a field as the command line would, and marks it given.
-  template <typename T>
-  void set(T AlignSettings::*member, T value) {
-    values.*member = value;
-    visit_fields<AlignSettings>([&](const auto& f) {
+  /// The struct of type S the options set (values or execution).
+  template <typename S>
+  S& target() {
+    if constexpr (std::is_same_v<S, ExecutionOptions>) {
+      return execution;
+    } else {
+      return values;
+    }
+  }
+
+  /// Sets a field (of AlignSettings or ExecutionOptions) as the command line would, and
+  /// marks it given.
+  template <typename S, typename T>
+  void set(T S::*member, T value) {
+    target<S>().*member = value;
+    visit_fields<S>([&](const auto& f) {
       if constexpr (std::is_same_v<typename std::decay_t<decltype(f)>::Type, T>) {
         if (f.member == member) given.insert(f.name);
       }
@@ -106,10 +118,11 @@ std::string option_name(const std::string& field);
 /// value and the range.
 void check_number_range(CLI::Option* option, const FieldRange& range);
 
-/// Registers --preset and one option per AlignSettings field (--resolution, --step-size,
+/// Registers --preset, one option per AlignSettings field (--resolution, --step-size,
 /// --epsilon, --max-iterations, --outlier-ratio, --search, --line-search, --convergence,
 /// --newton-direction, --covariance, --min-points-per-voxel, --eigenvalue-ratio,
-/// --threads, --backend, --device, --gpu-loop, --pose-covariance).
+/// --pose-covariance) and one per ExecutionOptions field (--backend, --threads, --device,
+/// --gpu-loop).
 void add_ndt_options(CLI::App* cmd, NdtOptions& o);
 
 /// Registers --config FILE (Autoware's ndt_scan_matcher.param.yaml) on a command that also
@@ -135,10 +148,11 @@ Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::strin
 /// null when it adds nothing.
 nlohmann::json prior_json(const PosePrior& prior);
 
-/// JSON of the NDT settings in use: every AlignSettings field by its name (enums by name),
-/// the prior (prior_json), the preset they started from, and the --config file (null
-/// without one).
-nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const std::string& config = {});
+/// JSON of the NDT settings in use: every AlignSettings field and every ExecutionOptions
+/// field by its name (enums by name), the prior (prior_json), the preset they started
+/// from, and the --config file (null without one).
+nlohmann::json ndt_settings_json(const std::string& preset, const AlignSettings& s, const ExecutionOptions& execution,
+                                 const std::string& config = {});
 
 /// JSON of an alignment's localizability: valid, eigenvalues (ascending), directions (row
 /// i: the pose change [x y z roll pitch yaw] of eigenvalue i, moving the points 1 m RMS),
@@ -157,5 +171,11 @@ std::string localizability_text(const Localizability& l);
 /// then every option given on the command line, names parsed and the result checked by
 /// ndtcu::validate (throws Error naming the setting, before any point cloud is read).
 AlignSettings ndt_settings(const NdtOptions& o, const AutowareParams* config = nullptr);
+
+/// How the alignment runs: the library's defaults, then `config`'s ndt.num_threads, then
+/// the options given on the command line (--backend, --threads, --device, --gpu-loop),
+/// checked by ndtcu::validate and, for --device, against the CUDA devices present (throws
+/// Error in the option's words, before any point cloud is read).
+ExecutionOptions execution_options(const NdtOptions& o, const AutowareParams* config = nullptr);
 
 }  // namespace ndtcu::cli

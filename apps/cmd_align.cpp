@@ -42,6 +42,7 @@ struct AlignOptions {
 struct AlignContext {
   std::string target, source, preset, config;
   AlignSettings settings;
+  ExecutionOptions execution;
   std::size_t source_points_read = 0, target_points = 0, target_points_read = 0;
   double map_ms = 0.0, load_ms = 0.0;
 };
@@ -91,11 +92,11 @@ nlohmann::json result_json(const AlignResult& r, const AlignContext& c) {
                 {"bytes_up", r.timings.bytes_up},
                 {"bytes_down", r.timings.bytes_down},
                 {"setup_bytes_up", r.timings.setup_bytes_up},
-                {"newton_loop", wants_device_loop(c.settings) ? to_string(c.settings.gpu_loop) : "host"}};
+                {"newton_loop", wants_device_loop(c.settings, c.execution) ? to_string(c.execution.gpu_loop) : "host"}};
   }
   j["map_build_ms"] = c.map_ms;
   j["load_ms"] = c.load_ms;
-  j["settings"] = ndt_settings_json(c.preset, c.settings, c.config);
+  j["settings"] = ndt_settings_json(c.preset, c.settings, c.execution, c.config);
   return j;
 }
 
@@ -196,7 +197,7 @@ struct AlignInputs {
   AlignContext context;
 };
 
-AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s) {
+AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s, const ExecutionOptions& e) {
   const auto t0 = std::chrono::steady_clock::now();
   AlignInputs in;
   in.target = read_point_cloud(o.target, read_options_for_origin(o.target_origin));
@@ -209,6 +210,7 @@ AlignInputs load_inputs(const AlignOptions& o, const AlignSettings& s) {
   in.context.preset = o.ndt.preset;
   in.context.config = o.ndt.config;
   in.context.settings = s;
+  in.context.execution = e;
   in.context.source_points_read = source_points_read;
   in.context.target_points = in.target.size();
   in.context.target_points_read = target_points_read;
@@ -255,10 +257,10 @@ std::string batch_text(const std::vector<AlignResult>& results, std::size_t best
 // --guesses: every hypothesis of the file aligned in one align_batch call. Prints the
 // table (or {"results": [...], "best": i, "time_ms": t}), or with --best only the best
 // hypothesis as a single align prints it; --output writes the source moved by the best.
-int align_guesses(const AlignOptions& o, const AlignSettings& s, bool json) {
+int align_guesses(const AlignOptions& o, const AlignSettings& s, const ExecutionOptions& e, bool json) {
   const std::vector<Pose6> guesses = read_guesses(o.guesses);  // a bad file fails before the clouds load
-  AlignInputs in = load_inputs(o, s);
-  Aligner aligner(s);
+  AlignInputs in = load_inputs(o, s, e);
+  Aligner aligner(s, e);
   auto t0 = std::chrono::steady_clock::now();
   aligner.set_target(in.target);
   in.context.map_ms = ms_since(t0);
@@ -370,8 +372,9 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
   return [o, &global]() {
     const std::optional<AutowareParams> config = load_autoware_params(o->ndt.config);
     AlignSettings s = ndt_settings(o->ndt, config ? &*config : nullptr);
+    const ExecutionOptions e = execution_options(o->ndt, config ? &*config : nullptr);
     s.prior = align_prior(*o, config ? &*config : nullptr);
-    if (!o->guesses.empty()) return align_guesses(*o, s, global.json);
+    if (!o->guesses.empty()) return align_guesses(*o, s, e, global.json);
 
     Pose6 guess = Pose6::Zero();
     if (!o->init.empty()) {
@@ -380,8 +383,8 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       guess = matrix_to_pose(read_matrix(o->init_matrix));
     }
 
-    AlignInputs in = load_inputs(*o, s);
-    Aligner aligner(s);
+    AlignInputs in = load_inputs(*o, s, e);
+    Aligner aligner(s, e);
     const auto t0 = std::chrono::steady_clock::now();
     aligner.set_target(in.target);
     in.context.map_ms = ms_since(t0);

@@ -119,6 +119,7 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
 // What a search read, built and found.
 struct InitPoseRun {
   AlignSettings settings;
+  ExecutionOptions execution;
   Pose6 around = Pose6::Zero();
   bool tpe = false;
   std::size_t map_points = 0, map_points_read = 0, scan_points = 0, scan_points_read = 0;
@@ -141,6 +142,7 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
   InitPoseRun run;
   AlignSettings& s = run.settings;
   s = ndt_settings(o.ndt, config ? &*config : nullptr);
+  run.execution = execution_options(o.ndt, config ? &*config : nullptr);
   Pose6& around = run.around;
   around = Pose6::Zero();
   if (o.around.size() == 4) {
@@ -168,7 +170,7 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
   run.load_ms = ms_since(t0);
   run.map_points = map.size();
   run.scan_points = scan.size();
-  Aligner aligner(s);
+  Aligner aligner(s, run.execution);
   t0 = std::chrono::steady_clock::now();
   aligner.set_target(map);
   run.map_ms = ms_since(t0);
@@ -229,7 +231,7 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   j["map_points_read"] = run.map_points_read;
   j["load_ms"] = run.load_ms;
   j["map_build_ms"] = run.map_ms;
-  j["settings"] = ndt_settings_json(o.ndt.preset, s, o.ndt.config);
+  j["settings"] = ndt_settings_json(o.ndt.preset, s, run.execution, o.ndt.config);
   return j;
 }
 

@@ -322,17 +322,17 @@ int run_batch_bench(const BatchBenchOptions& o) {
   for (const Workload& w : workloads) {
     const std::vector<Pose6> starts = random_starts(w.reference, max_k, o.seed);
 
-    AlignSettings cpu_settings = w.settings;
-    cpu_settings.backend = Backend::Cpu;
-    cpu_settings.threads = 0;  // all hardware threads
-    Aligner cpu_aligner(cpu_settings);
+    ExecutionOptions on_cpu;
+    on_cpu.backend = Backend::Cpu;
+    on_cpu.threads = 0;  // all hardware threads
+    Aligner cpu_aligner(w.settings, on_cpu);
     cpu_aligner.set_target(w.target);
     const std::shared_ptr<const VoxelMap> map = cpu_aligner.target();
     std::optional<Aligner> cuda_aligner;
     if (cuda) {
-      AlignSettings s = w.settings;
-      s.backend = Backend::Cuda;
-      cuda_aligner.emplace(s);
+      ExecutionOptions on_cuda;
+      on_cuda.backend = Backend::Cuda;
+      cuda_aligner.emplace(w.settings, on_cuda);
       cuda_aligner->set_target(map);
     }
 
@@ -413,10 +413,10 @@ int run_batch_bench(const BatchBenchOptions& o) {
     std::vector<Backend> backends{Backend::Cpu};
     if (cuda) backends.insert(backends.begin(), Backend::Cuda);
     for (const Backend backend : backends) {
-      AlignSettings s = fixed;
-      s.backend = backend;
-      s.threads = 0;
-      Aligner aligner(s);
+      ExecutionOptions e;
+      e.backend = backend;
+      e.threads = 0;
+      Aligner aligner(fixed, e);
       aligner.set_target(map);
       const Row row = fixed_row(aligner, w.source, starts.front(), o);
       if (text) {

@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     AlignSettings settings = cli::ndt_settings(ndt);
     settings.pose_covariance = PoseCovariance::None;  // every mode is estimated below, from one alignment
     validate(settings);
+    const ExecutionOptions execution = cli::execution_options(ndt);
     const SceneSpec spec = scene_spec(scene_name);
 
     // Scene, drive and map.
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
       map.intensity.clear();
     }
     const double map_s = seconds_since(t0);
-    Aligner aligner(settings);
+    Aligner aligner(settings, execution);
     aligner.set_target(map);
 
     // Scans with their exact poses.
@@ -319,7 +320,7 @@ int main(int argc, char** argv) {
                   {"leaf_m", scan_leaf},
                   {"mean_points", frames ? static_cast<double>(scan_points) / frames : 0.0}};
     j["starts"] = {{"per_frame", starts}, {"max_offset_m", max_offset}, {"max_angle_deg", max_angle_deg}, {"seed", seed}};
-    j["settings"] = cli::ndt_settings_json(ndt.preset, settings);
+    j["settings"] = cli::ndt_settings_json(ndt.preset, settings, execution);
     j["trials"] = trials;
     j["not_converged"] = not_converged;
     j["used"] = used;

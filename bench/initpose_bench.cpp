@@ -86,10 +86,10 @@ int main(int argc, char** argv) {
     if (reference.size() != 60) {
       throw Error(fmt::format("{}: {} poses, expected 60", (balm / "poses_tum.txt").string(), reference.size()));
     }
-    AlignSettings settings = autoware_preset();
-    settings.backend = backend_from_string(backend);
-    settings.threads = threads;
-    Aligner aligner(settings);
+    ExecutionOptions execution;
+    execution.backend = backend_from_string(backend);
+    execution.threads = threads;
+    Aligner aligner(autoware_preset(), execution);
     aligner.set_target(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
     InitialPoseOptions o;
     o.radius = radius;

@@ -155,13 +155,14 @@ void run_tile_bench(const TileBench& b) {
                           Mode{"GPU voxelize, device publish", Backend::Cuda, true}}) {
     AlignSettings s = autoware_preset();
     s.resolution = b.resolution;
-    s.backend = Backend::Cuda;
-    VoxelMapOptions o = voxel_map_options(s);
+    ExecutionOptions on_cuda;
+    on_cuda.backend = Backend::Cuda;
+    VoxelMapOptions o = voxel_map_options(s, on_cuda);
     o.backend = mode.voxelize;
     o.threads = b.map_threads;
     auto map = std::make_shared<TiledVoxelMap>(o);
     for (const auto& [id, t] : tiles) map->add_tile(id, t);
-    Aligner aligner(s);
+    Aligner aligner(s, on_cuda);
     if (mode.publish) {
       map->publish();
       aligner.set_target(map);
@@ -317,8 +318,9 @@ int main(int argc, char** argv) {
         AlignSettings s = autoware_preset();
         s.resolution = resolution;
         s.covariance = mode;
-        s.backend = Backend::Cuda;
-        Aligner aligner(s);
+        ExecutionOptions on_cuda;
+        on_cuda.backend = Backend::Cuda;
+        Aligner aligner(s, on_cuda);
         print_row(("ndtcu GPU, " + name + " (+ CUDA aligner's device map)").c_str(), time_runs(repeats, [&] {
                     aligner.set_target(cloud);
                     return aligner.target()->size();

@@ -255,10 +255,11 @@ int main(int argc, char** argv) {
       s.max_iterations = iterations;
     }
     s.search = c.search;
-    s.threads = c.threads;
-    s.backend = c.backend;
-    s.gpu_loop = c.loop;
-    Aligner aligner(s);
+    ExecutionOptions e;
+    e.threads = c.threads;
+    e.backend = c.backend;
+    e.gpu_loop = c.loop;
+    Aligner aligner(s, e);
     aligner.set_target(tgt);
     const bool cuda = c.backend == Backend::Cuda;
     const bool host_loop = cuda && autoware && c.loop == GpuNewtonLoop::Host;

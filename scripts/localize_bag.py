@@ -77,10 +77,8 @@ def main():
     else:
         initial = np.eye(4)
 
-    settings = ndtcu.LocalizerSettings()
-    settings.align.backend = args.backend
-    settings.align.threads = args.threads
-    loc = ndtcu.Localizer(settings)
+    execution = ndtcu.ExecutionOptions(backend=args.backend, threads=args.threads)
+    loc = ndtcu.Localizer(ndtcu.LocalizerSettings(), execution)
     t0 = time.perf_counter()
     loc.set_map(ndtcu.read_point_cloud(args.map))
     map_s = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-// resolve_backend: the one place Backend::Auto becomes a backend (see settings.hpp).
+// resolve_backend: the one place Backend::Auto becomes a backend (see execution.hpp).
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/settings.hpp>

@@ -121,9 +121,14 @@ PoseCovariance pose_covariance_from_string(const std::string& name) {
   return parse(name, "pose covariance", all);
 }
 
-bool wants_device_loop(const AlignSettings& s) {
+bool wants_device_loop(const AlignSettings& s, const ExecutionOptions& e) {
   return s.line_search == LineSearch::Fixed && s.newton_direction == NewtonDirection::Pcl &&
-         s.gpu_loop == GpuNewtonLoop::Device;
+         e.gpu_loop == GpuNewtonLoop::Device;
+}
+
+void validate(const ExecutionOptions& e) {
+  // Each number against its range in the one list of fields (ndtcu/fields.hpp).
+  validate_ranges(e);
 }
 
 void validate(const AlignSettings& s) {

@@ -173,7 +173,8 @@ LocalizeInputs read_inputs(const LocalizeOptions& o, double init_time_difference
   return in;
 }
 
-void load_map(LocalizeMap& m, const LocalizeOptions& o, const AlignSettings& s, const Eigen::Matrix4d& initial) {
+void load_map(LocalizeMap& m, const LocalizeOptions& o, const AlignSettings& s, const ExecutionOptions& execution,
+              const Eigen::Matrix4d& initial) {
   const auto t0 = std::chrono::steady_clock::now();
   if (is_tiled_map(o.map)) {
     TiledMapStreamOptions so;
@@ -181,17 +182,17 @@ void load_map(LocalizeMap& m, const LocalizeOptions& o, const AlignSettings& s, 
     so.update_distance = o.map_update_distance;
     so.map_voxel = o.map_voxel;
     so.memory_budget = static_cast<std::size_t>(o.map_memory_mb * 1e6);
-    so.threads = s.threads;
+    so.threads = execution.threads;
     // Where the tiles are voxelized on the GPU (a CUDA localizer), each update publishes
     // them to the tiled map's device twin, which the localizer follows: only the voxels
     // that changed go up, the lookup is rebuilt on the device, and no host map is joined.
     // Otherwise each update's joined map is uploaded to the GPU on the worker (a no-op on
     // the CPU backend), so the swap between two frames costs no upload.
-    so.publish = tiled_map_on_device(voxel_map_options(s));
+    so.publish = tiled_map_on_device(voxel_map_options(s, execution));
     so.on_map = [&m](const std::shared_ptr<const VoxelMap>& next) {
       if (m.localizer_slot) m.localizer_slot->stage_map(next);
     };
-    m.streamer = std::make_unique<TiledMapStreamer>(o.map, voxel_map_options(s), so, read_options_for_origin(o.origin));
+    m.streamer = std::make_unique<TiledMapStreamer>(o.map, voxel_map_options(s, execution), so, read_options_for_origin(o.origin));
     try {
       m.voxels = m.streamer->load(initial.topRightCorner<2, 1>());
     } catch (const Error& e) {

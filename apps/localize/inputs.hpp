@@ -86,7 +86,10 @@ struct LocalizeMap {
 };
 
 /// Reads the map of `o` into `m` (with a tiled map, the tiles around `initial`).
-void load_map(LocalizeMap& m, const LocalizeOptions& o, const AlignSettings& s, const Eigen::Matrix4d& initial);
+/// The map is built with voxel_map_options(s, execution), as the localizer's aligner builds
+/// its own.
+void load_map(LocalizeMap& m, const LocalizeOptions& o, const AlignSettings& s, const ExecutionOptions& execution,
+              const Eigen::Matrix4d& initial);
 
 /// Gives the map of `m` to `localizer` (which the streamer's updates reach from now on) and
 /// counts its voxels; throws Error for a map without one.

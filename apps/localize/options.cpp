@@ -263,6 +263,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   LocalizerSettings& ls = result.localizer;
   AlignSettings& s = ls.align;
   s = ndt_settings(o.ndt, config ? &*config : nullptr);
+  result.execution = execution_options(o.ndt, config ? &*config : nullptr);
   // The localizer reports a covariance with every pose unless told otherwise.
   if (!o.ndt.was_given("pose_covariance") && !(config && config->pose_covariance)) s.pose_covariance = PoseCovariance::Laplace;
   ls.min_range = o.min_range;

@@ -85,6 +85,7 @@ ConfigurableOptions add_localize_options(CLI::App* cmd, LocalizeOptions& o);
 struct LocalizeSettings {
   std::optional<AutowareParams> config;
   LocalizerSettings localizer;
+  ExecutionOptions execution;  ///< how the localizer runs (--backend, --threads, --device, --gpu-loop)
   /// The largest gap (s) between --init-from's pose and the first scan.
   double init_time_difference = 0.0;
 };

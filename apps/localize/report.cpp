@@ -86,20 +86,20 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
 // 0), or null on the CPU.
 nlohmann::json cuda_device_index(const LocalizeRun& run) {
   if (run.localizer.backend() != Backend::Cuda) return nullptr;
-  const int d = run.settings.localizer.align.device;
+  const int d = run.localizer.execution().device;
   return d < 0 ? 0 : d;
 }
 
 // The device the frames were aligned on, in words.
 std::string device_name(const LocalizeRun& run) {
-  const AlignSettings& s = run.settings.localizer.align;
+  const ExecutionOptions& e = run.localizer.execution();
   std::string device;
   if (run.localizer.backend() == Backend::Cuda) {
     const auto devices = cuda_devices();
-    const std::size_t k = s.device < 0 ? 0 : static_cast<std::size_t>(s.device);
+    const std::size_t k = e.device < 0 ? 0 : static_cast<std::size_t>(e.device);
     device = k < devices.size() ? devices[k].name : fmt::format("CUDA device {}", k);
   } else {
-    const int threads = s.threads > 0 ? s.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = e.threads > 0 ? e.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     device = fmt::format("CPU, {} threads", threads);
   }
   return device;
@@ -159,7 +159,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
   const AlignSettings& s = ls.align;
   const Localizer& localizer = run.localizer;
   const double init_time_difference = run.settings.init_time_difference;
-  j["settings"] = ndt_settings_json(o.ndt.preset, s, o.ndt.config);
+  j["settings"] = ndt_settings_json(o.ndt.preset, s, localizer.execution(), o.ndt.config);
   j["settings"].update({{"min_range", ls.min_range},
                    {"max_range", ls.max_range},
                    {"voxel", ls.voxel_leaf},

@@ -255,8 +255,8 @@ int run_localize(LocalizeOptions& o, const ConfigurableOptions& given, const Glo
   // are spent on it.
   const OutputFolder folder(o.out, "ndtcu localize");
   LocalizeMap map;
-  load_map(map, o, ls.align, in.initial);
-  Localizer localizer(ls);
+  load_map(map, o, ls.align, settings.execution, in.initial);
+  Localizer localizer(ls, settings.execution);
   const WaitForUpdates wait_for_updates{map.streamer.get()};
   attach_map(map, localizer, o, ls.align);
   if (o.init_radius > 0.0) {

@@ -10,6 +10,7 @@
 /// is converted back (t = t_internal - R o_s + o_m). With both origins zero (the usual
 /// scan-to-scan case) the internal pose is the pose.
 
+#include <ndtcu/execution.hpp>
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/settings.hpp>
@@ -21,8 +22,6 @@
 #include <memory>
 #include <vector>
 
-struct CUstream_st;  // cudaStream_t, without the CUDA headers
-
 namespace ndtcu {
 
 /// 4x4 transform of pose [x y z roll pitch yaw]: Translation * Rx(roll) * Ry(pitch) * Rz(yaw).
@@ -33,10 +32,11 @@ Eigen::Matrix4d pose_to_matrix(const Pose6& pose);
 /// (rotation not orthonormal within 1e-4, bottom row not 0 0 0 1).
 Pose6 matrix_to_pose(const Eigen::Matrix4d& transform);
 
-/// The VoxelMapOptions an AlignSettings implies (resolution, covariance, thresholds,
-/// threads, and the backend: a CUDA aligner's maps, and its tiles, are built on the GPU,
-/// with the CPU build's bits).
-VoxelMapOptions voxel_map_options(const AlignSettings& settings);
+/// The VoxelMapOptions an AlignSettings implies (resolution, covariance, thresholds), run
+/// as `execution` says (threads, backend and device: a CUDA aligner's maps, and its tiles,
+/// are built on the GPU, with the CPU build's bits). An aligner's own maps are built with
+/// voxel_map_options(aligner.settings(), aligner.execution()).
+VoxelMapOptions voxel_map_options(const AlignSettings& settings, const ExecutionOptions& execution = {});
 
 /// Options of a batched alignment (Aligner::align_batch).
 struct BatchOptions {
@@ -66,11 +66,13 @@ struct BatchOptions {
 /// nothing failed, and nothing the failed call allocated is left behind.
 class Aligner {
  public:
-  /// Validates `settings` (throws Error for an out-of-range value) and starts the workers.
-  /// With the CUDA backend every device operation runs on `cuda_stream` (a cudaStream_t;
-  /// null: the default stream), which the aligner uses but never owns. Backend::Cuda
-  /// without a CUDA build or device throws CudaError here.
-  explicit Aligner(const AlignSettings& settings = AlignSettings{}, CUstream_st* cuda_stream = nullptr);
+  /// Validates `settings` and `execution` (throws Error for an out-of-range value), picks
+  /// the backend `execution` asks for and starts the workers. With the CUDA backend every
+  /// device operation runs on `execution.cuda_stream` (a cudaStream_t; null: the default
+  /// stream), which the aligner uses but never owns. Backend::Cuda without a CUDA build or
+  /// device throws CudaError here.
+  explicit Aligner(const AlignSettings& settings = AlignSettings{},
+                   const ExecutionOptions& execution = ExecutionOptions{});
   ~Aligner();
   /// Moves the map and the workers.
   Aligner(Aligner&&) noexcept;
@@ -79,6 +81,9 @@ class Aligner {
 
   /// The settings in use.
   const AlignSettings& settings() const noexcept;
+  /// How the aligner runs, as it was made (its backend() is the one `execution().backend`
+  /// resolved to).
+  const ExecutionOptions& execution() const noexcept;
   /// Replaces the settings' pose prior (AlignSettings::prior) for the calls that follow:
   /// a localization loop moves it to each frame's prediction. Throws Error, keeping the
   /// prior in use, when `prior` is invalid (validate(PosePrior)). PosePrior{} removes it.
@@ -86,7 +91,8 @@ class Aligner {
   /// The backend align() runs on: Backend::Cpu or Backend::Cuda, never Auto (resolved by
   /// resolve_backend when the aligner is made; to_string gives "cpu" or "cuda").
   Backend backend() const noexcept;
-  /// Builds the target voxel map from `target` with voxel_map_options(settings()), on the
+  /// Builds the target voxel map from `target` with voxel_map_options(settings(),
+  /// execution()), on the
   /// backend the aligner runs on (VoxelMapOptions::backend: a CUDA aligner builds it on the
   /// GPU; the voxels are the CPU build's, bit for bit).
   void set_target(PointCloudView target);
@@ -207,8 +213,9 @@ class Aligner {
 };
 
 /// One-shot: builds the map of `target`, aligns `source` from `guess` and attaches the
-/// pose covariance settings.pose_covariance asks for (attach_pose_covariance).
+/// pose covariance settings.pose_covariance asks for (attach_pose_covariance), all run as
+/// `execution` says.
 AlignResult align(const PointCloud& target, PointCloudView source, const Eigen::Matrix4d& guess,
-                  const AlignSettings& settings);
+                  const AlignSettings& settings, const ExecutionOptions& execution = ExecutionOptions{});
 
 }  // namespace ndtcu

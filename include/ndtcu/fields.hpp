@@ -1,15 +1,17 @@
 #pragma once
 /// \file
-/// One list of the fields of AlignSettings, LocalizerSettings and AlignResult: name, member,
-/// a line of documentation and, for a number, its valid range. The range checks of
-/// validate(AlignSettings), the command-line options, the JSON the tool writes, the Python
+/// One list of the fields of AlignSettings, ExecutionOptions, LocalizerSettings and
+/// AlignResult: name, member, a line of documentation and, for a number, its valid range.
+/// The range checks of validate(AlignSettings) and validate(ExecutionOptions), the
+/// command-line options, the JSON the tool writes, the Python
 /// attributes, keywords and `__repr__`, and the Autoware parameter mapping are made from
 /// it, so a new setting is one line here plus its use.
 ///
 ///     visit_fields<AlignSettings>([&](const auto& f) { std::cout << f.name << " = " << s.*f.member; });
 ///
 /// Not listed (a struct, not one value): AlignSettings::prior, LocalizerSettings::align,
-/// and AlignResult's localizability, trace and timings.
+/// and AlignResult's localizability, trace and timings; nor ExecutionOptions::cuda_stream
+/// (a handle the caller owns, which no file or command line can name).
 
 #include <ndtcu/error.hpp>
 #include <ndtcu/localizer.hpp>
@@ -159,16 +161,25 @@ struct FieldList<AlignSettings> {
             range_at_least(3)));
     v(make_field("eigenvalue_ratio", &S::eigenvalue_ratio,
             "voxel covariance eigenvalues below this times the largest are raised to it", range_closed(0.0, 1.0)));
-    v(make_field("threads", &S::threads, "CPU threads for the alignment",
-            range_closed(0, kMaxThreads, "0 = one per hardware thread")));
-    v(make_field("backend", &S::backend, "backend (auto: CUDA when a device is present)"));
-    v(make_field("device", &S::device, "CUDA device index the CUDA backend runs on",
-            range_at_least(-1, "-1 = the current CUDA device")));
-    v(make_field("gpu_loop", &S::gpu_loop,
-            "CUDA, fixed step: Newton loop in one device graph, or one host round trip per iteration"));
     v(make_field("pose_covariance", &S::pose_covariance,
             "covariance of the aligned pose, as Autoware estimates it: none, laplace ((-H)^-1 of the score), "
             "multi-ndt (6 more aligns from 0.5-1 m offsets), multi-ndt-score (NVTL-weighted offsets)"));
+  }
+};
+
+template <>
+struct FieldList<ExecutionOptions> {
+  /// Calls v(field) for each.
+  template <typename V>
+  static void visit(V&& v) {
+    using S = ExecutionOptions;
+    v(make_field("backend", &S::backend, "backend (auto: CUDA when a device is present)"));
+    v(make_field("threads", &S::threads, "CPU threads for the alignment",
+                 range_closed(0, kMaxThreads, "0 = one per hardware thread")));
+    v(make_field("device", &S::device, "CUDA device index the CUDA backend runs on",
+                 range_at_least(-1, "-1 = the current CUDA device")));
+    v(make_field("gpu_loop", &S::gpu_loop,
+                 "CUDA, fixed step: Newton loop in one device graph, or one host round trip per iteration"));
   }
 };
 
@@ -255,8 +266,8 @@ struct FieldList<AlignResult> {
   }
 };
 
-/// Calls `visit(field)` for every field of `S` (AlignSettings, LocalizerSettings or
-/// AlignResult), in the order of the struct.
+/// Calls `visit(field)` for every field of `S` (AlignSettings, ExecutionOptions,
+/// LocalizerSettings or AlignResult), in the order of the struct.
 template <typename S, typename V>
 void visit_fields(V&& visit) {
   FieldList<S>::visit(visit);

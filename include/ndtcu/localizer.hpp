@@ -30,8 +30,6 @@
 #include <memory>
 #include <string>
 
-struct CUstream_st;  // cudaStream_t, without the CUDA headers
-
 namespace ndtcu {
 
 /// What the localizer does for a frame whose first attempt (from the prediction) fails.
@@ -393,9 +391,11 @@ struct LocalizationResult {
 /// time), but preprocess() is const and may run on other threads meanwhile.
 class Localizer {
  public:
-  /// Validates `settings` (throws Error) and creates the aligner (see Aligner's constructor
-  /// for the backend and `cuda_stream`).
-  explicit Localizer(const LocalizerSettings& settings = LocalizerSettings{}, CUstream_st* cuda_stream = nullptr);
+  /// Validates `settings` and `execution` (throws Error) and creates the aligner, which
+  /// runs as `execution` says (see Aligner's constructor for the backend and the CUDA
+  /// stream); the GPU scan filter (gpu_preprocess) runs on its device.
+  explicit Localizer(const LocalizerSettings& settings = LocalizerSettings{},
+                     const ExecutionOptions& execution = ExecutionOptions{});
   /// Releases the map, the aligner and its workers.
   ~Localizer();
   /// Moves the map, the aligner and the motion state.
@@ -405,6 +405,8 @@ class Localizer {
 
   /// The settings in use.
   const LocalizerSettings& settings() const noexcept;
+  /// How the localizer runs, as it was made (Aligner::execution of its aligner).
+  const ExecutionOptions& execution() const noexcept;
   /// The backend the alignments run on: Backend::Cpu or Backend::Cuda (Aligner::backend).
   Backend backend() const noexcept;
   /// Where preprocess() runs: Backend::Cuda (gpu_preprocess with the CUDA backend) or Backend::Cpu.

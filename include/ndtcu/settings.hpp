@@ -1,7 +1,10 @@
 #pragma once
 /// \file
 /// Settings of an NDT alignment: plain structs with documented defaults, and the two
-/// presets (`autoware`, the default, and `pcl`).
+/// presets (`autoware`, the default, and `pcl`). What is computed only: how it runs (backend,
+/// threads, device, stream) is an ExecutionOptions (ndtcu/execution.hpp).
+
+#include <ndtcu/execution.hpp>
 
 #include <Eigen/Core>
 
@@ -63,26 +66,6 @@ enum class CovarianceMode {
   Autoware,
 };
 
-/// Which backend runs the derivative evaluations.
-enum class Backend {
-  Cpu,   ///< the multi-threaded CPU reference
-  Cuda,  ///< the CUDA pipeline; an error (CudaError) without a CUDA build or device
-  Auto,  ///< CUDA when this build has it and a device is present, else the CPU (logged once)
-};
-
-/// Where the CUDA backend runs the Newton loop of the fixed step (LineSearch::Fixed).
-enum class GpuNewtonLoop {
-  /// On the device: one CUDA graph per batch (a single alignment is a batch of one),
-  /// whose conditional loop runs the derivative kernel and the step kernel (the shared
-  /// fixed step of kernels/ndt_step.hpp: 6x6 LU solve, step, stopping rule, per
-  /// hypothesis) until every hypothesis has stopped, with one read-back at the end. Falls
-  /// back to Host where the driver lacks conditional graph nodes (CUDA 12.4).
-  Device,
-  /// On the host: one launch, read-back and synchronization per iteration, the same fixed
-  /// step computed on the host (as the CPU backend does), hypothesis after hypothesis.
-  Host,
-};
-
 
 /// How align() estimates the covariance of the pose it returns (AlignResult::covariance),
 /// after Autoware's ndt_scan_matcher (covariance_estimation_type, with FIXED_VALUE as None).
@@ -102,11 +85,6 @@ enum class PoseCovariance {
   /// poses. Six evaluations more.
   MultiNdtScore,
 };
-
-/// Most worker threads a `threads` setting may ask for. A CPU backend gains nothing past
-/// the cores it has (the largest servers have a few hundred hardware threads), while a
-/// mistyped 100000 would exhaust the system's thread limit before any work starts.
-inline constexpr int kMaxThreads = 1024;
 
 /// Most Newton iterations an alignment may ask for (AlignSettings::max_iterations,
 /// BatchOptions::max_iterations, InitialPoseOptions::coarse_iterations). Autoware runs 30
@@ -145,7 +123,8 @@ struct PosePrior {
   bool active() const { return regularization_scale_factor > 0.0 || !(information.array() == 0.0).all(); }
 };
 
-/// Everything an alignment needs besides the clouds.
+/// Everything an alignment computes with besides the clouds: the NDT math. How it runs
+/// (backend, threads, CUDA device and stream) is an ExecutionOptions, given to the Aligner.
 struct AlignSettings {
   /// Voxel edge length (m), also the radius of the radius search. Used as float, as PCL
   /// and Autoware store it.
@@ -161,19 +140,6 @@ struct AlignSettings {
   CovarianceMode covariance = CovarianceMode::Autoware;     ///< voxel covariance convention
   int min_points_per_voxel = 6;   ///< voxels with fewer points are not used (PCL, Autoware: 6)
   double eigenvalue_ratio = 0.01;  ///< eigenvalues below this times the largest are raised to it
-  /// Worker threads, at most kMaxThreads; 0 = std::thread::hardware_concurrency().
-  int threads = 0;
-  Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
-  /// The CUDA device the CUDA backend (and the GPU map build and scan filter that follow
-  /// it) runs on, as the CUDA runtime numbers them (within CUDA_VISIBLE_DEVICES);
-  /// -1 = the calling thread's current device (device 0 unless the caller chose another).
-  /// One process per GPU is then `device = k` in each. An index with no device is an
-  /// Error when the backend is made (naming the index and how many devices there are);
-  /// the CPU backend ignores it.
-  int device = -1;
-  /// CUDA backend with the fixed step: where the Newton loop runs (More-Thuente and
-  /// NewtonDirection::SaddleFree always run on the host).
-  GpuNewtonLoop gpu_loop = GpuNewtonLoop::Device;
   /// Whether and how the pose covariance of an alignment is estimated
   /// (AlignResult::covariance, covariance_xy). The Aligner itself never estimates one: its
   /// callers do, after the alignment, with attach_pose_covariance (ndtcu/pose_covariance.hpp),
@@ -186,10 +152,10 @@ struct AlignSettings {
   PosePrior prior;
 };
 
-/// Whether settings ask for a Newton loop the device can run (GpuNewtonLoop::Device with
-/// the fixed step and NewtonDirection::Pcl); the CUDA backend then runs it there when the
-/// driver allows, and on the host otherwise.
-bool wants_device_loop(const AlignSettings& settings);
+/// Whether settings and execution ask for a Newton loop the device can run
+/// (ExecutionOptions::gpu_loop Device with the fixed step and NewtonDirection::Pcl); the
+/// CUDA backend then runs it there when the driver allows, and on the host otherwise.
+bool wants_device_loop(const AlignSettings& settings, const ExecutionOptions& execution);
 
 /// Autoware's ndt_scan_matcher defaults: resolution 2.0, step 0.1, epsilon 0.01,
 /// 30 iterations, radius search, fixed step, Autoware convergence and covariance.
@@ -212,10 +178,6 @@ const char* to_string(ConvergenceRule c);
 const char* to_string(NewtonDirection d);
 /// "pcl", "autoware".
 const char* to_string(CovarianceMode c);
-/// "cpu", "cuda", "auto".
-const char* to_string(Backend b);
-/// "device", "host".
-const char* to_string(GpuNewtonLoop l);
 /// "none", "laplace", "multi-ndt", "multi-ndt-score".
 const char* to_string(PoseCovariance c);
 
@@ -229,24 +191,14 @@ NewtonDirection newton_direction_from_string(const std::string& name);
 ConvergenceRule convergence_rule_from_string(const std::string& name);
 /// Parses a CovarianceMode name; throws Error otherwise.
 CovarianceMode covariance_mode_from_string(const std::string& name);
-/// Parses a Backend name; throws Error otherwise.
-Backend backend_from_string(const std::string& name);
 
-/// The backend `requested` runs on, the one rule every part of ndtcu (aligner, voxel map
-/// build, tiled map, localizer) follows: Cpu as asked; Cuda when a CUDA device is usable,
-/// else CudaError saying why; Auto: Cuda when a device is usable, else Cpu (which one is
-/// logged once per process). `device` (AlignSettings::device) only names the device in
-/// that log line. Never returns Backend::Auto.
-Backend resolve_backend(Backend requested, int device = -1);
-/// Parses a GpuNewtonLoop name; throws Error otherwise.
-GpuNewtonLoop gpu_loop_from_string(const std::string& name);
 /// Parses a PoseCovariance name; throws Error otherwise (naming the value and the choices).
 PoseCovariance pose_covariance_from_string(const std::string& name);
 
 /// Throws Error naming the first setting out of range (resolution, step size, epsilon,
-/// iterations in [1, kMaxIterations], outlier ratio, points per voxel, eigenvalue ratio, threads in [0,
-/// kMaxThreads]), an epsilon above twice the step size (step lengths are kept in
-/// [epsilon / 2, step_size], an empty range then: the steps would be epsilon / 2 long and
+/// iterations in [1, kMaxIterations], outlier ratio, points per voxel, eigenvalue ratio),
+/// an epsilon above twice the step size (step lengths are kept in [epsilon / 2,
+/// step_size], an empty range then: the steps would be epsilon / 2 long and
 /// "converge" anywhere), or an enum holding a value that is none of its names (e.g. a
 /// PoseCovariance cast from an int), a prior whose pose is not finite or whose
 /// information is not finite, not symmetric or not positive semi-definite, or whose

@@ -38,7 +38,7 @@ struct VoxelMapOptions {
   /// a cell's points are summed in input order on both, by the same unfused arithmetic
   /// (kernels/voxel_statistics.hpp).
   Backend backend = Backend::Cpu;
-  /// The CUDA device of a GPU build (AlignSettings::device); -1 = the current one.
+  /// The CUDA device of a GPU build (ExecutionOptions::device); -1 = the current one.
   int device = -1;
 };
 

@@ -73,7 +73,9 @@ std::vector<OptimizerOutput> CudaBackend::align_batch(const std::vector<Hypothes
                                                       const AlignSettings& s, bool keep_trace) {
   DeviceScope scope(device_);
   std::vector<OptimizerOutput> out(hypotheses.size());
-  if (wants_device_loop(s) && device_loop_supported()) {
+  ExecutionOptions execution;
+  execution.gpu_loop = gpu_loop_;
+  if (wants_device_loop(s, execution) && device_loop_supported()) {
     // The grid holds at most 65535 running hypotheses; larger batches run in parts, which
     // changes no bit (a hypothesis's result does not depend on the others).
     for (std::size_t first = 0; first < hypotheses.size(); first += kBatchPart) {

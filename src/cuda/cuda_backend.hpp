@@ -110,6 +110,9 @@ class CudaBackend final : public AlignBackend {
   void set_source(PointCloudView points) { set_sources({points}); }
   /// Search and Gaussian constants for the following evaluations.
   void configure(SearchMethod search, double outlier_ratio);
+  /// Where align_batch runs the fixed step's Newton loop (ExecutionOptions::gpu_loop;
+  /// Device, the default, when the settings and the driver allow it).
+  void set_gpu_loop(GpuNewtonLoop loop) noexcept { gpu_loop_ = loop; }
 
   /// True when the device-resident loop can run: launched as a graph, it needs a driver
   /// that runs conditional graph nodes (CUDA 12.4 and later).
@@ -144,6 +147,7 @@ class CudaBackend final : public AlignBackend {
 
   struct Impl;
   int device_;
+  GpuNewtonLoop gpu_loop_ = GpuNewtonLoop::Device;
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<const VoxelMap> map_;  // the map set_map(shared_ptr) set, while it is the one in use
   double upload_ms_ = 0.0;

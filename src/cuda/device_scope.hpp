@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA device a piece of work runs on (AlignSettings::device, VoxelMapOptions::device).
+// The CUDA device a piece of work runs on (ExecutionOptions::device, VoxelMapOptions::device).
 // The CUDA runtime's current device is per host thread, and the library's work is called
 // from the caller's threads, its reader threads and the tile streamer's: each entry into
 // the GPU path makes its object's device current for its scope, whichever thread calls.

@@ -64,7 +64,7 @@ namespace detail {
 // and callers never wait for each other beyond taking a filter.
 class GpuFilterPool {
  public:
-  // Makes the first filter on the aligner's device (AlignSettings::device; -1: the calling
+  // Makes the first filter on the aligner's device (ExecutionOptions::device; -1: the calling
   // thread's current one), so a CUDA failure surfaces when the Localizer is built, not on
   // a reader thread.
   explicit GpuFilterPool(int device) {
@@ -248,17 +248,18 @@ FrameStage frame_stage_from_string(const std::string& name) {
   return enum_from_string<FrameStage>(name, "frame stage");
 }
 
-Localizer::Impl::Impl(const LocalizerSettings& s, CUstream_st* stream)
-    : settings(s), aligner(s.align, stream), stream(stream) {
+Localizer::Impl::Impl(const LocalizerSettings& s, const ExecutionOptions& e)
+    : settings(s), aligner(s.align, e) {
   if (s.gpu_preprocess && aligner.backend() == Backend::Cuda) {
-    gpu_filters = std::make_unique<detail::GpuFilterPool>(s.align.device);
+    gpu_filters = std::make_unique<detail::GpuFilterPool>(e.device);
   }
 }
 Localizer::Impl::~Impl() = default;
 
-Localizer::Localizer(const LocalizerSettings& settings, CUstream_st* cuda_stream) {
+Localizer::Localizer(const LocalizerSettings& settings, const ExecutionOptions& execution) {
   validate(settings);
-  impl_ = std::make_unique<Impl>(settings, cuda_stream);
+  validate(execution);
+  impl_ = std::make_unique<Impl>(settings, execution);
   if (settings.align.covariance != CovarianceMode::Autoware) {
     detail::log().warn("localizer: NVTL threshold {} was tuned with the autoware covariance, not '{}'",
                        settings.nvtl_threshold, to_string(settings.align.covariance));
@@ -269,6 +270,7 @@ Localizer::Localizer(Localizer&&) noexcept = default;
 Localizer& Localizer::operator=(Localizer&&) noexcept = default;
 
 const LocalizerSettings& Localizer::settings() const noexcept { return impl_->settings; }
+const ExecutionOptions& Localizer::execution() const noexcept { return impl_->aligner.execution(); }
 Backend Localizer::backend() const noexcept { return impl_->aligner.backend(); }
 Backend Localizer::preprocess_backend() const noexcept { return impl_->gpu_filters ? Backend::Cuda : Backend::Cpu; }
 const Aligner& Localizer::aligner() const noexcept { return impl_->aligner; }
@@ -277,7 +279,7 @@ void Localizer::set_map(PointCloudView map) {
   Impl& m = *impl_;
   m.aligner.set_target(map);
   if (m.settings.refine_ratio > 0.0) {
-    if (!m.fine) m.fine.emplace(m.fine_settings(), m.stream);
+    if (!m.fine) m.fine.emplace(m.fine_settings(), m.aligner.execution());
     m.fine->set_target(map);
   }
   m.typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores

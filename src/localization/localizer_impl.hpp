@@ -129,8 +129,8 @@ struct Localizer::Impl {
   // The crop and voxel filter on the GPU (gpu_preprocess with the CUDA backend), else null.
   std::unique_ptr<detail::GpuFilterPool> gpu_filters;
 
-  // settings.refine_ratio's aligner and its map (set_map of points), else empty.
-  CUstream_st* stream = nullptr;
+  // settings.refine_ratio's aligner and its map (set_map of points), else empty; it runs
+  // as `aligner` does.
   std::optional<Aligner> fine;
   double fine_resolution() const { return settings.refine_ratio * settings.align.resolution; }
   // The settings of `fine`: the frame's NDT at fine_resolution(), without a prior or a
@@ -147,7 +147,7 @@ struct Localizer::Impl {
   class FrameAttempts;
 
   // Defined in localizer.cpp, where GpuFilterPool is.
-  Impl(const LocalizerSettings& s, CUstream_st* stream);
+  Impl(const LocalizerSettings& s, const ExecutionOptions& e);
   ~Impl();
 
   // The motion model takes `pose` at `time` as its newest pose (a valid or a degenerate frame).

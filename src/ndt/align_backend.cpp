@@ -35,7 +35,7 @@ namespace {
 // bits do not depend on its thread count (CpuEvaluator's fixed chunks).
 class CpuAlignBackend final : public AlignBackend {
  public:
-  explicit CpuAlignBackend(const AlignSettings& s) : settings_(s), pool_(s.threads) {}
+  CpuAlignBackend(const AlignSettings& s, int threads) : settings_(s), pool_(threads) {}
 
   Backend kind() const noexcept override { return Backend::Cpu; }
 
@@ -104,13 +104,14 @@ class CpuAlignBackend final : public AlignBackend {
 
 }  // namespace
 
-std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream) {
-  if (resolve_backend(settings.backend, settings.device) == Backend::Cuda) {
-    auto cuda = std::make_unique<CudaBackend>(stream, settings.device);
+std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, const ExecutionOptions& execution) {
+  if (resolve_backend(execution.backend, execution.device) == Backend::Cuda) {
+    auto cuda = std::make_unique<CudaBackend>(execution.cuda_stream, execution.device);
     cuda->configure(settings.search, settings.outlier_ratio);
+    cuda->set_gpu_loop(execution.gpu_loop);
     return cuda;
   }
-  return std::make_unique<CpuAlignBackend>(settings);
+  return std::make_unique<CpuAlignBackend>(settings, execution.threads);
 }
 
 }  // namespace ndtcu::detail

@@ -86,9 +86,10 @@ class AlignBackend {
   virtual BackendTelemetry telemetry() const { return {}; }
 };
 
-/// Resolves `settings.backend` by resolve_backend (Auto: CUDA when a device is usable) into a
-/// backend with `settings`' threads, search and Gaussian constants. Throws CudaError for
-/// Backend::Cuda without a usable device.
-std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, CUstream_st* stream);
+/// Resolves `execution.backend` by resolve_backend (Auto: CUDA when a device is usable) into
+/// a backend with `settings`' search and Gaussian constants and `execution`'s threads,
+/// device, stream and Newton loop. Throws CudaError for Backend::Cuda without a usable
+/// device.
+std::unique_ptr<AlignBackend> make_align_backend(const AlignSettings& settings, const ExecutionOptions& execution);
 
 }  // namespace ndtcu::detail

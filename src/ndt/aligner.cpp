@@ -51,15 +51,15 @@ Pose6 matrix_to_pose(const Eigen::Matrix4d& m) {
   return p;
 }
 
-VoxelMapOptions voxel_map_options(const AlignSettings& s) {
+VoxelMapOptions voxel_map_options(const AlignSettings& s, const ExecutionOptions& e) {
   VoxelMapOptions o;
   o.resolution = s.resolution;
   o.covariance = s.covariance;
   o.min_points = s.min_points_per_voxel;
   o.eigenvalue_ratio = s.eigenvalue_ratio;
-  o.threads = s.threads;
-  o.backend = s.backend;
-  o.device = s.device;
+  o.threads = e.threads;
+  o.backend = e.backend;
+  o.device = e.device;
   return o;
 }
 
@@ -71,11 +71,13 @@ struct TargetNow {
 
 struct Aligner::Impl {
   AlignSettings settings;
+  ExecutionOptions execution;
   std::shared_ptr<const VoxelMap> map;
   std::shared_ptr<TiledVoxelMap> tiled;  // before the backend: it outlives the backend's binding
   std::unique_ptr<detail::AlignBackend> backend;  // the one dispatch point
   int version_holds = 0;  // live VersionHolds: while any, a tiled target's version is kept
-  Impl(const AlignSettings& s, CUstream_st* stream) : settings(s), backend(detail::make_align_backend(s, stream)) {}
+  Impl(const AlignSettings& s, const ExecutionOptions& e)
+      : settings(s), execution(e), backend(detail::make_align_backend(s, e)) {}
 
   // The map of this call, set on the backend: a tiled map's newest published version
   // (unless held), else the map set.
@@ -125,15 +127,17 @@ void fill_from_evaluation(AlignResult& r, const detail::Evaluation& e) {
 
 }  // namespace
 
-Aligner::Aligner(const AlignSettings& settings, CUstream_st* cuda_stream) {
+Aligner::Aligner(const AlignSettings& settings, const ExecutionOptions& execution) {
   validate(settings);
-  impl_ = std::make_unique<Impl>(settings, cuda_stream);
+  validate(execution);
+  impl_ = std::make_unique<Impl>(settings, execution);
 }
 Aligner::~Aligner() = default;
 Aligner::Aligner(Aligner&&) noexcept = default;
 Aligner& Aligner::operator=(Aligner&&) noexcept = default;
 
 const AlignSettings& Aligner::settings() const noexcept { return impl_->settings; }
+const ExecutionOptions& Aligner::execution() const noexcept { return impl_->execution; }
 
 void Aligner::set_prior(const PosePrior& prior) {
   validate(prior);
@@ -147,7 +151,7 @@ bool Aligner::has_target() const noexcept { return impl_->map || impl_->tiled; }
 void Aligner::set_target(PointCloudView target) {
   // On the backend the aligner runs on: a CUDA aligner builds its map on the GPU (the same
   // voxels, bit for bit, as the CPU build) and keeps its device arrays from there.
-  impl_->map = impl_->backend->build_map(target, voxel_map_options(impl_->settings));
+  impl_->map = impl_->backend->build_map(target, voxel_map_options(impl_->settings, impl_->execution));
   impl_->tiled.reset();
 }
 
@@ -434,8 +438,8 @@ std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const st
 }
 
 AlignResult align(const PointCloud& target, PointCloudView source, const Eigen::Matrix4d& guess,
-                  const AlignSettings& settings) {
-  Aligner aligner(settings);
+                  const AlignSettings& settings, const ExecutionOptions& execution) {
+  Aligner aligner(settings, execution);
   aligner.set_target(target);
   AlignResult r = aligner.align(source, guess);
   attach_pose_covariance(aligner, source, r);  // settings.pose_covariance

@@ -47,14 +47,18 @@ void define_aligner(nb::module_& m) {
   nb::class_<PyAligner>(m, "Aligner", "Aligns scans to one target; holds the map and the worker threads.")
       .def(
           "__init__",
-          [](PyAligner* self, std::optional<AlignSettings> settings, const nb::kwargs& kwargs) {
-            const AlignSettings s = apply_kwargs(settings.value_or(autoware_preset()), kwargs, "Aligner");
-            new (self) PyAligner(s);
+          [](PyAligner* self, std::optional<AlignSettings> settings, std::optional<ExecutionOptions> execution,
+             const nb::kwargs& kwargs) {
+            const auto [s, e] = apply_kwargs(settings.value_or(autoware_preset()),
+                                             execution.value_or(ExecutionOptions{}), kwargs, "Aligner");
+            new (self) PyAligner(s, e);
           },
-          "settings"_a = nb::none(), "kwargs"_a,
-          "Settings from `settings` (default: the autoware preset) with keyword overrides, e.g. "
-          "Aligner(resolution=1.0, backend='cpu').")
+          "settings"_a = nb::none(), "execution"_a = nb::none(), "kwargs"_a,
+          "Settings from `settings` (default: the autoware preset) and how it runs from `execution` (default: "
+          "ExecutionOptions()), with keyword overrides of either, e.g. Aligner(resolution=1.0, backend='cpu').")
       .def_prop_ro("settings", [](const PyAligner& a) { return a.settings(); }, "the settings in use (a copy)")
+      .def_prop_ro("execution", [](const PyAligner& a) { return a.execution(); },
+                   "how it runs (ExecutionOptions, a copy): the backend asked for, threads, device, gpu_loop")
       .def_prop_ro("backend", [](const PyAligner& a) { return std::string(to_string(a.backend())); })
       .def(
           "set_target",

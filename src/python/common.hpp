@@ -160,6 +160,27 @@ Settings apply_kwargs(const Settings& base, const nb::kwargs& kwargs, const char
   return nb::cast<Settings>(o);
 }
 
+// Settings and how the work runs, given as keyword arguments together (Aligner(resolution=1.0,
+// backend="cpu")): each key is set on a copy of `base` when it is one of its attributes,
+// else on a copy of `execution` when it is one of ExecutionOptions' (backend, threads,
+// device, gpu_loop), else a TypeError names it.
+template <typename Settings>
+std::pair<Settings, ExecutionOptions> apply_kwargs(const Settings& base, const ExecutionOptions& execution,
+                                                   const nb::kwargs& kwargs, const char* what) {
+  nb::object s = nb::cast(base, nb::rv_policy::copy);
+  nb::object e = nb::cast(execution, nb::rv_policy::copy);
+  for (auto [key, value] : kwargs) {
+    if (nb::hasattr(s, key)) {
+      nb::setattr(s, key, value);
+    } else if (nb::hasattr(e, key)) {
+      nb::setattr(e, key, value);
+    } else {
+      throw nb::type_error((std::string(what) + ": unknown setting '" + nb::cast<std::string>(key) + "'").c_str());
+    }
+  }
+  return {nb::cast<Settings>(s), nb::cast<ExecutionOptions>(e)};
+}
+
 // The alignment's trace as a list of dicts, as the CLI's JSON "trace".
 nb::list trace_list(const AlignResult& r);
 

@@ -55,13 +55,18 @@ void define_localizer(nb::module_& m) {
   nb::class_<PyLocalizer>(m, "Localizer", "Tracks a sensor in a fixed map, one scan at a time.")
       .def(
           "__init__",
-          [](PyLocalizer* self, std::optional<LocalizerSettings> settings, const nb::kwargs& kwargs) {
-            const LocalizerSettings s = apply_kwargs(settings.value_or(LocalizerSettings{}), kwargs, "Localizer");
-            new (self) PyLocalizer(s);
+          [](PyLocalizer* self, std::optional<LocalizerSettings> settings, std::optional<ExecutionOptions> execution,
+             const nb::kwargs& kwargs) {
+            const auto [s, e] = apply_kwargs(settings.value_or(LocalizerSettings{}),
+                                             execution.value_or(ExecutionOptions{}), kwargs, "Localizer");
+            new (self) PyLocalizer(s, e);
           },
-          "settings"_a = nb::none(), "kwargs"_a,
-          "Settings from `settings` (default: LocalizerSettings()) with keyword overrides.")
+          "settings"_a = nb::none(), "execution"_a = nb::none(), "kwargs"_a,
+          "Settings from `settings` (default: LocalizerSettings()) and how it runs from `execution` (default: "
+          "ExecutionOptions()), with keyword overrides of either, e.g. Localizer(settings, backend='cpu').")
       .def_prop_ro("settings", [](const PyLocalizer& l) { return l.settings(); }, "the settings in use (a copy)")
+      .def_prop_ro("execution", [](const PyLocalizer& l) { return l.execution(); },
+                   "how it runs (ExecutionOptions, a copy)")
       .def_prop_ro("backend", [](const PyLocalizer& l) { return std::string(to_string(l.backend())); })
       .def(
           "set_map",

@@ -1,4 +1,5 @@
-// The Python module: AlignSettings (its fields from ndtcu/fields.hpp, enums by name).
+// The Python module: AlignSettings and ExecutionOptions (their fields from ndtcu/fields.hpp,
+// enums by name).
 #include "common.hpp"
 
 using namespace nb::literals;
@@ -50,17 +51,37 @@ void define_settings(nb::module_& m) {
                                           {"prior_pose", "prior_information", "regularization_scale_factor"});
       });
   def_settings_fields(settings);
+
+  auto execution = nb::class_<ExecutionOptions>(
+      m, "ExecutionOptions",
+      "How an Aligner or a Localizer runs (ndtcu's ExecutionOptions): backend, threads, device, gpu_loop; enums by "
+      "name. Its fields are also keyword arguments of Aligner(...) and Localizer(...).");
+  execution
+      .def(
+          "__init__",
+          [](ExecutionOptions* self, const nb::kwargs& kwargs) {
+            new (self) ExecutionOptions();
+            if (kwargs.size() == 0) return;
+            const ExecutionOptions e = apply_kwargs(ExecutionOptions{}, kwargs, "ExecutionOptions");
+            *self = e;
+          },
+          "kwargs"_a, "The defaults (backend 'auto', threads 0, device -1, gpu_loop 'device') with keyword overrides.")
+      .def("__copy__", [](const ExecutionOptions& e) { return e; })
+      .def("__repr__", [](nb::handle self) { return fields_repr<ExecutionOptions>(self, "ExecutionOptions"); });
+  def_settings_fields(execution);
+
   m.def(
       "settings_fields",
       [] {
         nb::dict d;
         d["AlignSettings"] = field_names<AlignSettings>();
+        d["ExecutionOptions"] = field_names<ExecutionOptions>();
         d["LocalizerSettings"] = field_names<LocalizerSettings>();
         d["AlignResult"] = field_names<AlignResult>();
         return d;
       },
-      "The fields of AlignSettings, LocalizerSettings and AlignResult by name, as the library lists them (each an "
-      "attribute, a keyword argument of Aligner/Localizer, a key of `ndtcu --json` output).");
+      "The fields of AlignSettings, ExecutionOptions, LocalizerSettings and AlignResult by name, as the library "
+      "lists them (each an attribute, a keyword argument of Aligner/Localizer, a key of `ndtcu --json` output).");
 }
 
 }  // namespace ndtcu::python

@@ -97,7 +97,7 @@ TEST_CASE("Autoware's shipped ndt_scan_matcher.param.yaml gives its values, with
   CHECK(s.step_size == 0.1);
   CHECK(s.epsilon == 0.01);
   CHECK(s.max_iterations == 30);  // pcl's is 35
-  CHECK(s.threads == 4);
+  CHECK(cli::execution_options(o, &p).threads == 4);  // ndt.num_threads: how it runs
   CHECK(s.pose_covariance == PoseCovariance::None);
   CHECK(s.line_search == LineSearch::MoreThuente);  // not in the file: the preset's
   CHECK(s.covariance == CovarianceMode::Pcl);
@@ -152,7 +152,7 @@ TEST_CASE("every key ndtcu maps is read from the file, and options given overrid
     CHECK(s.step_size == 0.2);
     CHECK(s.resolution == 1.5);
     CHECK(s.max_iterations == 12);
-    CHECK(s.threads == 3);
+    CHECK(cli::execution_options(cli::NdtOptions{}, &p).threads == 3);
     CHECK(s.pose_covariance == PoseCovariance::MultiNdtScore);
   }
   SECTION("options given on the command line win") {
@@ -165,7 +165,10 @@ TEST_CASE("every key ndtcu maps is read from the file, and options given overrid
     CHECK(s.max_iterations == 7);
     CHECK(s.pose_covariance == PoseCovariance::Laplace);
     CHECK(s.step_size == 0.2);  // not given: the file's
-    CHECK(s.threads == 3);
+    CHECK(cli::execution_options(o, &p).threads == 3);
+    o.set(&ExecutionOptions::threads, 5);
+    CHECK(cli::execution_options(o, &p).threads == 5);
+    CHECK(cli::execution_options(o, &p).backend == Backend::Auto);  // not given: the library's default
   }
   SECTION("the file's epsilon against the command line's step size") {
     cli::NdtOptions o;

@@ -1,5 +1,6 @@
 // The one list of fields (ndtcu/fields.hpp) against what is made from it: every
-// AlignSettings field is an option of the commands that align and a key of their JSON,
+// AlignSettings and ExecutionOptions field is an option of the commands that align and a
+// key of their JSON,
 // every AlignResult field a key of `ndtcu --json align`, and every range check names the
 // field and the value.
 #include "cli_app.hpp"
@@ -12,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -53,6 +55,7 @@ TEST_CASE("every settings field is an option of the aligning commands and a key 
           "[unit][cli][fields]") {
   const auto cli = cli::make_cli_app();
   std::size_t fields = 0;
+  std::size_t execution_fields = 0;
   for (const char* command : {"align", "initpose", "localize"}) {
     const CLI::App* sub = cli->app.get_subcommand(command);
     visit_fields<AlignSettings>([&](const auto& f) {
@@ -60,25 +63,45 @@ TEST_CASE("every settings field is an option of the aligning commands and a key 
       CHECK(sub->get_option_no_throw(cli::option_name(f.name)) != nullptr);
       ++fields;
     });
+    visit_fields<ExecutionOptions>([&](const auto& f) {
+      CAPTURE(command, f.name);
+      CHECK(sub->get_option_no_throw(cli::option_name(f.name)) != nullptr);
+      ++execution_fields;
+    });
   }
   CHECK(fields == 3 * field_names<AlignSettings>().size());
+  CHECK(execution_fields == 3 * field_names<ExecutionOptions>().size());
+  CHECK(field_names<ExecutionOptions>() == std::vector<std::string>{"backend", "threads", "device", "gpu_loop"});
+  // No name is in both lists: an option names one field.
+  for (const std::string& name : field_names<ExecutionOptions>()) {
+    const auto settings = field_names<AlignSettings>();
+    CHECK(std::find(settings.begin(), settings.end(), name) == settings.end());
+  }
   // localize sets every LocalizerSettings field from an option too.
   visit_fields<LocalizerSettings>([&](const auto& f) {
     CAPTURE(f.name);
     CHECK(cli->app.get_subcommand("localize")->get_option_no_throw(cli::localize::localize_option(f.name)) != nullptr);
   });
-  CHECK(field_names<AlignSettings>().size() >= 17);
+  CHECK(field_names<AlignSettings>().size() >= 13);
 
   // The options once missing from the command line, given, reach the settings in use.
   const nlohmann::json j = nlohmann::json::parse(
       run_json({"--json", "align", (kSample / "map.pcd").string(), (kSample / "scans" / "000000.pcd").string(),
                 "--backend", "cpu", "--threads", "2", "--outlier-ratio", "0.4", "--min-points-per-voxel", "5",
-                "--eigenvalue-ratio", "0.02", "--pose-covariance", "laplace"}));
+                "--eigenvalue-ratio", "0.02", "--pose-covariance", "laplace", "--gpu-loop", "host"}));
   const nlohmann::json& settings = j.at("settings");
   visit_fields<AlignSettings>([&](const auto& f) {
     CAPTURE(f.name);
     CHECK(settings.contains(f.name));
   });
+  visit_fields<ExecutionOptions>([&](const auto& f) {
+    CAPTURE(f.name);
+    CHECK(settings.contains(f.name));
+  });
+  CHECK(settings.at("backend") == "cpu");
+  CHECK(settings.at("threads") == 2);
+  CHECK(settings.at("device") == -1);  // not given: the library's default
+  CHECK(settings.at("gpu_loop") == "host");
   CHECK(settings.at("outlier_ratio") == 0.4);
   CHECK(settings.at("min_points_per_voxel") == 5);
   CHECK(settings.at("eigenvalue_ratio") == 0.02);
@@ -130,18 +153,25 @@ std::size_t check_validated_ranges(const std::string& prefix) {
 }  // namespace
 
 TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
-  CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 9);
+  CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 7);
+  CHECK(check_validated_ranges<ExecutionOptions>("invalid setting ") == 2);
   CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 20);
 }
 
-TEST_CASE("every Autoware parameter renamed names an AlignSettings field of its type", "[unit][cli][fields]") {
-  std::size_t renames = 0;
+TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionOptions field of its type",
+          "[unit][cli][fields]") {
+  std::size_t renames = 0, execution = 0;
   cli::visit_autoware_renames([&](const char* key, const char* field, auto value) {
     CAPTURE(key, field);
     using T = typename std::decay_t<decltype(cli::AutowareParams{}.*value)>::value_type;
     AlignSettings s;
-    CHECK(set_field(s, field, T{}));
+    ExecutionOptions e;
+    const bool in_settings = set_field(s, field, T{});
+    const bool in_execution = set_field(e, field, T{});
+    CHECK(in_settings != in_execution);  // one field, in one of the two lists
+    execution += in_execution;
     ++renames;
   });
   CHECK(renames == 5);
+  CHECK(execution == 1);  // ndt.num_threads -> threads
 }

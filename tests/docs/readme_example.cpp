@@ -10,9 +10,10 @@ int main() {
   const ndtcu::PointCloud map = ndtcu::read_point_cloud("data/sample/map.pcd");
   const ndtcu::PointCloud scan = ndtcu::voxel_downsample(ndtcu::read_point_cloud("data/sample/scans/000003.pcd"), 1.0);
 
-  ndtcu::AlignSettings settings = ndtcu::autoware_preset();  // resolution 2 m, step 0.1 m, 30 iterations
-  settings.backend = ndtcu::Backend::Auto;                  // CUDA when a device answers, else the CPU
-  ndtcu::Aligner aligner(settings);                         // keep it: it holds the map and the threads
+  const ndtcu::AlignSettings settings = ndtcu::autoware_preset();  // the NDT math: resolution 2 m, 30 iterations
+  ndtcu::ExecutionOptions execution;                        // how it runs: backend, threads, device, stream
+  execution.backend = ndtcu::Backend::Auto;                 // CUDA when a device answers, else the CPU
+  ndtcu::Aligner aligner(settings, execution);              // keep it: it holds the map and the threads
   aligner.set_target(map);                                  // voxelizes the map once
 
   ndtcu::Pose6 guess;                                       // x y z (m), roll pitch yaw (rad)

@@ -81,12 +81,13 @@ double angle_between(const Pose6& a, const Pose6& b) {
   return Eigen::AngleAxisd(ra.transpose() * rb).angle();
 }
 
-// Case `c` aligned with settings `s` on the CPU backend and on the CUDA backend.
-std::pair<AlignResult, AlignResult> align_cpu_and_cuda(const Case& c, const AlignSettings& s) {
-  AlignSettings cpu_settings = s, gpu_settings = s;
-  cpu_settings.backend = Backend::Cpu;
-  gpu_settings.backend = Backend::Cuda;
-  Aligner cpu(cpu_settings), gpu(gpu_settings);
+// Case `c` aligned with settings `s`, run as `e`, on the CPU backend and on the CUDA backend.
+std::pair<AlignResult, AlignResult> align_cpu_and_cuda(const Case& c, const AlignSettings& s,
+                                                       const ExecutionOptions& e = {}) {
+  ExecutionOptions cpu_exec = e, gpu_exec = e;
+  cpu_exec.backend = Backend::Cpu;
+  gpu_exec.backend = Backend::Cuda;
+  Aligner cpu(s, cpu_exec), gpu(s, gpu_exec);
   cpu.set_target(c.target);
   gpu.set_target(c.target);
   return {cpu.align_from_pose(c.source, c.guess), gpu.align_from_pose(c.source, c.guess)};
@@ -104,11 +105,12 @@ TEST_CASE("CUDA alignments match the CPU backend on every pair, search and line 
         for (GpuNewtonLoop loop : {GpuNewtonLoop::Device, GpuNewtonLoop::Host}) {
           if (line == LineSearch::MoreThuente && loop == GpuNewtonLoop::Device) continue;  // host only
           AlignSettings s = c.settings;
+          ExecutionOptions e;
           s.search = search;
           s.line_search = line;
-          s.gpu_loop = loop;
-          s.threads = 0;
-          const auto [rc, rg] = align_cpu_and_cuda(c, s);
+          e.gpu_loop = loop;
+          e.threads = 0;
+          const auto [rc, rg] = align_cpu_and_cuda(c, s, e);
           CAPTURE(c.name, to_string(search), to_string(line), to_string(loop), rc.iterations, rg.iterations,
                   to_string(rc.reason), to_string(rg.reason), rc.pose.transpose(), rg.pose.transpose());
           CHECK(rg.backend == Backend::Cuda);
@@ -144,10 +146,11 @@ TEST_CASE("CUDA alignments with the saddle-free direction run the host loop and 
   auto data = test::data_dir();
   for (Case& c : cases(data ? *data : std::filesystem::path{})) {
     AlignSettings s = c.settings;
+    ExecutionOptions e;
     s.line_search = LineSearch::Fixed;
     s.newton_direction = NewtonDirection::SaddleFree;
-    s.gpu_loop = GpuNewtonLoop::Device;
-    const auto [rc, rg] = align_cpu_and_cuda(c, s);
+    e.gpu_loop = GpuNewtonLoop::Device;
+    const auto [rc, rg] = align_cpu_and_cuda(c, s, e);
     CAPTURE(c.name, rc.iterations, rg.iterations, to_string(rc.reason), to_string(rg.reason));
     CHECK(rg.backend == Backend::Cuda);
     CHECK((rg.pose.head<3>() - rc.pose.head<3>()).norm() < 1e-3);
@@ -161,8 +164,9 @@ TEST_CASE("CUDA alignment to a map at UTM coordinates gives the same relative re
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   Case c = cases({}).front();
   AlignSettings s = c.settings;
-  s.backend = Backend::Cuda;
-  Aligner near(s), far(s);
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
+  Aligner near(s, execution), far(s, execution);
   near.set_target(c.target);
   PointCloud utm = c.target;
   const Eigen::Vector3d offset(680000.0, 3900000.0, 40.0);
@@ -180,31 +184,33 @@ TEST_CASE("CUDA alignment to a map at UTM coordinates gives the same relative re
 
 TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]") {
   AlignSettings s;
-  s.backend = Backend::Cuda;
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
   if (!cuda_devices().empty()) {
-    CHECK(Aligner(s).backend() == Backend::Cuda);
+    CHECK(Aligner(s, execution).backend() == Backend::Cuda);
     return;
   }
   try {
-    Aligner a(s);
+    Aligner a(s, execution);
     FAIL("no CudaError");
   } catch (const CudaError& e) {
     CHECK_THAT(e.what(), Catch::Contains("backend cuda requested, but"));
   }
-  s.backend = Backend::Auto;
-  CHECK(Aligner(s).backend() == Backend::Cpu);
+  execution.backend = Backend::Auto;
+  CHECK(Aligner(s, execution).backend() == Backend::Cpu);
 }
 
-TEST_CASE("AlignSettings::device: an index past the devices is an Error naming it and the count; an index "
+TEST_CASE("ExecutionOptions::device: an index past the devices is an Error naming it and the count; an index "
           "given runs there with the bits of the default", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   const int count = static_cast<int>(cuda_devices().size());
   const Case c = cases({}).front();
   AlignSettings s = c.settings;
-  s.backend = Backend::Cuda;
-  s.device = count;
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
+  execution.device = count;
   try {
-    Aligner a(s);
+    Aligner a(s, execution);
     FAIL("no Error");
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("device " + std::to_string(count) + ": no such CUDA device (" +
@@ -212,10 +218,10 @@ TEST_CASE("AlignSettings::device: an index past the devices is an Error naming i
   }
   // The last device, named, against the current one (-1): the same alignment, bit for bit
   // (on a one-GPU machine both are device 0; on more, device count-1 against device 0).
-  s.device = count - 1;
-  Aligner named(s);
-  s.device = -1;
-  Aligner current(s);
+  execution.device = count - 1;
+  Aligner named(s, execution);
+  execution.device = -1;
+  Aligner current(s, execution);
   named.set_target(c.target);
   current.set_target(c.target);
   const AlignResult a = named.align_from_pose(c.source, c.guess);

@@ -26,17 +26,18 @@ std::vector<Pose6> random_guesses(const Pose6& centre, int k, std::uint32_t seed
   return test::guesses_around(centre, k, seed, 0.6, 6.0);
 }
 
-// A CUDA and a CPU aligner (Autoware's settings) on one target.
+// A CUDA and a CPU aligner (Autoware's settings, run as `e` on each backend) on one target.
 struct Backends {
   Aligner gpu, cpu;
-  explicit Backends(const PointCloud& target, const AlignSettings& s = autoware_preset())
-      : gpu(on(s, Backend::Cuda)), cpu(on(s, Backend::Cpu)) {
+  explicit Backends(const PointCloud& target, const AlignSettings& s = autoware_preset(),
+                    const ExecutionOptions& e = ExecutionOptions{})
+      : gpu(s, on(e, Backend::Cuda)), cpu(s, on(e, Backend::Cpu)) {
     gpu.set_target(target);
     cpu.set_target(target);
   }
-  static AlignSettings on(AlignSettings s, Backend backend) {
-    s.backend = backend;
-    return s;
+  static ExecutionOptions on(ExecutionOptions e, Backend backend) {
+    e.backend = backend;
+    return e;
   }
 };
 
@@ -50,9 +51,10 @@ TEST_CASE("A CUDA batch gives every hypothesis the bits of align(), for any K an
   const PointCloud source = test::moved_by_inverse(test::synthetic_scene(72, 5000), truth);
   for (SearchMethod search : {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7, SearchMethod::Direct1}) {
     AlignSettings s = autoware_preset();
-    s.backend = Backend::Cuda;
+    ExecutionOptions e;
+    e.backend = Backend::Cuda;
     s.search = search;
-    Aligner aligner(s);
+    Aligner aligner(s, e);
     aligner.set_target(target);
     const std::vector<Pose6> guesses = random_guesses(truth, test::repeats(37, 9), 17);
     const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
@@ -116,8 +118,9 @@ TEST_CASE("A CUDA batch allocates nothing once sized, and memory errors are clea
   const PointCloud target = test::synthetic_scene(76, 60000);
   const PointCloud source = test::synthetic_scene(77, 5000);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  Aligner aligner(s);
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
+  Aligner aligner(s, execution);
   aligner.set_target(target);
   const std::vector<Pose6> guesses = random_guesses(Pose6::Zero(), test::repeats(256, 32), 8);
   const auto part = [&guesses](std::size_t of_256) {
@@ -223,8 +226,9 @@ TEST_CASE("A view of a caller's buffer aligns on CUDA with the bits of its Point
   const PointCloudView view(reinterpret_cast<const Eigen::Vector3f*>(raw.data() + 3 * kGuard), source.size(),
                             source.origin);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  Aligner aligner(s);
+  ExecutionOptions e;
+  e.backend = Backend::Cuda;
+  Aligner aligner(s, e);
   aligner.set_target(target);
   const std::vector<Pose6> guesses = random_guesses(truth, 6, 23);
   const std::vector<AlignResult> cloud = aligner.align_batch(source, guesses);
@@ -259,10 +263,11 @@ TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with 
   for (GpuNewtonLoop loop : {GpuNewtonLoop::Device, GpuNewtonLoop::Host}) {
     for (double regularization : {0.0, 0.05}) {
       AlignSettings s = autoware_preset();
-      s.gpu_loop = loop;
+      ExecutionOptions e;
+      e.gpu_loop = loop;
       s.prior = prior;
       s.prior.regularization_scale_factor = regularization;
-      Backends b(target, s);
+      Backends b(target, s, e);
       Aligner& gpu = b.gpu;
       const std::vector<Pose6> guesses = random_guesses(truth, 20, 31);
       const std::vector<AlignResult> batch = gpu.align_batch(source, guesses);
@@ -278,17 +283,18 @@ TEST_CASE("A CUDA pose prior gives the CPU backend's result on both loops, with 
       // The prior moved the result towards its centre (the scene holds x stiffly: about
       // a centimetre against 0.3 m at this information).
       s.prior = PosePrior{};
-      Aligner free(Backends::on(s, Backend::Cpu));
+      Aligner free(s, Backends::on(e, Backend::Cpu));
       free.set_target(target);
       CHECK(batch[0].pose(0) > free.align_from_pose(source, guesses[0]).pose(0) + 0.005);
     }
   }
   // Zero information: the bits of no prior.
   AlignSettings plain = autoware_preset();
-  plain.backend = Backend::Cuda;
+  ExecutionOptions plain_exec;
+  plain_exec.backend = Backend::Cuda;
   AlignSettings zero = plain;
   zero.prior.pose = prior.pose;
-  Aligner a(plain), b(zero);
+  Aligner a(plain, plain_exec), b(zero, plain_exec);
   a.set_target(target);
   b.set_target(target);
   const std::vector<Pose6> guesses = random_guesses(truth, 8, 33);

@@ -185,13 +185,14 @@ TEST_CASE("the CUDA scan filter from 4 threads gives the single-thread results",
     }
   }
   LocalizerSettings ls;
-  ls.align.backend = Backend::Cuda;
+  ExecutionOptions e;
+  e.backend = Backend::Cuda;
   ls.min_range = 1.0;
   ls.max_range = 100.0;
   std::vector<Localizer> localizers;
   for (double leaf : leaves) {
     ls.voxel_leaf = leaf;
-    localizers.emplace_back(ls);
+    localizers.emplace_back(ls, e);
     CHECK(localizers.back().preprocess_backend() == Backend::Cuda);
   }
   // Each thread runs every input in its own order, three times: through a filter of its
@@ -226,9 +227,10 @@ TEST_CASE("the sample sequence localizes the same with the scan filter on the GP
   std::vector<std::vector<LocalizationResult>> runs;
   for (bool gpu_preprocess : {true, false}) {
     LocalizerSettings s;
-    s.align.backend = Backend::Cuda;
+    ExecutionOptions execution;
+    execution.backend = Backend::Cuda;
     s.gpu_preprocess = gpu_preprocess;
-    Localizer localizer(s);
+    Localizer localizer(s, execution);
     CHECK(localizer.preprocess_backend() == (gpu_preprocess ? Backend::Cuda : Backend::Cpu));
     localizer.set_map(map);
     localizer.set_initial_pose(truth.front().pose.matrix());
@@ -287,8 +289,9 @@ TEST_CASE("the CUDA scan filter and a CUDA localizer read a view where it lies, 
                               filter.crop_and_downsample(clouds[k], 1.0, 100.0, 0.5)));
   }
   LocalizerSettings s;
-  s.align.backend = Backend::Cuda;
-  Localizer from_view(s), from_cloud(s);
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
+  Localizer from_view(s, execution), from_cloud(s, execution);
   REQUIRE(from_view.preprocess_backend() == Backend::Cuda);
   const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
   for (Localizer* l : {&from_view, &from_cloud}) {

@@ -71,15 +71,17 @@ TEST_CASE("CUDA soak: 10^5 alignments and 10^4 localizer frames keep host and de
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   const Sample& s = sample();
   LocalizerSettings ls;
-  ls.align.backend = Backend::Cuda;
-  Localizer localizer(ls);  // its preprocess filters the scans as localize does
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
+  Localizer localizer(ls, execution);  // its preprocess filters the scans as localize does
   std::vector<PointCloud> filtered;
   for (const PointCloud& c : s.scans) filtered.push_back(localizer.preprocess(c));
 
   {  // 10^5 alignments, each scan from its truth moved 0.3 m and 2 deg
     AlignSettings as = autoware_preset();
-    as.backend = Backend::Cuda;
-    Aligner aligner(as);
+    ExecutionOptions as_exec;
+    as_exec.backend = Backend::Cuda;
+    Aligner aligner(as, as_exec);
     aligner.set_target(s.map);
     const int total = 100000, sample_every = 10000;
     long rss_warm = 0;
@@ -119,7 +121,7 @@ TEST_CASE("CUDA soak: 10^5 alignments and 10^4 localizer frames keep host and de
   }
 
   {  // 10^4 localizer frames: the sample's scans there and back again, times going on
-    Localizer loc(ls);
+    Localizer loc(ls, execution);
     loc.set_map(s.map);
     loc.set_initial_pose(s.truth[0].pose.matrix());
     const int frames = 10000, n = static_cast<int>(s.scans.size());
@@ -161,13 +163,14 @@ TEST_CASE("Aligners on four threads, each on its own CUDA stream, give the singl
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   const Sample& s = sample();
   AlignSettings as = autoware_preset();
-  as.backend = Backend::Cuda;
+  ExecutionOptions as_exec;
+  as_exec.backend = Backend::Cuda;
   const PointCloud scan = s.scans[3];
   const std::vector<Pose6> guesses =
       test::guesses_around(matrix_to_pose(s.truth[3].pose.matrix()), test::repeats(24, 8), 3, 0.6, 6.0);
   std::vector<AlignResult> reference;
   {
-    Aligner a(as);
+    Aligner a(as, as_exec);
     a.set_target(s.map);
     for (const Pose6& g : guesses) reference.push_back(a.align_from_pose(scan, g));
   }
@@ -181,7 +184,9 @@ TEST_CASE("Aligners on four threads, each on its own CUDA stream, give the singl
       CUstream_st* stream = nullptr;
       try {
         stream = test::create_stream();
-        Aligner a(as, stream);
+        ExecutionOptions on_stream = as_exec;
+        on_stream.cuda_stream = stream;
+        Aligner a(as, on_stream);
         a.set_target(s.map);
         for (int round = 0; round < kRounds; ++round) {
           for (std::size_t k = 0; k < guesses.size(); ++k) {
@@ -214,8 +219,9 @@ TEST_CASE("Device memory taken by another allocation mid-sequence: a CudaError f
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   const Sample& s = sample();
   LocalizerSettings ls;
-  ls.align.backend = Backend::Cuda;
-  Localizer loc(ls);
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
+  Localizer loc(ls, execution);
   loc.set_map(s.map);
   loc.set_initial_pose(s.truth[0].pose.matrix());
   for (std::size_t k = 0; k < 4; ++k) REQUIRE(loc.localize(s.scans[k], s.entries[k].time).valid);

@@ -35,11 +35,10 @@ namespace {
 
 const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
 
-AlignSettings cuda_settings() {
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  return s;
-}
+// Autoware's settings (run on the CUDA backend: kCuda).
+AlignSettings cuda_settings() { return autoware_preset(); }
+
+const ExecutionOptions kCuda = test::on(Backend::Cuda);
 
 void require_same(const AlignResult& a, const AlignResult& b) {
   REQUIRE(a.transform == b.transform);
@@ -64,7 +63,7 @@ std::shared_ptr<const VoxelMap> large_map(std::size_t cells, unsigned seed) {
   std::uniform_real_distribution<float> xy(0.f, static_cast<float>(side)), z(0.f, 8.f);
   c.points.resize(cells * 8);
   for (auto& p : c.points) p = Eigen::Vector3f(xy(rng), xy(rng), z(rng));
-  VoxelMapOptions o = voxel_map_options(cuda_settings());
+  VoxelMapOptions o = voxel_map_options(cuda_settings(), kCuda);
   o.backend = Backend::Cuda;
   return std::make_shared<const VoxelMap>(VoxelMap::build(c, o));
 }
@@ -76,7 +75,7 @@ TEST_CASE("a staged map swaps in with the bits of a fresh aligner, alignments on
   NDTCU_REQUIRE_GPU();
   const PointCloud cloud = read_point_cloud((kSample / "map.pcd").string());
   const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
-  const VoxelMapOptions o = voxel_map_options(cuda_settings());
+  const VoxelMapOptions o = voxel_map_options(cuda_settings(), kCuda);
   // Two versions of the map around the sample: all of it, and its 20 m tiles west of x = 10.
   const auto a = std::make_shared<const VoxelMap>(VoxelMap::build(cloud, o));
   TiledVoxelMap tiles(o, cloud.origin);
@@ -95,13 +94,13 @@ TEST_CASE("a staged map swaps in with the bits of a fresh aligner, alignments on
   REQUIRE(b->size() < a->size());
   const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
 
-  Aligner fresh_a(cuda_settings()), fresh_b(cuda_settings());
+  Aligner fresh_a(cuda_settings(), kCuda), fresh_b(cuda_settings(), kCuda);
   fresh_a.set_target(a);
   fresh_b.set_target(b);
   const AlignResult ra = fresh_a.align(scan, guess), rb = fresh_b.align(scan, guess);
   REQUIRE(ra.transform != rb.transform);  // the maps differ where the scan is
 
-  Aligner aligner(cuda_settings());
+  Aligner aligner(cuda_settings(), kCuda);
   aligner.set_target(a);
   require_same(aligner.align(scan, guess), ra);
   for (int round = 0; round < 6; ++round) {
@@ -139,9 +138,9 @@ TEST_CASE("alignments while a large map is staged, and the swap: latencies", "[g
   NDTCU_REQUIRE_GPU();
   const PointCloud cloud = read_point_cloud((kSample / "map.pcd").string());
   const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
-  const VoxelMapOptions o = voxel_map_options(cuda_settings());
+  const VoxelMapOptions o = voxel_map_options(cuda_settings(), kCuda);
   const auto current = std::make_shared<const VoxelMap>(VoxelMap::build(cloud, o));
-  Aligner aligner(cuda_settings());
+  Aligner aligner(cuda_settings(), kCuda);
   aligner.set_target(current);
   const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
   for (int i = 0; i < test::repeats(20, 2); ++i) (void)aligner.align(scan, guess);  // warm: graphs built
@@ -198,7 +197,7 @@ TEST_CASE("alignments while a large map is staged, and the swap: latencies", "[g
 TEST_CASE("adding a 2x10^5-point tile to a live tiled map: voxelize, join, stage, swap", "[gpu][tiles]") {
   NDTCU_REQUIRE_GPU();
   // A 100 m radius of 20 m tiles (8 x 8 of them), 2x10^5 points each: a dense city map.
-  const VoxelMapOptions o = voxel_map_options(cuda_settings());
+  const VoxelMapOptions o = voxel_map_options(cuda_settings(), kCuda);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> in_tile(0.f, 20.f), height(0.f, 12.f);
   const auto tile = [&](int i, int j) {
@@ -212,7 +211,7 @@ TEST_CASE("adding a 2x10^5-point tile to a live tiled map: voxelize, join, stage
     for (int j = 0; j < 8; ++j) tiles.add_tile(std::to_string(i) + "_" + std::to_string(j), tile(i, j));
   }
   const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
-  Aligner aligner(cuda_settings());
+  Aligner aligner(cuda_settings(), kCuda);
   aligner.set_target(tiles.map());
   for (int i = 0; i < 5; ++i) (void)aligner.align(scan, Eigen::Matrix4d::Identity());
   aligner.stage_target(tiles.map());  // the staging buffers, allocated before the clock runs
@@ -266,9 +265,10 @@ TEST_CASE("a long drive in streamed tiles under a memory budget keeps device mem
   for (const bool publish : {false, true}) {
   CAPTURE(publish);
   LocalizerSettings s;
-  s.align.backend = Backend::Cuda;
+  ExecutionOptions execution;
+  execution.backend = Backend::Cuda;
   s.max_range = 20.0;
-  Localizer localizer(s);
+  Localizer localizer(s, execution);
   TiledMapStreamOptions o;
   o.radius = 30.0;
   o.update_distance = 5.0;
@@ -276,7 +276,7 @@ TEST_CASE("a long drive in streamed tiles under a memory budget keeps device mem
   o.publish = publish;
   o.on_map = [&localizer](const std::shared_ptr<const VoxelMap>& m) { localizer.stage_map(m); };
   const std::size_t free_at_start = test::device_free_bytes();
-  TiledMapStreamer streamer(tiles.string(), voxel_map_options(s.align), o);
+  TiledMapStreamer streamer(tiles.string(), voxel_map_options(s.align, execution), o);
   const auto first = streamer.load(truth.front().pose.translation().head<2>());
   if (publish) {
     localizer.set_map(streamer.tiled_map());

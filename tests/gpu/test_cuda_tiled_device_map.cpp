@@ -32,12 +32,14 @@ namespace {
 
 const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
 
+// Autoware's settings with the covariance `mode` (run on the CUDA backend: kCuda).
 AlignSettings cuda_settings(CovarianceMode mode = CovarianceMode::Autoware) {
   AlignSettings s = autoware_preset();
   s.covariance = mode;
-  s.backend = Backend::Cuda;
   return s;
 }
+
+const ExecutionOptions kCuda = test::on(Backend::Cuda);
 
 // The cloud cut into squares of `size` m (world x-y), each keeping the cloud's origin and
 // its points' order; ids "i_j".
@@ -87,9 +89,9 @@ TEST_CASE("a CUDA aligner following a tiled map on the GPU has the host join's b
     for (const CovarianceMode mode : {CovarianceMode::Autoware, CovarianceMode::Pcl}) {
       CAPTURE(size, to_string(mode));
       const AlignSettings s = cuda_settings(mode);
-      auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s), cloud.origin);
+      auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s, kCuda), cloud.origin);
       REQUIRE(tiled->publishes_on_device());
-      Aligner follower(s), reference(s);
+      Aligner follower(s, kCuda), reference(s, kCuda);
       std::mt19937 rng(static_cast<unsigned>(size) * 2 + (mode == CovarianceMode::Pcl ? 1 : 0));
       std::set<std::string> loaded;
       std::size_t written = 0, removed = 0, staged = 0;
@@ -160,14 +162,14 @@ TEST_CASE("a CUDA aligner aligning while another thread changes and publishes th
     if (std::stol(id.substr(0, id.find('_'))) * 20.0 >= 10.0) east.push_back(id);
   }
   REQUIRE_FALSE(east.empty());
-  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s), cloud.origin);
+  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s, kCuda), cloud.origin);
   for (const auto& [id, t] : tiles) tiled->add_tile(id, t);
   tiled->publish();
-  Aligner reference(s);
+  Aligner reference(s, kCuda);
   reference.set_target(tiled->map());
   const AlignResult ra = reference.align(scan, guess);
   {
-    TiledVoxelMap west(voxel_map_options(s), cloud.origin);
+    TiledVoxelMap west(voxel_map_options(s, kCuda), cloud.origin);
     for (const auto& [id, t] : tiles) {
       if (std::find(east.begin(), east.end(), id) == east.end()) west.add_tile(id, t);
     }
@@ -176,7 +178,7 @@ TEST_CASE("a CUDA aligner aligning while another thread changes and publishes th
   const AlignResult rb = reference.align(scan, guess);
   REQUIRE_FALSE(same_bits(ra, rb));
 
-  Aligner follower(s);
+  Aligner follower(s, kCuda);
   follower.set_target(tiled);
   require_same(follower.align(scan, guess), ra);
   const int rounds = test::under_sanitizer() ? 4 : 40;
@@ -219,15 +221,16 @@ TEST_CASE("a tiled map on the GPU: who may follow it, and device memory over a l
   const auto& [cloud, scan, guess] = sample;
   const AlignSettings s = cuda_settings();
   const auto tiles = cut(cloud, 10.0);
-  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s), cloud.origin);
+  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s, kCuda), cloud.origin);
   for (const auto& [id, t] : tiles) tiled->add_tile(id, t);
-  Aligner first(s), second(s);
+  Aligner first(s, kCuda), second(s, kCuda);
   REQUIRE_THROWS_WITH(first.set_target(tiled), Catch::Matchers::Contains("published nothing yet"));
   tiled->publish();
   // A CPU aligner cannot read the device twin.
   AlignSettings cpu = s;
-  cpu.backend = Backend::Cpu;
-  Aligner on_cpu(cpu);
+  ExecutionOptions cpu_exec;
+  cpu_exec.backend = Backend::Cpu;
+  Aligner on_cpu(cpu, cpu_exec);
   REQUIRE_THROWS_WITH(on_cpu.set_target(tiled), Catch::Matchers::Contains("CPU aligner"));
   CHECK_FALSE(on_cpu.has_target());
   // One CUDA aligner at a time; the other keeps its own target.

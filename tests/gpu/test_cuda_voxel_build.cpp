@@ -309,8 +309,9 @@ TEST_CASE("the GPU voxel map build: edge cases and errors as on the CPU", "[gpu]
   const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
   const PointCloud scan = voxel_downsample(read_point_cloud((kSample / "scans/000003.pcd").string()), 1.0);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  Aligner a(s), b(s);
+  ExecutionOptions e;
+  e.backend = Backend::Cpu;
+  Aligner a(s, e), b(s, e);
   VoxelMapOptions mo;
   mo.resolution = s.resolution;
   mo.covariance = s.covariance;
@@ -390,10 +391,11 @@ TEST_CASE("a CUDA map taken from the device build evaluates as the uploaded map 
   const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
   const PointCloud scan = voxel_downsample(read_point_cloud((kSample / "scans/000003.pcd").string()), 1.0);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cuda;
-  Aligner built_here(s), uploaded(s);
+  ExecutionOptions e;
+  e.backend = Backend::Cuda;
+  Aligner built_here(s, e), uploaded(s, e);
   built_here.set_target(map);
-  VoxelMapOptions mo = voxel_map_options(s);
+  VoxelMapOptions mo = voxel_map_options(s, e);
   mo.backend = Backend::Cpu;
   uploaded.set_target(std::make_shared<const VoxelMap>(VoxelMap::build(map, mo)));
   CHECK(built_here.target()->built_on_gpu());

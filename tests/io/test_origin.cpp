@@ -74,8 +74,9 @@ TEST_CASE("origin: a UTM map read in any order of its points has one origin and 
   Eigen::Matrix4d guess = truth.front().pose.matrix();
   guess.topRightCorner<3, 1>() += offset;
   AlignSettings settings = autoware_preset();
-  settings.backend = Backend::Cpu;
-  settings.threads = 2;
+  ExecutionOptions execution;
+  execution.backend = Backend::Cpu;
+  execution.threads = 2;
 
   std::vector<std::array<float, 3>> first_points;
   std::optional<Eigen::Vector3d> first_position;
@@ -93,7 +94,7 @@ TEST_CASE("origin: a UTM map read in any order of its points has one origin and 
     if (first_points.empty()) first_points = points;
     CHECK(points == first_points);
 
-    const AlignResult r = align(map, scan, guess, settings);
+    const AlignResult r = align(map, scan, guess, settings, execution);
     CHECK(r.converged);
     const Eigen::Vector3d position = r.transform.topRightCorner<3, 1>();
     // The truth is the sample's pose (the filtered scan aligns to within 1 cm of it).

@@ -72,7 +72,7 @@ TEST_CASE("degenerate places: no wrong pose is accepted, every frame is flagged,
   for (sim::Place place : {sim::Place::Corridor, sim::Place::WalledRoad, sim::Place::OpenLot}) {
     const PlaceRun run = make_place(place, 30, 10.0, "hdl32");
     const Eigen::Vector3d axis = sim::place_axis(run.scene);
-    Localizer localizer(cpu_settings());
+    Localizer localizer(cpu_settings(), test::on_cpu(2));
     localizer.set_map(run.map);
     localizer.set_initial_pose(run.truth.front().matrix());
     int degenerate = 0;
@@ -190,9 +190,10 @@ TEST_CASE("degenerate places on CUDA: the CPU's verdicts, and the same localizab
   for (sim::Place place : {sim::Place::WalledRoad, sim::Place::OpenLot, sim::Place::Corridor}) {
     const PlaceRun run = make_place(place, 12, 10.0, "hdl32");
     LocalizerSettings s = cpu_settings();
-    Localizer cpu(s);
-    s.align.backend = Backend::Cuda;
-    Localizer gpu(s);
+    ExecutionOptions e = test::on_cpu(2);
+    Localizer cpu(s, e);
+    e.backend = Backend::Cuda;
+    Localizer gpu(s, e);
     for (Localizer* l : {&cpu, &gpu}) {
       l->set_map(run.map);
       l->set_initial_pose(run.truth.front().matrix());
@@ -227,9 +228,9 @@ TEST_CASE("the scan filter shrinks its leaf for a sparse scan until min_scan_poi
       sim::cast_scan(world, lidar, sim::place_drive(ps, 1, 10.0).front().scene_from_sensor, 3, 0, 2).cloud;
   LocalizerSettings s = cpu_settings();
   s.gpu_preprocess = false;
-  const std::size_t fixed = Localizer(s).preprocess(scan).size();
+  const std::size_t fixed = Localizer(s, test::on_cpu(2)).preprocess(scan).size();
   s.min_scan_points = fixed * 2;
-  const PointCloud adapted = Localizer(s).preprocess(scan);
+  const PointCloud adapted = Localizer(s, test::on_cpu(2)).preprocess(scan);
   CAPTURE(scan.size(), fixed, adapted.size());
   CHECK(adapted.size() >= s.min_scan_points);
   // The leaf it took is one of 1 x 0.7^k, k <= 4: the same points as the fixed filter at it.
@@ -238,7 +239,7 @@ TEST_CASE("the scan filter shrinks its leaf for a sparse scan until min_scan_poi
     LocalizerSettings f = cpu_settings();
     f.gpu_preprocess = false;
     f.voxel_leaf = std::pow(0.7, k);
-    matched = Localizer(f).preprocess(scan).points == adapted.points;
+    matched = Localizer(f, test::on_cpu(2)).preprocess(scan).points == adapted.points;
   }
   CHECK(matched);
   // Never below 0.24 x the leaf, whatever it asks for; and 0 keeps the fixed leaf.
@@ -246,9 +247,9 @@ TEST_CASE("the scan filter shrinks its leaf for a sparse scan until min_scan_poi
   LocalizerSettings floor = cpu_settings();
   floor.gpu_preprocess = false;
   floor.voxel_leaf = std::pow(0.7, 4);
-  CHECK(Localizer(s).preprocess(scan).points == Localizer(floor).preprocess(scan).points);
+  CHECK(Localizer(s, test::on_cpu(2)).preprocess(scan).points == Localizer(floor, test::on_cpu(2)).preprocess(scan).points);
   s.min_scan_points = 0;
-  CHECK(Localizer(s).preprocess(scan).size() == fixed);
+  CHECK(Localizer(s, test::on_cpu(2)).preprocess(scan).size() == fixed);
 }
 
 namespace {
@@ -286,7 +287,7 @@ TEST_CASE("BALM at 1 Hz with 16 of 64 rings and every third point: no wrong pose
   REQUIRE(scans.size() == 30);
   const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
   const auto match = match_to_reference(scans, reference);
-  Localizer localizer(cpu_settings());
+  Localizer localizer(cpu_settings(), test::on_cpu(2));
   localizer.set_map(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
   localizer.set_initial_pose(reference[1].pose.matrix());
   int within = 0, wrong = 0, lost = 0, degenerate = 0;
@@ -333,9 +334,10 @@ LivoxRun localize_livox(const std::filesystem::path& data, Backend backend) {
   const Trajectory reference = read_trajectory((livox / "poses_tum.txt").string());
   const auto match = match_to_reference(scans, reference);
   LocalizerSettings s = cpu_settings();
-  s.align.backend = backend;
   s.refine_ratio = 0.5;
-  Localizer localizer(s);
+  ExecutionOptions e = test::on_cpu(2);
+  e.backend = backend;
+  Localizer localizer(s, e);
   localizer.set_map(read_point_cloud((livox / "map_keyframes_3mod4_voxel0.05.pcd").string()));
   REQUIRE(localizer.refines());
   REQUIRE(match[0]);

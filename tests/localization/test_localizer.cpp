@@ -94,9 +94,10 @@ TEST_CASE("the sample sequence localizes within 2 cm of its exact truth, no fram
     CHECK(scans[k].time == truth[k].time);
   }
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer localizer(s);
+  ExecutionOptions e;
+  e.threads = 2;
+  e.backend = Backend::Cpu;
+  Localizer localizer(s, e);
   localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
   const RunStats run = run_sequence(localizer, scans, truth.front().pose.matrix());
   const AteStats ate = absolute_trajectory_error(run.estimate, truth);
@@ -120,9 +121,10 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
   const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
   match_to_reference(scans, truth);
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer localizer(s);
+  ExecutionOptions execution;
+  execution.threads = 2;
+  execution.backend = Backend::Cpu;
+  Localizer localizer(s, execution);
   localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
   localizer.set_initial_pose(truth[0].pose.matrix());
   for (int k = 0; k < 10; ++k) {
@@ -176,10 +178,11 @@ TEST_CASE("a scan too sparse to hold a pose is lost at once, without a search, a
   for (const std::size_t min_frame_points : {std::size_t{100}, std::size_t{0}}) {
     CAPTURE(min_frame_points);
     LocalizerSettings s;
-    s.align.threads = 2;
-    s.align.backend = Backend::Cpu;
+    ExecutionOptions e;
+    e.threads = 2;
+    e.backend = Backend::Cpu;
     s.min_frame_points = min_frame_points;
-    Localizer localizer(s);
+    Localizer localizer(s, e);
     localizer.set_map(map);
     localizer.set_initial_pose(truth[0].pose.matrix());
     for (int k = 0; k < 3; ++k) REQUIRE(localizer.localize(read_point_cloud(scans[k].path), scans[k].time).valid);
@@ -223,10 +226,11 @@ TEST_CASE("a bad prediction is recovered from the last good pose", "[unit][local
   const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
   match_to_reference(scans, truth);
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
+  ExecutionOptions e;
+  e.threads = 2;
+  e.backend = Backend::Cpu;
   s.max_prediction_scale = 15.0;
-  Localizer localizer(s);
+  Localizer localizer(s, e);
   localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
   localizer.set_initial_pose(truth[0].pose.matrix());
   for (int k = 0; k < 3; ++k) REQUIRE(localizer.localize(read_point_cloud(scans[k].path), scans[k].time).valid);
@@ -247,11 +251,12 @@ TEST_CASE("a bad prediction is recovered from the last good pose", "[unit][local
 
 TEST_CASE("constant-velocity prediction scales with the time stamps", "[unit][localization]") {
   LocalizerSettings s;
-  s.align.threads = 1;
-  s.align.backend = Backend::Cpu;
+  ExecutionOptions execution;
+  execution.threads = 1;
+  execution.backend = Backend::Cpu;
   s.voxel_leaf = 0.5;
   s.min_range = 0.0;
-  Localizer localizer(s);
+  Localizer localizer(s, execution);
   CHECK_THROWS_AS(localizer.predict(0.0), Error);
   const PointCloud map = test::synthetic_scene(7);
   localizer.set_map(map);
@@ -318,13 +323,12 @@ TEST_CASE("refine_ratio polishes valid frames against finer voxels of the map's 
   const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
   const PointCloud map = read_point_cloud((kSample / "map.pcd").string());
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer plain(s);
+  const ExecutionOptions e = test::on_cpu(2);
+  Localizer plain(s, e);
   plain.set_map(map);
   CHECK_FALSE(plain.refines());  // off by default
   s.refine_ratio = 0.5;
-  Localizer refining(s);
+  Localizer refining(s, e);
   refining.set_map(map);
   CHECK(refining.refines());
   const RunStats a = run_sequence(plain, scans, truth.front().pose.matrix());
@@ -354,7 +358,7 @@ TEST_CASE("refine_ratio polishes valid frames against finer voxels of the map's 
   }
   CHECK(refined >= 8);
   // A map given as voxels has no finer ones: no refinement, and the frames are the plain run's.
-  Localizer voxels(s);
+  Localizer voxels(s, e);
   voxels.set_map(std::make_shared<const VoxelMap>(VoxelMap::build(map, voxel_map_options(s.align))));
   CHECK_FALSE(voxels.refines());
   const RunStats c = run_sequence(voxels, scans, truth.front().pose.matrix());
@@ -379,7 +383,8 @@ TEST_CASE("a voxel leaf too small for the crop is refused before any scan, namin
     }
   }
   LocalizerSettings s;
-  s.align.backend = Backend::Cpu;
+  ExecutionOptions execution;
+  execution.backend = Backend::Cpu;
   // The reproduction: at 1e-9 m the filter fails on every scan (each frame was skipped and
   // the run ended well, exit 0).
   CHECK_THROWS_WITH(voxel_downsample(crop_range(scan, s.min_range, s.max_range), 1e-9), Catch::Contains("too small"));
@@ -387,17 +392,17 @@ TEST_CASE("a voxel leaf too small for the crop is refused before any scan, namin
   s.voxel_leaf = 1e-9;
   CHECK_THROWS_WITH(validate(s), "localizer voxel_leaf 1e-09 m is below the smallest leaf 0.0002 m for max_range 100 m "
                                  "(at most 1,000,000 cells along each axis of the crop's 2 x max_range)");
-  CHECK_THROWS_WITH(Localizer(s), Catch::Contains("voxel_leaf 1e-09 m is below the smallest leaf"));
+  CHECK_THROWS_WITH(Localizer(s, execution), Catch::Contains("voxel_leaf 1e-09 m is below the smallest leaf"));
   // At the limit the filter holds the whole crop (10^6 cells along each axis).
   s.voxel_leaf = min_voxel_leaf(s);
-  CHECK(Localizer(s).preprocess(scan).size() == scan.size());
+  CHECK(Localizer(s, execution).preprocess(scan).size() == scan.size());
   // The sparse-scan filter may shrink the leaf 4 times by 0.7: the limit rises by 1/0.7^4,
   // and the filter holds the crop at the smallest leaf it then uses.
   s.min_scan_points = 100;
   CHECK(min_voxel_leaf(s) == Approx(2.0 * 100.0 / 1e6 / (0.7 * 0.7 * 0.7 * 0.7)).epsilon(1e-12));
   CHECK_THROWS_WITH(validate(s), Catch::Contains("for max_range 100 m") && Catch::Contains("shrunk to 0.7^4"));
   s.voxel_leaf = min_voxel_leaf(s);
-  CHECK(Localizer(s).preprocess(scan).size() == scan.size());
+  CHECK(Localizer(s, execution).preprocess(scan).size() == scan.size());
   // The limit follows max_range; without a finite one the scan's own extent bounds it.
   s.min_scan_points = 0;
   s.max_range = 1000.0;
@@ -411,12 +416,13 @@ TEST_CASE("preprocessing stays on the CPU with the CPU backend and equals the CP
   for (bool gpu_preprocess : {true, false}) {
     for (double leaf : {0.0, 0.5, 1.0}) {
       LocalizerSettings s;
-      s.align.backend = Backend::Cpu;
+      ExecutionOptions e;
+      e.backend = Backend::Cpu;
       s.gpu_preprocess = gpu_preprocess;  // ignored: the aligner is on the CPU
       s.voxel_leaf = leaf;
       s.min_range = 2.0;
       s.max_range = 40.0;
-      const Localizer localizer(s);
+      const Localizer localizer(s, e);
       CHECK(localizer.preprocess_backend() == Backend::Cpu);
       const PointCloud cropped = crop_range(scan, s.min_range, s.max_range);
       const PointCloud want = leaf > 0.0 ? voxel_downsample(cropped, leaf) : cropped;
@@ -574,9 +580,10 @@ TEST_CASE("BALM OS0: all 60 scans localize in the even-frame map within 3 cm ATE
   const auto match = match_to_reference(scans, reference);
   REQUIRE(match.back() == 59u);
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer localizer(s);
+  ExecutionOptions execution;
+  execution.threads = 2;
+  execution.backend = Backend::Cpu;
+  Localizer localizer(s, execution);
   localizer.set_map(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
   const RunStats run = run_sequence(localizer, scans, reference.front().pose.matrix());
   const AteStats ate = absolute_trajectory_error(run.estimate, reference);
@@ -612,9 +619,10 @@ TEST_CASE("BALM OS0 at 1 Hz: every odd scan localizes within 10 cm, ATE at most 
   const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
   match_to_reference(scans, reference);
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer localizer(s);
+  ExecutionOptions execution;
+  execution.threads = 2;
+  execution.backend = Backend::Cpu;
+  Localizer localizer(s, execution);
   localizer.set_map(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
   const RunStats run = run_sequence(localizer, scans, reference[1].pose.matrix());
   const AteStats ate = absolute_trajectory_error(run.estimate, reference);
@@ -654,11 +662,12 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
     start.rotate(Eigen::AngleAxisd(turn.deg * M_PI / 180.0, turn.axis));
     for (const bool search : {false, true}) {
       LocalizerSettings s;
-      s.align.threads = 2;
-      s.align.backend = Backend::Cpu;
+      ExecutionOptions e;
+      e.threads = 2;
+      e.backend = Backend::Cpu;
       s.recovery = search ? Recovery::Hypotheses : Recovery::LastGood;
       s.nvtl_threshold = 3.0;
-      Localizer localizer(s);
+      Localizer localizer(s, e);
       localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
       localizer.set_initial_pose(start.matrix());
       const LocalizationResult r = localizer.localize(scan, scans[0].time);
@@ -686,10 +695,11 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
   }
   // A scan taken elsewhere is not forced into the map by the rotation search.
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
+  ExecutionOptions execution;
+  execution.threads = 2;
+  execution.backend = Backend::Cpu;
   s.nvtl_threshold = 3.0;
-  Localizer localizer(s);
+  Localizer localizer(s, execution);
   localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
   localizer.set_initial_pose(truth[0].pose.matrix());
   const LocalizationResult r = localizer.localize(shifted(scan, Eigen::Vector3f(30.f, 25.f, 4.f)), scans[0].time);
@@ -729,9 +739,10 @@ TEST_CASE("KITTI 00: frames 1, 3, 5 localize in a map of frames 0, 2, 4 within 5
   REQUIRE(match[1] == 3u);
   REQUIRE(match[2] == 5u);
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer localizer(s);
+  ExecutionOptions e;
+  e.threads = 2;
+  e.backend = Backend::Cpu;
+  Localizer localizer(s, e);
   localizer.set_map(map);
   const RunStats run = run_sequence(localizer, scans, reference[1].pose.matrix());
   const AteStats ate = absolute_trajectory_error(run.estimate, reference);
@@ -760,11 +771,12 @@ TEST_CASE("the position search finds a frame far from its prediction, and only t
   const Eigen::Matrix4d moved_truth = (truth[0].pose * move.cast<double>().inverse()).matrix();
   for (const Recovery recovery : {Recovery::LastGood, Recovery::Hypotheses}) {
     LocalizerSettings s;
-    s.align.threads = 2;
-    s.align.backend = Backend::Cpu;
+    ExecutionOptions execution;
+    execution.threads = 2;
+    execution.backend = Backend::Cpu;
     s.recovery = recovery;
     s.nvtl_threshold = 3.0;
-    Localizer localizer(s);
+    Localizer localizer(s, execution);
     localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
     localizer.set_initial_pose(truth[0].pose.matrix());
     REQUIRE(localizer.localize(scan, scans[0].time).status == FrameStatus::Tracked);
@@ -788,11 +800,12 @@ TEST_CASE("the position search finds a frame far from its prediction, and only t
   // With no recovery the frame is lost after its one attempt.
   {
     LocalizerSettings s;
-    s.align.threads = 2;
-    s.align.backend = Backend::Cpu;
+    ExecutionOptions e;
+    e.threads = 2;
+    e.backend = Backend::Cpu;
     s.recovery = Recovery::None;
     s.nvtl_threshold = 3.0;
-    Localizer localizer(s);
+    Localizer localizer(s, e);
     localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
     localizer.set_initial_pose(truth[0].pose.matrix());
     REQUIRE(localizer.localize(scan, scans[0].time).valid);
@@ -805,10 +818,11 @@ TEST_CASE("the position search finds a frame far from its prediction, and only t
   // scan mirrored (y negated): its scene is nowhere in the map. (A scan moved rigidly is
   // not "elsewhere": the map holds it, and a wide enough search finds where.)
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
+  ExecutionOptions execution;
+  execution.threads = 2;
+  execution.backend = Backend::Cpu;
   s.nvtl_threshold = 3.0;
-  Localizer localizer(s);
+  Localizer localizer(s, execution);
   localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
   localizer.set_initial_pose(truth[0].pose.matrix());
   REQUIRE(localizer.localize(scan, scans[0].time).valid);

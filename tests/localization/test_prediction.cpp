@@ -47,7 +47,7 @@ struct Sample {
 
 // A localizer on the sample map that has tracked its first three frames.
 Localizer tracking(const Sample& d, LocalizerSettings s) {
-  Localizer localizer(s);
+  Localizer localizer(s, test::on_cpu(2));
   localizer.set_map(d.map);
   localizer.set_initial_pose(d.truth[0].pose.matrix());
   for (int k = 0; k < 3; ++k) REQUIRE(localizer.localize(read_point_cloud(d.scans[k].path), d.scans[k].time).valid);
@@ -132,10 +132,10 @@ TEST_CASE("a caller's prediction is checked: rigid, and a symmetric positive sem
   CHECK_THROWS_WITH(localizer.localize(scan, 1.0, d.truth[3].pose.matrix(), c), Catch::Matchers::Contains("finite"));
   LocalizerSettings bad = test::cpu_localizer_settings();
   bad.align.prior.information.setIdentity();
-  CHECK_THROWS_WITH(Localizer(bad), Catch::Matchers::Contains("align.prior"));
+  CHECK_THROWS_WITH(Localizer(bad, test::on_cpu(2)), Catch::Matchers::Contains("align.prior"));
   bad = test::cpu_localizer_settings();
   bad.gate_chi2 = -1.0;
-  CHECK_THROWS_WITH(Localizer(bad), Catch::Matchers::Contains("gate_chi2"));
+  CHECK_THROWS_WITH(Localizer(bad, test::on_cpu(2)), Catch::Matchers::Contains("gate_chi2"));
 }
 
 // A 200 m tunnel (the simulator's corridor place), its map at 0.2 m and `frames` scans of
@@ -189,7 +189,7 @@ TEST_CASE("the prediction as a prior holds the alignment along a tunnel's axis",
   for (bool prior : {false, true}) {
     LocalizerSettings s = test::cpu_localizer_settings();
     s.prediction_prior = prior;
-    Localizer localizer(s);
+    Localizer localizer(s, test::on_cpu(2));
     localizer.set_map(t.map);
     localizer.set_initial_pose(truth.matrix());
     const LocalizationResult r = localizer.localize(t.scans[2], t.times[2], predicted, isotropic(0.05, 0.01));
@@ -222,7 +222,7 @@ TEST_CASE("a degenerate frame's covariance covers its error along the weak direc
   Matrix6d c = Matrix6d::Zero();
   c.diagonal() << 0.09, 0.09, 0.0025, 2.5e-5, 2.5e-5, 4e-4;
   const Matrix6d l = c.llt().matrixL();
-  Localizer localizer(test::cpu_localizer_settings());
+  Localizer localizer(test::cpu_localizer_settings(), test::on_cpu(2));
   localizer.set_map(t.map);
   std::vector<PointMoments> moments;
   for (const PointCloud& scan : t.scans) {

@@ -86,7 +86,7 @@ struct Outcome {
 
 /// Localizes the sequence from its true first pose, frame by frame, and prints its summary.
 Outcome localize(const Sequence& seq, const LocalizerSettings& settings, const char* label) {
-  Localizer localizer(settings);
+  Localizer localizer(settings, test::on_cpu(2));
   localizer.set_map(seq.map);
   localizer.set_initial_pose(seq.truth.front().pose.matrix());
   Outcome out;
@@ -297,7 +297,7 @@ TEST_CASE("rough start: the first pose 3 m and 30 deg off is found by the initia
   const Sequence seq = make_sequence("rough_start", sim::Scenario::RoughStart, 8, 3);
   const Trajectory rough = read_trajectory((seq.dir / "initial_pose_rough.txt").string());
   REQUIRE(rough.size() == 1);
-  Localizer localizer(cpu_settings());
+  Localizer localizer(cpu_settings(), test::on_cpu(2));
   localizer.set_map(seq.map);
   localizer.set_initial_region(rough[0].pose.matrix(), 5.0, 360.0);
   Outcome run;
@@ -371,13 +371,11 @@ TEST_CASE("the hard scenarios on CUDA: the CPU's verdict on every frame, no wron
   for (const Case& c : {Case{"turns", sim::Scenario::Turns, 20}, Case{"stop-and-go", sim::Scenario::StopAndGo, 14},
                         Case{"kidnap", sim::Scenario::Kidnap, 12}, Case{"rough-start", sim::Scenario::RoughStart, 8}}) {
     const Sequence seq = make_sequence(std::string("gpu_") + c.name, c.scenario, c.frames, 3);
-    LocalizerSettings on_cpu = cpu_settings();
-    on_cpu.align.threads = 0;
-    LocalizerSettings on_gpu = on_cpu;
-    on_gpu.align.backend = Backend::Cuda;
+    const LocalizerSettings settings = cpu_settings();
+    const ExecutionOptions on_cpu = test::on_cpu(0), on_gpu = test::on(Backend::Cuda);
     std::vector<LocalizationResult> cpu, gpu;
-    for (const LocalizerSettings* s : {&on_cpu, &on_gpu}) {
-      Localizer localizer(*s);
+    for (const ExecutionOptions* s : {&on_cpu, &on_gpu}) {
+      Localizer localizer(settings, *s);
       localizer.set_map(seq.map);
       if (c.scenario == sim::Scenario::RoughStart) {
         const Trajectory rough = read_trajectory((seq.dir / "initial_pose_rough.txt").string());

@@ -34,10 +34,8 @@ struct Drive {
 // Scans within 20 m of the sensor: with 30 m of tiles around a pose at most
 // update_distance old, every point's voxels (and their neighbours) are loaded, so the
 // tiled map answers as the whole map does.
-LocalizerSettings settings(Backend backend = Backend::Cpu) {
+LocalizerSettings settings() {
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = backend;
   s.max_range = 20.0;
   // A tiled map has no finer voxels to refine against (LocalizerSettings::refine_ratio):
   // the whole map is localized without the refinement too, so both answer at one resolution.
@@ -50,12 +48,12 @@ LocalizerSettings settings(Backend backend = Backend::Cpu) {
 // the localizer, or (stream.publish) published to the tiled map the localizer follows.
 Drive drive(const std::vector<ScanEntry>& scans, const Eigen::Matrix4d& start, const std::string& map,
             const std::string& tiles, const TiledMapStreamOptions& stream = {}, Backend backend = Backend::Cpu) {
-  Localizer localizer(settings(backend));
+  Localizer localizer(settings(), test::run_with(2, backend));
   std::unique_ptr<TiledMapStreamer> streamer;
   if (tiles.empty()) {
     localizer.set_map(read_point_cloud(map));
   } else {
-    streamer = std::make_unique<TiledMapStreamer>(tiles, voxel_map_options(localizer.settings().align), stream);
+    streamer = std::make_unique<TiledMapStreamer>(tiles, voxel_map_options(localizer.settings().align, localizer.execution()), stream);
     const auto first = streamer->load(start.topRightCorner<2, 1>());
     if (stream.publish) {
       REQUIRE(first == nullptr);
@@ -224,7 +222,7 @@ TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's
     INFO("a budget smaller than the radius needs is an error naming the sizes");
     TiledMapStreamOptions b = o;
     b.memory_budget = 100000;
-    TiledMapStreamer streamer(tiles.string(), voxel_map_options(settings().align), b);
+    TiledMapStreamer streamer(tiles.string(), voxel_map_options(settings().align, test::on_cpu(2)), b);
     CHECK_THROWS_WITH(streamer.load(start.topRightCorner<2, 1>()),
                       Catch::Matchers::Contains("more than the map memory budget of 0.1 MB") &&
                           Catch::Matchers::Contains("tiles within 30 m"));

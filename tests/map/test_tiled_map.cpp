@@ -192,9 +192,10 @@ TEST_CASE("the sample sequence localizes the same in the tiled map as in the who
   std::vector<ScanEntry> scans = list_scans((kSample / "scans").string());
   const Trajectory truth = read_trajectory((kSample / "poses_tum.txt").string());
   LocalizerSettings s;
-  s.align.backend = Backend::Cpu;
-  s.align.threads = 2;
-  Localizer a(s), b(s);
+  ExecutionOptions e;
+  e.backend = Backend::Cpu;
+  e.threads = 2;
+  Localizer a(s, e), b(s, e);
   a.set_map(map);
   b.set_map(tiled);
   a.set_initial_pose(truth[0].pose.matrix());

@@ -230,12 +230,13 @@ TEST_CASE("a VersionHold keeps an aligner on the tiled map version it used, acro
   const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
   const auto tiles = split(cloud, 20.0);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s), cloud.origin);
+  ExecutionOptions e;
+  e.backend = Backend::Cpu;
+  e.threads = 2;
+  auto tiled = std::make_shared<TiledVoxelMap>(voxel_map_options(s, e), cloud.origin);
   for (const auto& [id, t] : tiles) tiled->add_tile(id, t);
   tiled->publish();
-  Aligner follower(s);
+  Aligner follower(s, e);
   follower.set_target(tiled);
   const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
   const AlignResult whole = follower.align(scan, guess);
@@ -251,7 +252,7 @@ TEST_CASE("a VersionHold keeps an aligner on the tiled map version it used, acro
     CHECK(follower.evaluate(scan, guess).target_voxels == whole.target_voxels);
   }
   // Every hold ended: the next call takes version 2.
-  Aligner reference(s);
+  Aligner reference(s, e);
   reference.set_target(tiled->map());
   const AlignResult fewer = reference.align(scan, guess);
   REQUIRE(fewer.target_voxels < whole.target_voxels);
@@ -265,14 +266,15 @@ TEST_CASE("an aligner following a tiled map aligns on its last publish, taken be
   const PointCloud scan = read_point_cloud((kSample / "scans" / "000003.pcd").string());
   const auto tiles = split(cloud, 20.0);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  VoxelMapOptions o = voxel_map_options(s);
+  ExecutionOptions execution;
+  execution.backend = Backend::Cpu;
+  execution.threads = 2;
+  VoxelMapOptions o = voxel_map_options(s, execution);
   auto tiled = std::make_shared<TiledVoxelMap>(o, cloud.origin);
   REQUIRE_FALSE(tiled->publishes_on_device());
   for (const auto& [id, t] : tiles) tiled->add_tile(id, t);
 
-  Aligner follower(s);
+  Aligner follower(s, execution);
   // Nothing published yet: refused, and the aligner keeps no target.
   REQUIRE_THROWS_WITH(follower.set_target(tiled), Catch::Matchers::Contains("published nothing yet"));
   CHECK_FALSE(follower.has_target());
@@ -285,7 +287,7 @@ TEST_CASE("an aligner following a tiled map aligns on its last publish, taken be
   CHECK(follower.tiled_target() == tiled);
   REQUIRE(follower.target() == tiled->map());
 
-  Aligner reference(s);
+  Aligner reference(s, execution);
   const Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
   const auto same = [](const AlignResult& a, const AlignResult& b) {
     CHECK(a.transform == b.transform);

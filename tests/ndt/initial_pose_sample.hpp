@@ -40,17 +40,14 @@ inline PointCloud load_sample(const std::filesystem::path& path, double leaf) {
   return leaf > 0 ? voxel_downsample(kept, leaf) : kept;
 }
 
-/// Autoware's settings on the CPU backend with 2 threads.
-inline AlignSettings cpu_settings() {
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  return s;
-}
+/// Autoware's settings (the tests run them on the CPU backend with 2 threads:
+/// test::on_cpu(2)).
+inline AlignSettings cpu_settings() { return autoware_preset(); }
 
-/// The sample's map in an aligner, scan 3 and its true pose.
+/// The sample's map in an aligner (on the CPU backend with 2 threads), scan 3 and its true
+/// pose.
 struct Sample {
-  Aligner aligner{cpu_settings()};
+  Aligner aligner{cpu_settings(), test::on_cpu(2)};
   PointCloud scan;
   Pose6 truth;
 };

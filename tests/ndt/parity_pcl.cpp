@@ -106,12 +106,13 @@ void run_case(const Case& c) {
 
   // ndtcu, PCL preset with the case's settings.
   AlignSettings s = pcl_preset();
+  ExecutionOptions e;
   s.resolution = c.resolution;
   s.step_size = c.step;
   s.epsilon = c.epsilon;
   s.max_iterations = c.iterations;
-  s.threads = 2;
-  Aligner aligner(s);
+  e.threads = 2;
+  Aligner aligner(s, e);
   aligner.set_target(c.target);
   t0 = std::chrono::steady_clock::now();
   const AlignResult r = aligner.align_from_pose(c.source, c.init);

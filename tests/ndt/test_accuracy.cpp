@@ -70,8 +70,9 @@ TEST_CASE("KITTI 00 frames 1 and 2 align to frame 0 from identity (Autoware mode
   for (int frame : {1, 2}) {
     const KittiPair p = kitti_pair(dir, frame);
     AlignSettings s = autoware_preset();
-    s.threads = 2;
-    const AlignResult r = align(p.target, p.source, Eigen::Matrix4d::Identity(), s);
+    ExecutionOptions e;
+    e.threads = 2;
+    const AlignResult r = align(p.target, p.source, Eigen::Matrix4d::Identity(), s, e);
     const double dt = translation_error(r.transform, p.reference), da = rotation_error(r.transform, p.reference);
     std::printf("accuracy kitti00 0<-%d: %d iterations, %s, dt %.3f m, da %.3f deg, NVTL %.3f, TP %.3f\n", frame,
                 r.iterations, to_string(r.reason), dt, da * 180 / M_PI, r.nvtl, r.tp);
@@ -86,8 +87,9 @@ TEST_CASE("KITTI 00 0<-1 from 20 seeded perturbed guesses: at least 19 land with
   NDTCU_REQUIRE_DATA_DIR(dir);
   const KittiPair p = kitti_pair(dir, 1);
   AlignSettings s = autoware_preset();
-  s.threads = 2;
-  Aligner aligner(s);
+  ExecutionOptions execution;
+  execution.threads = 2;
+  Aligner aligner(s, execution);
   aligner.set_target(p.target);
   std::mt19937 rng(2024);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);

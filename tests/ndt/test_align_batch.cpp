@@ -33,11 +33,12 @@ TEST_CASE("A CPU batch gives every hypothesis the bits of align()", "[unit][alig
   for (LineSearch line : {LineSearch::Fixed, LineSearch::MoreThuente}) {
     for (int threads : {1, 2, 3}) {
       AlignSettings s = autoware_preset();
-      s.backend = Backend::Cpu;
+      ExecutionOptions e;
+      e.backend = Backend::Cpu;
       s.line_search = line;
-      s.threads = threads;
+      e.threads = threads;
       s.max_iterations = 20;
-      Aligner aligner(s);
+      Aligner aligner(s, e);
       aligner.set_target(target);
       const std::vector<Pose6> guesses = guesses_around(truth, 7, 9);
       const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
@@ -74,9 +75,10 @@ TEST_CASE("A batch of several scans gives each scan's results", "[unit][aligner]
   sources[1].origin = Eigen::Vector3d(0.5, -0.25, 0.0);  // a source with an origin of its own
   for (auto& p : sources[1].points) p -= sources[1].origin.cast<float>();
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  Aligner aligner(s);
+  ExecutionOptions execution;
+  execution.backend = Backend::Cpu;
+  execution.threads = 2;
+  Aligner aligner(s, execution);
   aligner.set_target(target);
   const std::vector<std::vector<Pose6>> guesses = {guesses_around(truth, 3, 1), guesses_around(truth, 4, 2),
                                                    guesses_around(truth, 2, 3)};
@@ -94,8 +96,9 @@ TEST_CASE("Bad batches are errors that name the hypothesis", "[unit][aligner][ba
   const PointCloud target = test::synthetic_scene(66, 5000);
   const PointCloud source = test::synthetic_scene(67, 500);
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  Aligner aligner(s);
+  ExecutionOptions e;
+  e.backend = Backend::Cpu;
+  Aligner aligner(s, e);
   CHECK_THROWS_WITH(aligner.align_batch(source, std::vector<Pose6>{Pose6::Zero()}),
                     Catch::Matchers::Contains("no target"));
   aligner.set_target(target);
@@ -119,9 +122,10 @@ TEST_CASE("evaluate_batch scores every pose as a batch of one does", "[unit][ali
   const PointCloud source = test::synthetic_scene(69, 2000);
   for (int threads : {1, 3}) {
     AlignSettings s = autoware_preset();
-    s.backend = Backend::Cpu;
-    s.threads = threads;
-    Aligner aligner(s);
+    ExecutionOptions execution;
+    execution.backend = Backend::Cpu;
+    execution.threads = threads;
+    Aligner aligner(s, execution);
     aligner.set_target(target);
     const std::vector<Pose6> poses = guesses_around(Pose6::Zero(), 9, 12);
     const std::vector<AlignResult> batch = aligner.evaluate_batch(source, poses);
@@ -138,8 +142,9 @@ TEST_CASE("evaluate_batch scores every pose as a batch of one does", "[unit][ali
     }
   }
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  Aligner aligner(s);
+  ExecutionOptions e;
+  e.backend = Backend::Cpu;
+  Aligner aligner(s, e);
   aligner.set_target(target);
   std::vector<Pose6> bad(2, Pose6::Zero());
   bad[1](5) = std::numeric_limits<double>::infinity();

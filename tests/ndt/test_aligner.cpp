@@ -54,8 +54,7 @@ TEST_CASE("Both presets recover a known motion of a synthetic scene", "[unit][al
     s.resolution = 1.0;
     s.epsilon = 1e-4;  // PCL's rule compares a squared translation: tighter so it iterates
     s.max_iterations = 60;
-    s.threads = 2;
-    const AlignResult r = align(target, source, Eigen::Matrix4d::Identity(), s);
+    const AlignResult r = align(target, source, Eigen::Matrix4d::Identity(), s, test::run_with(2));
     INFO(name << ": " << r.pose.transpose() << " after " << r.iterations << " (" << to_string(r.reason) << ")");
     CHECK(r.converged);
     // Tolerances: the scene's sparse sampling (about 30 points per 1 m voxel) limits what
@@ -132,12 +131,10 @@ TEST_CASE("The same input gives the same bits with 1, 2, 3 and 8 threads", "[uni
     AlignSettings s = preset(name);
     s.resolution = 1.0;
     s.epsilon = 1e-4;
-    s.threads = 1;
-    const AlignResult ref = align(target, source, Eigen::Matrix4d::Identity(), s);
+    const AlignResult ref = align(target, source, Eigen::Matrix4d::Identity(), s, test::run_with(1));
     REQUIRE(ref.iterations > 1);
     for (int t : {2, 3, 8}) {
-      s.threads = t;
-      const AlignResult r = align(target, source, Eigen::Matrix4d::Identity(), s);
+      const AlignResult r = align(target, source, Eigen::Matrix4d::Identity(), s, test::run_with(t));
       INFO(name << " threads " << t);
       CHECK(r.iterations == ref.iterations);
       CHECK(r.pose == ref.pose);
@@ -154,15 +151,15 @@ TEST_CASE("A map far from zero aligns as one at zero (origin moved into the pose
   const PointCloud target = test::synthetic_scene(51, 30000);
   const Pose6 truth = make_pose(0.3, 0.2, 0.0, 0.0, 0.0, 0.03);
   const PointCloud source = test::moved_by_inverse(test::synthetic_scene(52, 10000), truth);
-  AlignSettings s = autoware_preset();
-  s.threads = 2;
-  const AlignResult local = align(target, source, Eigen::Matrix4d::Identity(), s);
+  const AlignSettings s = autoware_preset();
+  const ExecutionOptions e = test::run_with(2);
+  const AlignResult local = align(target, source, Eigen::Matrix4d::Identity(), s, e);
 
   PointCloud utm = target;
   utm.origin = Eigen::Vector3d(652000.0, 5412000.0, 310.0);
   Eigen::Matrix4d guess = Eigen::Matrix4d::Identity();
   guess.topRightCorner<3, 1>() = utm.origin;
-  const AlignResult far = align(utm, source, guess, s);
+  const AlignResult far = align(utm, source, guess, s, e);
   CHECK(far.iterations == local.iterations);
   CHECK(far.score == local.score);
   Eigen::Matrix4d expect = local.transform;
@@ -179,8 +176,7 @@ TEST_CASE("Search methods all recover a small motion", "[unit][aligner]") {
     AlignSettings s = autoware_preset();
     s.resolution = 1.0;
     s.search = m;
-    s.threads = 2;
-    const AlignResult r = align(target, source, Eigen::Matrix4d::Identity(), s);
+    const AlignResult r = align(target, source, Eigen::Matrix4d::Identity(), s, test::run_with(2));
     INFO(to_string(m) << ": " << r.pose.transpose());
     CHECK(translation_error(r.transform, pose_to_matrix(truth)) < 0.03);
   }
@@ -264,10 +260,10 @@ TEST_CASE("Saddle-free Newton recovers the synthetic motion as PCL's direction d
   s.resolution = 1.0;
   s.epsilon = 1e-4;
   s.max_iterations = 60;
-  s.threads = 2;
-  const AlignResult pcl = align(target, source, Eigen::Matrix4d::Identity(), s);
+  const ExecutionOptions e = test::run_with(2);
+  const AlignResult pcl = align(target, source, Eigen::Matrix4d::Identity(), s, e);
   s.newton_direction = NewtonDirection::SaddleFree;
-  const AlignResult saddle_free = align(target, source, Eigen::Matrix4d::Identity(), s);
+  const AlignResult saddle_free = align(target, source, Eigen::Matrix4d::Identity(), s, e);
   INFO("pcl " << pcl.iterations << " iterations, saddle-free " << saddle_free.iterations);
   REQUIRE(pcl.converged);
   REQUIRE(saddle_free.converged);
@@ -277,7 +273,7 @@ TEST_CASE("Saddle-free Newton recovers the synthetic motion as PCL's direction d
   CHECK(std::string(to_string(NewtonDirection::SaddleFree)) == "saddle-free");
   CHECK(newton_direction_from_string("pcl") == NewtonDirection::Pcl);
   CHECK_THROWS_AS(newton_direction_from_string("levenberg"), Error);
-  CHECK(wants_device_loop(autoware_preset()));
-  CHECK_FALSE(wants_device_loop(s));
-  CHECK_FALSE(wants_device_loop(pcl_preset()));
+  CHECK(wants_device_loop(autoware_preset(), e));
+  CHECK_FALSE(wants_device_loop(s, e));
+  CHECK_FALSE(wants_device_loop(pcl_preset(), e));
 }

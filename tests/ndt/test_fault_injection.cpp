@@ -234,11 +234,9 @@ void check_sweep(const Sweep& s, int threads) {
   CHECK(s.bad_alloc + s.errors > s.allocations / 2);
 }
 
-AlignSettings cpu_settings(int threads) {
+AlignSettings cpu_settings() {
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
   s.resolution = 1.0;
-  s.threads = threads;
   return s;
 }
 
@@ -295,8 +293,8 @@ namespace {
 // What `run` gives on a fresh aligner with `target`. The aligner is gone on return: its
 // workers do not run on into a sweep, where their thread's start or end would be counted.
 template <class Target, class Run>
-auto fresh_result(const AlignSettings& settings, const Target& target, Run run) {
-  Aligner fresh(settings);
+auto fresh_result(const AlignSettings& settings, const ExecutionOptions& execution, const Target& target, Run run) {
+  Aligner fresh(settings, execution);
   fresh.set_target(target);
   return run(fresh);
 }
@@ -309,14 +307,15 @@ auto fresh_result(const AlignSettings& settings, const Target& target, Run run) 
 template <class Run, class Same>
 void sweep_aligner(const char* what, const std::vector<AlignSettings>& variants, Run run, Same same) {
   for (const AlignSettings& base : variants) {
-    const auto target = std::make_shared<const VoxelMap>(VoxelMap::build(scene().target, voxel_map_options(base)));
-    const auto other = std::make_shared<const VoxelMap>(VoxelMap::build(scene().other, voxel_map_options(base)));
+    const VoxelMapOptions o = voxel_map_options(base, test::on_cpu(1));
+    const auto target = std::make_shared<const VoxelMap>(VoxelMap::build(scene().target, o));
+    const auto other = std::make_shared<const VoxelMap>(VoxelMap::build(scene().other, o));
     for (int threads : {1, 2}) {
-      AlignSettings settings = base;
-      settings.threads = threads;
-      const auto expected = fresh_result(settings, target, run);
+      const AlignSettings& settings = base;
+      const ExecutionOptions execution = test::on_cpu(threads);
+      const auto expected = fresh_result(settings, execution, target, run);
       auto make = [&] {
-        Aligner a(settings);
+        Aligner a(settings, execution);
         a.set_target(target);
         return a;
       };
@@ -336,7 +335,6 @@ void sweep_aligner(const char* what, const std::vector<AlignSettings>& variants,
 
 AlignSettings pcl_cpu_settings() {
   AlignSettings s = preset("pcl");
-  s.backend = Backend::Cpu;
   s.resolution = 1.0;
   s.epsilon = 1e-4;  // PCL's rule compares a squared translation: tighter so it iterates
   s.max_iterations = 4;  // each iteration runs the line search; four keep the sweep short
@@ -349,25 +347,27 @@ TEST_CASE("Aligner::align: an allocation failure anywhere is an exception, and t
           "[unit][fault_injection]") {
   // Both loops: Autoware's fixed step and PCL's More-Thuente line search, each taking
   // more than one step (a sweep over a call that stops at once would test less).
-  for (const AlignSettings& s : {cpu_settings(1), pcl_cpu_settings()}) {
-    CHECK(align(scene().target, scene().source, Eigen::Matrix4d::Identity(), s).iterations > 1);
+  for (const AlignSettings& s : {cpu_settings(), pcl_cpu_settings()}) {
+    CHECK(align(scene().target, scene().source, Eigen::Matrix4d::Identity(), s, test::on_cpu(1)).iterations > 1);
   }
   sweep_aligner(
-      "Aligner::align", {cpu_settings(1), pcl_cpu_settings()}, [](Aligner& a) { return a.align(scene().source); },
+      "Aligner::align", {cpu_settings(), pcl_cpu_settings()}, [](Aligner& a) { return a.align(scene().source); },
       same_result);
 }
 
 TEST_CASE("Aligner::set_target from a cloud, then align: an allocation failure anywhere is an exception",
           "[unit][fault_injection]") {
   for (int threads : {1, 2}) {
-    const AlignSettings settings = cpu_settings(threads);
-    const auto other = std::make_shared<const VoxelMap>(VoxelMap::build(scene().other, voxel_map_options(settings)));
+    const AlignSettings settings = cpu_settings();
+    const ExecutionOptions execution = test::on_cpu(threads);
+    const auto other =
+        std::make_shared<const VoxelMap>(VoxelMap::build(scene().other, voxel_map_options(settings, execution)));
     const AlignResult expected =
-        fresh_result(settings, scene().target, [](Aligner& a) { return a.align(scene().source); });
+        fresh_result(settings, execution, scene().target, [](Aligner& a) { return a.align(scene().source); });
     for (bool and_after : {false, true}) {
       CAPTURE(and_after);
       check_sweep(fault_sweep(
-                      "Aligner::set_target", and_after, [&] { return Aligner(settings); },
+                      "Aligner::set_target", and_after, [&] { return Aligner(settings, execution); },
                       [&](Aligner& a) {
                         a.set_target(other);
                         a.evaluate(scene().source, Eigen::Matrix4d::Identity());
@@ -387,7 +387,7 @@ TEST_CASE("Aligner::align_batch: an allocation failure anywhere is an exception,
   const std::vector<Pose6> guesses{pose(0, 0, 0, 0, 0, 0), pose(0.2, -0.3, 0, 0, 0, 0.02),
                                    pose(-0.2, 0.1, 0, 0, 0, -0.02)};
   sweep_aligner(
-      "Aligner::align_batch", {cpu_settings(1)}, [&](Aligner& a) { return a.align_batch(scene().source, guesses); },
+      "Aligner::align_batch", {cpu_settings()}, [&](Aligner& a) { return a.align_batch(scene().source, guesses); },
       same_results);
 }
 
@@ -395,9 +395,9 @@ TEST_CASE("Aligner::evaluate and evaluate_batch: an allocation failure anywhere 
           "[unit][fault_injection]") {
   const Eigen::Matrix4d at = pose_to_matrix(scene().truth);
   sweep_aligner(
-      "Aligner::evaluate", {cpu_settings(1)}, [&](Aligner& a) { return a.evaluate(scene().source, at); }, same_result);
+      "Aligner::evaluate", {cpu_settings()}, [&](Aligner& a) { return a.evaluate(scene().source, at); }, same_result);
   const std::vector<Pose6> poses{scene().truth, pose(0.1, 0, 0, 0, 0, 0), pose(0, 0.1, 0, 0, 0, 0.05)};
   sweep_aligner(
-      "Aligner::evaluate_batch", {cpu_settings(1)}, [&](Aligner& a) { return a.evaluate_batch(scene().source, poses); },
+      "Aligner::evaluate_batch", {cpu_settings()}, [&](Aligner& a) { return a.evaluate_batch(scene().source, poses); },
       same_results);
 }

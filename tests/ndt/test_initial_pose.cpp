@@ -112,7 +112,7 @@ TEST_CASE("find_initial_pose finds the sample's scan 3 from 1.5 m and a wrong he
 
 TEST_CASE("find_initial_pose reports a room symmetric under a half turn as ambiguous", "[unit][initial_pose]") {
   const PointCloud room = half_turn_room();
-  Aligner aligner(cpu_settings());
+  Aligner aligner(cpu_settings(), test::on_cpu(2));
   aligner.set_target(room);
   // The scan: the room seen from its centre (the room itself, thinned), truth = identity.
   const PointCloud scan = voxel_downsample(room, 0.5);
@@ -143,7 +143,7 @@ TEST_CASE("find_initial_pose continues what ran out of iterations three times, a
   AlignSettings settings = cpu_settings();
   settings.epsilon = 1e-12;
   settings.max_iterations = 3;
-  Aligner aligner(settings);
+  Aligner aligner(settings, test::on_cpu(2));
   aligner.set_target(s.aligner.target());
   Pose6 around = s.truth;
   around(0) += 1.2;
@@ -210,7 +210,7 @@ TEST_CASE("a sweep's size is counted from its radius, steps and ranges before an
   wide.radius = 1e6;
   CHECK_THROWS_WITH(validate(wide), Contains("about 7") && Contains("radius 1000000 m") &&
                                         Contains("exceed the limit of 100000"));
-  Aligner aligner(cpu_settings());  // checked before the aligner or the scan is looked at
+  Aligner aligner(cpu_settings(), test::on_cpu(2));  // checked before the aligner or the scan is looked at
   CHECK_THROWS_WITH(find_initial_pose(aligner, PointCloud{}, around, wide), Contains("radius 1000000 m"));
   wide.radius = 1e300;
   wide.position_step = 1e-300;
@@ -223,7 +223,7 @@ TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[u
   Sample& s = sample();
   const Pose6 around = s.truth;
   {
-    Aligner empty(cpu_settings());
+    Aligner empty(cpu_settings(), test::on_cpu(2));
     CHECK_THROWS_WITH(find_initial_pose(empty, s.scan, around), Contains("no target map"));
   }
   {
@@ -314,7 +314,7 @@ TEST_CASE("a coarse pass (BatchOptions::max_iterations) equals an aligner with t
   }());
   AlignSettings few = cpu_settings();
   few.max_iterations = 3;
-  Aligner reference(few);
+  Aligner reference(few, test::on_cpu(2));
   reference.set_target(s.aligner.target());
   BatchOptions coarse;
   coarse.max_iterations = 3;
@@ -384,7 +384,7 @@ TEST_CASE("initpose on 10 BALM scans from 4 starts each within 5 m and any yaw, 
   const std::filesystem::path balm = dir / "balm_os0";
   const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
   REQUIRE(reference.size() == 60);
-  Aligner aligner(cpu_settings());
+  Aligner aligner(cpu_settings(), test::on_cpu(2));
   aligner.set_target(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()));
   InitialPoseOptions o;
   o.radius = 5.0;
@@ -425,7 +425,7 @@ TEST_CASE("initpose finds KITTI 00 frames 1-5 in the map of frames 0, 2, 4 from 
     const PointCloud scan = velodyne(f);
     for (const auto& p : scan.points) map.points.push_back((reference[f].pose * p.cast<double>()).cast<float>());
   }
-  Aligner aligner(cpu_settings());
+  Aligner aligner(cpu_settings(), test::on_cpu(2));
   aligner.set_target(voxel_downsample(map, 0.2));
   InitialPoseOptions o;
   o.radius = 6.0;
@@ -463,7 +463,7 @@ TEST_CASE("a search outside the map, a scan with no overlap, an empty map: a cle
     CHECK(verdict(r) == InitialPoseVerdict::NoOverlap);
   }
   {  // an empty map
-    Aligner empty(cpu_settings());
+    Aligner empty(cpu_settings(), test::on_cpu(2));
     empty.set_target(PointCloud{});
     const InitialPoseResult r = find_initial_pose(empty, s.scan, s.truth, o);
     CHECK(r.best.reason == StopReason::NoVoxels);

@@ -239,7 +239,7 @@ TEST_CASE("find_initial_pose_tpe in batches is reproducible and counts its parti
   // search, the same pose.
   AlignSettings laplace = cpu_settings();
   laplace.pose_covariance = PoseCovariance::Laplace;
-  Aligner with_covariance(laplace);
+  Aligner with_covariance(laplace, test::on_cpu(2));
   with_covariance.set_target(s.aligner.target());
   o.seed = 7;
   InitialPoseResult d = find_initial_pose_tpe(with_covariance, s.scan, around, o);
@@ -296,7 +296,7 @@ TEST_CASE("find_initial_pose_tpe and TpeOptions reject bad input, naming it", "[
   CHECK_THROWS_AS(tpe.log_ratio({0.0}), Error);  // no good set yet
 
   // The search: no map, a rough pose that is not finite.
-  Aligner empty(cpu_settings());
+  Aligner empty(cpu_settings(), test::on_cpu(2));
   PointCloud scan;
   scan.points.emplace_back(1.f, 2.f, 3.f);
   CHECK_THROWS_WITH(find_initial_pose_tpe(empty, scan, Pose6::Zero()), Catch::Contains("no target map"));

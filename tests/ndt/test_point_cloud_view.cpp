@@ -97,13 +97,15 @@ Pose6 make_pose(double x, double y, double z, double r, double p, double w) {
   return v;
 }
 
+// Autoware's settings with 20 iterations at most (run on the CPU backend with 2 threads:
+// kCpu).
 AlignSettings cpu_settings() {
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
   s.max_iterations = 20;
   return s;
 }
+
+const ExecutionOptions kCpu = test::on_cpu(2);
 
 }  // namespace
 
@@ -122,7 +124,7 @@ TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds
 
   AlignSettings s = cpu_settings();
   s.pose_covariance = PoseCovariance::MultiNdt;  // with_covariance aligns the view six times more
-  Aligner aligner(s);
+  Aligner aligner(s, kCpu);
   aligner.set_target(target);
   const Pose6 guess = truth + make_pose(0.2, -0.15, 0.0, 0.0, 0.0, 0.03);
 
@@ -141,8 +143,8 @@ TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds
     check_same_trace(viewed_pose, cloud_pose);
     check_same_covariance(viewed_pose, cloud_pose);
     AlignSettings plain = cpu_settings();
-    test::check_same_bits(align(target, view, pose_to_matrix(guess), plain),
-                          align(target, source, pose_to_matrix(guess), plain));
+    test::check_same_bits(align(target, view, pose_to_matrix(guess), plain, kCpu),
+                          align(target, source, pose_to_matrix(guess), plain, kCpu));
   }
 
   SECTION("evaluate and evaluate_batch") {
@@ -195,7 +197,7 @@ TEST_CASE("A view of a caller's buffer gives the bits of the PointCloud it holds
   }
 
   SECTION("the initial pose search, screened and thinned or not, and the ground estimate") {
-    Aligner searcher(cpu_settings());
+    Aligner searcher(cpu_settings(), kCpu);
     searcher.set_target(target);
     for (std::size_t coarse_points : {std::size_t(0), std::size_t(512)}) {
       CAPTURE(coarse_points);
@@ -240,7 +242,7 @@ TEST_CASE("The CPU backend reads a view's points at every evaluation, not a copy
   // The backend is given the view once; the caller then rewrites its buffer in place. Had
   // set_sources (or anything after it) copied the points, the second evaluation would
   // still see the first points.
-  const std::unique_ptr<detail::AlignBackend> backend = detail::make_align_backend(s, nullptr);
+  const std::unique_ptr<detail::AlignBackend> backend = detail::make_align_backend(s, kCpu);
   backend->set_map(map);
   backend->set_sources({view});
   const math::DerivativeSums before = backend->evaluate(0, pose, true);
@@ -248,7 +250,7 @@ TEST_CASE("The CPU backend reads a view's points at every evaluation, not a copy
   const math::DerivativeSums after = backend->evaluate(0, pose, true);
   const std::vector<detail::OptimizerOutput> aligned = backend->align_batch({{pose, 0}}, s, false);
 
-  const std::unique_ptr<detail::AlignBackend> reference = detail::make_align_backend(s, nullptr);
+  const std::unique_ptr<detail::AlignBackend> reference = detail::make_align_backend(s, kCpu);
   reference->set_map(map);
   reference->set_sources({source});
   CHECK(same_bits(before, reference->evaluate(0, pose, true)));
@@ -295,7 +297,7 @@ TEST_CASE("No call that takes a view allocates a block the size of its points", 
   AlignSettings s = cpu_settings();
   s.max_iterations = 4;
   s.pose_covariance = PoseCovariance::MultiNdt;
-  Aligner aligner(s);
+  Aligner aligner(s, kCpu);
   aligner.set_target(target);
   CHECK(largest_during([&] { (void)with_covariance(aligner, view, aligner.align(view, pose_to_matrix(guess))); }) <
         limit);
@@ -309,7 +311,7 @@ TEST_CASE("No call that takes a view allocates a block the size of its points", 
           (void)with_covariance(aligner, views, aligner.align_batch(views, lists));
         }) < limit);
 
-  Aligner searcher(cpu_settings());
+  Aligner searcher(cpu_settings(), kCpu);
   searcher.set_target(target);
   InitialPoseOptions o;
   o.radius = 0.0;
@@ -344,7 +346,7 @@ TEST_CASE("A map built from a view of a caller's buffer is the map of its PointC
     CHECK(detail::voxel_hash_table(b).keys == detail::voxel_hash_table(a).keys);
   }
   // An Aligner's and a Localizer's target from the view: the same map, so the same result.
-  Aligner from_cloud(cpu_settings()), from_view(cpu_settings());
+  Aligner from_cloud(cpu_settings(), kCpu), from_view(cpu_settings(), kCpu);
   from_cloud.set_target(cloud);
   from_view.set_target(view);
   PointCloud scan = test::synthetic_scene(92, 3000);
@@ -391,7 +393,7 @@ TEST_CASE("The filters and the localizer read a view where it lies, with a Point
   s.align = cpu_settings();
   s.voxel_leaf = 0.5;
   s.max_range = 30.0;
-  Localizer from_view(s), from_cloud(s);
+  Localizer from_view(s, kCpu), from_cloud(s, kCpu);
   for (Localizer* l : {&from_view, &from_cloud}) {
     l->set_map(map);
     l->set_initial_pose(Eigen::Matrix4d::Identity());
@@ -409,7 +411,7 @@ TEST_CASE("The filters and the localizer read a view where it lies, with a Point
   // A crop that keeps a fraction of the points (within 5 m), so that the filters' own
   // blocks stay under the points' size and a copy of them would be the largest block.
   s.max_range = 5.0;
-  const Localizer near(s);
+  const Localizer near(s, kCpu);
   test::reset_largest_allocation();
   const std::size_t kept = near.preprocess(local).size();
   const std::size_t cloud_largest = test::largest_allocation();

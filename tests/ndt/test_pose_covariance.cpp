@@ -40,11 +40,12 @@ AlignResult aligned_with_covariance(Aligner& aligner, PointCloudView source, con
 
 AlignSettings settings_with(PoseCovariance mode) {
   AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
   s.pose_covariance = mode;
   return s;
 }
+
+// How the aligners of these tests run: the CPU backend with 2 threads.
+const ExecutionOptions kCpu = test::on_cpu(2);
 
 // The yard of synthetic.hpp as the map, and a second sampling of it moved by `truth` as the
 // scan (about 12 points per 2 m voxel face: every direction constrained).
@@ -110,7 +111,7 @@ TEST_CASE("Pose covariance names parse and print; a bad one is a clear error", "
 
 TEST_CASE("None leaves the covariance zero", "[unit][pose_covariance]") {
   const Case c;
-  Aligner aligner(settings_with(PoseCovariance::None));
+  Aligner aligner(settings_with(PoseCovariance::None), kCpu);
   aligner.set_target(c.target);
   const AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
   REQUIRE(r.converged);
@@ -127,7 +128,7 @@ TEST_CASE("None leaves the covariance zero", "[unit][pose_covariance]") {
 
 TEST_CASE("Laplace: (-H)^-1 of the returned Hessian, and Autoware's -(H_xy)^-1", "[unit][pose_covariance]") {
   const Case c;
-  Aligner aligner(settings_with(PoseCovariance::Laplace));
+  Aligner aligner(settings_with(PoseCovariance::Laplace), kCpu);
   aligner.set_target(c.target);
   const AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
   REQUIRE(r.converged);
@@ -162,9 +163,9 @@ TEST_CASE("Laplace: (-H)^-1 of the returned Hessian, and Autoware's -(H_xy)^-1",
 TEST_CASE("MULTI_NDT: six aligns from the turned offsets, Autoware's weighting of seven poses",
           "[unit][pose_covariance]") {
   const Case c;
-  Aligner plain(settings_with(PoseCovariance::None));
+  Aligner plain(settings_with(PoseCovariance::None), kCpu);
   plain.set_target(c.target);
-  Aligner multi(settings_with(PoseCovariance::MultiNdt));
+  Aligner multi(settings_with(PoseCovariance::MultiNdt), kCpu);
   multi.set_target(c.target);
 
   const AlignResult r = aligned_with_covariance(multi, c.source, c.guess);
@@ -213,7 +214,7 @@ TEST_CASE("MULTI_NDT: six aligns from the turned offsets, Autoware's weighting o
 TEST_CASE("MULTI_NDT after align_batch: every hypothesis gets a covariance, none recursively",
           "[unit][pose_covariance]") {
   const Case c;
-  Aligner multi(settings_with(PoseCovariance::MultiNdt));
+  Aligner multi(settings_with(PoseCovariance::MultiNdt), kCpu);
   multi.set_target(c.target);
   Pose6 other = c.guess;
   other(0) += 0.1;
@@ -230,9 +231,9 @@ TEST_CASE("MULTI_NDT after align_batch: every hypothesis gets a covariance, none
 
 TEST_CASE("MULTI_NDT_SCORE: softmax of the NVTLs at the offsets (temperature 0.05)", "[unit][pose_covariance]") {
   const Case c;
-  Aligner plain(settings_with(PoseCovariance::None));
+  Aligner plain(settings_with(PoseCovariance::None), kCpu);
   plain.set_target(c.target);
-  Aligner scored(settings_with(PoseCovariance::MultiNdtScore));
+  Aligner scored(settings_with(PoseCovariance::MultiNdtScore), kCpu);
   scored.set_target(c.target);
   const AlignResult r = aligned_with_covariance(scored, c.source, c.guess);
   const AlignResult r0 = plain.align_from_pose(c.source, c.guess);
@@ -299,7 +300,7 @@ TEST_CASE("The offsets are turned by the result's heading", "[unit][pose_covaria
 
   // End to end: a scan aligned at a heading of 90 deg gets its starts along the other axes.
   const Case c(make_pose(0.2, 0.1, 0.0, 0.0, 0.0, kPi / 2));
-  Aligner aligner(settings_with(PoseCovariance::None));
+  Aligner aligner(settings_with(PoseCovariance::None), kCpu);
   aligner.set_target(c.target);
   const AlignResult r = aligner.align_from_pose(c.source, c.guess);
   REQUIRE(r.converged);
@@ -335,14 +336,15 @@ TEST_CASE("Autoware's diagonal floor acts in the vehicle frame", "[unit][pose_co
 TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by default)", "[unit][pose_covariance]") {
   const Case c;
   LocalizerSettings ls;
+  ExecutionOptions execution;
   CHECK(ls.align.pose_covariance == PoseCovariance::Laplace);
-  ls.align.backend = Backend::Cpu;
-  ls.align.threads = 2;
+  execution.backend = Backend::Cpu;
+  execution.threads = 2;
   ls.voxel_leaf = 0.0;
   ls.nvtl_threshold = 0.1;  // the yard's sparse sampling scores below Autoware's 2.3
   for (PoseCovariance mode : {PoseCovariance::Laplace, PoseCovariance::MultiNdtScore, PoseCovariance::None}) {
     ls.align.pose_covariance = mode;
-    Localizer localizer(ls);
+    Localizer localizer(ls, execution);
     CHECK(localizer.aligner().settings().pose_covariance == mode);  // the aligner itself estimates none
     localizer.set_map(c.target);
     localizer.set_initial_pose(pose_to_matrix(c.guess));

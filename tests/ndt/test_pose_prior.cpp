@@ -76,12 +76,10 @@ PointCloud corridor(std::uint32_t seed, double half_length, int points) {
   return c;
 }
 
-AlignSettings cpu() {
-  AlignSettings s = autoware_preset();
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  return s;
-}
+AlignSettings cpu() { return autoware_preset(); }
+
+// How the aligners of these tests run: the CPU backend with 2 threads.
+const ExecutionOptions kCpu = test::on_cpu(2);
 
 }  // namespace
 
@@ -141,7 +139,7 @@ TEST_CASE("pose prior: zero information gives the bits of no prior, on every loo
     AlignSettings zero = plain;
     zero.prior.pose << 5.0, -3.0, 1.0, 0.2, 0.1, 2.0;  // a centre, but no information
     REQUIRE_FALSE(zero.prior.active());
-    Aligner a(plain), b(zero);
+    Aligner a(plain, kCpu), b(zero, kCpu);
     a.set_target(target);
     b.set_target(target);
     const std::vector<Pose6> guesses = {Pose6::Zero(), truth * 0.5, truth * 1.5};
@@ -160,7 +158,7 @@ TEST_CASE("pose prior: in a corridor the unconstrained axis follows the prior, t
   Pose6 guess;
   guess << 1.2, 0.15, 0.05, 0.0, 0.0, 0.02;
   AlignSettings s = cpu();
-  Aligner aligner(s);
+  Aligner aligner(s, kCpu);
   aligner.set_target(target);
   // Without a prior the scan cannot tell x: the alignment corrects y, z, yaw and leaves x
   // near the guess (within a voxel's pull).
@@ -200,7 +198,7 @@ TEST_CASE("pose prior: in a corridor the unconstrained axis follows the prior, t
   // stops at 0.57 m. 0.2 overcomes the ripple.
   reg.prior.regularization_scale_factor = 0.2;
   reg.prior.pose << 0.4, 5.0, 0.0, 0.0, 0.0, 0.0;  // y of the prior is not longitudinal: ignored
-  Aligner regularized(reg);
+  Aligner regularized(reg, kCpu);
   regularized.set_target(target);
   const AlignResult r = regularized.align_from_pose(source, guess);
   CAPTURE(r.pose.transpose(), r.iterations, to_string(r.reason), r.correspondences);
@@ -210,7 +208,7 @@ TEST_CASE("pose prior: in a corridor the unconstrained axis follows the prior, t
 
 TEST_CASE("pose prior: a weak prior leaves a well-constrained alignment where the scan puts it", "[unit]") {
   const auto [target, source, truth] = test::synthetic_pair(31, 60000, 5000, test::pose6(0.35, -0.25, 0.05, 0.01, -0.02, 0.06));
-  Aligner aligner(cpu());
+  Aligner aligner(cpu(), kCpu);
   aligner.set_target(target);
   const AlignResult free = aligner.align_from_pose(source, Pose6::Zero());
   PosePrior prior;
@@ -225,7 +223,7 @@ TEST_CASE("pose prior: a weak prior leaves a well-constrained alignment where th
 }
 
 TEST_CASE("pose prior: invalid priors are errors naming what is wrong", "[unit]") {
-  Aligner aligner(cpu());
+  Aligner aligner(cpu(), kCpu);
   PosePrior p;
   p.pose(3) = std::nan("");
   CHECK_THROWS_WITH(aligner.set_prior(p), Catch::Matchers::Contains("roll"));
@@ -239,7 +237,7 @@ TEST_CASE("pose prior: invalid priors are errors naming what is wrong", "[unit]"
   CHECK_THROWS_WITH(aligner.set_prior(p), Catch::Matchers::Contains("not finite"));
   AlignSettings s = cpu();
   s.prior.regularization_scale_factor = -1.0;
-  CHECK_THROWS_WITH(Aligner(s), Catch::Matchers::Contains("regularization_scale_factor"));
+  CHECK_THROWS_WITH(Aligner(s, kCpu), Catch::Matchers::Contains("regularization_scale_factor"));
   // The prior in use survives a rejected one.
   p.information.setIdentity();
   aligner.set_prior(p);

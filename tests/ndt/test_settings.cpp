@@ -4,6 +4,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/localizer.hpp>
 #include <ndtcu/settings.hpp>
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/voxel_map.hpp>
@@ -13,14 +14,15 @@
 using namespace ndtcu;
 
 TEST_CASE("threads settings are bounded by kMaxThreads, with the value named", "[unit][settings]") {
-  AlignSettings s;
+  ExecutionOptions s;
   s.threads = kMaxThreads;
   CHECK_NOTHROW(validate(s));
   s.threads = 0;
   CHECK_NOTHROW(validate(s));
   s.threads = 100000;
   CHECK_THROWS_WITH(validate(s), Catch::Contains("threads: 100000") && Catch::Contains("[0, 1024]"));
-  CHECK_THROWS_AS(Aligner(s), Error);
+  CHECK_THROWS_AS(Aligner(AlignSettings{}, s), Error);
+  CHECK_THROWS_WITH(Localizer(LocalizerSettings{}, s), Catch::Contains("threads: 100000"));
   s.threads = kMaxThreads + 1;
   CHECK_THROWS_WITH(validate(s), Catch::Contains("threads: 1025"));
   s.threads = -1;
@@ -41,18 +43,54 @@ TEST_CASE("threads settings are bounded by kMaxThreads, with the value named", "
 }
 
 TEST_CASE("device is -1 (the current CUDA device) or an index, with the value named", "[unit][settings]") {
-  AlignSettings s;
+  const AlignSettings settings;
+  ExecutionOptions s;
   CHECK(s.device == -1);
-  CHECK(voxel_map_options(s).device == -1);
+  CHECK(voxel_map_options(settings).device == -1);
+  CHECK(voxel_map_options(settings, s).device == -1);
   s.device = 3;
   CHECK_NOTHROW(validate(s));
-  CHECK(voxel_map_options(s).device == 3);
+  CHECK(voxel_map_options(settings, s).device == 3);
   s.device = -2;
   CHECK_THROWS_WITH(validate(s), Catch::Contains("device: -2"));
+  CHECK_THROWS_WITH(Aligner(settings, s), Catch::Contains("device: -2"));
   // The CPU backend runs on no device: an index is not checked against the devices there.
   s.device = 1000;
   s.backend = Backend::Cpu;
-  CHECK(Aligner(s).backend() == Backend::Cpu);
+  const Aligner aligner(settings, s);
+  CHECK(aligner.backend() == Backend::Cpu);
+  CHECK(aligner.execution().device == 1000);
+}
+
+TEST_CASE("ExecutionOptions: the defaults, and the aligner and localizer keep what they were given",
+          "[unit][settings]") {
+  const ExecutionOptions defaults;
+  CHECK(defaults.backend == Backend::Auto);
+  CHECK(defaults.threads == 0);
+  CHECK(defaults.device == -1);
+  CHECK(defaults.gpu_loop == GpuNewtonLoop::Device);
+  CHECK(defaults.cuda_stream == nullptr);
+  // A map built for an aligner runs as the aligner does.
+  ExecutionOptions e;
+  e.backend = Backend::Cpu;
+  e.threads = 3;
+  e.gpu_loop = GpuNewtonLoop::Host;
+  const VoxelMapOptions o = voxel_map_options(AlignSettings{}, e);
+  CHECK(o.backend == Backend::Cpu);
+  CHECK(o.threads == 3);
+  const Aligner aligner(AlignSettings{}, e);
+  CHECK(aligner.execution().threads == 3);
+  CHECK(aligner.execution().gpu_loop == GpuNewtonLoop::Host);
+  CHECK(aligner.backend() == Backend::Cpu);
+  const Localizer localizer(LocalizerSettings{}, e);
+  CHECK(localizer.execution().threads == 3);
+  CHECK(localizer.backend() == Backend::Cpu);
+  CHECK(localizer.aligner().execution().backend == Backend::Cpu);
+  // The device loop is asked for by the settings (fixed step, PCL's direction) and the
+  // execution (gpu_loop) together.
+  CHECK(wants_device_loop(autoware_preset(), defaults));
+  CHECK_FALSE(wants_device_loop(autoware_preset(), e));
+  CHECK_FALSE(wants_device_loop(pcl_preset(), defaults));
 }
 
 TEST_CASE("resolve_backend: the one rule for Backend::Auto, used by the aligner and the map build",
@@ -70,9 +108,10 @@ TEST_CASE("resolve_backend: the one rule for Backend::Auto, used by the aligner 
                       Catch::Contains("backend cuda requested, but") && Catch::Contains(cuda_unavailable_reason()));
   }
   // The aligner and the voxel map build follow it.
-  AlignSettings s;
+  ExecutionOptions s;
   s.backend = Backend::Auto;
-  CHECK(Aligner(s).backend() == resolve_backend(Backend::Auto));
+  CHECK(Aligner(AlignSettings{}, s).backend() == resolve_backend(Backend::Auto));
+  CHECK(Aligner().backend() == resolve_backend(Backend::Auto));  // the default
   PointCloud cloud;
   cloud.points = {{0.f, 0.f, 0.f}, {0.1f, 0.f, 0.f}, {0.f, 0.1f, 0.f},
                   {0.f, 0.f, 0.1f}, {0.1f, 0.1f, 0.f}, {0.1f, 0.f, 0.1f},
@@ -97,10 +136,10 @@ TEST_CASE("max_iterations is bounded by kMaxIterations where the settings are ch
   // A batch's own bound, checked before any hypothesis is aligned.
   PointCloud cloud;
   for (int i = 0; i < 200; ++i) cloud.points.emplace_back(0.1f * static_cast<float>(i % 20), 0.1f * static_cast<float>(i / 20), 0.f);
-  AlignSettings cpu;
+  ExecutionOptions cpu;
   cpu.backend = Backend::Cpu;
   cpu.threads = 1;
-  Aligner aligner(cpu);
+  Aligner aligner(AlignSettings{}, cpu);
   aligner.set_target(cloud);
   BatchOptions batch;
   batch.max_iterations = kMaxIterations + 1;

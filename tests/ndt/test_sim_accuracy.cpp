@@ -161,11 +161,8 @@ struct SceneSpec {
   double size = sim::WorldSettings{}.size;  // side of the world (m); the simulator's default
 };
 
-AlignSettings cpu(AlignSettings s) {
-  s.backend = Backend::Cpu;
-  s.threads = 2;
-  return s;
-}
+// How the aligners of these tests run: the CPU backend with 2 threads.
+const ExecutionOptions kCpu = test::on_cpu(2);
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -253,7 +250,7 @@ AlignSettings autoware_mode() {
 std::vector<Eigen::Matrix4d> optima(const PointCloud& map, const std::vector<Frame>& frames, AlignSettings settings) {
   settings.epsilon = 1e-5;
   settings.max_iterations = 100;
-  Aligner aligner(cpu(settings));
+  Aligner aligner(settings, kCpu);
   aligner.set_target(map);
   std::vector<Eigen::Matrix4d> out;
   for (const Frame& frame : frames) {
@@ -382,7 +379,7 @@ Summary run_trials(const SimScene& scene, const AlignSettings& settings, const c
     m.topRightCorner<3, 1>() += shift;
     return m;
   };
-  Aligner aligner(cpu(settings));
+  Aligner aligner(settings, kCpu);
   aligner.set_target(map);
   // Frame::optimum belongs to Autoware's score function at resolution 2 (what
   // build_scene computes); other settings have another optimum.

@@ -10,8 +10,12 @@ def test_every_listed_field_is_an_attribute_a_keyword_and_in_repr(sample):
     field an attribute and a key of to_dict()."""
     fields = ndtcu.settings_fields()
     assert {"resolution", "outlier_ratio", "min_points_per_voxel", "pose_covariance"} <= set(fields["AlignSettings"])
+    assert fields["ExecutionOptions"] == ["backend", "threads", "device", "gpu_loop"]
+    assert not set(fields["ExecutionOptions"]) & set(fields["AlignSettings"])
     assert {"nvtl_threshold", "recovery", "min_frame_points"} <= set(fields["LocalizerSettings"])
-    for cls, make in (("AlignSettings", ndtcu.Aligner), ("LocalizerSettings", ndtcu.Localizer)):
+    for cls, makers, held in (("AlignSettings", (ndtcu.Aligner,), "settings"),
+                              ("LocalizerSettings", (ndtcu.Localizer,), "settings"),
+                              ("ExecutionOptions", (ndtcu.Aligner, ndtcu.Localizer), "execution")):
         settings = getattr(ndtcu, cls)()
         text = repr(settings)
         assert text.startswith(cls + "(")
@@ -19,7 +23,10 @@ def test_every_listed_field_is_an_attribute_a_keyword_and_in_repr(sample):
             assert hasattr(settings, name), (cls, name)
             assert f"{name}={getattr(settings, name)!r}" in text, (cls, name)
             value = getattr(settings, name)
-            assert getattr(make(**{name: value}).settings, name) == value, (cls, name)
+            for make in makers:
+                assert getattr(getattr(make(**{name: value}), held), name) == value, (cls, name, make)
+            if cls == "ExecutionOptions":
+                assert getattr(getattr(ndtcu, cls)(**{name: value}), name) == value, (cls, name)
     result = ndtcu.Aligner(backend="cpu", threads=2)
     result.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))
     r = result.align(ndtcu.read_point_cloud(str(sample / "scans" / "000000.pcd")))

@@ -254,8 +254,8 @@ for name, call in calls.items():
 # cloud): an array must cost what the same points in a PointCloud cost, not a copy more.
 cloud = kept[0]
 settings = ndtcu.LocalizerSettings()
-settings.align.backend = "cpu"  # host memory is measured: no CUDA context to set up on the first call
-localizer = ndtcu.Localizer(settings, voxel_leaf=1.0, max_range=10.0, recovery="none")
+# backend "cpu": host memory is measured, no CUDA context to set up on the first call.
+localizer = ndtcu.Localizer(settings, backend="cpu", voxel_leaf=1.0, max_range=10.0, recovery="none")
 localizer.set_map(target)
 localizer.set_initial_pose(np.eye(4))
 pairs = {
@@ -459,9 +459,8 @@ def test_localizer_follows_the_sample_sequence(sample, truth_poses, backend, cli
     with the trajectory `ndtcu localize` writes for the same scans, times, start and
     settings, byte for byte."""
     settings = ndtcu.LocalizerSettings()
-    settings.align.backend = backend
-    loc = ndtcu.Localizer(settings, voxel_leaf=1.0)
-    assert loc.backend == backend
+    loc = ndtcu.Localizer(settings, ndtcu.ExecutionOptions(backend=backend), voxel_leaf=1.0)
+    assert loc.backend == backend and loc.execution.backend == backend
     loc.set_map(ndtcu.read_point_cloud(str(sample / "map.pcd")))
     start = ndtcu.matrix_to_pose(truth_poses[0])
     loc.set_initial_pose(ndtcu.pose_to_matrix(start))  # as --init builds it from the six numbers
@@ -506,10 +505,12 @@ def test_run_command_is_the_command_line_tool(sample, backend, cli, tmp_path):
 
 
 def test_device_setting():
-    assert ndtcu.AlignSettings().device == -1 and "device=-1" in repr(ndtcu.AlignSettings())
-    assert ndtcu.Aligner(backend="cpu", device=3).settings.device == 3  # the CPU backend runs on no device
+    assert ndtcu.ExecutionOptions().device == -1 and "device=-1" in repr(ndtcu.ExecutionOptions())
+    assert ndtcu.Aligner(backend="cpu", device=3).execution.device == 3  # the CPU backend runs on no device
     with pytest.raises(ndtcu.Error, match="device: -2"):
         ndtcu.Aligner(device=-2)
+    with pytest.raises(ndtcu.Error, match="device: -2"):
+        ndtcu.Localizer(ndtcu.LocalizerSettings(), ndtcu.ExecutionOptions(device=-2))
     count = len(ndtcu.cuda_devices())
     if count:
         with pytest.raises(ndtcu.Error, match=f"device {count}: no such CUDA device \\({count}"):
@@ -518,15 +519,25 @@ def test_device_setting():
 
 def test_settings_presets_and_keywords():
     s = ndtcu.AlignSettings.preset("pcl")
-    s.backend = "cpu"
-    a = ndtcu.Aligner(s, max_iterations=5, search="direct7")
+    e = ndtcu.ExecutionOptions(backend="cpu")
+    a = ndtcu.Aligner(s, e, max_iterations=5, search="direct7", threads=2)
     got = a.settings
     assert (got.resolution, got.line_search, got.covariance, got.convergence) == (1.0, "more-thuente", "pcl", "pcl")
-    assert (got.max_iterations, got.search, got.backend) == (5, "direct7", "cpu")
-    assert s.max_iterations == 35  # the settings given are not changed
+    assert (got.max_iterations, got.search) == (5, "direct7")
+    assert (a.execution.backend, a.execution.threads, a.backend) == ("cpu", 2, "cpu")
+    assert s.max_iterations == 35 and e.threads == 0  # the settings given are not changed
     assert "max_iterations=5, " in repr(got) and "search='direct7'" in repr(got)
+    assert repr(a.execution) == "ExecutionOptions(backend='cpu', threads=2, device=-1, gpu_loop='device')"
+    # How it runs is not a setting of the NDT math, and neither takes a name it lacks.
+    assert not hasattr(s, "backend") and not hasattr(s, "threads")
+    with pytest.raises(TypeError, match="unknown setting 'threds'"):
+        ndtcu.Aligner(threds=2)
+    with pytest.raises(TypeError, match="unknown setting 'resolution'"):
+        ndtcu.ExecutionOptions(resolution=1.0)
     with pytest.raises(ndtcu.Error, match="direct8"):
         s.search = "direct8"
+    with pytest.raises(ndtcu.Error, match="GPU Newton loop"):
+        e.gpu_loop = "graph"
 
 
 def test_localizer_takes_a_prediction_and_the_aligner_a_prior(sample, truth_poses):

@@ -142,9 +142,10 @@ std::vector<std::pair<double, Eigen::Matrix4d>> localize(const std::vector<ScanE
                                                          ScanPrefetcher::Reader reader, const fs::path& map,
                                                          const Eigen::Matrix4d& initial) {
   LocalizerSettings s;
-  s.align.threads = 2;
-  s.align.backend = Backend::Cpu;
-  Localizer localizer(s);
+  ExecutionOptions e;
+  e.threads = 2;
+  e.backend = Backend::Cpu;
+  Localizer localizer(s, e);
   localizer.set_map(read_point_cloud(map.string()));
   localizer.set_initial_pose(initial);
   std::vector<std::pair<double, Eigen::Matrix4d>> poses;

@@ -1,9 +1,10 @@
 #pragma once
 // Test helpers: skipping (exit code 77 when every test that ran was skipped), the
-// location of ../shared/data, and temporary folders.
+// location of ../shared/data, temporary folders, and ExecutionOptions in one call.
 #include <catch2/catch.hpp>
 
 #include <ndtcu/cuda_device.hpp>
+#include <ndtcu/execution.hpp>
 
 #include <filesystem>
 #include <optional>
@@ -36,6 +37,21 @@ bool under_sanitizer();
 
 /// `normal`, or `sanitized` under a sanitizer (under_sanitizer()).
 int repeats(int normal, int sanitized);
+
+/// ExecutionOptions with `threads` worker threads on `backend` (the library's default,
+/// Auto, unless given).
+inline ExecutionOptions run_with(int threads, Backend backend = Backend::Auto) {
+  ExecutionOptions e;
+  e.threads = threads;
+  e.backend = backend;
+  return e;
+}
+
+/// ExecutionOptions on the CPU backend with `threads` worker threads.
+inline ExecutionOptions on_cpu(int threads = 0) { return run_with(threads, Backend::Cpu); }
+
+/// ExecutionOptions on `backend` (threads: one per hardware thread).
+inline ExecutionOptions on(Backend backend) { return run_with(0, backend); }
 
 }  // namespace ndtcu::test
 

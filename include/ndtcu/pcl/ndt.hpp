@@ -214,7 +214,7 @@ class NormalDistributionsTransform : public ::pcl::Registration<PointSource, Poi
   void computeTransformation(PointCloudSource& output, const Matrix4& guess) override {
     reset_result(StopReason::MaxIterations);
     const AlignSettings settings = current_settings();
-    prepare(settings);
+    prepare(settings, current_execution());
     if (aligner_->target()->empty()) {
       // PCL's message and behaviour (ndt.hpp, computeTransformation): nothing is moved.
       result_.reason = StopReason::NoVoxels;
@@ -287,31 +287,52 @@ class NormalDistributionsTransform : public ::pcl::Registration<PointSource, Poi
     s.max_iterations = max_iterations_;
     s.outlier_ratio = outlier_ratio_;
     s.min_points_per_voxel = min_points_per_voxel_;
-    s.threads = static_cast<int>(std::min(threads_, static_cast<unsigned int>(INT_MAX)));
-    s.backend = backend_;
     try {
       validate(s);
     } catch (const Error& e) {
-      throw Error(getClassName() + "::align: " + e.what() +
-                  " (setResolution, setStepSize, setTransformationEpsilon, setMaximumIterations, "
-                  "setOulierRatio, setNumberOfThreads)");
+      throw_invalid(e);
     }
     return s;
+  }
+
+  // How this object's aligner runs: setBackend, setNumberOfThreads.
+  ExecutionOptions current_execution() const {
+    ExecutionOptions e;
+    e.threads = static_cast<int>(std::min(threads_, static_cast<unsigned int>(INT_MAX)));
+    e.backend = backend_;
+    try {
+      validate(e);
+    } catch (const Error& error) {
+      throw_invalid(error);
+    }
+    return e;
+  }
+
+  // An invalid setting, named with the PCL setters that set one.
+  [[noreturn]] void throw_invalid(const Error& e) const {
+    throw Error(getClassName() + "::align: " + e.what() +
+                " (setResolution, setStepSize, setTransformationEpsilon, setMaximumIterations, "
+                "setOulierRatio, setNumberOfThreads)");
   }
 
   static bool same_settings(const AlignSettings& a, const AlignSettings& b) {
     return a.resolution == b.resolution && a.step_size == b.step_size && a.epsilon == b.epsilon &&
            a.max_iterations == b.max_iterations && a.outlier_ratio == b.outlier_ratio &&
-           a.min_points_per_voxel == b.min_points_per_voxel && a.threads == b.threads && a.backend == b.backend;
+           a.min_points_per_voxel == b.min_points_per_voxel;
   }
 
-  // An aligner with `s` and the target's voxel map: the aligner is made again only when a
-  // setting changed, the map only when the target, resolution or points per voxel did.
-  void prepare(const AlignSettings& s) {
-    if (!aligner_ || !same_settings(aligner_->settings(), s)) {
+  static bool same_execution(const ExecutionOptions& a, const ExecutionOptions& b) {
+    return a.threads == b.threads && a.backend == b.backend;
+  }
+
+  // An aligner with `s`, run as `e`, and the target's voxel map: the aligner is made again
+  // only when a setting changed, the map only when the target, resolution or points per
+  // voxel did.
+  void prepare(const AlignSettings& s, const ExecutionOptions& e) {
+    if (!aligner_ || !same_settings(aligner_->settings(), s) || !same_execution(aligner_->execution(), e)) {
       std::shared_ptr<const VoxelMap> map = aligner_ ? aligner_->target() : nullptr;
-      auto next = std::make_unique<Aligner>(s);
-      const VoxelMapOptions wanted = voxel_map_options(s);
+      auto next = std::make_unique<Aligner>(s, e);
+      const VoxelMapOptions wanted = voxel_map_options(s, e);
       if (map && !target_changed_ && map->options().resolution == wanted.resolution &&
           map->options().min_points == wanted.min_points) {
         next->set_target(std::move(map));

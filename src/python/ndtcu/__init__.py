@@ -14,6 +14,7 @@ from ._ndtcu import (  # noqa: F401
     Aligner,
     CudaError,
     Error,
+    ExecutionOptions,
     InitialPoseResult,
     IoError,
     LocalizationResult,

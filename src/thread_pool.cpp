@@ -100,7 +100,14 @@ void ThreadPool::parallel_for(std::size_t count, const std::function<void(std::s
     error_ = nullptr;
     ++generation_;
   }
-  wake_.notify_all();
+  // Only as many workers as there are tasks beyond the caller's: waking all of 16 for a
+  // small scan's 2 chunks cost more than the chunks did.
+  const std::size_t helpers = std::min(count - 1, workers_.size());
+  if (helpers == workers_.size()) {
+    wake_.notify_all();
+  } else {
+    for (std::size_t i = 0; i < helpers; ++i) wake_.notify_one();
+  }
   drain();
   std::exception_ptr error;
   {

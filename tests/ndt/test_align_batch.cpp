@@ -29,39 +29,44 @@ TEST_CASE("A CPU batch gives every hypothesis the bits of align()", "[unit][alig
   const PointCloud target = test::synthetic_scene(61, 30000);
   Pose6 truth;
   truth << 0.3, -0.2, 0.05, 0.01, -0.01, 0.05;
-  const PointCloud source = test::moved_by_inverse(test::synthetic_scene(62, 3000), truth);
-  for (LineSearch line : {LineSearch::Fixed, LineSearch::MoreThuente}) {
-    for (int threads : {1, 2, 3}) {
-      AlignSettings s = autoware_preset();
-      ExecutionOptions e;
-      e.backend = Backend::Cpu;
-      s.line_search = line;
-      e.threads = threads;
-      s.max_iterations = 20;
-      Aligner aligner(s, e);
-      aligner.set_target(target);
-      const std::vector<Pose6> guesses = guesses_around(truth, 7, 9);
-      const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
-      REQUIRE(batch.size() == guesses.size());
-      int converged = 0;
-      for (std::size_t k = 0; k < guesses.size(); ++k) {
-        CAPTURE(to_string(line), threads, k);
-        const AlignResult single = aligner.align_from_pose(source, guesses[k]);
-        test::check_same_bits(batch[k], single);
-        CHECK(batch[k].trace.empty());  // not asked for
-        converged += batch[k].converged;
+  // 3,000 points (12 chunks of the CPU evaluator) and 500 (2): with 16 threads, a batch of
+  // 7 hypotheses of the first spreads each evaluation over the workers, of the second runs
+  // the hypotheses one per thread; either way the bits of align().
+  for (const int points : {3000, 500}) {
+    const PointCloud source = test::moved_by_inverse(test::synthetic_scene(62, points), truth);
+    for (LineSearch line : {LineSearch::Fixed, LineSearch::MoreThuente}) {
+      for (int threads : {1, 2, 3, 16}) {
+        AlignSettings s = autoware_preset();
+        ExecutionOptions e;
+        e.backend = Backend::Cpu;
+        s.line_search = line;
+        e.threads = threads;
+        s.max_iterations = 20;
+        Aligner aligner(s, e);
+        aligner.set_target(target);
+        const std::vector<Pose6> guesses = guesses_around(truth, 7, 9);
+        const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
+        REQUIRE(batch.size() == guesses.size());
+        int converged = 0;
+        for (std::size_t k = 0; k < guesses.size(); ++k) {
+          CAPTURE(points, to_string(line), threads, k);
+          const AlignResult single = aligner.align_from_pose(source, guesses[k]);
+          test::check_same_bits(batch[k], single);
+          CHECK(batch[k].trace.empty());  // not asked for
+          converged += batch[k].converged;
+        }
+        CHECK(converged >= 5);  // real alignments, not first-step stops
+        // Reversed order and a sub-batch: the same bits per hypothesis.
+        std::vector<Pose6> reversed(guesses.rbegin(), guesses.rend());
+        const std::vector<AlignResult> back = aligner.align_batch(source, reversed, BatchOptions{true});
+        for (std::size_t k = 0; k < guesses.size(); ++k) {
+          test::check_same_bits(back[guesses.size() - 1 - k], batch[k]);
+          CHECK(back[guesses.size() - 1 - k].trace.size() == static_cast<std::size_t>(batch[k].iterations));
+        }
+        const std::vector<AlignResult> two = aligner.align_batch(source, std::vector<Pose6>{guesses[3], guesses[5]});
+        test::check_same_bits(two[0], batch[3]);
+        test::check_same_bits(two[1], batch[5]);
       }
-      CHECK(converged >= 5);  // real alignments, not first-step stops
-      // Reversed order and a sub-batch: the same bits per hypothesis.
-      std::vector<Pose6> reversed(guesses.rbegin(), guesses.rend());
-      const std::vector<AlignResult> back = aligner.align_batch(source, reversed, BatchOptions{true});
-      for (std::size_t k = 0; k < guesses.size(); ++k) {
-        test::check_same_bits(back[guesses.size() - 1 - k], batch[k]);
-        CHECK(back[guesses.size() - 1 - k].trace.size() == static_cast<std::size_t>(batch[k].iterations));
-      }
-      const std::vector<AlignResult> two = aligner.align_batch(source, std::vector<Pose6>{guesses[3], guesses[5]});
-      test::check_same_bits(two[0], batch[3]);
-      test::check_same_bits(two[1], batch[5]);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 using namespace ndtcu;
 
@@ -86,4 +87,21 @@ TEST_CASE("a thread pool whose worker cannot be started throws Error and stops t
   std::atomic<std::size_t> sum{0};
   pool.parallel_for(100, [&](std::size_t i) { sum += i; });
   CHECK(sum == 4950u);
+}
+
+TEST_CASE("a pool of 16 runs batches of 2 to 20 tasks, fewer than its workers or more, each task once",
+          "[unit][thread_pool]") {
+  // parallel_for wakes only as many workers as there are tasks beyond the caller's: the
+  // others sleep through the batch and must still take part in the next, larger one.
+  detail::ThreadPool pool(16);
+  for (int round = 0; round < 200; ++round) {
+    const std::size_t count = 2 + static_cast<std::size_t>(round % 19);
+    std::vector<std::atomic<int>> runs(count);
+    for (auto& r : runs) r = 0;
+    pool.parallel_for(count, [&](std::size_t i) { runs[i]++; });
+    for (std::size_t i = 0; i < count; ++i) {
+      CAPTURE(round, count, i);
+      CHECK(runs[i].load() == 1);
+    }
+  }
 }

@@ -439,9 +439,7 @@ class Localizer::Impl::FrameAttempts {
     out.align_ms += detail::ms_since(t0);
     if (!detail::has_pose(r)) return;
     out.refinement_m = translation_gap(out.pose, r.transform);
-    const bool matched =
-        static_cast<double>(r.matched_points) >= m.settings.min_matched_ratio * static_cast<double>(r.source_points);
-    if (r.reason == StopReason::Converged && matched && out.refinement_m <= 0.5 * m.fine_resolution() &&
+    if (r.reason == StopReason::Converged && m.matched_enough(r) && out.refinement_m <= 0.5 * m.fine_resolution() &&
         rotation_gap(out.pose, r.transform) <= 2.0 * detail::kPi / 180.0) {
       out.pose = r.transform;
       out.refined = true;

@@ -166,14 +166,17 @@ struct Localizer::Impl {
     return std::isnan(typical_nvtl) || nvtl >= settings.search_nvtl_ratio * typical_nvtl;
   }
 
+  // Whether at least settings.min_matched_ratio of the alignment's points found a voxel.
+  bool matched_enough(const AlignResult& r) const {
+    return static_cast<double>(r.matched_points) >= settings.min_matched_ratio * static_cast<double>(r.source_points);
+  }
+
   // The score check an alignment fails first (NoPose, NotConverged, MatchedRatio, Nvtl), or
   // Passed.
   FrameCheck failed_check(const AlignResult& r) const {
     if (!detail::has_pose(r)) return FrameCheck::NoPose;
     if (settings.reject_max_iterations && !r.converged) return FrameCheck::NotConverged;
-    if (!(static_cast<double>(r.matched_points) >= settings.min_matched_ratio * static_cast<double>(r.source_points))) {
-      return FrameCheck::MatchedRatio;
-    }
+    if (!matched_enough(r)) return FrameCheck::MatchedRatio;
     return r.nvtl >= settings.nvtl_threshold ? FrameCheck::Passed : FrameCheck::Nvtl;
   }
 

@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
         {"laplace+floor", "laplace as published (floor)"},
         {"multi-ndt+floor", "multi-ndt as published (floor)"},
         {"multi-ndt-score+floor", "multi-ndt-score as published"},
+        {"sandwich", "A^-1 B A^-1 (x-y block)"},
     };
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
@@ -298,6 +299,9 @@ int main(int argc, char** argv) {
         rows[1].time_ms += lap.elapsed_ms;
         rows[2].time_ms += multi.elapsed_ms;
         rows[3].time_ms += score.elapsed_ms;
+        const PoseCovarianceResult sandwich = estimate_pose_covariance(aligner, scan, r, PoseCovariance::Sandwich);
+        add_trial(rows[7], e, sandwich.covariance_xy, sandwich.valid);
+        rows[7].time_ms += sandwich.elapsed_ms;
       }
     }
     const double trials_s = seconds_since(t0);

@@ -57,6 +57,7 @@ const char* to_string(PoseCovariance c) {
     case PoseCovariance::Laplace: return "laplace";
     case PoseCovariance::MultiNdt: return "multi-ndt";
     case PoseCovariance::MultiNdtScore: return "multi-ndt-score";
+    case PoseCovariance::Sandwich: return "sandwich";
   }
   return "?";
 }
@@ -117,7 +118,7 @@ GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
 
 PoseCovariance pose_covariance_from_string(const std::string& name) {
   const PoseCovariance all[] = {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
-                                PoseCovariance::MultiNdtScore};
+                                PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich};
   return parse(name, "pose covariance", all);
 }
 
@@ -142,7 +143,7 @@ void validate(const AlignSettings& s) {
                 fmt::format("{}", 2.0 * s.step_size) + " or less, or raise step_size");
   }
   if (std::string(to_string(s.pose_covariance)) == "?") {
-    throw Error("invalid setting pose_covariance (must be none, laplace, multi-ndt or multi-ndt-score): " +
+    throw Error("invalid setting pose_covariance (must be none, laplace, multi-ndt, multi-ndt-score or sandwich): " +
                 std::to_string(static_cast<int>(s.pose_covariance)));
   }
   validate(s.prior);

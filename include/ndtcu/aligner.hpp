@@ -181,6 +181,14 @@ class Aligner {
   /// non-finite entry (naming the pose and the entry).
   std::vector<AlignResult> evaluate_batch(PointCloudView source, const std::vector<Pose6>& poses);
 
+  /// The scan's own share of the score at the fixed pose `transform`, computed on the host
+  /// whatever the backend: `hessian`, the sum of the points' Hessians (no prior), and
+  /// `scatter`, sum_i g_i g_i' over the points' gradients g_i (each point's pairs summed).
+  /// The two halves of PoseCovariance::Sandwich (ndtcu/pose_covariance.hpp). Returns false,
+  /// both zero, when the map is held only on the device (a tiled map streamed to the GPU).
+  bool score_scatter(PointCloudView source, const Eigen::Matrix4d& transform, Eigen::Matrix<double, 6, 6>& hessian,
+                     Eigen::Matrix<double, 6, 6>& scatter);
+
   /// Aligns K pose hypotheses of one scan against the target, as one batch: one result per
   /// guess, in the guesses' order. Each hypothesis runs the Newton loop of align() under
   /// its own stopping rule, and its result has the bits of align_from_pose(source, guess)

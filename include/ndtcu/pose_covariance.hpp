@@ -22,6 +22,15 @@
 ///   T = 0.05; m = sum w_i p_i, C = sum w_i (p_i - m)(p_i - m)' over the seven x-y
 ///   positions (no further factor).
 ///
+/// And one that is not Autoware's:
+/// - Sandwich: the covariance of an M-estimator (Huber 1967; White 1982),
+///   C = A^-1 B A^-1 with A = -sum_i H_i, the points' Hessians, and B = sum_i g_i g_i', their
+///   gradients' scatter, both at the result (Aligner::score_scatter), and a prior's
+///   information L (the aligner's, when active) added to both: A + L, B + L. Laplace is
+///   the case B = A, true when the score is the log-likelihood of independent points;
+///   the NDT score's scale (d1, d2) is a fitting constant, which the sandwich does not
+///   depend on. Its x-y covariance is the x-y block of C.
+///
 /// What Autoware then publishes (not done here, see floor_xy_covariance): C_xy times its
 /// scale_factor (1.0), its diagonal raised in the vehicle frame to at least
 /// output_pose_covariance's (0.0225 m^2 each), in the 6x6 matrix whose other entries are

@@ -84,6 +84,12 @@ enum class PoseCovariance {
   /// alignment), softmax weights (temperature 0.05) and the weighted spread of the seven
   /// poses. Six evaluations more.
   MultiNdtScore,
+  /// The sandwich (robust) covariance of an M-estimator: A^-1 B A^-1, A = -(the points'
+  /// Hessian sum), B = sum_i g_i g_i' over the points' gradients, both at the result (plus a
+  /// prior's information in each when the aligner has one). Unlike Laplace it does not take
+  /// the NDT score for a log-likelihood, whose scale (d1, d2) is a fitting constant: scaling
+  /// the score leaves it unchanged. One pass over the scan on the host.
+  Sandwich,
 };
 
 /// Most Newton iterations an alignment may ask for (AlignSettings::max_iterations,

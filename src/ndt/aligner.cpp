@@ -392,6 +392,19 @@ std::vector<AlignResult> Aligner::evaluate_batch(PointCloudView source, const st
   return evaluate_poses(source, poses);
 }
 
+bool Aligner::score_scatter(PointCloudView source, const Eigen::Matrix4d& transform, Eigen::Matrix<double, 6, 6>& hessian,
+                            Eigen::Matrix<double, 6, 6>& scatter) {
+  check_inputs(has_target(), source, transform);
+  Impl& m = *impl_;
+  hessian.setZero();
+  scatter.setZero();
+  const TargetNow target = m.take_target();
+  if (!m.map || m.map->origin() != target.origin || source.empty()) return false;
+  detail::CpuEvaluator evaluator(*m.map, source, m.settings.search, m.settings.outlier_ratio, nullptr);
+  evaluator.gradient_scatter(to_internal(matrix_to_pose(transform), source.origin, target.origin), hessian, scatter);
+  return true;
+}
+
 // Every evaluation goes through here, as one backend batch.
 std::vector<AlignResult> Aligner::evaluate_poses(PointCloudView source, const std::vector<Pose6>& poses) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -97,4 +97,23 @@ math::DerivativeSums CpuEvaluator::evaluate_sums(const Pose6& pose, bool with_he
   return total;
 }
 
+void CpuEvaluator::gradient_scatter(const Pose6& pose, Eigen::Matrix<double, 6, 6>& hessian,
+                                    Eigen::Matrix<double, 6, 6>& scatter) {
+  const math::PoseTerms<double> terms = pose_terms(pose, gauss_);
+  math::DerivativeSums total, point;
+  total.clear();
+  scatter.setZero();
+  for (std::size_t i = 0; i < points_.size(); ++i) {
+    const Eigen::Vector3f& p = points_.points[i];
+    math::PointNeighbours found;
+    math::find_point_neighbours(view_, search_, terms.m, p.x(), p.y(), p.z(), found);
+    point.clear();
+    math::accumulate_point_pairs(view_, terms, p.x(), p.y(), p.z(), found, true, point.v);
+    const Eigen::Map<const Eigen::Matrix<double, 6, 1>> g(point.v + math::kGradient);
+    scatter.noalias() += g * g.transpose();
+    total.add(point);
+  }
+  hessian = to_evaluation(total).hessian;
+}
+
 }  // namespace ndtcu::detail

@@ -69,6 +69,10 @@ class CpuEvaluator final : public DerivativeEvaluator {
   CpuEvaluator(const VoxelMap& map, PointCloudView points, SearchMethod search, double outlier_ratio,
                ThreadPool* pool, const DenseVoxelIndex* dense = nullptr);
   math::DerivativeSums evaluate_sums(const Pose6& pose, bool with_hessian) override;
+  /// The points' Hessian (their sum, no prior) and the scatter of their gradients, sum_i
+  /// g_i g_i' (g_i a point's gradient: its pairs' terms summed), at `pose`, on the calling
+  /// thread: the two halves of the sandwich covariance (PoseCovariance::Sandwich).
+  void gradient_scatter(const Pose6& pose, Eigen::Matrix<double, 6, 6>& hessian, Eigen::Matrix<double, 6, 6>& scatter);
 
  private:
   PointCloudView points_;

@@ -182,6 +182,38 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
       out.valid = c.allFinite();
       break;
     }
+    case PoseCovariance::Sandwich: {
+      // An M-estimator's covariance, A^-1 B A^-1 (Huber 1967; White 1982), where Laplace
+      // takes B = A, true only for a log-likelihood, which the NDT score (its d1, d2 fitted
+      // to a Gaussian-plus-uniform mixture) is not: Laplace's sigma came out 1.8-2.9 times
+      // below the actual error against the simulator's truth (BENCHMARK.md, "Pose
+      // covariance against exact truth"). A prior enters both halves as its information, a
+      // correctly stated prior's gradient having that variance.
+      Matrix6d hessian, scatter;
+      if (!aligner.score_scatter(source, result.transform, hessian, scatter)) break;
+      Matrix6d a = -hessian, b = scatter;
+      const PosePrior& prior = aligner.settings().prior;
+      if (prior.active()) {
+        Matrix6d l = prior.information;
+        const double yaw = prior.pose(5);
+        const Eigen::Vector2d u(std::cos(yaw), std::sin(yaw));
+        l.topLeftCorner<2, 2>() += 2.0 * prior.regularization_scale_factor * static_cast<double>(result.correspondences) * u * u.transpose();
+        a += l;
+        b += l;
+      }
+      Eigen::LLT<Matrix6d> llt(a);
+      if (llt.info() != Eigen::Success || !a.allFinite() || !b.allFinite()) break;
+      const Matrix6d a_inverse = llt.solve(Matrix6d::Identity());
+      const Matrix6d c = a_inverse * b * a_inverse;
+      out.covariance = 0.5 * (c + c.transpose());
+      out.covariance_xy = out.covariance.topLeftCorner<2, 2>();
+      out.valid = out.covariance.allFinite();
+      if (!out.valid) {
+        out.covariance.setZero();
+        out.covariance_xy.setZero();
+      }
+      break;
+    }
   }
   out.elapsed_ms = ms_since(t0);
   return out;

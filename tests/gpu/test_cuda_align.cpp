@@ -10,6 +10,7 @@
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/pose_covariance.hpp>
 #include <ndtcu/trajectory.hpp>
 
 #include "ndt_derivatives.hpp"
@@ -180,6 +181,35 @@ TEST_CASE("CUDA alignment to a map at UTM coordinates gives the same relative re
   CHECK((b.pose.head<3>() - offset - a.pose.head<3>()).norm() < 1e-3);
   CHECK(angle_between(a.pose, b.pose) < 0.01 * M_PI / 180.0);
   CHECK(a.iterations == b.iterations);
+}
+
+// The sandwich covariance is computed on the host from the aligner's map: on a CUDA
+// aligner (its map built on the GPU) the same halves as the CPU aligner's at the same pose,
+// to the map's float bits.
+TEST_CASE("The sandwich covariance on a CUDA aligner: the CPU aligner's halves at the same pose", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const Case c = cases({}).front();
+  ExecutionOptions cpu_exec, gpu_exec;
+  cpu_exec.backend = Backend::Cpu;
+  gpu_exec.backend = Backend::Cuda;
+  AlignSettings s = c.settings;
+  s.pose_covariance = PoseCovariance::Sandwich;
+  Aligner cpu(s, cpu_exec), gpu(s, gpu_exec);
+  cpu.set_target(c.target);
+  gpu.set_target(c.target);
+  AlignResult r = gpu.align_from_pose(c.source, c.guess);
+  REQUIRE(r.converged);
+  Eigen::Matrix<double, 6, 6> hc, bc, hg, bg;
+  REQUIRE(cpu.score_scatter(c.source, r.transform, hc, bc));
+  REQUIRE(gpu.score_scatter(c.source, r.transform, hg, bg));
+  CAPTURE(hc, hg, bc, bg);
+  CHECK((hc - hg).cwiseAbs().maxCoeff() <= 1e-6 * hc.cwiseAbs().maxCoeff());
+  CHECK((bc - bg).cwiseAbs().maxCoeff() <= 1e-6 * bc.cwiseAbs().maxCoeff());
+  attach_pose_covariance(gpu, c.source, r);
+  CHECK(r.covariance_mode == PoseCovariance::Sandwich);
+  CHECK(r.covariance_valid);
+  const Eigen::Matrix<double, 6, 6> a_inverse = (-hg).inverse();
+  CHECK((r.covariance - a_inverse * bg * a_inverse).cwiseAbs().maxCoeff() <= 1e-8 * r.covariance.cwiseAbs().maxCoeff());
 }
 
 TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]") {

@@ -90,7 +90,7 @@ std::vector<Pose6> expected_starts(const Pose6& pose) {
 
 TEST_CASE("Pose covariance names parse and print; a bad one is a clear error", "[unit][pose_covariance]") {
   for (PoseCovariance m : {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
-                           PoseCovariance::MultiNdtScore}) {
+                           PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich}) {
     CHECK(pose_covariance_from_string(to_string(m)) == m);
   }
   CHECK(std::string(to_string(PoseCovariance::MultiNdtScore)) == "multi-ndt-score");
@@ -100,7 +100,7 @@ TEST_CASE("Pose covariance names parse and print; a bad one is a clear error", "
   } catch (const Error& e) {
     const std::string what = e.what();
     CHECK(what.find("pose covariance 'multi_ndt'") != std::string::npos);
-    CHECK(what.find("none, laplace, multi-ndt, multi-ndt-score") != std::string::npos);
+    CHECK(what.find("none, laplace, multi-ndt, multi-ndt-score, sandwich") != std::string::npos);
   }
   AlignSettings s;
   CHECK(s.pose_covariance == PoseCovariance::None);
@@ -158,6 +158,73 @@ TEST_CASE("Laplace: (-H)^-1 of the returned Hessian, and Autoware's -(H_xy)^-1",
   CHECK_FALSE(e.valid);
   CHECK(e.covariance.isZero(0.0));
   CHECK(e.covariance_xy.isZero(0.0));
+}
+
+// The sandwich's two halves recomputed from evaluate() alone: A from the Hessian evaluate()
+// returns, B from each point's gradient by central differences of its own score (a cloud of
+// that one point evaluated at the pose moved by +-h along each entry).
+TEST_CASE("Sandwich: A^-1 B A^-1 from the points' Hessian and the scatter of their gradients",
+          "[unit][pose_covariance]") {
+  const Case c;
+  Aligner aligner(settings_with(PoseCovariance::Sandwich), kCpu);
+  aligner.set_target(c.target);
+  const AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
+  REQUIRE(r.converged);
+  REQUIRE(r.covariance_mode == PoseCovariance::Sandwich);
+  REQUIRE(r.covariance_valid);
+  Matrix6d hessian, scatter;
+  REQUIRE(aligner.score_scatter(c.source, r.transform, hessian, scatter));
+  // The points' Hessian is evaluate()'s, summed in another order (point by point here, in
+  // chunks of 256 there): equal to rounding.
+  CHECK(relative_gap(hessian, aligner.evaluate(c.source, r.transform).hessian) < 1e-10);
+  const Matrix6d a_inverse = (-hessian).inverse();
+  CHECK(relative_gap(r.covariance, a_inverse * scatter * a_inverse) < 1e-8);
+  CHECK(r.covariance_xy == r.covariance.topLeftCorner<2, 2>());
+
+  // B by finite differences, over every 600th point (20 of them).
+  PointCloud few;
+  for (std::size_t i = 0; i < c.source.size(); i += 600) few.points.push_back(c.source.points[i]);
+  Matrix6d expected = Matrix6d::Zero();
+  const double h = 1e-3;
+  for (const Eigen::Vector3f& p : few.points) {
+    PointCloud one;
+    one.points.push_back(p);
+    Eigen::Matrix<double, 6, 1> g;
+    for (int j = 0; j < 6; ++j) {
+      Pose6 plus = r.pose, minus = r.pose;
+      plus(j) += h;
+      minus(j) -= h;
+      g(j) = (aligner.evaluate(one, pose_to_matrix(plus)).score - aligner.evaluate(one, pose_to_matrix(minus)).score) /
+             (2.0 * h);
+    }
+    expected += g * g.transpose();
+  }
+  Matrix6d few_hessian, few_scatter;
+  REQUIRE(aligner.score_scatter(few, r.transform, few_hessian, few_scatter));
+  INFO("scatter\n" << few_scatter << "\nby differences\n" << expected);
+  // Tolerance: central differences at h = 1e-3 (truncation about h^2) of a point
+  // transformed in float (PCL's transform: about 1e-6 m at 10 m, against steps of 1e-2 m).
+  CHECK(relative_gap(few_scatter, expected) < 2e-3);
+  CHECK(few_scatter.trace() > 0.0);
+
+  // A prior enters both halves as its information.
+  PosePrior prior;
+  prior.pose = r.pose;
+  prior.information = Matrix6d::Identity() * 50.0;
+  aligner.set_prior(prior);
+  const PoseCovarianceResult with_prior = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Sandwich);
+  REQUIRE(with_prior.valid);
+  const Matrix6d ap = (-hessian + prior.information).inverse();
+  CHECK(relative_gap(with_prior.covariance, ap * (scatter + prior.information) * ap) < 1e-8);
+  aligner.set_prior(PosePrior{});
+
+  // Where the points' -A is not positive definite (a scan that meets no voxel) there is none.
+  PointCloud far;
+  far.points.push_back(Eigen::Vector3f(1e4f, 1e4f, 1e4f));
+  AlignResult nowhere = r;
+  const PoseCovarianceResult none = estimate_pose_covariance(aligner, far, nowhere, PoseCovariance::Sandwich);
+  CHECK_FALSE(none.valid);
+  CHECK(none.covariance.isZero(0.0));
 }
 
 TEST_CASE("MULTI_NDT: six aligns from the turned offsets, Autoware's weighting of seven poses",

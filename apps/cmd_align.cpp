@@ -163,9 +163,11 @@ std::string result_text(const AlignResult& r, const AlignContext& c) {
       out += fmt::format("  cov x-y     {:13.6e} {:13.6e} / {:13.6e} {:13.6e} (m^2, as Autoware's estimator)\n",
                          r.covariance_xy(0, 0), r.covariance_xy(0, 1), r.covariance_xy(1, 0), r.covariance_xy(1, 1));
     } else {
-      out += fmt::format("  covariance  {}: not available (laplace: -H is not positive definite at this pose; "
-                         "multi-ndt: not finite)\n",
-                         to_string(r.covariance_mode));
+      const char* why = r.covariance_mode == PoseCovariance::Laplace ? "-H is not positive definite at this pose"
+                        : r.covariance_mode == PoseCovariance::Sandwich
+                            ? "the points' -H is not positive definite at this pose, or the map is only on the GPU"
+                            : "not finite";
+      out += fmt::format("  covariance  {}: not available ({})\n", to_string(r.covariance_mode), why);
     }
   }
   out += "  transform\n";

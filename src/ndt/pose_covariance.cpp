@@ -185,10 +185,12 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
     case PoseCovariance::Sandwich: {
       // An M-estimator's covariance, A^-1 B A^-1 (Huber 1967; White 1982), where Laplace
       // takes B = A, true only for a log-likelihood, which the NDT score (its d1, d2 fitted
-      // to a Gaussian-plus-uniform mixture) is not: Laplace's sigma came out 1.8-2.9 times
-      // below the actual error against the simulator's truth (BENCHMARK.md, "Pose
-      // covariance against exact truth"). A prior enters both halves as its information, a
-      // correctly stated prior's gradient having that variance.
+      // to a Gaussian-plus-uniform mixture) is not. Against the simulator's truth
+      // (BENCHMARK.md, "Pose covariance against exact truth") it is narrower than Laplace
+      // on open streets, whose error is the voxels' bias that all points share, and the
+      // closest to honest for a degenerate frame refined against finer voxels. A prior
+      // enters both halves as its information, a correctly stated prior's gradient having
+      // that variance.
       Matrix6d hessian, scatter;
       if (!aligner.score_scatter(source, result.transform, hessian, scatter)) break;
       Matrix6d a = -hessian, b = scatter;
@@ -197,7 +199,8 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
         Matrix6d l = prior.information;
         const double yaw = prior.pose(5);
         const Eigen::Vector2d u(std::cos(yaw), std::sin(yaw));
-        l.topLeftCorner<2, 2>() += 2.0 * prior.regularization_scale_factor * static_cast<double>(result.correspondences) * u * u.transpose();
+        const double pairs = static_cast<double>(result.correspondences);  // add_prior's N
+        l.topLeftCorner<2, 2>() += 2.0 * prior.regularization_scale_factor * pairs * u * u.transpose();
         a += l;
         b += l;
       }

@@ -398,8 +398,8 @@ bool Aligner::score_scatter(PointCloudView source, const Eigen::Matrix4d& transf
   Impl& m = *impl_;
   hessian.setZero();
   scatter.setZero();
-  const TargetNow target = m.take_target();
-  if (!m.map || m.map->origin() != target.origin || source.empty()) return false;
+  const TargetNow target = m.take_target();  // a tiled map on the device leaves no host map
+  if (!m.map || source.empty()) return false;
   detail::CpuEvaluator evaluator(*m.map, source, m.settings.search, m.settings.outlier_ratio, nullptr);
   evaluator.gradient_scatter(to_internal(matrix_to_pose(transform), source.origin, target.origin), hessian, scatter);
   return true;

@@ -185,6 +185,11 @@ CLI::Option* add_recovery_options(CLI::App* cmd, LocalizeOptions& o) {
                   "a search's winner must also reach this share of the NVTL the accepted frames score (0 = no check)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  check_number_range(cmd->add_option("--search-step-size", o.search_step_size,
+                                     "largest Newton step (m) of the searches' refinement; the first attempt and the "
+                                     "retries keep --step-size (0 = --step-size)")
+                         ->capture_default_str(),
+                     field_range<LocalizerSettings>("search_step_size"));
   cmd->add_option("--rotation-search-range", o.rotation_search_range,
                   "largest rotation (deg) the rotation search tries about the prediction and the last good pose")
       ->capture_default_str()
@@ -277,6 +282,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.recovery_attempts = o.recovery_attempts;
   ls.min_matched_ratio = o.min_matched_ratio;
   ls.search_nvtl_ratio = o.search_nvtl_ratio;
+  ls.search_step_size = o.search_step_size;
   ls.rotation_search_range_deg = o.rotation_search_range;
   ls.rotation_search_step_deg = o.rotation_search_step;
   ls.recovery = recovery_from_string(o.recovery);

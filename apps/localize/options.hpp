@@ -45,6 +45,7 @@ struct LocalizeOptions {
   std::vector<double> motion_sigma = {kDefaults.motion_translation_sigma, kDefaults.motion_rotation_sigma};
   double gate_chi2 = kDefaults.gate_chi2;
   double max_prediction_scale = kDefaults.max_prediction_scale;
+  double search_step_size = kDefaults.search_step_size;
   bool prediction_prior = kDefaults.prediction_prior;
   std::optional<double> regularization;
   std::size_t min_scan_points = kDefaults.min_scan_points;

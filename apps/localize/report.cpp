@@ -185,6 +185,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"odometry_noise", o.odometry_noise},
                    {"recovery", to_string(ls.recovery)},
                    {"search_nvtl_ratio", ls.search_nvtl_ratio},
+                   {"search_step_size", ls.search_step_size},
                    {"rotation_search_range_deg", ls.rotation_search_range_deg},
                    {"rotation_search_step_deg", ls.rotation_search_step_deg},
                    {"search_radius", ls.search_radius},

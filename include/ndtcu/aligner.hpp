@@ -50,6 +50,11 @@ struct BatchOptions {
   /// smaller number runs a coarse pass (hypotheses moved a little, to be ranked) on the same
   /// map and backend. Must be 0 or in [1, kMaxIterations] (Error otherwise).
   int max_iterations = 0;
+  /// Largest step |dp| per Newton iteration: 0 takes the aligner's step_size (a value > 0
+  /// overrides it for this call, e.g. a search's refinement of hypotheses far from their
+  /// optimum). Must be 0, or finite and at least half the aligner's epsilon (Error
+  /// otherwise: steps are kept in [epsilon / 2, step_size]).
+  double step_size = 0.0;
   /// Fill each result's localizability (AlignResult::localizability, a 6x6 eigen
   /// decomposition per hypothesis); false skips it (a coarse pass whose results are only
   /// ranked).

@@ -218,6 +218,8 @@ struct FieldList<LocalizerSettings> {
     v(make_field("max_search_radius", &S::max_search_radius, "widest position search (m; at least search_radius)", range_closed(0.0, 200.0)));
     v(make_field("search_nvtl_ratio", &S::search_nvtl_ratio, "an alignment is taken only when its NVTL also reaches this share of the accepted frames' (0: no check)",
             range_closed(0.0, 1.0)));
+    v(make_field("search_step_size", &S::search_step_size, "largest Newton step of the searches' refinement (m)",
+            range_closed(0.0, 10.0, "0: the aligner's step_size")));
     v(make_field("max_prediction_scale", &S::max_prediction_scale, "largest prediction step, in multiples of the last inter-frame motion",
             range_at_least(1.0)));
     v(make_field("degeneracy_probe_m", &S::degeneracy_probe_m, "probe distance along a weak direction (m)",

@@ -130,6 +130,11 @@ void validate(const LocalizerSettings& s) {
                 (range.note ? std::string(" (") + range.note + ")" : std::string()) + ", got " + value);
   });
   // The rules between two settings.
+  if (s.search_step_size > 0.0 && 2.0 * s.search_step_size < s.align.epsilon) {
+    // Steps are kept in [epsilon / 2, step]: an empty range (see validate(AlignSettings)).
+    throw Error("localizer search_step_size must be 0 or at least half of epsilon (" +
+                ndtcu::number_text(0.5 * s.align.epsilon) + " m), got " + ndtcu::number_text(s.search_step_size));
+  }
   if (!(s.max_range > s.min_range)) {
     throw Error("localizer max_range must exceed min_range (" + ndtcu::number_text(s.min_range) + "), got " +
                 ndtcu::number_text(s.max_range));

@@ -86,7 +86,11 @@ struct Localizer::Impl {
   // alignments and the simulator's Avia turns lost one frame; with 32 both are found, and
   // the Livox run aligns 4,121 hypotheses instead of 5,829 (fewer frames go on to the
   // position and wide searches).
-  InitialPoseOptions search_options;
+  InitialPoseOptions search_options = [this] {
+    InitialPoseOptions o;
+    o.refine_step_size = settings.search_step_size;
+    return o;
+  }();
 
   // The rotation search's offsets (fixed by the settings): made once, not per lost frame.
   std::vector<Eigen::Vector3d> turns =

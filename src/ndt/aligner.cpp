@@ -12,6 +12,7 @@
 #include "optimizer.hpp"
 
 #include <Eigen/Geometry>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -290,9 +291,16 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
     throw Error("align_batch: BatchOptions::max_iterations = " + std::to_string(options.max_iterations) +
                 " (0: the aligner's own, else in [1, " + std::to_string(kMaxIterations) + "])");
   }
+  if (!(options.step_size >= 0.0) || !std::isfinite(options.step_size) ||
+      (options.step_size > 0.0 && 2.0 * options.step_size < m.settings.epsilon)) {
+    throw Error(fmt::format("align_batch: BatchOptions::step_size = {} (0: the aligner's own, else a step length of at "
+                            "least half the aligner's epsilon, {})",
+                            options.step_size, 0.5 * m.settings.epsilon));
+  }
   const bool keep_trace = options.trace;
   AlignSettings call_settings = m.settings;
   if (options.max_iterations > 0) call_settings.max_iterations = options.max_iterations;
+  if (options.step_size > 0.0) call_settings.step_size = options.step_size;
   if (!options.prior) call_settings.prior = PosePrior{};
   for (const PointCloudView& source : sources) check_inputs(true, source, Eigen::Matrix4d::Identity());
   m.backend->reset_telemetry();

@@ -124,6 +124,9 @@ void validate(const InitialPoseOptions& o) {
     fail("coarse_iterations", o.coarse_iterations, fmt::format("must lie in [1, {}]", kMaxIterations).c_str());
   }
   if (o.refine_count < 1) fail("refine_count", o.refine_count, "must be >= 1");
+  if (!(std::isfinite(o.refine_step_size) && o.refine_step_size >= 0.0)) {
+    fail("refine_step_size", o.refine_step_size, "must be finite and >= 0 (m; 0: the aligner's step_size)");
+  }
   if (!(std::isfinite(o.ambiguity_distance) && o.ambiguity_distance >= 0.0)) {
     fail("ambiguity_distance", o.ambiguity_distance, "must be finite and >= 0 (m)");
   }
@@ -419,12 +422,15 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
     refined[k] = true;
   }
 
-  // Refinement from where the coarse pass stopped, with the aligner's own settings.
+  // Refinement from where the coarse pass stopped, with the aligner's own settings (its step
+  // length unless refine_step_size says otherwise).
   std::vector<Pose6> starts;
   starts.reserve(kept.size());
   for (std::size_t k : kept) starts.push_back(coarse_results[k].pose);
   t = std::chrono::steady_clock::now();
-  std::vector<AlignResult> refined_results = aligner.align_batch(scan, starts);
+  BatchOptions refine;
+  refine.step_size = o.refine_step_size;
+  std::vector<AlignResult> refined_results = aligner.align_batch(scan, starts, refine);
   // A refinement that ran out of iterations is a long correction still under way (a coarse
   // pose a metre off takes more than 30 steps of 0.1 m when the steps zigzag): it goes on
   // from where it stopped, as the localizer's retries do, in one more batch of those still
@@ -443,7 +449,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
     }
     if (resumed.empty()) break;
     resumed_total += resumed.size();
-    std::vector<AlignResult> more = aligner.align_batch(scan, resumed);
+    std::vector<AlignResult> more = aligner.align_batch(scan, resumed, refine);
     for (std::size_t u = 0; u < unfinished.size(); ++u) {
       AlignResult& r = refined_results[unfinished[u]];
       more[u].iterations += r.iterations;

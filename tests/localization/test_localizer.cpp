@@ -315,6 +315,9 @@ TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
   bad([](LocalizerSettings& s) { s.align.resolution = 0; }, "resolution");
   bad([](LocalizerSettings& s) { s.refine_ratio = 0.95; }, "refine_ratio");
   bad([](LocalizerSettings& s) { s.refine_ratio = -0.5; }, "refine_ratio");
+  bad([](LocalizerSettings& s) { s.search_step_size = -0.3; }, "search_step_size");
+  // Steps are kept in [epsilon / 2, step]: a search step below that is an empty range.
+  bad([](LocalizerSettings& s) { s.search_step_size = 0.004; }, "search_step_size must be 0 or at least half of epsilon (0.005 m), got 0.004");
 }
 
 TEST_CASE("refine_ratio polishes valid frames against finer voxels of the map's points, and only then",
@@ -667,6 +670,9 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
       e.backend = Backend::Cpu;
       s.recovery = search ? Recovery::Hypotheses : Recovery::LastGood;
       s.nvtl_threshold = 3.0;
+      // With the searches' default 0.3 m steps the heading search's refinement rolls this
+      // scan back from 60 deg too; at the aligner's 0.1 m only the rotation search does.
+      if (turn.stage == FrameStage::RotationSearch) s.search_step_size = 0.0;
       Localizer localizer(s, e);
       localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
       localizer.set_initial_pose(start.matrix());

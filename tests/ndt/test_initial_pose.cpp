@@ -255,6 +255,9 @@ TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[u
   o = {};
   o.refine_count = 0;
   rejects(o, "refine_count = 0");
+  o = InitialPoseOptions{};
+  o.refine_step_size = -0.1;
+  rejects(o, "refine_step_size = -0.1");
   o = {};
   o.ambiguity_margin = -0.1;
   rejects(o, "ambiguity_margin = -0.1");
@@ -331,6 +334,41 @@ TEST_CASE("a coarse pass (BatchOptions::max_iterations) equals an aligner with t
   bad.max_iterations = -1;
   CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("max_iterations = -1"));
   CHECK_THROWS_WITH(search_hypotheses(s.aligner, s.scan, {}), Catch::Matchers::Contains("no hypotheses"));
+}
+
+TEST_CASE("a batch's step length (BatchOptions::step_size) equals an aligner with that step_size",
+          "[unit][initial_pose]") {
+  Sample& s = sample();
+  const std::vector<Pose6> starts = initial_pose_hypotheses(s.truth, [] {
+    InitialPoseOptions o;
+    o.radius = 1.0;
+    o.yaw_step_deg = 90.0;
+    return o;
+  }());
+  AlignSettings longer = cpu_settings();
+  longer.step_size = 0.3;
+  Aligner reference(longer, test::on_cpu(2));
+  reference.set_target(s.aligner.target());
+  BatchOptions steps;
+  steps.step_size = 0.3;
+  const std::vector<AlignResult> a = s.aligner.align_batch(s.scan, starts, steps);
+  const std::vector<AlignResult> b = reference.align_batch(s.scan, starts);
+  const std::vector<AlignResult> own = s.aligner.align_batch(s.scan, starts);
+  REQUIRE(a.size() == b.size());
+  int differ = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    CHECK(a[k].iterations == b[k].iterations);
+    CHECK(a[k].pose == b[k].pose);
+    CHECK(a[k].nvtl == b[k].nvtl);
+    differ += a[k].iterations != own[k].iterations || a[k].pose != own[k].pose ? 1 : 0;
+  }
+  CHECK(differ > 0);  // the override took effect: the aligner's own 0.1 m steps end elsewhere
+  // A step shorter than half the aligner's epsilon is an empty range of step lengths.
+  BatchOptions bad;
+  bad.step_size = 0.4 * s.aligner.settings().epsilon;
+  CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("BatchOptions::step_size"));
+  bad.step_size = -1.0;
+  CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("step_size = -1"));
 }
 
 namespace {

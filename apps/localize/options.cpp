@@ -197,6 +197,11 @@ CLI::Option* add_recovery_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_option("--rotation-search-step", o.rotation_search_step, "grid step (deg) of the rotation search")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 180.0));
+  check_number_range(cmd->add_option("--heading-search-step", o.heading_search_step,
+                                     "grid step (deg) of the heading search's turns about the vertical (up to "
+                                     "--rotation-search-range either way)")
+                         ->capture_default_str(),
+                     field_range<LocalizerSettings>("heading_search_step_deg"));
   cmd->add_option("--search-radius", o.search_radius,
                   "radius (m) of the position search near the prediction (after the rotation search)")
       ->capture_default_str()
@@ -283,6 +288,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.min_matched_ratio = o.min_matched_ratio;
   ls.search_nvtl_ratio = o.search_nvtl_ratio;
   ls.search_step_size = o.search_step_size;
+  ls.heading_search_step_deg = o.heading_search_step;
   ls.rotation_search_range_deg = o.rotation_search_range;
   ls.rotation_search_step_deg = o.rotation_search_step;
   ls.recovery = recovery_from_string(o.recovery);

@@ -46,6 +46,7 @@ struct LocalizeOptions {
   double gate_chi2 = kDefaults.gate_chi2;
   double max_prediction_scale = kDefaults.max_prediction_scale;
   double search_step_size = kDefaults.search_step_size;
+  double heading_search_step = kDefaults.heading_search_step_deg;
   bool prediction_prior = kDefaults.prediction_prior;
   std::optional<double> regularization;
   std::size_t min_scan_points = kDefaults.min_scan_points;
@@ -61,6 +62,7 @@ inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
     {"reject_max_iterations", "--accept-max-iterations"},
     {"rotation_search_range_deg", "--rotation-search-range"},
     {"rotation_search_step_deg", "--rotation-search-step"},
+    {"heading_search_step_deg", "--heading-search-step"},
     {"max_turn_rate_deg", "--max-turn-rate"},
     {"degeneracy_probe_m", "--degeneracy-probe"},
     {"motion_translation_sigma", "--motion-sigma"},

@@ -188,6 +188,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"search_step_size", ls.search_step_size},
                    {"rotation_search_range_deg", ls.rotation_search_range_deg},
                    {"rotation_search_step_deg", ls.rotation_search_step_deg},
+                   {"heading_search_step_deg", ls.heading_search_step_deg},
                    {"search_radius", ls.search_radius},
                    {"max_speed", ls.max_speed},
                    {"max_turn_rate_deg", ls.max_turn_rate_deg},

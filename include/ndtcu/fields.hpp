@@ -210,6 +210,8 @@ struct FieldList<LocalizerSettings> {
             range_closed(0.0, 180.0)));
     v(make_field("rotation_search_step_deg", &S::rotation_search_step_deg, "heading search: step between turns (deg)",
             range_closed(1.0, 180.0)));
+    v(make_field("heading_search_step_deg", &S::heading_search_step_deg, "heading search: step between turns about the vertical (deg)",
+            range_closed(1.0, 180.0)));
     v(make_field("search_radius", &S::search_radius, "position search radius around the prediction (m)",
             range_closed(0.0, 200.0)));
     v(make_field("max_speed", &S::max_speed, "fastest the sensor moves (m/s), sizing the wide search",

@@ -98,13 +98,17 @@ struct Localizer::Impl {
           ? rotation_offsets(settings.rotation_search_range_deg, settings.rotation_search_step_deg)
           : std::vector<Eigen::Vector3d>{};
 
-  // Stage 1a's turns about the vertical: those of `turns` about z alone (every
-  // rotation_search_step_deg up to rotation_search_range_deg either way; the centre, tried
-  // already, is not among them), applied about the map's vertical.
+  // Stage 1a's turns about the vertical: every heading_search_step_deg up to
+  // rotation_search_range_deg either way (the centre, tried already, is not among them),
+  // applied about the map's vertical.
   std::vector<Eigen::Vector3d> headings = [this] {
     std::vector<Eigen::Vector3d> out;
-    for (const Eigen::Vector3d& v : turns) {
-      if (v.x() == 0.0 && v.y() == 0.0 && v.z() != 0.0) out.push_back(v);
+    if (settings.recovery != Recovery::Hypotheses) return out;
+    const double step = settings.heading_search_step_deg * detail::kPi / 180.0;
+    const double range = settings.rotation_search_range_deg * detail::kPi / 180.0;
+    for (int k = 1; k * step <= range + 1e-9; ++k) {
+      out.emplace_back(0.0, 0.0, k * step);
+      out.emplace_back(0.0, 0.0, -k * step);
     }
     return out;
   }();

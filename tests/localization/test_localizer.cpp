@@ -316,6 +316,7 @@ TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
   bad([](LocalizerSettings& s) { s.refine_ratio = 0.95; }, "refine_ratio");
   bad([](LocalizerSettings& s) { s.refine_ratio = -0.5; }, "refine_ratio");
   bad([](LocalizerSettings& s) { s.search_step_size = -0.3; }, "search_step_size");
+  bad([](LocalizerSettings& s) { s.heading_search_step_deg = 0.5; }, "heading_search_step_deg");
   // Steps are kept in [epsilon / 2, step]: a search step below that is an empty range.
   bad([](LocalizerSettings& s) { s.search_step_size = 0.004; }, "search_step_size must be 0 or at least half of epsilon (0.005 m), got 0.004");
 }
@@ -698,6 +699,25 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
         CHECK(r.attempts > 6 + 123);
       }
     }
+  }
+  {
+    // A finer heading step: 12 headings about the one centre (7.5 to 45 deg either way),
+    // the 40-deg turn found by the heading search again.
+    Eigen::Isometry3d start = truth[0].pose;
+    start.rotate(Eigen::AngleAxisd(40.0 * M_PI / 180.0, Eigen::Vector3d::UnitZ()));
+    LocalizerSettings s;
+    s.nvtl_threshold = 3.0;
+    s.heading_search_step_deg = 7.5;
+    Localizer localizer(s, test::on_cpu(2));
+    localizer.set_map(read_point_cloud((kSample / "map.pcd").string()));
+    localizer.set_initial_pose(start.matrix());
+    const LocalizationResult r = localizer.localize(scan, scans[0].time);
+    CAPTURE(r.attempts, r.hypotheses, to_string(r.stage));
+    CHECK(r.valid);
+    CHECK(r.stage == FrameStage::HeadingSearch);
+    CHECK((r.pose.topRightCorner<3, 1>() - truth[0].pose.translation()).norm() < 0.04);
+    CHECK(r.hypotheses > 12);  // the 12 headings' coarse pass, then their refinements
+    CHECK(r.attempts < 123);
   }
   // A scan taken elsewhere is not forced into the map by the rotation search.
   LocalizerSettings s;

@@ -139,7 +139,7 @@ void check_outcome(const Sequence& seq, const Outcome& run, const std::set<std::
 /// The default settings on the CPU backend with 2 threads. The simulator's correct poses
 /// score 3.3-3.4 (as the sample's do); on these scenes Autoware's threshold of 2.3 alone
 /// passes poses metres off (NVTL 2.5-2.7 at 2-20 m in the turns sequence), which the
-/// localizer's search_nvtl_ratio (0.85 of what the accepted frames score) refuses.
+/// localizer's search_nvtl_ratio (0.9 of what the accepted frames score) refuses.
 LocalizerSettings cpu_settings() { return test::cpu_localizer_settings(); }
 
 }  // namespace

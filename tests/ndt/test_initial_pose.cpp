@@ -306,32 +306,49 @@ TEST_CASE("rotation offsets: the identity first, a cubic grid inside the ball, e
   CHECK_THROWS_WITH(rotation_offsets(180.0, 1.0), Catch::Matchers::Contains("too fine"));
 }
 
+namespace {
+
+// Starts 1 m about the sample's truth, every 90 deg: for comparing a batch option with the
+// aligner setting it stands for.
+std::vector<Pose6> starts_near_truth(const Sample& s) {
+  InitialPoseOptions o;
+  o.radius = 1.0;
+  o.yaw_step_deg = 90.0;
+  return initial_pose_hypotheses(s.truth, o);
+}
+
+// The results of the sample's aligner with `options` and of an aligner of `settings`
+// (the sample's map, no options), from the same starts: each pair must be the same bits.
+std::pair<std::vector<AlignResult>, std::vector<AlignResult>> option_and_setting(Sample& s, const BatchOptions& options,
+                                                                                 const AlignSettings& settings) {
+  const std::vector<Pose6> starts = starts_near_truth(s);
+  Aligner reference(settings, test::on_cpu(2));
+  reference.set_target(s.aligner.target());
+  std::pair<std::vector<AlignResult>, std::vector<AlignResult>> out{s.aligner.align_batch(s.scan, starts, options),
+                                                                    reference.align_batch(s.scan, starts)};
+  REQUIRE(out.first.size() == out.second.size());
+  for (std::size_t k = 0; k < out.first.size(); ++k) {
+    CHECK(out.first[k].iterations == out.second[k].iterations);
+    CHECK(out.first[k].pose == out.second[k].pose);
+    CHECK(out.first[k].nvtl == out.second[k].nvtl);
+  }
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("a coarse pass (BatchOptions::max_iterations) equals an aligner with that many iterations",
           "[unit][initial_pose]") {
   Sample& s = sample();
-  const std::vector<Pose6> starts = initial_pose_hypotheses(s.truth, [] {
-    InitialPoseOptions o;
-    o.radius = 1.0;
-    o.yaw_step_deg = 90.0;
-    return o;
-  }());
   AlignSettings few = cpu_settings();
   few.max_iterations = 3;
-  Aligner reference(few, test::on_cpu(2));
-  reference.set_target(s.aligner.target());
   BatchOptions coarse;
   coarse.max_iterations = 3;
-  const std::vector<AlignResult> a = s.aligner.align_batch(s.scan, starts, coarse);
-  const std::vector<AlignResult> b = reference.align_batch(s.scan, starts);
-  REQUIRE(a.size() == b.size());
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    CHECK(a[k].iterations <= 3);
-    CHECK(a[k].iterations == b[k].iterations);
-    CHECK(a[k].pose == b[k].pose);
-    CHECK(a[k].nvtl == b[k].nvtl);
-  }
+  const auto [a, b] = option_and_setting(s, coarse, few);
+  for (const AlignResult& r : a) CHECK(r.iterations <= 3);
   BatchOptions bad;
   bad.max_iterations = -1;
+  const std::vector<Pose6> starts = starts_near_truth(s);
   CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("max_iterations = -1"));
   CHECK_THROWS_WITH(search_hypotheses(s.aligner, s.scan, {}), Catch::Matchers::Contains("no hypotheses"));
 }
@@ -339,27 +356,15 @@ TEST_CASE("a coarse pass (BatchOptions::max_iterations) equals an aligner with t
 TEST_CASE("a batch's step length (BatchOptions::step_size) equals an aligner with that step_size",
           "[unit][initial_pose]") {
   Sample& s = sample();
-  const std::vector<Pose6> starts = initial_pose_hypotheses(s.truth, [] {
-    InitialPoseOptions o;
-    o.radius = 1.0;
-    o.yaw_step_deg = 90.0;
-    return o;
-  }());
   AlignSettings longer = cpu_settings();
   longer.step_size = 0.3;
-  Aligner reference(longer, test::on_cpu(2));
-  reference.set_target(s.aligner.target());
   BatchOptions steps;
   steps.step_size = 0.3;
-  const std::vector<AlignResult> a = s.aligner.align_batch(s.scan, starts, steps);
-  const std::vector<AlignResult> b = reference.align_batch(s.scan, starts);
+  const auto [a, b] = option_and_setting(s, steps, longer);
+  const std::vector<Pose6> starts = starts_near_truth(s);
   const std::vector<AlignResult> own = s.aligner.align_batch(s.scan, starts);
-  REQUIRE(a.size() == b.size());
   int differ = 0;
   for (std::size_t k = 0; k < a.size(); ++k) {
-    CHECK(a[k].iterations == b[k].iterations);
-    CHECK(a[k].pose == b[k].pose);
-    CHECK(a[k].nvtl == b[k].nvtl);
     differ += a[k].iterations != own[k].iterations || a[k].pose != own[k].pose ? 1 : 0;
   }
   CHECK(differ > 0);  // the override took effect: the aligner's own 0.1 m steps end elsewhere

@@ -206,9 +206,9 @@ struct FieldList<LocalizerSettings> {
             "reject an alignment that used every iteration without converging"));
     v(make_field("recovery", &S::recovery, "what a frame whose first attempt fails does"));
     v(make_field("recovery_attempts", &S::recovery_attempts, "retries after a failed first attempt", range_closed(0, 10)));
-    v(make_field("rotation_search_range_deg", &S::rotation_search_range_deg, "heading search: turns up to this either way (deg)",
+    v(make_field("rotation_search_range_deg", &S::rotation_search_range_deg, "heading and rotation searches: turns up to this either way (deg)",
             range_closed(0.0, 180.0)));
-    v(make_field("rotation_search_step_deg", &S::rotation_search_step_deg, "heading search: step between turns (deg)",
+    v(make_field("rotation_search_step_deg", &S::rotation_search_step_deg, "rotation search: grid step (deg)",
             range_closed(1.0, 180.0)));
     v(make_field("heading_search_step_deg", &S::heading_search_step_deg, "heading search: step between turns about the vertical (deg)",
             range_closed(1.0, 180.0)));

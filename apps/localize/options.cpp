@@ -206,6 +206,15 @@ CLI::Option* add_recovery_options(CLI::App* cmd, LocalizeOptions& o) {
                   "radius (m) of the position search near the prediction (after the rotation search)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 200.0));
+  check_number_range(cmd->add_option("--search-position-step", o.search_position_step,
+                                     "grid spacing (m) of the position searches (stages 2 and 3; coarser only where "
+                                     "a wide radius would exceed 100,000 hypotheses)")
+                         ->capture_default_str(),
+                     field_range<LocalizerSettings>("search_position_step"));
+  check_number_range(cmd->add_option("--search-yaw-step", o.search_yaw_step,
+                                     "step (deg) between the yaws of the position searches")
+                         ->capture_default_str(),
+                     field_range<LocalizerSettings>("search_yaw_step_deg"));
   cmd->add_option("--max-speed", o.max_speed,
                   "how fast (m/s) the sensor can move: the wide search's radius about the last good pose grows by "
                   "this per second since it")
@@ -289,6 +298,8 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.search_nvtl_ratio = o.search_nvtl_ratio;
   ls.search_step_size = o.search_step_size;
   ls.heading_search_step_deg = o.heading_search_step;
+  ls.search_position_step = o.search_position_step;
+  ls.search_yaw_step_deg = o.search_yaw_step;
   ls.rotation_search_range_deg = o.rotation_search_range;
   ls.rotation_search_step_deg = o.rotation_search_step;
   ls.recovery = recovery_from_string(o.recovery);

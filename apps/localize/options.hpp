@@ -47,6 +47,8 @@ struct LocalizeOptions {
   double max_prediction_scale = kDefaults.max_prediction_scale;
   double search_step_size = kDefaults.search_step_size;
   double heading_search_step = kDefaults.heading_search_step_deg;
+  double search_position_step = kDefaults.search_position_step;
+  double search_yaw_step = kDefaults.search_yaw_step_deg;
   bool prediction_prior = kDefaults.prediction_prior;
   std::optional<double> regularization;
   std::size_t min_scan_points = kDefaults.min_scan_points;
@@ -63,6 +65,7 @@ inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
     {"rotation_search_range_deg", "--rotation-search-range"},
     {"rotation_search_step_deg", "--rotation-search-step"},
     {"heading_search_step_deg", "--heading-search-step"},
+    {"search_yaw_step_deg", "--search-yaw-step"},
     {"max_turn_rate_deg", "--max-turn-rate"},
     {"degeneracy_probe_m", "--degeneracy-probe"},
     {"motion_translation_sigma", "--motion-sigma"},

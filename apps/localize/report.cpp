@@ -189,6 +189,8 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"rotation_search_range_deg", ls.rotation_search_range_deg},
                    {"rotation_search_step_deg", ls.rotation_search_step_deg},
                    {"heading_search_step_deg", ls.heading_search_step_deg},
+                   {"search_position_step", ls.search_position_step},
+                   {"search_yaw_step_deg", ls.search_yaw_step_deg},
                    {"search_radius", ls.search_radius},
                    {"max_speed", ls.max_speed},
                    {"max_turn_rate_deg", ls.max_turn_rate_deg},

@@ -214,6 +214,10 @@ struct FieldList<LocalizerSettings> {
             range_closed(1.0, 180.0)));
     v(make_field("search_radius", &S::search_radius, "position search radius around the prediction (m)",
             range_closed(0.0, 200.0)));
+    v(make_field("search_position_step", &S::search_position_step, "position searches: grid spacing (m)",
+            range_closed(0.1, 50.0)));
+    v(make_field("search_yaw_step_deg", &S::search_yaw_step_deg, "position searches: step between yaws (deg)",
+            range_closed(1.0, 180.0)));
     v(make_field("max_speed", &S::max_speed, "fastest the sensor moves (m/s), sizing the wide search",
             range_closed(0.0, 100.0)));
     v(make_field("max_turn_rate_deg", &S::max_turn_rate_deg, "fastest the sensor turns (deg/s)", range_closed(0.0, 3600.0)));

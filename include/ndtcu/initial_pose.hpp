@@ -48,6 +48,10 @@ struct InitialPoseOptions {
   /// 4 of which then took a place 2-7 m along the path at NVTL 2.6-2.7 (the right one
   /// scores 3.2-3.4); 32 refined it in those. The refinement is a fifth of the time.
   int refine_count = 32;
+  /// Largest Newton step |dp| of the coarse pass (0: the aligner's step_size). Its few
+  /// iterations reach coarse_iterations x this from each start, so a grid of positions
+  /// wider than that leaves the truth out of reach of its nearest hypothesis.
+  double coarse_step_size = 0.0;
   /// Largest Newton step |dp| of the refinement and its continuations (0: the aligner's
   /// step_size). The refinement starts where the coarse pass stopped, up to metres and tens
   /// of degrees from the optimum, and at Autoware's 0.1 m a wrong start zigzags through

@@ -122,7 +122,7 @@ struct LocalizerSettings {
   /// from the last good pose. Bounds the time a bad frame takes.
   int recovery_attempts = 2;
   /// Recovery::Hypotheses, stage 1a ("heading search"): the prediction and the last good
-  /// pose turned about the map's vertical, every rotation_search_step_deg up to
+  /// pose turned about the map's vertical, every heading_search_step_deg up to
   /// rotation_search_range_deg either way, and the prediction swung by the same turns
   /// about the last good pose's position (a turn that ended between the frames turns the
   /// motion's direction too: the simulator's sparse 16-ring drive at 1 Hz was predicted
@@ -161,10 +161,24 @@ struct LocalizerSettings {
   /// better, since every search start after it changes: at 10 deg the seed-2 sequence lost
   /// 74 of 100 frames, and on the Livox Avia set 7.5 costs a third more time on 2 cores.
   double heading_search_step_deg = 15.0;
-  /// Stage 2: positions within this radius (m) of the prediction on a 1 m grid, at yaws
-  /// every 15 deg over the yaw range below (a frame whose position the prediction missed:
-  /// a stop, a start, a skid).
+  /// Stage 2: positions within this radius (m) of the prediction on the grid of
+  /// search_position_step, at yaws every search_yaw_step_deg over the yaw range below (a
+  /// frame whose position the prediction missed: a stop, a start, a skid).
   double search_radius = 2.0;
+  /// The grid of the position searches (stages 2 and 3): positions this far apart (m),
+  /// coarser only where the radius would exceed InitialPoseOptions::max_hypotheses, ...
+  double search_position_step = 2.0;
+  /// ... each at yaws this far apart (deg). Their coarse pass takes search_step_size's
+  /// steps too, so that 5 iterations reach the truth from the grid's farthest point (1.4 m
+  /// at 2 m; Autoware's 0.1 m steps reach 0.5 m). The basins set the grid: 1.4 m off in
+  /// position converges on every simulated sensor, while in heading a narrow scan that sees
+  /// far converges from 3 deg and not from 5 (the simulator's Avia, seed-4 scan 41), a
+  /// 360-deg one from 5 and not always from 7.5 (VLP-16, HDL-32). Against a 1 m grid at 15
+  /// deg (the earlier default, 24 hypotheses per square metre against 18), the same run on
+  /// an H200 over 49 simulated sequences (3,300 frames) and the Livox and BALM sets: 3,349
+  /// frames within 10 cm instead of 3,223, 9 lost instead of 145, 0 wrong either way, in
+  /// 14.3 s of frame time instead of 38.0 (BENCHMARK.md, "The position searches' grid").
+  double search_yaw_step_deg = 5.0;
   /// Stage 3, when stage 2 fails and the time since the last good pose allows more:
   /// positions about the last good pose (not the prediction, whose velocity may be what no
   /// longer holds) within search_radius + max_speed x the time since it (m/s: how fast the
@@ -175,9 +189,10 @@ struct LocalizerSettings {
   /// The yaw range of stages 2 and 3 is +-(rotation_search_range_deg + max_turn_rate_deg x
   /// the time since the last good pose), the full circle at most (deg/s).
   double max_turn_rate_deg = 90.0;
-  /// Largest radius (m) of the position searches (at most 200). Beyond about 35 m the grid
-  /// is made coarser than 1 m, so that no search exceeds InitialPoseOptions::max_hypotheses
-  /// (100,000; screened to 1,024 before they are aligned).
+  /// Largest radius (m) of the position searches (at most 200). Beyond about 40 m over the
+  /// full circle the grid is made coarser than search_position_step, so that no search
+  /// exceeds InitialPoseOptions::max_hypotheses (100,000; screened to 1,024 before they are
+  /// aligned).
   double max_search_radius = 50.0;
   /// An alignment (the first attempt, a retry or a search's winner) is taken only when its
   /// NVTL also reaches this share of the NVTL the accepted frames have been scoring (a
@@ -201,6 +216,7 @@ struct LocalizerSettings {
   /// chains from 7,167 to 3,943 iterations over its searches and the run's time by 36%,
   /// with the same frames localized and within 10 cm; 0.2, 0.5 and 1.0 m were slower on the
   /// set or on the simulator's sparse turns (BENCHMARK.md, "The searches' step length").
+  /// The position searches' coarse pass takes it too (see search_yaw_step_deg).
   double search_step_size = 0.3;
   /// Largest prediction step, in multiples of the last inter-frame motion (a long gap after
   /// lost frames would otherwise extrapolate the velocity without limit).

@@ -121,16 +121,19 @@ struct Localizer::Impl {
   }
 
   // The position searches' options for a frame `since` seconds after the last good pose
-  // at `radius` (m): yaws every 15 deg over +-(rotation range + turn rate x since), a 1 m
-  // grid (coarser only where a radius the settings allow would exceed the hypothesis limit).
+  // at `radius` (m): yaws every search_yaw_step_deg over +-(rotation range + turn rate x
+  // since), a grid of search_position_step (coarser only where a radius the settings allow
+  // would exceed the hypothesis limit), the coarse pass in the search's steps.
   InitialPoseOptions position_search(double radius, double since) const {
     InitialPoseOptions o = search_options;
     o.radius = radius;
+    o.coarse_step_size = settings.search_step_size;
+    o.yaw_step_deg = settings.search_yaw_step_deg;
     o.yaw_range_deg = std::min(360.0, 2.0 * (settings.rotation_search_range_deg + settings.max_turn_rate_deg * since));
     o.yaw_range_deg = std::max(o.yaw_range_deg, o.yaw_step_deg);
     const double yaws = std::floor(o.yaw_range_deg / o.yaw_step_deg) + 1.0;
     const double positions = static_cast<double>(o.max_hypotheses) / yaws;
-    o.position_step = std::max(1.0, 1.05 * radius * std::sqrt(detail::kPi / positions));
+    o.position_step = std::max(settings.search_position_step, 1.05 * radius * std::sqrt(detail::kPi / positions));
     return o;
   }
 

@@ -124,6 +124,9 @@ void validate(const InitialPoseOptions& o) {
     fail("coarse_iterations", o.coarse_iterations, fmt::format("must lie in [1, {}]", kMaxIterations).c_str());
   }
   if (o.refine_count < 1) fail("refine_count", o.refine_count, "must be >= 1");
+  if (!(std::isfinite(o.coarse_step_size) && o.coarse_step_size >= 0.0)) {
+    fail("coarse_step_size", o.coarse_step_size, "must be finite and >= 0 (m; 0: the aligner's step_size)");
+  }
   if (!(std::isfinite(o.refine_step_size) && o.refine_step_size >= 0.0)) {
     fail("refine_step_size", o.refine_step_size, "must be finite and >= 0 (m; 0: the aligner's step_size)");
   }
@@ -368,6 +371,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
   BatchOptions coarse;
   coarse.localizability = false;  // ranked only
   coarse.max_iterations = o.coarse_iterations;
+  coarse.step_size = o.coarse_step_size;
 
   InitialPoseResult result;
   auto t = std::chrono::steady_clock::now();

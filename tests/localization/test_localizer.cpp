@@ -317,6 +317,8 @@ TEST_CASE("localizer settings out of range are named", "[unit][localization]") {
   bad([](LocalizerSettings& s) { s.refine_ratio = -0.5; }, "refine_ratio");
   bad([](LocalizerSettings& s) { s.search_step_size = -0.3; }, "search_step_size");
   bad([](LocalizerSettings& s) { s.heading_search_step_deg = 0.5; }, "heading_search_step_deg");
+  bad([](LocalizerSettings& s) { s.search_yaw_step_deg = 0.5; }, "search_yaw_step_deg");
+  bad([](LocalizerSettings& s) { s.search_position_step = 0.0; }, "search_position_step");
   // Steps are kept in [epsilon / 2, step]: a search step below that is an empty range.
   bad([](LocalizerSettings& s) { s.search_step_size = 0.004; }, "search_step_size must be 0 or at least half of epsilon (0.005 m), got 0.004");
 }

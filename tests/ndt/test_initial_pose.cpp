@@ -259,6 +259,9 @@ TEST_CASE("find_initial_pose rejects bad input with an Error that names it", "[u
   o.refine_step_size = -0.1;
   rejects(o, "refine_step_size = -0.1");
   o = {};
+  o.coarse_step_size = std::numeric_limits<double>::quiet_NaN();
+  rejects(o, "coarse_step_size = nan");
+  o = {};
   o.ambiguity_margin = -0.1;
   rejects(o, "ambiguity_margin = -0.1");
   o = {};
@@ -374,6 +377,35 @@ TEST_CASE("a batch's step length (BatchOptions::step_size) equals an aligner wit
   CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("BatchOptions::step_size"));
   bad.step_size = -1.0;
   CHECK_THROWS_WITH(s.aligner.align_batch(s.scan, starts, bad), Catch::Matchers::Contains("step_size = -1"));
+}
+
+TEST_CASE("a search's coarse and refinement step lengths equal a search by an aligner with that step_size",
+          "[unit][initial_pose]") {
+  Sample& s = sample();
+  AlignSettings longer = cpu_settings();
+  longer.step_size = 0.3;
+  Aligner reference(longer, test::on_cpu(2));
+  reference.set_target(s.aligner.target());
+  InitialPoseOptions o;
+  o.radius = 2.0;
+  o.yaw_step_deg = 30.0;
+  const Pose6 around = s.truth + (Pose6() << 1.2, -0.7, 0.0, 0.0, 0.0, 0.3).finished();
+  const std::vector<Pose6> hypotheses = initial_pose_hypotheses(around, o);
+  const InitialPoseResult theirs = search_hypotheses(reference, s.scan, hypotheses, o);
+  o.coarse_step_size = 0.3;
+  o.refine_step_size = 0.3;
+  const InitialPoseResult ours = search_hypotheses(s.aligner, s.scan, hypotheses, o);
+  CHECK(ours.best.pose == theirs.best.pose);
+  CHECK(ours.best.nvtl == theirs.best.nvtl);
+  CHECK(ours.best.iterations == theirs.best.iterations);
+  CHECK(ours.refined_hypotheses == theirs.refined_hypotheses);
+  CHECK(ours.has_rival == theirs.has_rival);
+  if (ours.has_rival && theirs.has_rival) CHECK(ours.ambiguity_nvtl == theirs.ambiguity_nvtl);
+  // The coarse override took effect: with the refinement's alone, the search differs.
+  o.coarse_step_size = 0.0;
+  const InitialPoseResult refine_only = search_hypotheses(s.aligner, s.scan, hypotheses, o);
+  CHECK((refine_only.best.pose != ours.best.pose || refine_only.best.iterations != ours.best.iterations ||
+         refine_only.refined_hypotheses != ours.refined_hypotheses));
 }
 
 namespace {

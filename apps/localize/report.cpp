@@ -133,7 +133,8 @@ void add_map_json(nlohmann::json& j, const LocalizeRun& run) {
                   {"device_peak_mb", static_cast<double>(ts.peak_device_bytes) / 1e6},
                   {"read_ms", ts.read_ms},
                   {"join_ms", ts.join_ms},
-                  {"wait_ms", stats_json(t.map_wait_ms)}};
+                  {"wait_ms", stats_json(t.map_wait_ms)},
+                  {"coverage_waits", t.map_coverage_waits}};
   }
   j["map"] = {{"path", json_text(o.map)},
               {"points_read", run.map.points_read},
@@ -360,9 +361,11 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
     if (run.map.streamer) {
       const TiledMapStreamStats ts = run.map.streamer->stats();
       text += fmt::format("  tiles       {} of {} loaded at the end (at most {}, {:.1f} MB); {} updates, {} swapped in, "
-                          "{} tiles read, {} dropped, {} skipped; frames waited {:.1f} ms at most\n",
+                          "{} tiles read, {} dropped, {} skipped; frames waited {:.1f} ms at most ({} for tiles "
+                          "their scan reached)\n",
                           ts.loaded, ts.listed, ts.peak_loaded, static_cast<double>(ts.peak_bytes) / 1e6, ts.updates,
-                          t.map_swaps, ts.tiles_read, ts.tiles_dropped, ts.skipped.size(), largest(t.map_wait_ms));
+                          t.map_swaps, ts.tiles_read, ts.tiles_dropped, ts.skipped.size(), largest(t.map_wait_ms),
+                          t.map_coverage_waits);
     }
     const LocalizerSettings& ls = run.settings.localizer;
     if (localizer.refines()) {

@@ -71,7 +71,10 @@ struct FrameTally {
   std::size_t judged = 0, within = 0, accepted_wrong = 0;
   std::size_t odometry_used = 0, odometry_missing = 0;
   std::size_t map_swaps = 0;
-  Samples map_wait_ms;  // per swap: how long the frame waited for it (0 unless --map-update-wait)
+  // Per swap: how long the frame waited for it (0 unless --map-update-wait or the map in
+  // hand did not cover the frame's scan).
+  Samples map_wait_ms;
+  std::size_t map_coverage_waits = 0;  // frames that waited because the map in hand did not cover their scan
   Samples latency, align_ms, iterations, points, sigma_x, sigma_y, covariance_ms;
   Trajectory estimate;  // the localized poses, for ATE and RPE
   // (estimate index, reference index): each frame's own match, so that the ATE and RPE

@@ -240,6 +240,15 @@ class TiledMapStreamer {
   /// of tiled_map() take its version at their next call); with `wait`, waits for a running
   /// update first. Rethrows an update's error. False in join mode (see take()).
   bool take_published(bool wait = false);
+  /// Whether the map last handed out (by load(), take() or take_published()) holds every
+  /// tile of the folder within `reach` metres (x-y) of `position` (world x-y), tiles that
+  /// could not be read excepted. False: a scan taken there and cropped at `reach` meets
+  /// places whose tiles are not in that map, where it would align on part of its
+  /// surroundings (a pose off by tenths of a metre that still scores well). A caller that
+  /// runs faster than the updates (a log replayed at full speed) then waits for the running
+  /// update (take(true)) before the frame; at the sensor's own rate the update is ready
+  /// first. Before the first load, false.
+  bool covers(const Eigen::Vector2d& position, double reach) const;
   /// The tiled map the updates change (and, in publish mode, publish): for a localizer or
   /// aligner to follow. Changed by the worker while an update runs: read it then only
   /// through a follower.

@@ -47,6 +47,10 @@ struct TiledMapStreamer::Impl {
   TiledVoxelMap& tiles;
   std::vector<std::size_t> last_wanted;  // per metadata tile: the update that last wanted it (0: none)
   std::vector<char> skipped;             // per metadata tile: its file could not be read
+  // Per metadata tile: in the map of the last finished update or unreadable (written by
+  // the update, which the future's completion orders before take()), and the same for
+  // the map handed out last (the caller's thread only).
+  std::vector<char> finished_held, handed_held;
   mutable std::mutex stats_mutex;
   TiledMapStreamStats stats;
   std::optional<Eigen::Vector2d> last_centre;
@@ -63,7 +67,8 @@ struct TiledMapStreamer::Impl {
             vo, read.origin_policy == OriginPolicy::Fixed ? read.origin : Eigen::Vector3d::Zero())),
         tiles(*shared_tiles),
         last_wanted(m.tiles.size(), 0),
-        skipped(m.tiles.size(), 0) {
+        skipped(m.tiles.size(), 0),
+        finished_held(m.tiles.size(), 0) {
     stats.listed = m.tiles.size();
     base = fs::path(dir);
     if (!fs::is_directory(base)) base = base.parent_path();
@@ -132,6 +137,9 @@ struct TiledMapStreamer::Impl {
       if (options.on_map) options.on_map(map);
     }
     const double join_ms = ms_since(t0);
+    for (std::size_t i = 0; i < meta.tiles.size(); ++i) {
+      finished_held[i] = skipped[i] || tiles.contains(meta.tiles[i].file) ? 1 : 0;
+    }
     const TiledVoxelMapStats ts = tiles.stats();
     std::lock_guard<std::mutex> lock(stats_mutex);
     stats.loaded = ts.tiles;
@@ -208,7 +216,9 @@ std::shared_ptr<const VoxelMap> TiledMapStreamer::load(const Eigen::Vector2d& ce
   if (m.job.valid()) m.job.wait();  // its map is superseded (its error too: this load reports its own)
   m.job = {};
   m.last_centre = centre;
-  return m.update(centre, true);
+  std::shared_ptr<const VoxelMap> map = m.update(centre, true);
+  m.handed_held = m.finished_held;
+  return map;
 }
 
 void TiledMapStreamer::request(const Eigen::Vector2d& centre) {
@@ -223,7 +233,9 @@ std::shared_ptr<const VoxelMap> TiledMapStreamer::take(bool wait) {
   Impl& m = *impl_;
   if (m.options.publish || !m.job.valid()) return nullptr;
   if (!wait && m.job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
-  return m.job.get();
+  std::shared_ptr<const VoxelMap> map = m.job.get();
+  m.handed_held = m.finished_held;
+  return map;
 }
 
 bool TiledMapStreamer::take_published(bool wait) {
@@ -231,6 +243,16 @@ bool TiledMapStreamer::take_published(bool wait) {
   if (!m.options.publish || !m.job.valid()) return false;
   if (!wait && m.job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
   m.job.get();  // rethrows the update's error
+  m.handed_held = m.finished_held;
+  return true;
+}
+
+bool TiledMapStreamer::covers(const Eigen::Vector2d& position, double reach) const {
+  const Impl& m = *impl_;
+  if (m.handed_held.empty() || !position.allFinite() || !(reach >= 0.0)) return false;
+  for (std::size_t i = 0; i < m.meta.tiles.size(); ++i) {
+    if (!m.handed_held[i] && tile_distance(m.meta, m.meta.tiles[i], position) <= reach) return false;
+  }
   return true;
 }
 

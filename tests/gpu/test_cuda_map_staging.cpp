@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -285,14 +286,24 @@ TEST_CASE("a long drive in streamed tiles under a memory budget keeps device mem
   }
   localizer.set_initial_pose(truth.front().pose.matrix());
   std::vector<double> used_mb;
-  std::size_t lost = 0, degenerate = 0, swaps = 0, device_bytes = 0;
+  std::size_t lost = 0, degenerate = 0, swaps = 0, device_bytes = 0, coverage_waits = 0;
   double worst_valid_m = 0.0;
+  std::optional<Eigen::Vector2d> last_xy, before_last_xy;
   for (std::size_t k = 0; k < scans.size(); ++k) {
     const ScanEntry& e = scans[k];
-    if (auto next = streamer.take(false)) {
+    // An update is taken when it is ready, and waited for when the map in hand lacks tiles
+    // within the scan's reach of where it is expected (the drive runs far faster than its
+    // 5 Hz: without the wait, scans aligned on the part of their surroundings loaded and
+    // valid frames ended up to 0.5 m off).
+    const Eigen::Vector2d expected =
+        !last_xy ? truth.front().pose.translation().head<2>()
+                 : (before_last_xy ? Eigen::Vector2d(2.0 * *last_xy - *before_last_xy) : *last_xy);
+    const bool wait = !streamer.covers(expected, s.max_range);
+    coverage_waits += wait && streamer.busy();
+    if (auto next = streamer.take(wait)) {
       localizer.update_map(std::move(next));
       ++swaps;
-    } else if (streamer.take_published(false)) {
+    } else if (streamer.take_published(wait)) {
       ++swaps;
     }
     const LocalizationResult r = localizer.localize(read_point_cloud(e.path), e.time);
@@ -303,6 +314,10 @@ TEST_CASE("a long drive in streamed tiles under a memory budget keeps device mem
     degenerate += r.status == FrameStatus::Degenerate;
     if (r.valid) worst_valid_m = std::max(worst_valid_m, (r.pose.topRightCorner<3, 1>() - truth[k].pose.translation()).norm());
     if (r.status != FrameStatus::Lost) streamer.request(r.pose.topRightCorner<2, 1>());
+    if (r.valid) {
+      before_last_xy = last_xy;
+      last_xy = r.pose.topRightCorner<2, 1>();
+    }
     used_mb.push_back(static_cast<double>(free_at_start - std::min(free_at_start, test::device_free_bytes())) / 1e6);
   }
   streamer.wait_idle();
@@ -313,18 +328,20 @@ TEST_CASE("a long drive in streamed tiles under a memory budget keeps device mem
   const double second_half = *std::max_element(used_mb.begin() + half, used_mb.end());
   const double length = (truth.back().pose.translation() - truth.front().pose.translation()).norm();
   std::printf("long drive (%s): %zu frames (%.0f m end to end), %zu lost, %zu degenerate, valid frames within %.3f m, "
-              "%zu updates, %zu swaps, %zu tiles read, %zu "
+              "%zu updates, %zu swaps (%zu waited for tiles within reach), %zu tiles read, %zu "
               "evicted, at most %zu loaded, host peak %.2f MB of a %.1f MB budget; device memory used by the run "
               "(cudaMemGetInfo): first half at most %.1f MB, second half at most %.1f MB; device twin at most %.2f MB\n",
               publish ? "published to the device" : "joined and staged", scans.size(), length, lost, degenerate,
-              worst_valid_m, st.updates, swaps,
+              worst_valid_m, st.updates, swaps, coverage_waits,
               st.tiles_read, st.tiles_dropped, st.peak_loaded, st.peak_bytes / 1e6, o.memory_budget / 1e6, first_half,
               second_half, device_bytes / 1e6);
   CHECK(lost == 0);
   CHECK(degenerate <= scans.size() / 10);
   // No wrong pose accepted (more than 0.3 m off). Measured on an H200: valid frames within
-  // 0.28 m, since the streets that leave the position along them unpinned are not all
-  // caught by the degeneracy probe when only 30 m of tiles are loaded.
+  // 0.28 m. The 20 m scans see one street at a time and the position along it is weakly
+  // held: Autoware's score (the radius search's sum over neighbouring voxels) has its
+  // optimum up to 0.28 m from the truth on this drive with the whole map loaded too (the
+  // CPU backend, the same frames).
   CHECK(worst_valid_m < 0.30);
   CHECK(st.peak_bytes <= o.memory_budget);
   CHECK(st.tiles_dropped > 0);

@@ -14,6 +14,7 @@
 #include <ndtcu/trajectory.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -249,6 +250,52 @@ TEST_CASE("a streamed tile that cannot be read is skipped and named; no tile wit
   TiledMapStreamOptions negative;
   negative.radius = -1.0;
   CHECK_THROWS_AS(TiledMapStreamer(tiles.string(), VoxelMapOptions{}, negative), Error);
+}
+
+TEST_CASE("the map handed out covers a place when it holds every tile within reach of it", "[unit][tiles]") {
+  const fs::path sample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  const fs::path tiles = test::temp_dir("stream_covers");
+  // The sample's 90 m square in 10 m tiles.
+  const TiledMapMetadata meta = write_tiled_map(read_point_cloud((sample / "map.pcd").string()), 10.0, tiles.string());
+  REQUIRE(meta.tiles.size() > 60);
+  for (const bool publish : {false, true}) {
+    CAPTURE(publish);
+    TiledMapStreamOptions o;
+    o.radius = 20.0;
+    o.update_distance = 5.0;
+    o.publish = publish;
+    TiledMapStreamer streamer(tiles.string(), VoxelMapOptions{}, o);
+    const Eigen::Vector2d start(-20.0, 0.0), ahead(0.0, 0.0);
+    CHECK(!streamer.covers(start, 5.0));  // nothing handed out yet
+    (void)streamer.load(start);
+    CHECK(streamer.covers(start, 20.0));
+    CHECK(streamer.covers(start, 5.0));
+    CHECK(!streamer.covers(start, 25.0));       // tiles 20-25 m away are not loaded
+    CHECK(!streamer.covers(ahead, 15.0));       // 20 m on, the scan reaches 35 m from the start
+    CHECK(streamer.covers(Eigen::Vector2d(5000.0, 0.0), 10.0));  // no tile there: nothing missing
+    CHECK(!streamer.covers(Eigen::Vector2d(std::nan(""), 0.0), 1.0));
+    streamer.request(ahead);
+    // The update runs; the map in hand stays the first until it is taken.
+    streamer.wait_idle();
+    CHECK(!streamer.covers(ahead, 15.0));
+    if (publish) {
+      CHECK(streamer.take_published(true));
+    } else {
+      CHECK(streamer.take(true) != nullptr);
+    }
+    CHECK(streamer.covers(ahead, 15.0));
+    CHECK(!streamer.covers(start, 20.0));  // the tiles beyond 20 m of `ahead` were dropped
+  }
+  // A tile that cannot be read counts as held: waiting would not bring it.
+  {
+    std::ofstream bad(tiles / meta.tiles[0].file, std::ios::binary | std::ios::trunc);
+    bad << "not a point cloud\n";
+  }
+  TiledMapStreamer streamer(tiles.string(), VoxelMapOptions{}, TiledMapStreamOptions{});
+  const Eigen::Vector2d corner(meta.tiles[0].x_min + 5.0, meta.tiles[0].y_min + 5.0);
+  (void)streamer.load(corner);
+  REQUIRE(streamer.stats().skipped.size() == 1);
+  CHECK(streamer.covers(corner, 1.0));
 }
 
 TEST_CASE("a simulated drive on CUDA in 10 m tiles published to the device within 30 m: the whole map's poses",

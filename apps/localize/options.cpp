@@ -42,8 +42,8 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_flag("--map-update-wait", o.map_update_wait,
                 "with a tiled map: swap each map update in before the frame after the one that asked for it, "
                 "waiting for it if need be (reproducible runs; by default the update is taken whenever it is "
-                "ready, holding up a frame only when the map in hand lacks tiles within --max-range of where its "
-                "scan is expected)");
+                "ready, holding up a frame only when the map in hand lacks tiles within --max-range (at most "
+                "--map-radius minus --map-update-distance) of where its scan is expected)");
   cmd->add_option("--scans", o.scans,
                   "folder of scans (ordered by name), a text file listing scan paths [time], or a rosbag (.bag, "
                   ".mcap, .db3, or a ROS 2 bag folder) whose PointCloud2 messages are the scans")

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -143,13 +144,18 @@ class FrameLoop {
     }
   }
 
-  // Whether the map in hand holds the tiles within the scan's reach (max_range) of where
-  // the next scan is expected: the last localized position moved on by the last step
-  // between localized frames. True before the first (the map was loaded about the start).
+  // Whether the map in hand holds the tiles within the scan's reach of where the next scan
+  // is expected: the last localized position moved on by the last step between localized
+  // frames. The reach is max_range, but no more than the radius minus the update distance,
+  // the most that updates on time guarantee (Autoware's default of 100 m for both the
+  // radius and the range leaves a scan's farthest points beyond the tiles by design, and a
+  // frame must not wait on every update for them). True before the first localized frame
+  // (the map was loaded about the start).
   bool map_covers_next_scan() const {
     if (!last_xy_) return true;
     const Eigen::Vector2d next = before_last_xy_ ? Eigen::Vector2d(2.0 * *last_xy_ - *before_last_xy_) : *last_xy_;
-    return map_.streamer->covers(next, ls_.max_range);
+    const double reach = std::min(ls_.max_range, std::max(0.0, o_.map_radius - o_.map_update_distance));
+    return map_.streamer->covers(next, reach);
   }
 
   // The odometry's prediction from the previous frame, where it covers both times.

@@ -36,7 +36,7 @@ constexpr int kWarpsPerBlock = kBlock / 32;
 static_assert(kBlock == 256, "reduce_partials sums with 256 threads");
 
 // The type of the per-pair terms (the point's Jacobian and Hessian, q, the voxel's
-// inverse covariance, the Gaussian) and of each thread's sums over its pairs; the block's
+// inverse covariance, the Gaussian) and of each thread's sums over its point; the block's
 // and the scan's sums are double. Measured on an H200 (ndtcu_bench --batch, one run,
 // BENCHMARK.md): with this kernel otherwise the same, double terms need about twice the
 // registers, so at a batch bound of three blocks per SM they spill and batches of 200-1024
@@ -51,32 +51,66 @@ static_assert(kBlock == 256, "reduce_partials sums with 256 threads");
 using Real = float;
 
 
-// Blocks of the derivative kernel per SM. With float pair terms, float per-thread sums
-// and the block reduced one component at a time (block_partial), it takes 140 registers
-// unbounded (one 256-thread block per SM, 12.5% occupancy) and 64 at four blocks, 372
-// bytes spilled. Measured on an H200 (ndtcu_bench --batch, same run): four blocks against
-// three (80 registers) take 3-8% less time per hypothesis-iteration in batches of 200 and
-// 1024 on KITTI 5k, BALM 1.4k and hdl32 16k; a single alignment runs one partial wave and
-// wants no spills, so batches run the four-block instance and a batch of one the unbounded
-// one; both come from the same PTX, so their arithmetic, and bits, are the same (the batch
-// tests compare them bit for bit). Before (double terms and sums, cub's whole-vector
-// block reduction): 212-220 registers unbounded, 128 at two blocks with 440 bytes spilled;
-// three or four blocks spilled so much that batches took 3 and 7 times longer.
+// Blocks of the derivative kernel per SM. With float pair terms summed per point in the
+// factored form (math::PointPairSums) and the block reduced through shared memory
+// (block_partial), it takes 89 registers unbounded and 64 at four blocks (56 bytes
+// spilled; 35 KB of shared memory per block, so four blocks are also the shared memory's
+// bound). Measured on an H200 (ndtcu_bench --batch 1,200,1024, one run, two rounds):
+// four blocks against three (80 registers, no spill) and five (48, 240 bytes spilled)
+// take 7% and 10-20% less time per hypothesis-iteration at K = 1024 (KITTI 5k 1.19
+// against 1.28 and 1.32 us, BALM 0.79 against 0.83 and 0.97, hdl32 2.66 against 2.84 and
+// 2.97). A single alignment runs one partial wave and wants no spills, so batches run the
+// four-block instance and a batch of one the unbounded one; both come from the same PTX,
+// so their arithmetic, and bits, are the same (the batch tests compare them bit for bit).
+// Before the factored form and the shared-memory reduction: 140 registers unbounded, 64
+// at four blocks with 372 bytes spilled; before float terms: 212-220 registers.
 constexpr int kSingleBlocksPerSm = 1;
 constexpr int kBatchBlocksPerSm = 4;
 
-/// The shared memory of block_partial's reduction: each warp's sums.
-using WarpSums = double[kWarpsPerBlock][kSums];
+/// The shared memory of block_partial's reduction: every thread's sums (float, as the
+/// threads hold them), each component's 32 lanes of a warp in a row padded to 33 floats so
+/// that neither the writes nor the column sums meet a bank twice, then each warp's sums in
+/// double. 33 KB: with four blocks per SM, 132 of an H200 SM's 228 KB.
+struct BlockSums {
+  Real lanes[kSums][kWarpsPerBlock][33];
+  double warps[kWarpsPerBlock][kSums];
+};
+
+/// The map as a block's threads read it, in shared memory: the voxel grid's view (its
+/// pointers and lattice, read for every cell and pair) and the search's cell table
+/// (math::CellTable). Copied from the configuration in global memory at the start of each
+/// block's evaluation, by warps other than the one that computes the pose terms.
+struct BlockMap {
+  math::VoxelGridView grid;
+  math::CellTable cells;
+};
+
+/// Warps 1 and 2 of a block fill `map` from the configuration (the caller synchronizes).
+__device__ void load_block_map(const DeviceConfig& c, BlockMap& map) {
+  static_assert(sizeof(math::VoxelGridView) % sizeof(unsigned long long) == 0, "copied in 8-byte words");
+  constexpr int kWords = static_cast<int>(sizeof(math::VoxelGridView) / sizeof(unsigned long long));
+  static_assert(kWords <= 32 && math::kMaxNeighbours <= 32, "one warp each");
+  const int t = static_cast<int>(threadIdx.x);
+  if (t >= 32 && t < 32 + kWords) {
+    reinterpret_cast<unsigned long long*>(&map.grid)[t - 32] =
+        reinterpret_cast<const unsigned long long*>(&c.grid)[t - 32];
+  } else if (t >= 64 && t < 64 + math::kMaxNeighbours) {
+    math::cell_table_entry(c.grid, c.search, t - 64, map.cells);
+  }
+}
 
 /// Block `b` of a source's evaluation at `terms`, its partial sum written to `out` by
 /// threads 0 to kSums - 1: LANES threads per point sharing its cells, each thread's pairs
-/// summed in Real, then the block's threads reduced in double one component at a time (a
-/// fixed shuffle tree over each warp, its lane 0 into `warp_sums`, then thread k adds
-/// component k of the warps in a fixed tree). One component at a time keeps one double
-/// in flight through the reduction, where reducing the 31-double vector whole (as
-/// cub::BlockReduce does) holds two of them: 124 registers, the kernel's peak.
-__device__ void block_partial(const DeviceConfig& c, const DeviceSource& src, const math::PoseTerms<Real>& terms,
-                              bool with_hessian, int b, WarpSums& warp_sums, double* out) {
+/// summed in Real, then the block's threads reduced in double through shared memory: every
+/// thread stores its sums, thread (k, w) of the first kSums * 8 adds component k of warp w's
+/// 32 threads (four interleaved sums in lane order, then those four in a fixed tree), then
+/// thread k adds the 8 warps' in a fixed tree. Measured on an H200 (BENCHMARK.md, "The
+/// derivative kernel's arithmetic"): against a shuffle tree per component (31 x 5 double
+/// shuffles and additions in every thread) it issues a sixth of the reduction's
+/// instructions.
+__device__ void block_partial(const DeviceConfig& c, const BlockMap& map, const DeviceSource& src,
+                              const math::PoseTerms<Real>& terms, bool with_hessian, int b, BlockSums& shared,
+                              double* out) {
   const int lanes = src.lanes;
   const int t = b * kBlock + threadIdx.x;
   const int i = t / lanes, lane = t % lanes;
@@ -90,7 +124,8 @@ __device__ void block_partial(const DeviceConfig& c, const DeviceSource& src, co
     const float x = c.x[src.offset + i], y = c.y[src.offset + i], z = c.z[src.offset + i];
     float tp[3];
     math::transform_point(terms.m, x, y, z, tp);
-    pairs = math::accumulate_point_cells(c.grid, c.search, terms, x, y, z, tp, with_hessian, lane, lanes, own, best);
+    pairs = math::accumulate_point_cells(map.grid, c.search, map.cells, terms, x, y, z, tp, with_hessian, lane, lanes,
+                                         own, best);
   }
   // The point's lanes (consecutive, within one warp): best term (max) and pair count
   // (sum), then the point's NVTL term and counts once, on its first lane.
@@ -103,17 +138,26 @@ __device__ void block_partial(const DeviceConfig& c, const DeviceSource& src, co
   }
   const int warp = threadIdx.x / 32, in_warp = threadIdx.x % 32;
 #pragma unroll
-  for (int k = 0; k < kSums; ++k) {
-    double v = static_cast<double>(own[k]);
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
-    if (in_warp == 0) warp_sums[warp][k] = v;
+  for (int k = 0; k < kSums; ++k) shared.lanes[k][warp][in_warp] = own[k];
+  __syncthreads();
+  static_assert(kSums * kWarpsPerBlock <= kBlock, "one thread per component and warp");
+  if (threadIdx.x < kSums * kWarpsPerBlock) {
+    const int k = threadIdx.x / kWarpsPerBlock, w = threadIdx.x % kWarpsPerBlock;
+    const Real* v = shared.lanes[k][w];
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+    for (int l = 0; l < 32; l += 4) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(v[l + j]);
+    }
+    shared.warps[w][k] = (s[0] + s[1]) + (s[2] + s[3]);
   }
   __syncthreads();
   static_assert(kWarpsPerBlock == 8, "the warps' fixed tree below");
   if (threadIdx.x < kSums) {
     const int k = threadIdx.x;
-    out[k] = ((warp_sums[0][k] + warp_sums[1][k]) + (warp_sums[2][k] + warp_sums[3][k])) +
-             ((warp_sums[4][k] + warp_sums[5][k]) + (warp_sums[6][k] + warp_sums[7][k]));
+    const double(*w)[kSums] = shared.warps;
+    out[k] = ((w[0][k] + w[1][k]) + (w[2][k] + w[3][k])) + ((w[4][k] + w[5][k]) + (w[6][k] + w[7][k]));
   }
 }
 
@@ -127,16 +171,18 @@ __device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::
   if (b >= src.blocks) return;
   __shared__ math::PoseTerms<Real> terms;
   __shared__ unsigned flags;
-  __shared__ WarpSums warp_sums;
+  __shared__ BlockSums block_sums;
+  __shared__ BlockMap map;
   if (threadIdx.x == 0) {
     const math::PoseFrame& f = single ? *single : a.hyps[h].frame;
     math::pose_terms(f, static_cast<Real>(c.d1), static_cast<Real>(c.d2), terms);
     flags = f.flags;
   }
+  load_block_map(c, map);
   __syncthreads();
-  block_partial(c, src, terms, (flags & math::kWithHessian) != 0, b, warp_sums,
+  block_partial(c, map, src, terms, (flags & math::kWithHessian) != 0, b, block_sums,
                 a.partials[static_cast<std::size_t>(h) * a.max_blocks + b].v);
-  __syncthreads();  // terms and warp_sums are read before a next call of this block writes them
+  __syncthreads();  // terms, map and block_sums are read before a next call of this block writes them
 }
 
 /// The derivative kernel: block (b, slot) evaluates block b of running hypothesis

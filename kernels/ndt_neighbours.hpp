@@ -232,6 +232,43 @@ NDTCU_HD inline float centroid_distance_sq(const VoxelGridView& g, std::int32_t 
 /// The radius test: strictly closer than the radius (FLANN's RadiusResultSet).
 NDTCU_HD inline bool within_radius(const VoxelGridView& g, float distance_sq) { return distance_sq < g.radius_sq; }
 
+/// A search's cell table as the neighbour walk reads it: each cell's lattice offset and,
+/// with a dense index, its step in that index from the point's cell (di + dj dims[0] +
+/// dk dims[0] dims[1]). Made once per map and search (a GPU block makes it in shared memory
+/// per evaluation), so a cell of the walk is one table read and one load, where computing
+/// it from the cell's number took the walk's divisions by 3 and 9 and three 64-bit products
+/// per cell (measured on an H200: the walk was 65% of the derivative kernel's instructions).
+struct CellTable {
+  int cells;                                ///< search_cells(search)
+  std::int64_t step[kMaxNeighbours];        ///< step in the dense index (0 without one)
+  std::int8_t delta[kMaxNeighbours][3];     ///< (di, dj, dk)
+};
+
+/// Fills entry m (< kMaxNeighbours) of g's cell table for `search`, and the count; entries
+/// past the search's cells are left unused. Entries can be filled by separate threads.
+NDTCU_HD inline void cell_table_entry(const VoxelGridView& g, Search search, int m, CellTable& t) {
+  if (m == 0) t.cells = search_cells(search);
+  int di = 0, dj = 0, dk = 0;
+  if (m < search_cells(search)) search_cell(search, m, di, dj, dk);
+  t.delta[m][0] = static_cast<std::int8_t>(di);
+  t.delta[m][1] = static_cast<std::int8_t>(dj);
+  t.delta[m][2] = static_cast<std::int8_t>(dk);
+  t.step[m] = g.dense ? di + dj * g.dense_dims[0] + dk * g.dense_dims[0] * g.dense_dims[1] : 0;
+}
+
+/// g's whole cell table for `search`.
+NDTCU_HD inline CellTable cell_table(const VoxelGridView& g, Search search) {
+  CellTable t;
+  for (int m = 0; m < kMaxNeighbours; ++m) cell_table_entry(g, search, m, t);
+  return t;
+}
+
+/// Voxel index of cell m of table t around c, or -1.
+NDTCU_HD inline std::int32_t table_voxel(const VoxelGridView& g, const CellTable& t, const PointCell& c, int m) {
+  if (c.block) return c.block[t.step[m]];
+  return find_voxel(g, c.i + t.delta[m][0], c.j + t.delta[m][1], c.k + t.delta[m][2]);
+}
+
 /// Cells a thread of the neighbour walk looks up per round (walk_neighbours). Measured on
 /// an H200 (ndtcu_bench --batch, one run): rounds of 3 took 5-6% less time than the walk
 /// cell by cell for one alignment of 30 iterations (KITTI 5k 0.921 -> 0.867 ms, BALM 0.688
@@ -240,31 +277,26 @@ NDTCU_HD inline bool within_radius(const VoxelGridView& g, float distance_sq) { 
 /// and took 30-50% longer per hypothesis-iteration in batches.
 constexpr int kWalkRound = 3;
 
-/// The neighbour walk: visits cells first, first + stride, ... of the search's cell table
-/// around p and calls visit(v) for each voxel found (that passes the radius test under
-/// Search::Radius), in table order. With first 0 and stride 1 it finds find_neighbours'
-/// set; `stride` threads with first = 0 .. stride - 1 find it together.
+/// The neighbour walk: visits cells first, first + stride, ... of cell table t (cell_table
+/// of g and the search) around p and calls visit(v) for each voxel found (that passes the
+/// radius test under Search::Radius), in table order. With first 0 and stride 1 it finds
+/// find_neighbours' set; `stride` threads with first = 0 .. stride - 1 find it together.
 /// It walks in rounds of kWalkRound cells: the round's cells are looked up first, then the
 /// centroids of the voxels found, then tested, so the loads of a round do not wait on one
 /// another and a GPU thread waits for two loads per round instead of two per cell (its
 /// walk was a chain of up to 54 dependent loads).
 template <typename Visit>
-NDTCU_HD inline void walk_neighbours(const VoxelGridView& g, Search search, const float* p, int first, int stride,
-                                     Visit&& visit) {
+NDTCU_HD inline void walk_neighbours(const VoxelGridView& g, Search search, const CellTable& t, const float* p,
+                                     int first, int stride, Visit&& visit) {
   if (g.size == 0) return;
   const PointCell c = point_cell(g, p);
-  const int cells = search_cells(search);
+  const int cells = t.cells;
   for (int round = first; round < cells; round += kWalkRound * stride) {
     std::int32_t v[kWalkRound];
 NDTCU_UNROLL
     for (int u = 0; u < kWalkRound; ++u) {
       const int m = round + u * stride;
-      v[u] = -1;
-      if (m < cells) {
-        int di, dj, dk;
-        search_cell(search, m, di, dj, dk);
-        v[u] = cell_voxel(g, c, di, dj, dk);
-      }
+      v[u] = m < cells ? table_voxel(g, t, c, m) : -1;
     }
     if (search == Search::Radius) {
       float d[kWalkRound];

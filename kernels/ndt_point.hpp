@@ -94,34 +94,40 @@ NDTCU_HD inline void accumulate_point_pairs(const VoxelGridView& g, const PoseTe
 
 /// The per-point accumulation of a thread that shares the point with others: the pairs of
 /// source point (x, y, z), transformed to `tp`, with the voxels of cells first,
-/// first + stride, ... of the cell table (walk_neighbours; no sort, every cell's load
-/// independent of the others'). The same voxel set as find_neighbours over all `stride`
-/// threads, the same per-pair terms (accumulate_voxel); only the order in which the pairs
-/// are added differs from accumulate_point_pairs' distance order. Adds the pairs' terms to
-/// `sums`, raises `best` to the best score term found and returns the number of pairs; the
-/// caller combines `best` (max) and the counts over the point's threads and adds them
-/// once (add_point_terms). With first 0 and stride 1 one thread does the whole point.
+/// first + stride, ... of cell table `cells` (cell_table of g and `search`; walk_neighbours:
+/// no sort, every cell's load independent of the others'). The same voxel set as find_neighbours over all `stride`
+/// threads, and the same derivatives as accumulate_point_pairs, but summed in the factored
+/// form (PointPairSums: each pair adds 10 numbers, then the point's derivatives are taken
+/// once), so the sums are not accumulate_point_pairs' bits: this is the GPU's form, whose
+/// tolerances against the CPU backend tests/gpu states. Adds the point's terms to `sums`,
+/// raises `best` to the best score term found and returns the number of pairs; the caller
+/// combines `best` (max) and the counts over the point's threads and adds them once
+/// (add_point_terms). With first 0 and stride 1 one thread does the whole point.
 template <typename T, typename S>
-NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const PoseTerms<T>& pt, float x,
-                                           float y, float z, const float* tp, bool with_hessian, int first,
-                                           int stride, S* sums, T& best) {
+NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const CellTable& cells,
+                                           const PoseTerms<T>& pt, float x, float y, float z, const float* tp,
+                                           bool with_hessian, int first, int stride, S* sums, T& best) {
   // The voxels first, then their pairs: the threads of a warp find their voxels at
   // different cells, so pair arithmetic inside the walk runs for one thread at a time;
-  // in a loop of its own the warp runs it together. The pairs are added in the walk's
-  // order either way. The point's derivatives are taken after the walk, so they do not
-  // hold registers through it, and not at all for a point without voxels.
+  // in a loop of its own the warp runs it together. The point's derivatives are taken
+  // after its pairs, so they do not hold registers through the walk or the pairs, and not
+  // at all for a point without voxels.
   std::int32_t found[kMaxNeighbours];
   int pairs = 0;
-  walk_neighbours(g, search, tp, first, stride, [&](std::int32_t v) { found[pairs++] = v; });
+  walk_neighbours(g, search, cells, tp, first, stride, [&](std::int32_t v) { found[pairs++] = v; });
   if (pairs == 0) return 0;
+  PointPairSums<T> ps = zero_pair_sums<T>();
+  for (int k = 0; k < pairs; ++k) {
+    T q[3], icov[6];
+    voxel_pair(g, found[k], tp, q, icov);
+    const T s = add_pair_sums(q, icov, pt.d1, pt.d2, with_hessian, ps);
+    if (s > best) best = s;
+  }
   const T xd = static_cast<T>(x), yd = static_cast<T>(y), zd = static_cast<T>(z);
   const PointJacobian<T> J = point_jacobian(pt.angular, xd, yd, zd);
   PointHessian<T> H{};
   if (with_hessian) H = point_hessian(pt.angular, xd, yd, zd);
-  for (int k = 0; k < pairs; ++k) {
-    const T s = accumulate_voxel(g, found[k], tp, J, H, pt, with_hessian, sums);
-    if (s > best) best = s;
-  }
+  add_point_derivatives(ps, J, H, with_hessian, sums);
   return pairs;
 }
 

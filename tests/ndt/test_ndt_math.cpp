@@ -9,6 +9,9 @@
 
 #include <Eigen/Dense>
 
+#include <array>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -165,6 +168,82 @@ TEST_CASE("accumulate_pair gives the bits of the general 6-column form", "[unit]
     }
   }
   CHECK(compared > 50);  // the pairs are within the Gaussian's range: the sums are not all zero
+}
+
+TEST_CASE("A point's pairs summed in the factored form give accumulate_pair's derivatives", "[unit][ndt_math]") {
+  // One point with 1 to 12 voxels around it (full and diagonal inverse covariances, some
+  // pairs outside the Gaussian's guard), general poses, angles under the small-angle rule
+  // and the identity: add_pair_sums then add_point_derivatives against accumulate_pair pair
+  // by pair. In double they are the same sums in another order (agreement to 1e-12 of the
+  // entries' scale); in float, what the GPU computes, to 1e-5 of it.
+  const auto g = m::gauss_constants(1.0, 0.55);
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<double> ut(-2.0, 2.0), ua(-0.6, 0.6), u(-1.0, 1.0);
+  int compared = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Pose6 p;
+    p << ut(rng), ut(rng), ut(rng), ua(rng), ua(rng), ua(rng);
+    if (trial % 3 == 1) p(3) = p(5) = 5e-5;
+    if (trial % 10 == 9) p.setZero();
+    const Eigen::Matrix4d t = pose_to_matrix(p);
+    const Eigen::Vector3d x(30 * u(rng), 30 * u(rng), 3 * u(rng));
+    const Eigen::Vector3d tx = t.topLeftCorner<3, 3>() * x + t.topRightCorner<3, 1>();
+    const int n = 1 + trial % 12;
+    std::vector<Eigen::Vector3d> q(n);
+    std::vector<std::array<double, 6>> ic(n);
+    for (int k = 0; k < n; ++k) {
+      // Means 0.5 m and (every fourth) 1.5 m away: the far pairs add little.
+      const Eigen::Vector3d mean = tx + (k % 4 == 3 ? 1.5 : 0.5) * Eigen::Vector3d(u(rng), u(rng), u(rng));
+      Eigen::Matrix3d a = Eigen::Matrix3d::Random();
+      Eigen::Matrix3d icov = (0.05 * (a * a.transpose()) + 0.02 * Eigen::Matrix3d::Identity()).inverse();
+      if (k % 3 == 0) icov = Eigen::Matrix3d(icov.diagonal().asDiagonal());
+      q[k] = tx - mean;
+      ic[k] = {icov(0, 0), icov(0, 1), icov(0, 2), icov(1, 1), icov(1, 2), icov(2, 2)};
+    }
+    const auto ang_d = m::angular_terms<double>(p(3), p(4), p(5));
+    const auto ang_f = m::angular_terms<float>(float(p(3)), float(p(4)), float(p(5)));
+    for (bool with_hessian : {true, false}) {
+      m::DerivativeSums ref, fact, fact_f;
+      ref.clear();
+      fact.clear();
+      fact_f.clear();
+      const auto J = m::point_jacobian(ang_d, x.x(), x.y(), x.z());
+      const auto H = m::point_hessian(ang_d, x.x(), x.y(), x.z());
+      const auto Jf = m::point_jacobian(ang_f, float(x.x()), float(x.y()), float(x.z()));
+      const auto Hf = m::point_hessian(ang_f, float(x.x()), float(x.y()), float(x.z()));
+      m::PointPairSums<double> sd = m::zero_pair_sums<double>();
+      m::PointPairSums<float> sf = m::zero_pair_sums<float>();
+      for (int k = 0; k < n; ++k) {
+        const double qa[3] = {q[k].x(), q[k].y(), q[k].z()};
+        const float qf[3] = {float(qa[0]), float(qa[1]), float(qa[2])};
+        float icf[6];
+        for (int e = 0; e < 6; ++e) icf[e] = float(ic[k][e]);
+        const double a = m::accumulate_pair(qa, ic[k].data(), J, H, g.d1, g.d2, with_hessian, ref.v);
+        const double b = m::add_pair_sums(qa, ic[k].data(), g.d1, g.d2, with_hessian, sd);
+        CHECK(std::memcmp(&a, &b, sizeof(double)) == 0);  // the same Gaussian and guard
+        m::add_pair_sums(qf, icf, float(g.d1), float(g.d2), with_hessian, sf);
+      }
+      m::add_point_derivatives(sd, J, H, with_hessian, fact.v);
+      m::add_point_derivatives(sf, Jf, Hf, with_hessian, fact_f.v);
+      // Scale: the largest entry of each group (score, gradient, Hessian).
+      auto scale = [&](int from, int count) {
+        double s = 1e-30;
+        for (int i = from; i < from + count; ++i) s = std::max(s, std::abs(ref.v[i]));
+        return s;
+      };
+      const double groups[3] = {scale(m::kScore, 1), scale(m::kGradient, 6), scale(m::kHessian, 21)};
+      for (int i = 0; i < m::kNvtlSum; ++i) {
+        const double sc = groups[i == m::kScore ? 0 : i < m::kHessian ? 1 : 2];
+        INFO("trial " << trial << " pairs " << n << " entry " << i << ": " << ref.v[i] << " vs " << fact.v[i]
+                      << " (double), " << fact_f.v[i] << " (float)");
+        CHECK(std::abs(fact.v[i] - ref.v[i]) <= 1e-12 * sc);
+        CHECK(std::abs(fact_f.v[i] - ref.v[i]) <= 1e-5 * sc);
+        if (!with_hessian && i >= m::kHessian) CHECK(fact.v[i] == 0.0);
+      }
+      compared += ref.v[m::kScore] != 0.0;
+    }
+  }
+  CHECK(compared > 80);  // most points have pairs inside the guard
 }
 
 TEST_CASE("Gaussian constants match the design's values for r = 2", "[unit][ndt_math]") {

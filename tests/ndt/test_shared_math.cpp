@@ -93,6 +93,7 @@ TEST_CASE("The neighbour walk of every lane split visits the CPU search's voxels
       std::mt19937 rng(5);
       std::uniform_real_distribution<float> x(-13.f, 13.f), y(-10.f, 10.f), z(-2.f, 5.f);
       for (m::Search search : {m::Search::Radius, m::Search::Direct27, m::Search::Direct7, m::Search::Direct1}) {
+        const m::CellTable table = m::cell_table(g, search);
         int nonempty = 0;
         for (int trial = 0; trial < 3000; ++trial) {
           const float p[3] = {x(rng), y(rng), z(rng)};
@@ -102,12 +103,12 @@ TEST_CASE("The neighbour walk of every lane split visits the CPU search's voxels
           const std::multiset<std::int32_t> cpu(found, found + n);
           // The table order is the CPU's order wherever the CPU does not sort.
           std::vector<std::int32_t> walked;
-          m::walk_neighbours(g, search, p, 0, 1, [&](std::int32_t v) { walked.push_back(v); });
+          m::walk_neighbours(g, search, table, p, 0, 1, [&](std::int32_t v) { walked.push_back(v); });
           if (search != m::Search::Radius) CHECK(std::equal(walked.begin(), walked.end(), found, found + n));
           for (int stride : {1, 2, 4, 8}) {
             std::multiset<std::int32_t> gpu;
             for (int lane = 0; lane < stride; ++lane) {
-              m::walk_neighbours(g, search, p, lane, stride, [&](std::int32_t v) { gpu.insert(v); });
+              m::walk_neighbours(g, search, table, p, lane, stride, [&](std::int32_t v) { gpu.insert(v); });
             }
             CAPTURE(resolution, use_dense, static_cast<int>(search), stride, trial);
             REQUIRE(gpu == cpu);

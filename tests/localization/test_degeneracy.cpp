@@ -15,6 +15,7 @@
 #include <Eigen/Geometry>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -243,9 +244,20 @@ TEST_CASE("degenerate places on CUDA: the CPU's verdicts, and the same localizab
         l->set_map(run.map);
         l->set_initial_pose(run.truth.front().matrix());
       }
+      double cpu_ms = 0.0, gpu_ms = 0.0;  // the frames' localize() time on each backend
+      int degenerate = 0, lost = 0, valid = 0, wrong = 0;  // the GPU's verdicts; wrong: valid, > 0.3 m off
       for (std::size_t k = 0; k < run.scans.size(); ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
         const LocalizationResult a = cpu.localize(run.scans[k], run.times[k]);
+        const auto t1 = std::chrono::steady_clock::now();
         const LocalizationResult b = gpu.localize(run.scans[k], run.times[k]);
+        const auto t2 = std::chrono::steady_clock::now();
+        cpu_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
+        gpu_ms += std::chrono::duration<double, std::milli>(t2 - t1).count();
+        degenerate += b.status == FrameStatus::Degenerate;
+        lost += b.status == FrameStatus::Lost;
+        valid += b.valid;
+        wrong += b.valid && (b.pose.topRightCorner<3, 1>() - run.truth[k].translation()).norm() > 0.3;
         CAPTURE(refine, sim::to_string(place), k, to_string(a.status), to_string(b.status), a.probe_nvtl_drop,
                 b.probe_nvtl_drop, a.refined, b.refined);
         CHECK(a.status == b.status);
@@ -263,6 +275,12 @@ TEST_CASE("degenerate places on CUDA: the CPU's verdicts, and the same localizab
         for (int i = 0; i < 6; ++i) CHECK(lb.eigenvalues(i) == Approx(la.eigenvalues(i)).epsilon(1e-3));
         CHECK(std::abs(la.directions.col(0).normalized().dot(lb.directions.col(0).normalized())) > 0.999);
       }
+      CHECK(wrong == 0);
+      const double frames = static_cast<double>(run.scans.size());
+      std::printf("degenerate places, %s, refine %.1f, on CUDA: %zu frames, %d valid, %d degenerate, %d lost, "
+                  "%d accepted more than 0.3 m off; %.1f frames/s (CPU, 2 threads: %.1f)\n",
+                  sim::to_string(place), refine, run.scans.size(), valid, degenerate, lost, wrong,
+                  frames / (gpu_ms / 1000.0), frames / (cpu_ms / 1000.0));
     }
   }
   std::printf("degenerate places, refined: %d of 36 frames refined on both backends\n", refined);
@@ -347,10 +365,13 @@ ReducedBalmRun localize_reduced_balm(const std::filesystem::path& dir, Backend b
   localizer.set_initial_pose(reference[1].pose.matrix());
   ReducedBalmRun run;
   std::size_t points = 0;
+  double ms = 0.0;  // the frames' localize() time
   for (std::size_t k = 0; k < scans.size(); ++k) {
     const PointCloud scan = reduced_scan(read_point_cloud(scans[k].path), 16, 3);
     points += scan.size();
+    const auto t0 = std::chrono::steady_clock::now();
     const LocalizationResult r = localizer.localize(scan, scans[k].time);
+    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     REQUIRE(match[k]);
     const double err = (r.pose.topRightCorner<3, 1>() - reference[*match[k]].pose.translation()).norm();
     CAPTURE(k, to_string(r.status), err, r.alignment.nvtl, r.points_used, to_string(r.decided_by));
@@ -363,8 +384,9 @@ ReducedBalmRun localize_reduced_balm(const std::filesystem::path& dir, Backend b
     }
   }
   std::printf("balm_os0 1 Hz, 16 rings, every 3rd point (%.0f points a scan, %s): %d of 30 within 10 cm, %d lost, "
-              "%d degenerate, %d accepted more than 10 cm off\n",
-              static_cast<double>(points) / 30.0, to_string(backend), run.within, run.lost, run.degenerate, run.wrong);
+              "%d degenerate, %d accepted more than 10 cm off; %.1f frames/s\n",
+              static_cast<double>(points) / 30.0, to_string(backend), run.within, run.lost, run.degenerate, run.wrong,
+              30.0 / (ms / 1000.0));
   return run;
 }
 

@@ -45,8 +45,9 @@ static_assert(kBlock == 256, "reduce_partials sums with 256 threads");
 // (two blocks), this one takes 30-32% less per hypothesis-iteration in batches (KITTI 5k
 // 3.03 -> 2.08 us, BALM 2.43 -> 1.66, hdl32 6.30 -> 4.39). What it costs: the
 // derivatives differ from the CPU backend's (all double) by at most 1.2e-6 of their
-// scale, scores by 2e-7 (measured), and an alignment may stop one iteration apart from
-// the CPU's (tests/gpu state the tolerances). The GPU's bits are its own and do not depend
+// scale, scores by 2e-7 (measured with the pair-by-pair sums; the factored sums of
+// math::PointPairSums since then pass the same tolerances), and an alignment may stop one
+// iteration apart from the CPU's (tests/gpu state the tolerances). The GPU's bits are its own and do not depend
 // on the batch.
 using Real = float;
 

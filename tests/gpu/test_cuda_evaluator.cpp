@@ -35,11 +35,12 @@ bool same_bits(const detail::Evaluation& a, const detail::Evaluation& b) {
 }
 
 // Both backends take the same pose frame (PCL's float transform from the shared code,
-// the sin/cos of the host) and the same per-pair code, so every point meets the same
-// voxels: the counts are equal. The CPU takes each pair's terms in double, the GPU in
-// float (summed per thread in float, over the block and the scan in double:
-// kernels/ndt_loop_kernels.cu says why), and they add the pairs in other orders: the sums agree
-// to 1e-5 of their scale (measured on an H200: at most 1.2e-6, in the Hessian).
+// the sin/cos of the host) and the same neighbour search, so every point meets the same
+// voxels: the counts are equal. The CPU takes each pair's terms in double, the GPU sums a
+// point's pairs in float in the factored form (math::PointPairSums; over the block and the
+// scan in double: kernels/ndt_loop_kernels.cu says why), and they add in other orders: the
+// sums agree to 1e-5 of their scale (measured on an H200 with the GPU's earlier pair-by-pair
+// sums: at most 1.2e-6, in the Hessian).
 void compare(const detail::Evaluation& gpu, const detail::Evaluation& cpu) {
   CHECK(gpu.correspondences == cpu.correspondences);
   CHECK(gpu.matched_points == cpu.matched_points);

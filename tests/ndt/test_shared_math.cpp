@@ -81,6 +81,81 @@ TEST_CASE("The shared pose frame reproduces PCL's float transform bit for bit", 
   CHECK(std::memcmp(terms.m, frame, sizeof(frame)) == 0);
 }
 
+TEST_CASE("A GPU thread's point sums (lanes split, factored float pairs) give the CPU's point sums", "[unit][math]") {
+  // accumulate_point_cells as the derivative kernel runs it (float terms from the pose
+  // frame, the cell table, the point's cells split over 1 to 8 lanes whose sums are added
+  // and whose best terms and counts are combined) against accumulate_point_pairs (double, the
+  // CPU backend's order): the same pairs, so equal counts; sums within 1e-4 of each group's
+  // scale (score, gradient, Hessian). One point's float terms are that far from double in
+  // either form (measured here: at most 5.3e-5 factored, 5.2e-5 pair by pair in float); a
+  // scan's sums, where the points' rounding averages out, are held to 1e-5 by the GPU tests.
+  // The kernel's arithmetic, checked here on the host; the GPU tests check the kernel.
+  const PointCloud target = test::synthetic_scene(43, 30000);
+  VoxelMapOptions o;
+  o.resolution = 2.0;
+  const VoxelMap map = VoxelMap::build(target, o);
+  const detail::DenseVoxelIndex dense = detail::DenseVoxelIndex::build(map, detail::occupied_box(map));
+  const m::GaussConstants gauss = m::gauss_constants(map.resolution(), 0.55);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> x(-13.f, 13.f), y(-10.f, 10.f), z(-2.f, 5.f);
+  std::uniform_real_distribution<double> ut(-0.5, 0.5), ua(-0.1, 0.1);
+  int compared = 0;
+  for (const bool use_dense : {false, true}) {
+    const m::VoxelGridView g = detail::host_view(map, use_dense ? &dense : nullptr);
+    for (m::Search search : {m::Search::Radius, m::Search::Direct7}) {
+      const m::CellTable table = m::cell_table(g, search);
+      for (int trial = 0; trial < 400; ++trial) {
+        Pose6 pose;
+        pose << ut(rng), ut(rng), ut(rng), ua(rng), ua(rng), ua(rng);
+        const m::PoseTerms<double> terms_d = detail::pose_terms(pose, gauss);
+        m::PoseTerms<float> terms_f;
+        const double raw[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
+        m::pose_terms(m::pose_frame(raw, true), static_cast<float>(gauss.d1), static_cast<float>(gauss.d2), terms_f);
+        const float px = x(rng), py = y(rng), pz = z(rng);
+        m::PointNeighbours found;
+        m::find_point_neighbours(g, search, terms_d.m, px, py, pz, found);
+        if (found.n == 0) continue;
+        m::DerivativeSums cpu;
+        cpu.clear();
+        m::accumulate_point_pairs(g, terms_d, px, py, pz, found, true, cpu.v);
+        for (int lanes : {1, 2, 4, 8}) {
+          double gpu[m::kSumSize] = {};
+          float best = 0.0f;
+          int pairs = 0;
+          for (int lane = 0; lane < lanes; ++lane) {
+            float own[m::kSumSize] = {};
+            pairs += m::accumulate_point_cells(g, search, table, terms_f, px, py, pz, found.tp, true, lane, lanes, own,
+                                               best);
+            for (int k = 0; k < m::kSumSize; ++k) gpu[k] += own[k];
+          }
+          m::add_point_terms(best, pairs, gpu);
+          CAPTURE(use_dense, static_cast<int>(search), trial, lanes);
+          REQUIRE(pairs == found.n);
+          CHECK(gpu[m::kCorrespondences] == cpu.v[m::kCorrespondences]);
+          CHECK(gpu[m::kPointsMatched] == cpu.v[m::kPointsMatched]);
+          // A group's scale: its largest entry, plus 1e-3 for a point whose pairs barely
+          // count (a far voxel's exponential, a few 1e-8, is not held to float's relative
+          // precision).
+          auto scale = [&](int from, int count) {
+            double sc = 1e-3;
+            for (int i = from; i < from + count; ++i) sc = std::max(sc, std::abs(cpu.v[i]) + 1e-3);
+            return sc;
+          };
+          const double groups[3] = {scale(m::kScore, 1), scale(m::kGradient, 6), scale(m::kHessian, 21)};
+          for (int i = 0; i < m::kNvtlSum; ++i) {
+            const double sc = groups[i == m::kScore ? 0 : i < m::kHessian ? 1 : 2];
+            INFO("entry " << i << ": cpu " << cpu.v[i] << " gpu form " << gpu[i]);
+            CHECK(std::abs(gpu[i] - cpu.v[i]) <= 1e-4 * sc);
+          }
+          CHECK(std::abs(gpu[m::kNvtlSum] - cpu.v[m::kNvtlSum]) <= 1e-5 * (std::abs(cpu.v[m::kNvtlSum]) + 1e-3));
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared > 1000);  // most points meet the map
+}
+
 TEST_CASE("The neighbour walk of every lane split visits the CPU search's voxels", "[unit][math]") {
   const PointCloud target = test::synthetic_scene(41, 30000);
   for (double resolution : {1.0, 2.0}) {

@@ -224,6 +224,19 @@ NDTCU_HD inline T dot3(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
 }
 
+/// A pair's score term (eq. 6.9) and the factor d1 d2 e shared by its gradient and Hessian
+/// terms (eqs. 6.12 and 6.13), from its e = exp(-d2 q' icov q / 2); false when the pair is
+/// skipped because d2 e > 1, d2 e < 0 or NaN (PCL's and Autoware's guard against invalid
+/// values).
+template <typename T>
+NDTCU_HD inline bool pair_weight(T e, T d1, T d2, T& score, T& de) {
+  score = -d1 * e;
+  const T d2e = d2 * e;
+  if (d2e > T(1) || d2e < T(0) || d2e != d2e) return false;
+  de = d2e * d1;
+  return true;
+}
+
 /// The terms of one point-voxel pair: q = T(x) - mu, icov the voxel's inverse covariance
 /// (6 unique entries), cq = icov q and e = exp(-d2 q' icov q / 2) from pair_gaussian. Adds
 /// the pair's score term (eq. 6.9) to sums[kScore], its gradient (eq. 6.12) and, when
@@ -244,10 +257,8 @@ template <typename T, typename S>
 NDTCU_FORCE_INLINE NDTCU_HD inline T accumulate_pair_terms(const T* q, const T* icov, const T* cq, T e,
                                                            const PointJacobian<T>& J, const PointHessian<T>& H, T d1,
                                                            T d2, bool with_hessian, S* sums) {
-  const T score = -d1 * e;
-  T de = d2 * e;
-  if (de > T(1) || de < T(0) || de != de) return T(0);
-  de *= d1;  // d1 d2 e: the factor shared by eqs. 6.12 and 6.13
+  T score, de;
+  if (!pair_weight(e, d1, d2, score, de)) return T(0);
   // The rotation columns of J (column 3 without its zero x entry) and icov times each:
   // c3 = icov J_3 is (s01 j31 + s02 j32, ...), the general sym_mul without its s * 0 terms.
   const T s00 = icov[0], s01 = icov[1], s02 = icov[2], s11 = icov[3], s12 = icov[4], s22 = icov[5];
@@ -351,10 +362,8 @@ NDTCU_FORCE_INLINE NDTCU_HD inline T add_pair_sums(const T* q, const T* icov, T 
                                                    PointPairSums<T>& s) {
   T cq[3];
   const T e = pair_gaussian(q, icov, d2, cq);
-  const T score = -d1 * e;
-  T de = d2 * e;
-  if (de > T(1) || de < T(0) || de != de) return T(0);
-  de *= d1;
+  T score, de;
+  if (!pair_weight(e, d1, d2, score, de)) return T(0);
   s.score += score;
   for (int a = 0; a < 3; ++a) s.u[a] += de * cq[a];
   if (!with_hessian) return score;

@@ -215,7 +215,7 @@ NDTCU_HD inline PointCell point_cell(const VoxelGridView& g, const float* p) {
 
 /// Voxel index of the cell at offset (di, dj, dk) from c, or -1.
 NDTCU_HD inline std::int32_t cell_voxel(const VoxelGridView& g, const PointCell& c, int di, int dj, int dk) {
-  if (c.block) return c.block[di + dj * g.dense_dims[0] + dk * g.dense_dims[0] * g.dense_dims[1]];
+  if (c.block) return c.block[dense_offset(di, dj, dk, g.dense_dims)];
   return find_voxel(g, c.i + di, c.j + dj, c.k + dk);
 }
 
@@ -253,7 +253,7 @@ NDTCU_HD inline void cell_table_entry(const VoxelGridView& g, Search search, int
   t.delta[m][0] = static_cast<std::int8_t>(di);
   t.delta[m][1] = static_cast<std::int8_t>(dj);
   t.delta[m][2] = static_cast<std::int8_t>(dk);
-  t.step[m] = g.dense ? di + dj * g.dense_dims[0] + dk * g.dense_dims[0] * g.dense_dims[1] : 0;
+  t.step[m] = g.dense ? dense_offset(di, dj, dk, g.dense_dims) : 0;
 }
 
 /// g's whole cell table for `search`.

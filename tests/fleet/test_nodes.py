@@ -16,6 +16,19 @@ def test_fleet_over_two_nodes(sample, tmp_path):
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
     try:
+        # A worker started on each node first: a node whose first worker is still starting
+        # when the fleet's runs are handed out (a second or two here) can be passed over by
+        # the scheduler for a node with a worker ready, and the sample's runs are short.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        @ray.remote(num_cpus=1)
+        def node():
+            return ray.get_runtime_context().get_node_id()
+
+        alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        started = ray.get([node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                           for n in alive])
+        assert sorted(started) == sorted(alive)
         ref = str(sample / "poses_tum.txt")
         m = tmp_path / "fleet.yaml"
         m.write_text(yaml.safe_dump({"runs": [

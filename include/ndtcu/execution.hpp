@@ -47,7 +47,9 @@ inline constexpr int kMaxThreads = 1024;
 ///     ndtcu::Aligner aligner(ndtcu::autoware_preset(), exec);
 struct ExecutionOptions {
   Backend backend = Backend::Auto;  ///< which backend evaluates the derivatives
-  /// Worker threads, at most kMaxThreads; 0 = std::thread::hardware_concurrency().
+  /// Worker threads, at most kMaxThreads; 0 = std::thread::hardware_concurrency(). The CPU
+  /// backend evaluates on them; on either backend, Aligner::align_batch makes the results of
+  /// a batch of 64 hypotheses or more on them.
   int threads = 0;
   /// The CUDA device the CUDA backend (and the GPU map build and scan filter that follow
   /// it) runs on, as the CUDA runtime numbers them (within CUDA_VISIBLE_DEVICES);

@@ -1,14 +1,19 @@
-// The CPU backend's thread pool: a thread that cannot be started (the system's thread or
-// memory limit) is an ndtcu::Error, and the workers already started are stopped, not left
-// waiting on a pool that no longer exists.
+// The thread pool of the CPU backend and of a batch's results: a thread that cannot be
+// started (the system's thread or memory limit) is an ndtcu::Error, and the workers already
+// started are stopped, not left waiting on a pool that no longer exists; an aligner whose
+// results' pool cannot start makes them on its own thread.
 #include "../support/test_support.hpp"
+#include "batch_check.hpp"
+#include "synthetic.hpp"
 
 #include "thread_pool.hpp"
 
+#include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
@@ -103,5 +108,40 @@ TEST_CASE("a pool of 16 runs batches of 2 to 20 tasks, fewer than its workers or
       CAPTURE(round, count, i);
       CHECK(runs[i].load() == 1);
     }
+  }
+}
+
+TEST_CASE("a batch's results made on the aligner's threads have the bits of one thread's, also when no thread starts",
+          "[unit][thread_pool]") {
+  // Aligner::align_batch makes the results of a batch of 64 hypotheses or more on a pool of
+  // ExecutionOptions::threads; when that pool cannot be started it makes them itself.
+  const PointCloud target = test::synthetic_scene(91, 20000);
+  const PointCloud source = test::synthetic_scene(92, 400);
+  const std::vector<Pose6> guesses = test::guesses_around(Pose6::Zero(), 80, 3, 0.5, 5.0);
+  auto run = [&](int threads) {
+    Aligner aligner(autoware_preset(), test::on_cpu(threads));
+    aligner.set_target(target);
+    return aligner.align_batch(source, guesses);
+  };
+  const std::vector<AlignResult> one = run(1);
+  const std::vector<AlignResult> several = run(4);
+  REQUIRE(one.size() == guesses.size());
+  for (std::size_t k = 0; k < guesses.size(); ++k) {
+    CAPTURE(k);
+    test::check_same_bits(several[k], one[k]);
+    CHECK(std::memcmp(several[k].localizability.eigenvalues.data(), one[k].localizability.eigenvalues.data(),
+                      sizeof(double) * 6) == 0);
+    CHECK(several[k].localizability.degenerate == one[k].localizability.degenerate);
+  }
+  ResetSpawnHook reset;
+  Aligner aligner(autoware_preset(), test::on_cpu(4));  // its backend's pool starts here
+  aligner.set_target(target);
+  g_fail_at = 1;
+  detail::thread_pool_spawn_hook = fail_one_spawn;  // the results' pool, made on first use, cannot start
+  const std::vector<AlignResult> fallback = aligner.align_batch(source, guesses);
+  detail::thread_pool_spawn_hook = nullptr;
+  for (std::size_t k = 0; k < guesses.size(); ++k) {
+    CAPTURE(k);
+    test::check_same_bits(fallback[k], one[k]);
   }
 }

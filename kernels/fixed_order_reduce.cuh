@@ -32,16 +32,18 @@ struct Vec {
 /// order: thread t adds component t % 32 of partials t / 32, t / 32 + 8, ... in order (a
 /// warp reads whole partials, and every load is independent of the others), then thread c
 /// adds the 8 groups of component c in a fixed tree. The order depends on the block count
-/// alone. Every thread of the block calls it; `out` is written by threads 0 to K - 1.
-template <int K>
-__device__ void reduce_partials(const Vec<K>* partials, int blocks, double* out) {
+/// alone. part(b, c) gives component c of partial b (a load, or a partial made on the fly
+/// from finer sums). Every thread of the block calls it; `out` is written by threads 0 to
+/// K - 1.
+template <int K, typename Part>
+__device__ void reduce_partials(int blocks, double* out, Part&& part) {
   static_assert(K <= 32, "one component per lane, 8 groups of 32 lanes (256 threads)");
   constexpr int kGroups = 8;
   __shared__ double group[kGroups][32];
   const int c = threadIdx.x % 32, g = threadIdx.x / 32;
   double s = 0.0;
   if (c < K) {
-    for (int b = g; b < blocks; b += kGroups) s += partials[b].v[c];
+    for (int b = g; b < blocks; b += kGroups) s += part(b, c);
   }
   group[g][c] = s;
   __syncthreads();
@@ -50,6 +52,12 @@ __device__ void reduce_partials(const Vec<K>* partials, int blocks, double* out)
     out[threadIdx.x] = ((v[0] + v[32]) + (v[64] + v[96])) + ((v[128] + v[160]) + (v[192] + v[224]));
   }
   __syncthreads();
+}
+
+/// The same over `blocks` partials in memory.
+template <int K>
+__device__ void reduce_partials(const Vec<K>* partials, int blocks, double* out) {
+  reduce_partials<K>(blocks, out, [partials](int b, int c) { return partials[b].v[c]; });
 }
 
 }  // namespace ndtcu::detail

@@ -354,27 +354,50 @@ NDTCU_HD inline PointPairSums<T> zero_pair_sums() {
   return s;
 }
 
-/// Adds one pair (q = T(x) - mu, the voxel's inverse covariance) to a point's
-/// PointPairSums (M only `with_hessian`). Returns the pair's score term, or 0 when the pair
-/// is skipped: the same Gaussian and the same guard as accumulate_pair.
+/// The 10 numbers one pair (q = T(x) - mu, the voxel's inverse covariance) adds to its
+/// point's PointPairSums, in `t` (t.m only `with_hessian`). False when the pair is skipped:
+/// the same Gaussian and the same guard as accumulate_pair.
+template <typename T>
+NDTCU_FORCE_INLINE NDTCU_HD inline bool pair_sum_terms(const T* q, const T* icov, T d1, T d2, bool with_hessian,
+                                                       PointPairSums<T>& t) {
+  T cq[3];
+  const T e = pair_gaussian(q, icov, d2, cq);
+  T de;
+  if (!pair_weight(e, d1, d2, t.score, de)) return false;
+  for (int a = 0; a < 3; ++a) t.u[a] = de * cq[a];
+  if (!with_hessian) return true;
+  const T w = -d2 * de;
+  t.m[0] = de * icov[0] + w * (cq[0] * cq[0]);
+  t.m[1] = de * icov[1] + w * (cq[0] * cq[1]);
+  t.m[2] = de * icov[2] + w * (cq[0] * cq[2]);
+  t.m[3] = de * icov[3] + w * (cq[1] * cq[1]);
+  t.m[4] = de * icov[4] + w * (cq[1] * cq[2]);
+  t.m[5] = de * icov[5] + w * (cq[2] * cq[2]);
+  return true;
+}
+
+/// Adds a pair's terms (pair_sum_terms) to its point's sums, each addition rounded on its
+/// own (add_rn: never fused with the product that made the term), so that a point's sums
+/// are the same bits whether its pairs' terms are added where they were made or after they
+/// moved between the threads that share the point (the derivative kernel's lanes).
+template <typename T>
+NDTCU_FORCE_INLINE NDTCU_HD inline void add_pair_terms(const PointPairSums<T>& t, bool with_hessian,
+                                                       PointPairSums<T>& s) {
+  s.score = add_rn(s.score, t.score);
+  for (int a = 0; a < 3; ++a) s.u[a] = add_rn(s.u[a], t.u[a]);
+  if (!with_hessian) return;
+  for (int e = 0; e < 6; ++e) s.m[e] = add_rn(s.m[e], t.m[e]);
+}
+
+/// Adds one pair to a point's PointPairSums (pair_sum_terms, then add_pair_terms). Returns
+/// the pair's score term, or 0 when the pair is skipped.
 template <typename T>
 NDTCU_FORCE_INLINE NDTCU_HD inline T add_pair_sums(const T* q, const T* icov, T d1, T d2, bool with_hessian,
                                                    PointPairSums<T>& s) {
-  T cq[3];
-  const T e = pair_gaussian(q, icov, d2, cq);
-  T score, de;
-  if (!pair_weight(e, d1, d2, score, de)) return T(0);
-  s.score += score;
-  for (int a = 0; a < 3; ++a) s.u[a] += de * cq[a];
-  if (!with_hessian) return score;
-  const T w = -d2 * de;
-  s.m[0] += de * icov[0] + w * (cq[0] * cq[0]);
-  s.m[1] += de * icov[1] + w * (cq[0] * cq[1]);
-  s.m[2] += de * icov[2] + w * (cq[0] * cq[2]);
-  s.m[3] += de * icov[3] + w * (cq[1] * cq[1]);
-  s.m[4] += de * icov[4] + w * (cq[1] * cq[2]);
-  s.m[5] += de * icov[5] + w * (cq[2] * cq[2]);
-  return score;
+  PointPairSums<T> t;
+  if (!pair_sum_terms(q, icov, d1, d2, with_hessian, t)) return T(0);
+  add_pair_terms(t, with_hessian, s);
+  return t.score;
 }
 
 /// A point's score, gradient and (`with_hessian`) Hessian from its PointPairSums, its point

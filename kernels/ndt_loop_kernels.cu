@@ -4,7 +4,8 @@
 // run on the device.
 //
 // Shape of the device loop, and why. A hypothesis's evaluation is spread over many
-// blocks (LANES threads per point, 256 threads per block), and the loop is one
+// blocks (256 threads; one thread per point in a batch, up to 8 in a single alignment:
+// single_shape), and the loop is one
 // conditional CUDA graph whose body is two kernels: the derivative kernel over a 2-D grid
 // (blocks of a hypothesis x running hypotheses) and the step kernel (one block per running
 // hypothesis: its blocks' partial sums in a fixed order, then its step on one thread; the
@@ -24,6 +25,7 @@
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <cstddef>
 
 namespace ndtcu::detail {
@@ -61,21 +63,22 @@ using Real = float;
 // take 7% and 10-20% less time per hypothesis-iteration at K = 1024 (KITTI 5k 1.19
 // against 1.28 and 1.32 us, BALM 0.79 against 0.83 and 0.97, hdl32 2.66 against 2.84 and
 // 2.97). A single alignment runs one partial wave and wants no spills, so batches run the
-// four-block instance and a batch of one the unbounded one; both come from the same PTX,
-// so their arithmetic, and bits, are the same (the batch tests compare them bit for bit).
+// four-block instance and a batch of one the unbounded one; both make the same pair terms
+// and add them in the same order, so their bits are the same (the batch tests compare
+// them bit for bit, for every count of lanes).
 // Before the factored form and the shared-memory reduction: 140 registers unbounded, 64
 // at four blocks with 372 bytes spilled; before float terms: 212-220 registers.
 constexpr int kSingleBlocksPerSm = 1;
 constexpr int kBatchBlocksPerSm = 4;
 
-/// The shared memory of block_partial's reduction: every thread's sums (float, as the
-/// threads hold them), each component's 32 lanes of a warp in a row padded to 33 floats so
-/// that neither the writes nor the column sums meet a bank twice, then each warp's sums in
-/// double: 34.7 KB (35 KB a block with the rest; with four blocks per SM, 140 of an H200
-/// SM's 228 KB).
+/// The shared memory of block_partial's reduction: every point's sums (float, as its first
+/// lane holds them), each component's group of 32 points in a row padded to 33 floats so
+/// that neither the writes nor the column sums meet a bank twice, then each group's sums
+/// in double: 34.7 KB (35 KB a block with the rest; with four blocks per SM, 140 of an
+/// H200 SM's 228 KB).
 struct BlockSums {
   Real lanes[kSums][kWarpsPerBlock][33];
-  double warps[kWarpsPerBlock][kSums];
+  double groups[kWarpsPerBlock][kSums];
 };
 
 /// The map as a block's threads read it, in shared memory: the voxel grid's view (its
@@ -101,20 +104,108 @@ __device__ void load_block_map(const DeviceConfig& c, BlockMap& map) {
   }
 }
 
-/// Block `b` of a source's evaluation at `terms`, its partial sum written to `out` by
-/// threads 0 to kSums - 1: LANES threads per point sharing its cells, each thread's pairs
-/// summed in Real, then the block's threads reduced in double through shared memory: every
-/// thread stores its sums, thread (k, w) of the first kSums * 8 adds component k of warp w's
-/// 32 threads (four interleaved sums in lane order, then those four in a fixed tree), then
-/// thread k adds the 8 warps' in a fixed tree. Against a shuffle tree per component (31 x 5
-/// double shuffles and additions in every thread, about six times the instructions), it
-/// took 22% less GPU time per hypothesis-iteration in batches of 1024 (KITTI 5k 1.52 ->
-/// 1.19 us) and 89 registers instead of 140 unbounded, measured on an H200 (BENCHMARK.md,
-/// "The derivative kernel's arithmetic").
+/// The per-point accumulation of a point shared by `lanes` > 1 consecutive threads of a
+/// warp (every thread of the warp calls it; `valid`: this thread's point exists): the same
+/// sums as one thread's (math::accumulate_point_cells), bit for bit. Lane l finds the
+/// voxels of table cells l, l + lanes, ... (walk_neighbours) and makes their pair terms
+/// (math::pair_sum_terms); then, round j by round j, all the point's lanes add the terms
+/// of cells j * lanes + l in lane order (math::add_pair_terms after shuffles), which is
+/// table order: the order one thread adds them in. Lane 0 then takes
+/// the point's derivatives into `own`. Returns the point's pairs and sets `best` to its
+/// best score term (both over all its lanes).
+__device__ int accumulate_point_lanes(const DeviceConfig& c, const BlockMap& map, const math::PoseTerms<Real>& pt,
+                                      bool valid, float x, float y, float z, const float* tp, bool with_hessian,
+                                      int lane, int lanes, Real* own, Real& best) {
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr int kMaxFound = (math::kMaxNeighbours + 1) / 2;  // cells of a lane, with two lanes or more
+  std::int32_t found[kMaxFound];
+  unsigned hits = 0;  // bit j: this lane's cell of round j holds a voxel (found in order)
+  int pairs = 0;
+  if (valid) {
+    math::walk_neighbours(map.grid, c.search, map.cells, tp, lane, lanes, [&](std::int32_t v, int m) {
+      found[pairs++] = v;
+      hits |= 1u << (m / lanes);
+    });
+  }
+  // Each lane's pair terms first, in a loop of their own like one thread's (so a lane waits
+  // for its own voxels' loads only), kept for the rounds below.
+  math::PointPairSums<Real> terms[kMaxFound];
+  unsigned used = 0;  // bit k: found[k]'s pair passed the guard
+  for (int k = 0; k < pairs; ++k) {
+    Real q[3], icov[6];
+    math::voxel_pair(map.grid, found[k], tp, q, icov);
+    if (math::pair_sum_terms(q, icov, pt.d1, pt.d2, with_hessian, terms[k])) {
+      used |= 1u << k;
+      if (terms[k].score > best) best = terms[k].score;
+    }
+  }
+  math::PointPairSums<Real> ps = math::zero_pair_sums<Real>();
+  const int first = static_cast<int>(threadIdx.x % 32) - lane;
+  const int rounds = (map.cells.cells + lanes - 1) / lanes;
+  // Lane r of every point of the warp: the lanes r, r + lanes, ... .
+  unsigned every = 0;
+  for (int l = 0; l < 32; l += lanes) every |= 1u << l;
+  int next = 0;
+  for (int j = 0; j < rounds; ++j) {
+    const bool hit = (hits >> j) & 1u;
+    const unsigned round_hits = __ballot_sync(kAll, hit);
+    if (round_hits == 0) continue;  // no lane of the warp has a voxel this round
+    math::PointPairSums<Real> t = math::zero_pair_sums<Real>();
+    int use = 0;
+    if (hit) {
+      t = terms[next];
+      use = (used >> next) & 1u;
+      ++next;
+    }
+    for (int r = 0; r < lanes; ++r) {
+      if ((round_hits & (every << r)) == 0) continue;  // no point's lane r has one
+      const int from = first + r;
+      math::PointPairSums<Real> tr;
+      const int use_r = __shfl_sync(kAll, use, from);
+      tr.score = __shfl_sync(kAll, t.score, from);
+      for (int a = 0; a < 3; ++a) tr.u[a] = __shfl_sync(kAll, t.u[a], from);
+      if (with_hessian) {
+        for (int e = 0; e < 6; ++e) tr.m[e] = __shfl_sync(kAll, t.m[e], from);
+      }
+      if (use_r) math::add_pair_terms(tr, with_hessian, ps);
+    }
+  }
+  for (int offset = lanes / 2; offset > 0; offset >>= 1) {
+    best = fmax(best, __shfl_xor_sync(kAll, best, offset));
+    pairs += __shfl_xor_sync(kAll, pairs, offset);
+  }
+  if (valid && lane == 0 && pairs > 0) math::add_point_pair_sums(pt, x, y, z, ps, with_hessian, own);
+  return pairs;
+}
+
+/// The fixed tree in which a block's 8 groups of one-lane points, and a batch of one's
+/// groups when its points had several lanes (hypothesis_sums), are added into a partial.
+__device__ double group_tree(const double* w) {
+  return ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
+}
+
+/// Block `b` of a source's evaluation at `terms` in the single alignment's launch shape
+/// (SINGLE) or the batch's: its lanes (one: math::accumulate_point_cells; more: accumulate_point_lanes, the
+/// same bits), each point's sums in Real on its first lane, then reduced in double through
+/// shared memory in an order fixed by the points alone: the points' sums are stored by
+/// group of kPointGroup points, thread (k, g) adds component k of group g's 32 points (four
+/// interleaved sums in point order, then those four in a fixed tree), and then
+///  - one lane per point (a block of 8 whole groups): thread k adds the 8 groups in a fixed
+///    tree (group_tree) into the block's partial, `out`[b];
+///  - more lanes: each group's sum goes to `groups_out`, and hypothesis_sums adds each run
+///    of 8 groups in the same tree.
+/// So a hypothesis's sums are the same bits in either launch shape.
+///
+/// Against a shuffle tree per component (31 x 5 double shuffles and additions in every
+/// thread, about six times the instructions), the shared-memory reduction took 22% less
+/// GPU time per hypothesis-iteration in batches of 1024 (KITTI 5k 1.52 -> 1.19 us) and 89
+/// registers instead of 140 unbounded, measured on an H200 (BENCHMARK.md, "The derivative
+/// kernel's arithmetic").
+template <bool SINGLE>
 __device__ void block_partial(const DeviceConfig& c, const BlockMap& map, const DeviceSource& src,
                               const math::PoseTerms<Real>& terms, bool with_hessian, int b, BlockSums& shared,
-                              double* out) {
-  const int lanes = src.lanes;
+                              Vec<kSums>* out, Vec<kSums>* groups_out) {
+  const int lanes = SINGLE ? src.single.lanes : 1;  // a batch's shape has one lane (batch_shape)
   const int t = b * kBlock + threadIdx.x;
   const int i = t / lanes, lane = t % lanes;
   const bool valid = i < src.n;
@@ -123,55 +214,72 @@ __device__ void block_partial(const DeviceConfig& c, const BlockMap& map, const 
   for (int k = 0; k < kSums; ++k) own[k] = 0;
   Real best = 0;
   int pairs = 0;
+  float x = 0.f, y = 0.f, z = 0.f;
+  float tp[3] = {0.f, 0.f, 0.f};
   if (valid) {
-    const float x = c.x[src.offset + i], y = c.y[src.offset + i], z = c.z[src.offset + i];
-    float tp[3];
+    x = c.x[src.offset + i];
+    y = c.y[src.offset + i];
+    z = c.z[src.offset + i];
     math::transform_point(terms.m, x, y, z, tp);
-    pairs = math::accumulate_point_cells(map.grid, c.search, map.cells, terms, x, y, z, tp, with_hessian, lane, lanes,
-                                         own, best);
   }
-  // The point's lanes (consecutive, within one warp): best term (max) and pair count
-  // (sum), then the point's NVTL term and counts once, on its first lane.
-  for (int offset = lanes / 2; offset > 0; offset >>= 1) {
-    best = fmax(best, __shfl_xor_sync(0xffffffffu, best, offset));
-    pairs += __shfl_xor_sync(0xffffffffu, pairs, offset);
+  if (lanes == 1) {
+    if (valid) {
+      pairs = math::accumulate_point_cells(map.grid, c.search, map.cells, terms, x, y, z, tp, with_hessian, own, best);
+    }
+  } else {
+    pairs = accumulate_point_lanes(c, map, terms, valid, x, y, z, tp, with_hessian, lane, lanes, own, best);
   }
-  if (valid && lane == 0 && pairs > 0) {
-    math::add_point_terms(best, pairs, own);
-  }
-  const int warp = threadIdx.x / 32, in_warp = threadIdx.x % 32;
+  if (valid && lane == 0 && pairs > 0) math::add_point_terms(best, pairs, own);
+  // Point p of the block (its first lane) stores its sums as point p % 32 of group p / 32.
+  if (lane == 0) {
+    const int p = threadIdx.x / lanes;
 #pragma unroll
-  for (int k = 0; k < kSums; ++k) shared.lanes[k][warp][in_warp] = own[k];
+    for (int k = 0; k < kSums; ++k) shared.lanes[k][p / kPointGroup][p % kPointGroup] = own[k];
+  }
   __syncthreads();
-  static_assert(kSums * kWarpsPerBlock <= kBlock, "one thread per component and warp");
-  if (threadIdx.x < kSums * kWarpsPerBlock) {
-    const int k = threadIdx.x / kWarpsPerBlock, w = threadIdx.x % kWarpsPerBlock;
-    const Real* v = shared.lanes[k][w];
+  static_assert(kPointGroup == 32 && kBlock / kPointGroup == kWarpsPerBlock, "a group is a warp of one-lane points");
+  static_assert(kSums * kWarpsPerBlock <= kBlock, "one thread per component and group");
+  static_assert(kWarpsPerBlock == 8, "group_tree adds 8 groups");
+  const int groups = kWarpsPerBlock / lanes;  // groups of this block
+  if (threadIdx.x < kSums * groups) {
+    const int k = threadIdx.x / groups, g = threadIdx.x % groups;
+    const Real* v = shared.lanes[k][g];
     double s[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
-    for (int l = 0; l < 32; l += 4) {
+    for (int l = 0; l < kPointGroup; l += 4) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(v[l + j]);
     }
-    shared.warps[w][k] = (s[0] + s[1]) + (s[2] + s[3]);
+    const double sum = (s[0] + s[1]) + (s[2] + s[3]);
+    if (lanes == 1) {
+      shared.groups[g][k] = sum;
+    } else if (const int group = b * groups + g; group < src.groups) {
+      groups_out[group].v[k] = sum;
+    }
   }
-  __syncthreads();
-  static_assert(kWarpsPerBlock == 8, "the warps' fixed tree below");
-  if (threadIdx.x < kSums) {
-    const int k = threadIdx.x;
-    const double(*w)[kSums] = shared.warps;
-    out[k] = ((w[0][k] + w[1][k]) + (w[2][k] + w[3][k])) + ((w[4][k] + w[5][k]) + (w[6][k] + w[7][k]));
+  if (lanes == 1) {
+    __syncthreads();
+    if (threadIdx.x < kSums) {
+      const int k = threadIdx.x;
+      double w[kWarpsPerBlock];
+#pragma unroll
+      for (int g = 0; g < kWarpsPerBlock; ++g) w[g] = shared.groups[g][k];
+      out[b].v[k] = group_tree(w);
+    }
   }
 }
 
 /// Block b of running slot `slot`'s evaluation at its hypothesis's pose frame (`single`:
-/// the host's frame for hypothesis 0 instead), its partial sum stored. The derivative
-/// kernel and the cooperative loop both run it, so their partials, and bits, are the same.
+/// the host's frame for hypothesis 0 instead) in the source's single-alignment launch
+/// shape (SINGLE) or its batch shape, its groups' partial sums stored. The
+/// derivative kernel and the cooperative loop both run it, and a point's sums do not
+/// depend on the shape, so their partials, and bits, are the same.
+template <bool SINGLE>
 __device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::PoseFrame* single) {
   const int h = a.active[slot];
   const DeviceConfig& c = *a.cfg;
   const DeviceSource src = c.sources[a.hyps[h].source];
-  if (b >= src.blocks) return;
+  if (b >= (SINGLE ? src.single.blocks : src.batch.blocks)) return;
   __shared__ math::PoseTerms<Real> terms;
   __shared__ unsigned flags;
   __shared__ BlockSums block_sums;
@@ -183,25 +291,51 @@ __device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::
   }
   load_block_map(c, map);
   __syncthreads();
-  block_partial(c, map, src, terms, (flags & math::kWithHessian) != 0, b, block_sums,
-                a.partials[static_cast<std::size_t>(h) * a.max_blocks + b].v);
+  block_partial<SINGLE>(c, map, src, terms, (flags & math::kWithHessian) != 0, b, block_sums,
+                a.partials + static_cast<std::size_t>(h) * a.max_blocks, a.group_partials);
   __syncthreads();  // terms, map and block_sums are read before a next call of this block writes them
 }
 
 /// The derivative kernel: block (b, slot) evaluates block b of running hypothesis
-/// active[slot] (evaluate_block).
+/// active[slot] (evaluate_block), in the single alignment's launch shape for the
+/// single alignment's instance and in the batch's otherwise.
 template <int BLOCKS_PER_SM>
 __global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
   if (static_cast<int>(blockIdx.y) >= *a.active_count) return;
-  evaluate_block(a, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), single);
+  evaluate_block<BLOCKS_PER_SM == kSingleBlocksPerSm>(a, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x),
+                                                      single);
+}
+
+/// Hypothesis h's sums, into `out` (every thread of the block calls it): reduce_partials
+/// of its partials, in an order fixed by the source's count of one-lane blocks; for a batch
+/// of one (`single`) whose points had several lanes, the same reduction of the partials its
+/// group sums make (each group_tree of 8 groups: reduce_partials' `Part`), so the same
+/// additions in the same order.
+__device__ void hypothesis_sums(const BatchArgs& a, int h, bool single, double* out) {
+  const DeviceSource src = a.cfg->sources[a.hyps[h].source];
+  if (single && src.single.lanes > 1) {
+    const Vec<kSums>* groups = a.group_partials;
+    const int count = src.groups;
+    reduce_partials<kSums>(src.batch.blocks, out, [groups, count](int s, int k) {
+      double w[kWarpsPerBlock];
+#pragma unroll
+      for (int j = 0; j < kWarpsPerBlock; ++j) {
+        const int g = s * kWarpsPerBlock + j;  // a group past the source's adds 0, as absent points do
+        w[j] = g < count ? groups[g].v[k] : 0.0;
+      }
+      return group_tree(w);
+    });
+    return;
+  }
+  const Vec<kSums>* partials = a.partials + static_cast<std::size_t>(h) * a.max_blocks;
+  reduce_partials<kSums>(src.batch.blocks, out, [partials](int s, int k) { return partials[s].v[k]; });
 }
 
 /// The host-driven evaluations' reduction: block h sums hypothesis h's partials into
-/// sums[h].
-__global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a) {
+/// sums[h] (`single`: a batch of one, evaluated in the single alignment's shape).
+__global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a, bool single) {
   const int h = blockIdx.x;
-  const DeviceSource src = a.cfg->sources[a.hyps[h].source];
-  reduce_partials<kSums>(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, a.sums[h].v);
+  hypothesis_sums(a, h, single, a.sums[h].v);
 }
 
 /// Hypothesis h's fixed step from its sums at the current pose (one thread), the pose prior
@@ -218,27 +352,26 @@ __device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums) {
   return more;
 }
 
+/// Running slot `slot`'s step: the fixed-order sum of its hypothesis's partials
+/// (hypothesis_sums; `single`: a batch of one), then (thread 0) hypothesis_step, whose
+/// answer goes to running[slot].
+__device__ void step_slot(const BatchArgs& a, int slot, bool single) {
+  const int h = a.active[slot];
+  double* sums = a.sums[h].v;
+  hypothesis_sums(a, h, single, sums);
+  if (threadIdx.x == 0) a.running[slot] = hypothesis_step(a, h, sums) ? 1 : 0;
+}
+
 /// The step kernel: block b takes running slot b: the fixed-order sum of its
 /// hypothesis's partials, then (thread 0) the shared fixed step and, when it goes on, the
 /// pose frame of its next evaluation. The last block to finish compacts the running
 /// slots, in slot order, and ends the loop when none is left (`in_graph`: by the graph's
 /// conditional; launched on a stream, the host's fixed count of launches ends it and the
 /// launches after the last hypothesis stopped find nothing running).
-/// Running slot `slot`'s step: the fixed-order sum of its hypothesis's partials, then
-/// (thread 0) hypothesis_step, whose answer goes to running[slot].
-__device__ void step_slot(const BatchArgs& a, int slot) {
-  const int h = a.active[slot];
-  DeviceHyp& hyp = a.hyps[h];
-  const DeviceSource src = a.cfg->sources[hyp.source];
-  double* sums = a.sums[h].v;
-  reduce_partials<kSums>(a.partials + static_cast<std::size_t>(h) * a.max_blocks, src.blocks, sums);
-  if (threadIdx.x == 0) a.running[slot] = hypothesis_step(a, h, sums) ? 1 : 0;
-}
-
 __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop, bool in_graph) {
   const int count = *a.active_count;
   const int slot = blockIdx.x;
-  if (slot < count) step_slot(a, slot);
+  if (slot < count) step_slot(a, slot, gridDim.x == 1);  // one slot: the derivative kernel ran the single shape
   // The last block to finish compacts the running slots and decides whether to go on.
   __shared__ bool is_last;
   __syncthreads();
@@ -286,10 +419,10 @@ __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_k
   cg::grid_group grid = cg::this_grid();
   for (;;) {
     if (*static_cast<volatile int*>(a.active_count) == 0) return;
-    evaluate_block(a, 0, static_cast<int>(blockIdx.x), nullptr);
+    evaluate_block<true>(a, 0, static_cast<int>(blockIdx.x), nullptr);
     grid.sync();
     if (blockIdx.x == 0) {
-      step_slot(a, 0);
+      step_slot(a, 0, true);
       __syncthreads();
       if (threadIdx.x == 0) *a.active_count = a.running[0];
     }
@@ -299,29 +432,34 @@ __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_k
 
 }  // namespace
 
-// Threads per source point (1 to 8). One evaluation is bounded by the latency of the
-// lookups (up to 27 dependent load chains per point), not by arithmetic. When the source
-// is small next to the GPU, several threads share a point's cells, which shortens each
-// thread's chain and puts more warps in flight; when the source alone fills the GPU, one
-// thread per point avoids recomputing the point's derivatives in every lane. lanes_for()
-// picks it from the source's point count and the device, never from the batch size, so a
-// hypothesis's summation order, and its bits, do not depend on K.
-//
-// Threads per point for n points: as many as keep n * lanes within a quarter of the
-// threads the device holds at once (one 256-thread block per SM at this register use), a
-// power of two up to kMaxLanes. More lanes shorten a point's chain of lookups, which a
-// single alignment's latency wants, but repeat the point's derivatives in every lane,
-// which a batch's throughput pays for. Measured on an H100 (ndtcu_bench --batch, KITTI
-// 5k and hdl32 16k points): against half the resident threads, this bound (1 lane
-// instead of 2 for both) takes 25-50% less time per hypothesis-iteration in batches of
-// 200-1024 and 8-10% more for a single alignment; against all of them (4 lanes for 5k
-// points) batches take 60% longer and a single alignment 8% longer. Small scans keep
-// more lanes (BALM's 1.4k points: 4).
-int lanes_for(int n, int multiprocessors) {
+// Threads per source point. One evaluation is bounded by the latency of the lookups (up
+// to 27 dependent load chains per point), not by arithmetic. More threads per point
+// shorten a point's chain of lookups and put more warps in flight, which a single
+// alignment's latency wants when the scan alone does not fill the GPU; but every warp then
+// covers fewer points with the same instructions (the point's transform, its derivatives,
+// the reduction), which a batch's throughput pays for. A point's sums, and the order they
+// are added in, are the same however many threads share it (block_partial), so each side
+// takes its own:
+//  - a batch: one lane per point. Measured on an H200 (ndtcu_bench --batch, K = 1024,
+//    against the lanes a scan had for both before, in the same run): KITTI 5k 0.90 -> 0.72
+//    us of GPU per hypothesis-iteration (2 lanes before), BALM 1.4k 0.70 -> 0.29 (4),
+//    hdl32 16k 1.92 -> 1.98 (1 before too);
+//  - a single alignment: 8 lanes when n * 8 fits in the threads the device holds at once
+//    at one block per SM, else 4 when n * 4 does, else 1. Measured on an H200 (30
+//    iterations, GPU us per iteration, each count forced): KITTI 5k 24.1 / 25.4 / 21.7 /
+//    21.7 with 1 / 2 / 4 / 8 lanes, BALM 1.4k 23.7 / 25.3 / 21.5 / 19.5, hdl32 16k 23.5 /
+//    25.7 with 1 / 2. Two lanes cost more than they save: their 14 rounds of shuffles
+//    (accumulate_point_lanes) outweigh the halved chain of lookups.
+LaunchShape single_shape(int n, int multiprocessors) {
   const long long resident = static_cast<long long>(multiprocessors) * kBlock;
-  int lanes = 1;
-  while (lanes < kMaxLanes && static_cast<long long>(n) * lanes * 4 <= resident) lanes *= 2;
-  return lanes;
+  const int lanes = static_cast<long long>(n) * 8 <= resident ? 8 : static_cast<long long>(n) * 4 <= resident ? 4 : 1;
+  static_assert(kMaxLanes == 8, "single_shape picks 1, 4 or 8 lanes");
+  const long long threads = static_cast<long long>(n) * lanes;
+  return {lanes, static_cast<int>(std::max<long long>(1, (threads + kBlock - 1) / kBlock))};
+}
+
+LaunchShape batch_shape(int n, int /*multiprocessors*/) {
+  return {1, static_cast<int>(std::max<long long>(1, (static_cast<long long>(n) + kBlock - 1) / kBlock))};
 }
 
 void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream) {
@@ -333,7 +471,7 @@ void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* si
 }
 
 void launch_reduce(const BatchArgs& a, int hypotheses, cudaStream_t stream) {
-  reduce_kernel<<<static_cast<unsigned>(hypotheses), kBlock, 0, stream>>>(a);
+  reduce_kernel<<<static_cast<unsigned>(hypotheses), kBlock, 0, stream>>>(a, hypotheses == 1);
 }
 
 cudaError_t launch_loop_body(const BatchArgs& a, int blocks, int slots, cudaGraphConditionalHandle handle,

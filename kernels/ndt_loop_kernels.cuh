@@ -17,19 +17,35 @@ namespace ndtcu::detail {
 
 /// Components of a hypothesis's sums (score, gradient, Hessian, NVTL and counts).
 constexpr int kSums = math::kSumSize;
-/// Threads per source point at most (lanes_for).
+/// Threads per source point at most (single_shape).
 constexpr int kMaxLanes = 8;
 /// Threads per block of every loop kernel: the 31-double per-thread sums stay in
 /// registers within the 255-register limit.
 constexpr int kLoopBlock = 256;
 
+/// Source points per group: the first step of a hypothesis's reduction sums each group of
+/// 32 consecutive points in a fixed order, then each run of 8 groups (a block of one-lane
+/// points, kLoopBlock) in a fixed tree, into one partial (see block_partial).
+constexpr int kPointGroup = 32;
+
+/// How the derivative kernel spreads a source over threads: threads per point (1 to
+/// kMaxLanes, a power of two) and the blocks that takes.
+struct LaunchShape {
+  int lanes;
+  int blocks;
+};
+
 /// A source of the batch: where its points start in the concatenated buffers, how many,
-/// and its launch shape (threads per point, blocks).
+/// its groups of kPointGroup points, and its launch shapes: for a batch, one thread per
+/// point (batch.blocks is also the number of the source's partials); for a single
+/// alignment, up to kMaxLanes (its latency wants many threads per point). A point's sums,
+/// and the order they are added in, do not depend on the shape, so neither does any result.
 struct DeviceSource {
   int offset;
   int n;
-  int lanes;
-  int blocks;
+  int groups;
+  LaunchShape single;
+  LaunchShape batch;
 };
 
 /// One hypothesis on the device: its loop state and the pose frame of its next evaluation
@@ -60,7 +76,8 @@ struct BatchArgs {
   int* active;                  ///< running hypotheses, compacted in hypothesis order
   int* active_count;            ///< how many
   int* running;                 ///< [K] per slot: still running after the step
-  Vec<kSums>* partials;         ///< [K][max_blocks] one partial sum per block
+  Vec<kSums>* partials;         ///< [K][max_blocks] one partial sum per block of one-lane points
+  Vec<kSums>* group_partials;   ///< [max_groups] a batch of one's group sums, when its points have several lanes
   Vec<kSums>* sums;             ///< [K] each hypothesis's sums at its current pose
   math::StepTrace* trace;       ///< [K][max_iterations], or null
   unsigned* ticket;             ///< the step kernel's last-block counter (zero between launches)
@@ -68,14 +85,16 @@ struct BatchArgs {
   const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
 };
 
-/// Threads per point for a source of n points on a device of `multiprocessors` SMs (a
-/// power of two up to kMaxLanes; see the definition for the measurements).
-int lanes_for(int n, int multiprocessors);
+/// The launch shapes of a source of n points on a device of `multiprocessors` SMs: for a
+/// single alignment and for a batch (see the definition for the measurements).
+LaunchShape single_shape(int n, int multiprocessors);
+LaunchShape batch_shape(int n, int multiprocessors);
 
 /// The derivative kernel over `grid` (blocks of a hypothesis x running slots): block
 /// (b, slot) evaluates block b of hypothesis active[slot] at its pose frame, or at
 /// `single` for hypothesis 0 when not null. A grid of one slot runs the single alignment's
-/// instance, more slots the batch's (the same PTX, so the same bits).
+/// instance and launch shape (DeviceSource::single), more slots the batch's; a point's
+/// sums are the same bits in both.
 void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream);
 /// The host-driven evaluations' reduction: hypothesis h < `hypotheses` sums its partials
 /// into sums[h], in a fixed order. Launchers that return nothing leave their error to

@@ -278,8 +278,8 @@ NDTCU_HD inline std::int32_t table_voxel(const VoxelGridView& g, const CellTable
 constexpr int kWalkRound = 3;
 
 /// The neighbour walk: visits cells first, first + stride, ... of cell table t (cell_table
-/// of g and the search) around p and calls visit(v) for each voxel found (that passes the
-/// radius test under Search::Radius), in table order. With first 0 and stride 1 it finds
+/// of g and the search) around p and calls visit(v, m) for each voxel v found (that passes
+/// the radius test under Search::Radius) at table entry m, in table order. With first 0 and stride 1 it finds
 /// find_neighbours' set; `stride` threads with first = 0 .. stride - 1 find it together.
 /// It walks in rounds of kWalkRound cells: the round's cells are looked up first, then the
 /// centroids of the voxels found, then tested, so the loads of a round do not wait on one
@@ -304,12 +304,12 @@ NDTCU_UNROLL
       for (int u = 0; u < kWalkRound; ++u) d[u] = v[u] >= 0 ? centroid_distance_sq(g, v[u], p) : 0.0f;
 NDTCU_UNROLL
       for (int u = 0; u < kWalkRound; ++u) {
-        if (v[u] >= 0 && within_radius(g, d[u])) visit(v[u]);
+        if (v[u] >= 0 && within_radius(g, d[u])) visit(v[u], round + u * stride);
       }
     } else {
 NDTCU_UNROLL
       for (int u = 0; u < kWalkRound; ++u) {
-        if (v[u] >= 0) visit(v[u]);
+        if (v[u] >= 0) visit(v[u], round + u * stride);
       }
     }
   }

@@ -92,21 +92,33 @@ NDTCU_HD inline void accumulate_point_pairs(const VoxelGridView& g, const PoseTe
   accumulate_neighbours(g, found.nb, found.n, found.tp, J, H, pt, with_hessian, sums);
 }
 
-/// The per-point accumulation of a thread that shares the point with others: the pairs of
-/// source point (x, y, z), transformed to `tp`, with the voxels of cells first,
-/// first + stride, ... of cell table `cells` (cell_table of g and `search`; walk_neighbours:
-/// no sort, every cell's load independent of the others'). The same voxel set as find_neighbours over all `stride`
-/// threads, and the same derivatives as accumulate_point_pairs, but summed in the factored
-/// form (PointPairSums: each pair adds 10 numbers, then the point's derivatives are taken
-/// once), so the sums are not accumulate_point_pairs' bits: this is the GPU's form, whose
-/// tolerances against the CPU backend tests/gpu states. Adds the point's terms to `sums`,
-/// raises `best` to the best score term found and returns the number of pairs; the caller
-/// combines `best` (max) and the counts over the point's threads and adds them once
-/// (add_point_terms). With first 0 and stride 1 one thread does the whole point.
+/// A point's terms from its PointPairSums (PointPairSums says how): its point Jacobian and
+/// point Hessian at source point (x, y, z), then add_point_derivatives to `sums`.
+template <typename T, typename S>
+NDTCU_FORCE_INLINE NDTCU_HD inline void add_point_pair_sums(const PoseTerms<T>& pt, float x, float y, float z,
+                                                            const PointPairSums<T>& ps, bool with_hessian, S* sums) {
+  const T xd = static_cast<T>(x), yd = static_cast<T>(y), zd = static_cast<T>(z);
+  const PointJacobian<T> J = point_jacobian(pt.angular, xd, yd, zd);
+  PointHessian<T> H{};
+  if (with_hessian) H = point_hessian(pt.angular, xd, yd, zd);
+  add_point_derivatives(ps, J, H, with_hessian, sums);
+}
+
+/// The GPU's per-point accumulation, one thread for the point: the pairs of source point
+/// (x, y, z), transformed to `tp`, with the voxels of cell table `cells` (cell_table of g
+/// and `search`; walk_neighbours: no sort, every cell's load independent of the others'),
+/// summed in the factored form (PointPairSums: each pair adds 10 numbers, in table order,
+/// then the point's derivatives are taken once). The same voxel set as find_neighbours and
+/// the same derivatives as accumulate_point_pairs, but not its bits: this is the GPU's
+/// form, whose tolerances against the CPU backend tests/gpu states. When threads share a
+/// point, the derivative kernel adds the same pair terms in the same table order, so a
+/// point's sums are these bits however many threads share it. Adds the point's terms to
+/// `sums`, raises `best` to the best score term found and returns the number of pairs; the
+/// caller adds the point's own terms (add_point_terms).
 template <typename T, typename S>
 NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search, const CellTable& cells,
                                            const PoseTerms<T>& pt, float x, float y, float z, const float* tp,
-                                           bool with_hessian, int first, int stride, S* sums, T& best) {
+                                           bool with_hessian, S* sums, T& best) {
   // The voxels first, then their pairs: the threads of a warp find their voxels at
   // different cells, so pair arithmetic inside the walk runs for one thread at a time;
   // in a loop of its own the warp runs it together. The point's derivatives are taken
@@ -114,7 +126,7 @@ NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search
   // at all for a point without voxels.
   std::int32_t found[kMaxNeighbours];
   int pairs = 0;
-  walk_neighbours(g, search, cells, tp, first, stride, [&](std::int32_t v) { found[pairs++] = v; });
+  walk_neighbours(g, search, cells, tp, 0, 1, [&](std::int32_t v, int) { found[pairs++] = v; });
   if (pairs == 0) return 0;
   PointPairSums<T> ps = zero_pair_sums<T>();
   for (int k = 0; k < pairs; ++k) {
@@ -123,11 +135,7 @@ NDTCU_HD inline int accumulate_point_cells(const VoxelGridView& g, Search search
     const T s = add_pair_sums(q, icov, pt.d1, pt.d2, with_hessian, ps);
     if (s > best) best = s;
   }
-  const T xd = static_cast<T>(x), yd = static_cast<T>(y), zd = static_cast<T>(z);
-  const PointJacobian<T> J = point_jacobian(pt.angular, xd, yd, zd);
-  PointHessian<T> H{};
-  if (with_hessian) H = point_hessian(pt.angular, xd, yd, zd);
-  add_point_derivatives(ps, J, H, with_hessian, sums);
+  add_point_pair_sums(pt, x, y, z, ps, with_hessian, sums);
   return pairs;
 }
 

@@ -75,7 +75,7 @@ struct CudaBackend::Impl {
   // Hypotheses: state, running list, partials, sums, trace.
   DeviceBuffer<DeviceHyp> hyps;
   DeviceBuffer<int> active, running, active_count;
-  DeviceBuffer<Vec<kSums>> partials, sums;
+  DeviceBuffer<Vec<kSums>> partials, group_partials, sums;
   DeviceBuffer<math::StepTrace> trace;
   DeviceBuffer<unsigned> ticket;
   DeviceBuffer<math::StepRules> rules;
@@ -115,15 +115,24 @@ struct CudaBackend::Impl {
     config_dirty = false;
   }
 
-  int max_source_blocks() const {
+  /// The most blocks a source takes in the single alignment's launch shape (`single`) or
+  /// the batch's.
+  int max_source_blocks(bool single) const {
     int b = 1;
-    for (const DeviceSource& s : sources) b = std::max(b, s.blocks);
+    for (const DeviceSource& s : sources) b = std::max(b, single ? s.single.blocks : s.batch.blocks);
     return b;
+  }
+
+  /// The most point groups (partial sums) a source has.
+  int max_source_groups() const {
+    int g = 1;
+    for (const DeviceSource& s : sources) g = std::max(g, s.groups);
+    return g;
   }
 
   /// Sizes the per-hypothesis buffers for `k` hypotheses (grow-only, with headroom).
   void size_for(std::size_t k, bool with_trace, int max_iterations) {
-    const int blocks = max_source_blocks();
+    const int blocks = max_source_blocks(false);
     bool moved = false;
     try {
       if (blocks > partial_blocks) {
@@ -132,6 +141,7 @@ struct CudaBackend::Impl {
         moved = true;
       }
       moved |= grow(partials, k * static_cast<std::size_t>(partial_blocks));
+      moved |= grow(group_partials, static_cast<std::size_t>(max_source_groups()));
       moved |= grow(hyps, k);
       moved |= grow(active, k);
       moved |= grow(running, k);
@@ -170,6 +180,7 @@ struct CudaBackend::Impl {
     a.sums = sums.data();
     a.trace = with_trace ? trace.data() : nullptr;
     a.ticket = ticket.data();
+    a.group_partials = group_partials.data();
     a.max_blocks = partial_blocks;
     a.rules = rules.data();
     return a;
@@ -188,11 +199,12 @@ struct CudaBackend::Impl {
         cudaMemcpyAsync(active_count.data(), pinned_active.data() + k, sizeof(int), cudaMemcpyHostToDevice, stream));
   }
 
-  /// The loop's blocks: the largest source's with headroom (so scans a little larger or
-  /// smaller share a graph; blocks past a source's exit at once).
-  int loop_blocks() const {
-    const int needed = max_source_blocks();
-    return std::min(needed + needed / 4 + 1, partial_blocks);
+  /// The loop's blocks for a batch of one (`single`) or more: the largest source's with
+  /// headroom (so scans a little larger or smaller share a graph; blocks past a source's
+  /// exit at once).
+  int loop_blocks(bool single) const {
+    const int needed = max_source_blocks(single);
+    return needed + needed / 4 + 1;
   }
 
   /// The device time between the start and stop events (the stream synchronized).
@@ -343,8 +355,9 @@ void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>& sourc
     DeviceSource d{};
     d.offset = static_cast<int>(at);
     d.n = static_cast<int>(s.size());
-    d.lanes = lanes_for(d.n, m.multiprocessors);
-    d.blocks = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) * d.lanes + kBlock - 1) / kBlock));
+    d.groups = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) + kPointGroup - 1) / kPointGroup));
+    d.single = single_shape(d.n, m.multiprocessors);
+    d.batch = batch_shape(d.n, m.multiprocessors);
     m.sources.push_back(d);
     for (std::size_t i = 0; i < s.size(); ++i) {
       m.staging[at + i] = s[i].x();
@@ -382,7 +395,7 @@ math::DerivativeSums CudaBackend::evaluate_on_device(int source, const Pose6& po
   const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
   *m.pinned_frame.data() = math::pose_frame(p, with_hessian);
   const BatchArgs a = m.args(false);
-  const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
+  const int blocks = m.sources[static_cast<std::size_t>(source)].single.blocks;
   NDTCU_NVTX_RANGE("derivatives");
   NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.eval_frame.data(), m.pinned_frame.data(), sizeof(math::PoseFrame),
                                    cudaMemcpyHostToDevice, m.stream));
@@ -423,7 +436,9 @@ std::vector<math::DerivativeSums> CudaBackend::evaluate_batch_on_device(int sour
     h.source = source;
   }
   const BatchArgs a = m.args(false);
-  const int blocks = m.sources[static_cast<std::size_t>(source)].blocks;
+  // A grid of one pose runs the single alignment's instance and shape (launch_derivatives).
+  const DeviceSource& src = m.sources[static_cast<std::size_t>(source)];
+  const int blocks = k == 1 ? src.single.blocks : src.batch.blocks;
   NDTCU_NVTX_RANGE("derivatives");
   m.upload_hypotheses(k);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
@@ -467,7 +482,7 @@ std::vector<OptimizerOutput> CudaBackend::run_fixed_step(const std::vector<Hypot
   m.reserve_pinned(k);
   if (keep_trace) m.pinned_trace.reserve_with_headroom(k * iterations);
   // A batch of one whose blocks are all resident at once runs in the cooperative kernel.
-  const int single_blocks = m.sources[static_cast<std::size_t>(hypotheses[0].source)].blocks;
+  const int single_blocks = m.sources[static_cast<std::size_t>(hypotheses[0].source)].single.blocks;
   const bool cooperative = m.loop_launch == LoopLaunch::Auto && k == 1 && single_blocks <= m.cooperative_blocks;
   const bool in_graph = !cooperative && m.loop_launch != LoopLaunch::Stream;
   if (in_graph && m.driver_version < 12040) {
@@ -494,7 +509,8 @@ void CudaBackend::Impl::launch_loop(std::size_t k, const math::StepRules& step_r
   cudaGraphExec_t graph = nullptr;
   if (in_graph) {
     bool built = false;
-    graph = graphs.get(args(keep_trace), slots, max_source_blocks(), loop_blocks(), keep_trace, generation, built);
+    graph = graphs.get(args(keep_trace), slots, max_source_blocks(slots == 1), loop_blocks(slots == 1), keep_trace,
+                       generation, built);
     if (built) telemetry.graph_builds += 1;
   }
   NDTCU_NVTX_RANGE("device loop");
@@ -511,7 +527,7 @@ void CudaBackend::Impl::launch_loop(std::size_t k, const math::StepRules& step_r
     // A hypothesis evaluates at most max_iterations + 1 times (fixed_step), so that many
     // passes of the body run every loop to its end.
     const BatchArgs a = args(keep_trace);
-    const int blocks = loop_blocks();
+    const int blocks = loop_blocks(slots == 1);
     for (int pass = 0; pass <= step_rules.max_iterations; ++pass) {
       NDTCU_CUDA_CHECK(launch_loop_body(a, blocks, slots, 0, false, stream));
     }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 using namespace ndtcu;
 
@@ -84,6 +85,40 @@ TEST_CASE("A CUDA batch gives every hypothesis the bits of align(), for any K an
     const AlignResult single = aligner.align_from_pose(source, guesses[1]);
     REQUIRE(traced[1].trace.size() == single.trace.size());
     for (std::size_t i = 0; i < single.trace.size(); ++i) CHECK(traced[1].trace[i].pose == single.trace[i].pose);
+  }
+}
+
+TEST_CASE("A CUDA single alignment has the bits of a batch whatever its threads per point", "[gpu]") {
+  // A single alignment spreads each point over up to 8 threads, the more the smaller the
+  // scan is next to the device; a batch gives each point one thread. Scans from 400 to
+  // 48,000 points take every count on a device of 16 to 200 SMs: each one's single
+  // alignment, its single evaluation and its pose in a batch have the same bits.
+  NDTCU_REQUIRE_GPU();
+  const PointCloud target = test::synthetic_scene(81, 60000);
+  Pose6 truth;
+  truth << 0.3, 0.2, -0.05, 0.01, 0.02, -0.04;
+  // Under a sanitizer, three sizes (8, 4 and 1 lanes on a 132-SM device) and one search.
+  const bool sanitized = test::under_sanitizer();
+  const std::vector<int> sizes =
+      sanitized ? std::vector<int>{1500, 6000, 48000} : std::vector<int>{400, 1500, 3000, 6000, 12000, 24000, 48000};
+  std::vector<SearchMethod> searches{SearchMethod::Radius};
+  if (!sanitized) searches.push_back(SearchMethod::Direct7);
+  for (int n : sizes) {
+    const PointCloud source = test::moved_by_inverse(test::synthetic_scene(82, n), truth);
+    for (SearchMethod search : searches) {
+      AlignSettings s = autoware_preset();
+      s.search = search;
+      Aligner aligner(s, Backends::on(ExecutionOptions{}, Backend::Cuda));
+      aligner.set_target(target);
+      const std::vector<Pose6> guesses = random_guesses(truth, 3, 5);
+      const std::vector<AlignResult> batch = aligner.align_batch(source, guesses);
+      const std::vector<AlignResult> evaluated = aligner.evaluate_batch(source, guesses);
+      for (std::size_t k = 0; k < guesses.size(); ++k) {
+        CAPTURE(n, to_string(search), k);
+        test::check_same_bits(batch[k], aligner.align_from_pose(source, guesses[k]));
+        test::check_same_bits(evaluated[k], aligner.evaluate_batch(source, std::vector<Pose6>{guesses[k]}).front());
+      }
+    }
   }
 }
 

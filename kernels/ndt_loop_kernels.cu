@@ -185,9 +185,10 @@ __device__ double group_tree(const double* w) {
 }
 
 /// Block `b` of a source's evaluation at `terms` in the single alignment's launch shape
-/// (SINGLE) or the batch's: its lanes (one: math::accumulate_point_cells; more: accumulate_point_lanes, the
-/// same bits), each point's sums in Real on its first lane, then reduced in double through
-/// shared memory in an order fixed by the points alone: the points' sums are stored by
+/// (SINGLE) or the batch's: its lanes per point (one: math::accumulate_point_cells; more:
+/// accumulate_point_lanes, the same bits), each point's sums in Real on its first lane,
+/// then reduced in double through shared memory in an order fixed by the points alone:
+/// the points' sums are stored by
 /// group of kPointGroup points, thread (k, g) adds component k of group g's 32 points (four
 /// interleaved sums in point order, then those four in a fixed tree), and then
 ///  - one lane per point (a block of 8 whole groups): thread k adds the 8 groups in a fixed

@@ -355,7 +355,8 @@ void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>& sourc
     DeviceSource d{};
     d.offset = static_cast<int>(at);
     d.n = static_cast<int>(s.size());
-    d.groups = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) + kPointGroup - 1) / kPointGroup));
+    d.groups = static_cast<int>(
+        std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) + kPointGroup - 1) / kPointGroup));
     d.single = single_shape(d.n, m.multiprocessors);
     d.batch = batch_shape(d.n, m.multiprocessors);
     m.sources.push_back(d);

@@ -110,9 +110,9 @@ __device__ void load_block_map(const DeviceConfig& c, BlockMap& map) {
 /// voxels of table cells l, l + lanes, ... (walk_neighbours) and makes their pair terms
 /// (math::pair_sum_terms); then, round j by round j, all the point's lanes add the terms
 /// of cells j * lanes + l in lane order (math::add_pair_terms after shuffles), which is
-/// table order: the order one thread adds them in. Lane 0 then takes
-/// the point's derivatives into `own`. Returns the point's pairs and sets `best` to its
-/// best score term (both over all its lanes).
+/// table order: the order one thread adds them in. Lane 0 then takes the point's
+/// derivatives into `own`. Returns the point's pairs and sets `best` to its best score
+/// term (both over all its lanes).
 __device__ int accumulate_point_lanes(const DeviceConfig& c, const BlockMap& map, const math::PoseTerms<Real>& pt,
                                       bool valid, float x, float y, float z, const float* tp, bool with_hessian,
                                       int lane, int lanes, Real* own, Real& best) {
@@ -188,9 +188,9 @@ __device__ double group_tree(const double* w) {
 /// (SINGLE) or the batch's: its lanes per point (one: math::accumulate_point_cells; more:
 /// accumulate_point_lanes, the same bits), each point's sums in Real on its first lane,
 /// then reduced in double through shared memory in an order fixed by the points alone:
-/// the points' sums are stored by
-/// group of kPointGroup points, thread (k, g) adds component k of group g's 32 points (four
-/// interleaved sums in point order, then those four in a fixed tree), and then
+/// the points' sums are stored by group of kPointGroup points, thread (k, g) adds component
+/// k of group g's 32 points (four interleaved sums in point order, then those four in a
+/// fixed tree), and then
 ///  - one lane per point (a block of 8 whole groups): thread k adds the 8 groups in a fixed
 ///    tree (group_tree) into the block's partial, `out`[b];
 ///  - more lanes: each group's sum goes to `groups_out`, and hypothesis_sums adds each run
@@ -206,7 +206,7 @@ template <bool SINGLE>
 __device__ void block_partial(const DeviceConfig& c, const BlockMap& map, const DeviceSource& src,
                               const math::PoseTerms<Real>& terms, bool with_hessian, int b, BlockSums& shared,
                               Vec<kSums>* out, Vec<kSums>* groups_out) {
-  const int lanes = SINGLE ? src.single.lanes : 1;  // a batch's shape has one lane (batch_shape)
+  const int lanes = SINGLE ? src.single.lanes : 1;  // a batch runs one thread per point
   const int t = b * kBlock + threadIdx.x;
   const int i = t / lanes, lane = t % lanes;
   const bool valid = i < src.n;
@@ -280,7 +280,7 @@ __device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::
   const int h = a.active[slot];
   const DeviceConfig& c = *a.cfg;
   const DeviceSource src = c.sources[a.hyps[h].source];
-  if (b >= (SINGLE ? src.single.blocks : src.batch.blocks)) return;
+  if (b >= (SINGLE ? src.single.blocks : src.blocks)) return;
   __shared__ math::PoseTerms<Real> terms;
   __shared__ unsigned flags;
   __shared__ BlockSums block_sums;
@@ -317,7 +317,7 @@ __device__ void hypothesis_sums(const BatchArgs& a, int h, bool single, double* 
   if (single && src.single.lanes > 1) {
     const Vec<kSums>* groups = a.group_partials;
     const int count = src.groups;
-    reduce_partials<kSums>(src.batch.blocks, out, [groups, count](int s, int k) {
+    reduce_partials<kSums>(src.blocks, out, [groups, count](int s, int k) {
       double w[kWarpsPerBlock];
 #pragma unroll
       for (int j = 0; j < kWarpsPerBlock; ++j) {
@@ -329,7 +329,7 @@ __device__ void hypothesis_sums(const BatchArgs& a, int h, bool single, double* 
     return;
   }
   const Vec<kSums>* partials = a.partials + static_cast<std::size_t>(h) * a.max_blocks;
-  reduce_partials<kSums>(src.batch.blocks, out, [partials](int s, int k) { return partials[s].v[k]; });
+  reduce_partials<kSums>(partials, src.blocks, out);
 }
 
 /// The host-driven evaluations' reduction: block h sums hypothesis h's partials into
@@ -457,10 +457,6 @@ LaunchShape single_shape(int n, int multiprocessors) {
   static_assert(kMaxLanes == 8, "single_shape picks 1, 4 or 8 lanes");
   const long long threads = static_cast<long long>(n) * lanes;
   return {lanes, static_cast<int>(std::max<long long>(1, (threads + kBlock - 1) / kBlock))};
-}
-
-LaunchShape batch_shape(int n, int /*multiprocessors*/) {
-  return {1, static_cast<int>(std::max<long long>(1, (static_cast<long long>(n) + kBlock - 1) / kBlock))};
 }
 
 void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream) {

@@ -36,16 +36,16 @@ struct LaunchShape {
 };
 
 /// A source of the batch: where its points start in the concatenated buffers, how many,
-/// its groups of kPointGroup points, and its launch shapes: for a batch, one thread per
-/// point (batch.blocks is also the number of the source's partials); for a single
-/// alignment, up to kMaxLanes (its latency wants many threads per point). A point's sums,
-/// and the order they are added in, do not depend on the shape, so neither does any result.
+/// its groups of kPointGroup points, its blocks at one thread per point (a batch's launch,
+/// and the number of its partials), and the single alignment's launch shape (up to
+/// kMaxLanes threads per point: its latency wants many). A point's sums, and the order they
+/// are added in, do not depend on the threads per point, so neither does any result.
 struct DeviceSource {
   int offset;
   int n;
   int groups;
+  int blocks;
   LaunchShape single;
-  LaunchShape batch;
 };
 
 /// One hypothesis on the device: its loop state and the pose frame of its next evaluation
@@ -85,16 +85,15 @@ struct BatchArgs {
   const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
 };
 
-/// The launch shapes of a source of n points on a device of `multiprocessors` SMs: for a
-/// single alignment and for a batch (see the definition for the measurements).
+/// The single alignment's launch shape for a source of n points on a device of
+/// `multiprocessors` SMs (see the definition for the measurements).
 LaunchShape single_shape(int n, int multiprocessors);
-LaunchShape batch_shape(int n, int multiprocessors);
 
 /// The derivative kernel over `grid` (blocks of a hypothesis x running slots): block
 /// (b, slot) evaluates block b of hypothesis active[slot] at its pose frame, or at
 /// `single` for hypothesis 0 when not null. A grid of one slot runs the single alignment's
-/// instance and launch shape (DeviceSource::single), more slots the batch's; a point's
-/// sums are the same bits in both.
+/// instance and launch shape (DeviceSource::single), more slots the batch's (one thread
+/// per point); a point's sums are the same bits in both.
 void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream);
 /// The host-driven evaluations' reduction: hypothesis h < `hypotheses` sums its partials
 /// into sums[h], in a fixed order. Launchers that return nothing leave their error to

@@ -279,8 +279,9 @@ constexpr int kWalkRound = 3;
 
 /// The neighbour walk: visits cells first, first + stride, ... of cell table t (cell_table
 /// of g and the search) around p and calls visit(v, m) for each voxel v found (that passes
-/// the radius test under Search::Radius) at table entry m, in table order. With first 0 and stride 1 it finds
-/// find_neighbours' set; `stride` threads with first = 0 .. stride - 1 find it together.
+/// the radius test under Search::Radius) at table entry m, in table order. With first 0
+/// and stride 1 it finds find_neighbours' set; `stride` threads with first = 0 .. stride - 1
+/// find it together.
 /// It walks in rounds of kWalkRound cells: the round's cells are looked up first, then the
 /// centroids of the voxels found, then tested, so the loads of a round do not wait on one
 /// another and a GPU thread waits for two loads per round instead of two per cell (its

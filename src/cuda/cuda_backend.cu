@@ -116,10 +116,10 @@ struct CudaBackend::Impl {
   }
 
   /// The most blocks a source takes in the single alignment's launch shape (`single`) or
-  /// the batch's.
+  /// a batch's (one thread per point).
   int max_source_blocks(bool single) const {
     int b = 1;
-    for (const DeviceSource& s : sources) b = std::max(b, single ? s.single.blocks : s.batch.blocks);
+    for (const DeviceSource& s : sources) b = std::max(b, single ? s.single.blocks : s.blocks);
     return b;
   }
 
@@ -357,8 +357,8 @@ void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>& sourc
     d.n = static_cast<int>(s.size());
     d.groups = static_cast<int>(
         std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) + kPointGroup - 1) / kPointGroup));
+    d.blocks = static_cast<int>(std::max<std::int64_t>(1, (static_cast<std::int64_t>(d.n) + kBlock - 1) / kBlock));
     d.single = single_shape(d.n, m.multiprocessors);
-    d.batch = batch_shape(d.n, m.multiprocessors);
     m.sources.push_back(d);
     for (std::size_t i = 0; i < s.size(); ++i) {
       m.staging[at + i] = s[i].x();
@@ -439,7 +439,7 @@ std::vector<math::DerivativeSums> CudaBackend::evaluate_batch_on_device(int sour
   const BatchArgs a = m.args(false);
   // A grid of one pose runs the single alignment's instance and shape (launch_derivatives).
   const DeviceSource& src = m.sources[static_cast<std::size_t>(source)];
-  const int blocks = k == 1 ? src.single.blocks : src.batch.blocks;
+  const int blocks = k == 1 ? src.single.blocks : src.blocks;
   NDTCU_NVTX_RANGE("derivatives");
   m.upload_hypotheses(k);
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));

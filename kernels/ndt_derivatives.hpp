@@ -479,19 +479,32 @@ struct PoseFrame {
 /// c = 1, s = 0), and whether the evaluation wants the Hessian.
 enum PoseFrameFlag : unsigned { kSmallRoll = 1u, kSmallPitch = 2u, kSmallYaw = 4u, kWithHessian = 8u };
 
-/// cos and sin of a float angle, as the CPU's float transform takes them: Eigen's
-/// AngleAxisf calls std::cos/std::sin on float, glibc's cosf/sinf, which round correctly
-/// but in rare near-halfway cases. The device's cosf/sinf are off by up to 2 ulp, so the
-/// device takes the double functions and rounds once, which agrees with glibc's float
-/// results except in those rare cases.
-NDTCU_HD inline void float_cos_sin(float a, float& c, float& s) {
+/// cos (`sine` false) or sin of a float angle, as the CPU's float transform takes them:
+/// Eigen's AngleAxisf calls std::cos/std::sin on float, glibc's cosf/sinf, which round
+/// correctly but in rare near-halfway cases. The device's cosf/sinf are off by up to 2 ulp,
+/// so the device takes the double functions and rounds once, which agrees with glibc's
+/// float results except in those rare cases.
+NDTCU_HD inline float float_cos_or_sin(float a, bool sine) {
 #if defined(__CUDA_ARCH__)
-  c = static_cast<float>(::cos(static_cast<double>(a)));
-  s = static_cast<float>(::sin(static_cast<double>(a)));
+  const double x = static_cast<double>(a);
+  return static_cast<float>(sine ? ::sin(x) : ::cos(x));
 #else
-  c = ::cosf(a);
-  s = ::sinf(a);
+  return sine ? ::sinf(a) : ::cosf(a);
 #endif
+}
+
+/// Values a PoseFrame is made of that take a trigonometric function: 0-5 the cos and sin of
+/// roll, pitch and yaw (in double), 6-11 the same of each angle rounded to float, as the
+/// float transform takes them (float_cos_or_sin). Independent of each other, so the device
+/// takes them on 12 threads at once; pose_frame_from puts them together.
+constexpr int kFrameTrig = 12;
+
+/// Value t (< kFrameTrig) of pose [x y z roll pitch yaw].
+NDTCU_HD inline double frame_trig(const double* pose, int t) {
+  const double angle = pose[3 + (t % 6) / 2];
+  const bool sine = t % 2 == 1;
+  if (t < 6) return sine ? ndt_sin(angle) : ndt_cos(angle);
+  return static_cast<double>(float_cos_or_sin(static_cast<float>(angle), sine));
 }
 
 /// PCL's convertTransform in float (and Autoware's copy of it): Translation3f(t) *
@@ -502,10 +515,12 @@ NDTCU_HD inline void float_cos_sin(float a, float& c, float& s) {
 ///  - the products Rx Ry and (Rx Ry) Rz have, per entry, at most two non-zero terms, so
 ///    their float sums do not depend on the order Eigen adds them in.
 /// A unit test checks the bits against Eigen's expression.
-NDTCU_HD inline void pose_float_transform(const double* pose, float* m) {
+/// `trig`: the pose's frame_trig values 6-11.
+NDTCU_HD inline void pose_float_transform_from(const double* pose, const double* trig, float* m) {
   float c[3], s[3], e[3];
   for (int a = 0; a < 3; ++a) {
-    float_cos_sin(static_cast<float>(pose[3 + a]), c[a], s[a]);
+    c[a] = static_cast<float>(trig[6 + 2 * a]);
+    s[a] = static_cast<float>(trig[7 + 2 * a]);
     e[a] = add_rn(1.0f - c[a], c[a]);  // the diagonal entry on the rotation axis
   }
   // B = Rx Ry, entry by entry (Rx = [ex 0 0; 0 cx -sx; 0 sx cx], Ry = [cy 0 sy; 0 ey 0; -sy 0 cy]).
@@ -526,19 +541,33 @@ NDTCU_HD inline void pose_float_transform(const double* pose, float* m) {
   for (int r = 0; r < 3; ++r) m[4 * r + 3] = static_cast<float>(pose[r]);
 }
 
-/// The PoseFrame of pose [x y z roll pitch yaw] (map-relative).
-NDTCU_HD inline PoseFrame pose_frame(const double* pose, bool with_hessian) {
+/// The float transform of a pose (pose_float_transform_from with its frame_trig values).
+NDTCU_HD inline void pose_float_transform(const double* pose, float* m) {
+  double trig[kFrameTrig];
+  for (int t = 6; t < kFrameTrig; ++t) trig[t] = frame_trig(pose, t);
+  pose_float_transform_from(pose, trig, m);
+}
+
+/// The PoseFrame of pose [x y z roll pitch yaw] (map-relative) from its frame_trig values.
+NDTCU_HD inline PoseFrame pose_frame_from(const double* pose, const double* trig, bool with_hessian) {
   PoseFrame f;
   f.flags = with_hessian ? kWithHessian : 0u;
   for (int a = 0; a < 3; ++a) {
     const double angle = pose[3 + a];
-    f.sincos[2 * a] = ndt_cos(angle);
-    f.sincos[2 * a + 1] = ndt_sin(angle);
+    f.sincos[2 * a] = trig[2 * a];
+    f.sincos[2 * a + 1] = trig[2 * a + 1];
     // PCL's and Autoware's small-angle rule (see small_angle_cos_sin).
     if ((angle < 0.0 ? -angle : angle) < 10e-5) f.flags |= (1u << a);
   }
-  pose_float_transform(pose, f.m);
+  pose_float_transform_from(pose, trig, f.m);
   return f;
+}
+
+/// The PoseFrame of pose [x y z roll pitch yaw] (map-relative).
+NDTCU_HD inline PoseFrame pose_frame(const double* pose, bool with_hessian) {
+  double trig[kFrameTrig];
+  for (int t = 0; t < kFrameTrig; ++t) trig[t] = frame_trig(pose, t);
+  return pose_frame_from(pose, trig, with_hessian);
 }
 
 /// The pose terms of a PoseFrame and the Gaussian constants: the float transform as it is,

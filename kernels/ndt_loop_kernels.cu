@@ -70,6 +70,9 @@ using Real = float;
 // at four blocks with 372 bytes spilled; before float terms: 212-220 registers.
 constexpr int kSingleBlocksPerSm = 1;
 constexpr int kBatchBlocksPerSm = 4;
+/// Blocks of a batch's step kernel per SM (step_kernel): three, as its 76 registers gave
+/// before the step kept its system in registers.
+constexpr int kBatchStepBlocksPerSm = 3;
 
 /// The shared memory of block_partial's reduction: every point's sums (float, as its first
 /// lane holds them), each component's group of 32 points in a row padded to 33 floats so
@@ -270,31 +273,49 @@ __device__ void block_partial(const DeviceConfig& c, const BlockMap& map, const 
   }
 }
 
+/// What a block keeps in shared memory while it evaluates: the pose terms of the frame it
+/// evaluates at and whether it takes the Hessian, the reduction's sums, the map.
+struct BlockShared {
+  math::PoseTerms<Real> terms;
+  unsigned flags;
+  BlockSums sums;
+  BlockMap map;
+};
+
+/// The pose terms of frame `f` into `s` (one thread).
+__device__ void set_pose_terms(const math::PoseFrame& f, Real d1, Real d2, BlockShared& s) {
+  math::pose_terms(f, d1, d2, s.terms);
+  s.flags = f.flags;
+}
+
+/// Block b of hypothesis h's evaluation at the pose terms in `s` (with its map loaded) in
+/// the source's single-alignment launch shape (SINGLE) or its batch shape, its groups'
+/// partial sums stored (every thread of the block calls it).
+template <bool SINGLE>
+__device__ void evaluate_terms(const BatchArgs& a, const DeviceSource& src, int h, int b, BlockShared& s) {
+  block_partial<SINGLE>(*a.cfg, s.map, src, s.terms, (s.flags & math::kWithHessian) != 0, b, s.sums,
+                        a.partials + static_cast<std::size_t>(h) * a.max_blocks, a.group_partials);
+  __syncthreads();  // terms and sums are read before a next evaluation of this block writes them
+}
+
 /// Block b of running slot `slot`'s evaluation at its hypothesis's pose frame (`single`:
 /// the host's frame for hypothesis 0 instead) in the source's single-alignment launch
-/// shape (SINGLE) or its batch shape, its groups' partial sums stored. The
-/// derivative kernel and the cooperative loop both run it, and a point's sums do not
-/// depend on the shape, so their partials, and bits, are the same.
+/// shape (SINGLE) or its batch shape, its groups' partial sums stored. The derivative
+/// kernel and the cooperative loop both evaluate through evaluate_terms, and a point's sums
+/// do not depend on the shape, so their partials, and bits, are the same.
 template <bool SINGLE>
 __device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::PoseFrame* single) {
   const int h = a.active[slot];
   const DeviceConfig& c = *a.cfg;
   const DeviceSource src = c.sources[a.hyps[h].source];
   if (b >= (SINGLE ? src.single.blocks : src.blocks)) return;
-  __shared__ math::PoseTerms<Real> terms;
-  __shared__ unsigned flags;
-  __shared__ BlockSums block_sums;
-  __shared__ BlockMap map;
+  __shared__ BlockShared s;
   if (threadIdx.x == 0) {
-    const math::PoseFrame& f = single ? *single : a.hyps[h].frame;
-    math::pose_terms(f, static_cast<Real>(c.d1), static_cast<Real>(c.d2), terms);
-    flags = f.flags;
+    set_pose_terms(single ? *single : a.hyps[h].frame, static_cast<Real>(c.d1), static_cast<Real>(c.d2), s);
   }
-  load_block_map(c, map);
+  load_block_map(c, s.map);
   __syncthreads();
-  block_partial<SINGLE>(c, map, src, terms, (flags & math::kWithHessian) != 0, b, block_sums,
-                a.partials + static_cast<std::size_t>(h) * a.max_blocks, a.group_partials);
-  __syncthreads();  // terms, map and block_sums are read before a next call of this block writes them
+  evaluate_terms<SINGLE>(a, src, h, b, s);
 }
 
 /// The derivative kernel: block (b, slot) evaluates block b of running hypothesis
@@ -339,37 +360,75 @@ __global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a, bool single
   hypothesis_sums(a, h, single, a.sums[h].v);
 }
 
-/// Hypothesis h's fixed step from its sums at the current pose (one thread), the pose prior
-/// added to them first (so the sums read back include it, as the host loops' do): true when it
-/// goes on, with the pose frame of its next evaluation written to hyps[h].frame.
-__device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums) {
-  DeviceHyp& hyp = a.hyps[h];
-  const math::StepRules& rules = *a.rules;
-  math::add_prior(rules.prior, hyp.prior_center, hyp.state.pose, true, sums);
-  math::StepTrace* trace = a.trace ? a.trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
-  const bool more = math::fixed_step(sums, rules, hyp.state, trace,
-                                     [](const double* v, double* dp) { return math::lu_direction(v, dp); });
-  if (more) hyp.frame = math::pose_frame(hyp.state.pose, true);
-  return more;
+/// Hypothesis h's fixed step from its sums at the current pose, on its loop state `state`,
+/// the pose prior added to the sums first (so the sums read back include it, as the host
+/// loops' do): true when it goes on, with the pose frame of its next evaluation written to
+/// `frame`. `trace`: the batch's trace, or null (not kept, or a copy of the step that does
+/// not record it). Warp 0 of the block calls it: lane 0 takes the step, then lanes 0-11
+/// take the trigonometric values of the next frame (math::frame_trig) at once, where one
+/// thread took them one after another, and lane 0 puts the frame together
+/// (math::pose_frame_from: the bits math::pose_frame gives on one device thread).
+__device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums, math::StepState& state,
+                                math::PoseFrame& frame, math::StepTrace* trace) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  bool more = false;
+  double pose[6];
+  if (lane == 0) {
+    // The sums and the state in registers while the step runs (through the pointers each
+    // use was a load from memory, in a chain of dependent ones), written back after.
+    double v[kSums];
+#pragma unroll
+    for (int k = 0; k < kSums; ++k) v[k] = sums[k];
+    math::StepState s = state;
+    const math::StepRules& rules = *a.rules;
+    math::add_prior(rules.prior, a.hyps[h].prior_center, s.pose, true, v);
+    math::StepTrace* own = trace ? trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
+    more = math::fixed_step(v, rules, s, own, [](const double* g, double* dp) { return math::lu_direction(g, dp); });
+    state = s;
+#pragma unroll
+    for (int k = 0; k < kSums; ++k) sums[k] = v[k];
+#pragma unroll
+    for (int i = 0; i < 6; ++i) pose[i] = s.pose[i];
+  }
+  if (!__shfl_sync(kAll, more, 0)) return false;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) pose[i] = __shfl_sync(kAll, pose[i], 0);
+  const double value = lane < math::kFrameTrig ? math::frame_trig(pose, lane) : 0.0;
+  double trig[math::kFrameTrig];
+#pragma unroll
+  for (int t = 0; t < math::kFrameTrig; ++t) trig[t] = __shfl_sync(kAll, value, t);
+  if (lane == 0) frame = math::pose_frame_from(pose, trig, true);
+  return true;
 }
 
 /// Running slot `slot`'s step: the fixed-order sum of its hypothesis's partials
-/// (hypothesis_sums; `single`: a batch of one), then (thread 0) hypothesis_step, whose
+/// (hypothesis_sums; `single`: a batch of one), then (warp 0) hypothesis_step, whose
 /// answer goes to running[slot].
 __device__ void step_slot(const BatchArgs& a, int slot, bool single) {
   const int h = a.active[slot];
   double* sums = a.sums[h].v;
   hypothesis_sums(a, h, single, sums);
-  if (threadIdx.x == 0) a.running[slot] = hypothesis_step(a, h, sums) ? 1 : 0;
+  if (threadIdx.x < 32) {
+    DeviceHyp& hyp = a.hyps[h];
+    const bool more = hypothesis_step(a, h, sums, hyp.state, hyp.frame, a.trace);
+    if (threadIdx.x == 0) a.running[slot] = more ? 1 : 0;
+  }
 }
 
 /// The step kernel: block b takes running slot b: the fixed-order sum of its
-/// hypothesis's partials, then (thread 0) the shared fixed step and, when it goes on, the
+/// hypothesis's partials, then (warp 0) the shared fixed step and, when it goes on, the
 /// pose frame of its next evaluation. The last block to finish compacts the running
 /// slots, in slot order, and ends the loop when none is left (`in_graph`: by the graph's
 /// conditional; launched on a stream, the host's fixed count of launches ends it and the
 /// launches after the last hypothesis stopped find nothing running).
-__global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphConditionalHandle loop, bool in_graph) {
+/// Two instances: a batch of one's, whose step on one thread is the loop's critical path,
+/// keeps the step's sums, state and 6x6 system in registers (224 of them); a batch's runs a
+/// block per hypothesis and wants several blocks per SM, so it takes kBatchStepBlocksPerSm
+/// and lets the step spill. Measured on an H200 (BENCHMARK.md, "The step in registers").
+template <int BLOCKS_PER_SM>
+__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM)
+    step_kernel(BatchArgs a, cudaGraphConditionalHandle loop, bool in_graph) {
   const int count = *a.active_count;
   const int slot = blockIdx.x;
   if (slot < count) step_slot(a, slot, gridDim.x == 1);  // one slot: the derivative kernel ran the single shape
@@ -409,25 +468,74 @@ __global__ void __launch_bounds__(kBlock) step_kernel(BatchArgs a, cudaGraphCond
   }
 }
 
-/// The whole loop of a batch of one in one launch (LoopLaunch::Auto): its blocks evaluate
-/// the hypothesis (evaluate_block, block b as the derivative kernel's block b), a grid-wide
-/// barrier, block 0 takes the step (step_slot) and says whether the loop goes on, a second
-/// barrier, and again. The same partials, sums and steps as the graph's kernels, so the
-/// same bits; what it saves is the graph's two kernel launches and its conditional node
-/// per iteration. Its blocks must all be resident at once (cooperative launch): the host
-/// launches it only when the source's blocks fit (Impl::cooperative_fits).
+/// The whole loop of a batch of one in one launch (LoopLaunch::Auto), one grid-wide barrier
+/// per iteration: its blocks evaluate the hypothesis (evaluate_terms, block b as the
+/// derivative kernel's block b) into the partials of the iteration's parity, a barrier, and
+/// then every block sums those partials and takes the step itself, on its own copy of the
+/// loop state in shared memory (block 0 also records the trace, and writes the state, the
+/// frame and the sums back when the loop ends). The steps are the same function of the same
+/// bits in every block, so every block goes on with the same frame, and they are the graph
+/// kernels' sums and steps, so the same bits as the graph's. Partials are written to
+/// alternate buffers: a block that is still summing iteration i's while another evaluates
+/// i + 1 reads the other buffer, and none can reach i + 2 before every block passed the
+/// barrier of i + 1, which follows its reading of i's. The hypothesis, its source and the
+/// map are read once, before the loop.
+/// Against the step on block 0 between two barriers, with the step on one thread and the
+/// map read at every evaluation, the whole change took a single alignment of 30 iterations
+/// from 22.3 to 16.0 us of GPU per iteration on KITTI's 5k-point scan, 19.8 to 14.1 on
+/// BALM's, 23.6 to 17.8 on hdl32's (H200; BENCHMARK.md, "The step in registers").
+/// Its blocks must all be resident at once (cooperative launch): the host launches it only
+/// when the source's blocks fit (CudaBackend::Impl::cooperative_blocks). Its 246 registers
+/// (the step's system in registers) hold it to one block per SM.
 __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_kernel(BatchArgs a) {
   cg::grid_group grid = cg::this_grid();
-  for (;;) {
-    if (*static_cast<volatile int*>(a.active_count) == 0) return;
-    evaluate_block<true>(a, 0, static_cast<int>(blockIdx.x), nullptr);
+  // What does not change while the loop runs is read once: the hypothesis, its source, the
+  // Gaussian constants and the map (in shared memory).
+  const int h = a.active[0];
+  const DeviceConfig& c = *a.cfg;
+  const DeviceSource src = c.sources[a.hyps[h].source];
+  const Real d1 = static_cast<Real>(c.d1), d2 = static_cast<Real>(c.d2);
+  const bool evaluates = static_cast<int>(blockIdx.x) < src.single.blocks;
+  __shared__ BlockShared block;
+  __shared__ math::StepState state;
+  __shared__ math::PoseFrame frame;
+  __shared__ double sums[kSums];
+  __shared__ bool more;
+  if (threadIdx.x == 0) {
+    state = a.hyps[h].state;
+    frame = a.hyps[h].frame;
+    more = *static_cast<volatile int*>(a.active_count) > 0;
+    set_pose_terms(frame, d1, d2, block);
+  }
+  load_block_map(c, block.map);
+  __syncthreads();
+  const bool leader = blockIdx.x == 0;
+  BatchArgs at = a;  // the iteration's partial buffers
+  bool evaluated = false;
+  for (int parity = 0; more; parity ^= 1) {
+    evaluated = true;
+    at.partials = a.partials + static_cast<std::size_t>(parity) * a.max_blocks;
+    at.group_partials = a.group_partials + static_cast<std::size_t>(parity) * a.max_groups;
+    if (evaluates) evaluate_terms<true>(at, src, h, static_cast<int>(blockIdx.x), block);
     grid.sync();
-    if (blockIdx.x == 0) {
-      step_slot(a, 0, true);
-      __syncthreads();
-      if (threadIdx.x == 0) *a.active_count = a.running[0];
+    hypothesis_sums(at, h, true, sums);
+    if (threadIdx.x < 32) {
+      const bool next = hypothesis_step(a, h, sums, state, frame, leader ? a.trace : nullptr);
+      if (threadIdx.x == 0) {
+        more = next;
+        if (next) set_pose_terms(frame, d1, d2, block);
+      }
     }
-    grid.sync();
+    __syncthreads();
+  }
+  if (leader && evaluated) {
+    if (threadIdx.x < kSums) a.sums[h].v[threadIdx.x] = sums[threadIdx.x];
+    if (threadIdx.x == 0) {
+      a.hyps[h].state = state;
+      a.hyps[h].frame = frame;
+      a.running[0] = 0;
+      *a.active_count = 0;
+    }
   }
 }
 
@@ -476,7 +584,11 @@ cudaError_t launch_loop_body(const BatchArgs& a, int blocks, int slots, cudaGrap
   launch_derivatives(a, dim3(blocks, slots), nullptr, stream);
   cudaError_t launched = cudaGetLastError();
   if (launched == cudaSuccess) {
-    step_kernel<<<slots, kBlock, 0, stream>>>(a, handle, in_graph);
+    if (slots == 1) {
+      step_kernel<kSingleBlocksPerSm><<<slots, kBlock, 0, stream>>>(a, handle, in_graph);
+    } else {
+      step_kernel<kBatchStepBlocksPerSm><<<slots, kBlock, 0, stream>>>(a, handle, in_graph);
+    }
     launched = cudaGetLastError();
   }
   return launched;

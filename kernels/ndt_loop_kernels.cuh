@@ -76,12 +76,13 @@ struct BatchArgs {
   int* active;                  ///< running hypotheses, compacted in hypothesis order
   int* active_count;            ///< how many
   int* running;                 ///< [K] per slot: still running after the step
-  Vec<kSums>* partials;         ///< [K][max_blocks] one partial sum per block of one-lane points
-  Vec<kSums>* group_partials;   ///< [max_groups] a batch of one's group sums, when its points have several lanes
+  Vec<kSums>* partials;         ///< [max(K, 2)][max_blocks] one partial sum per block of one-lane points
+  Vec<kSums>* group_partials;   ///< [2][max_groups] a batch of one's group sums, when its points have several lanes
   Vec<kSums>* sums;             ///< [K] each hypothesis's sums at its current pose
   math::StepTrace* trace;       ///< [K][max_iterations], or null
   unsigned* ticket;             ///< the step kernel's last-block counter (zero between launches)
   int max_blocks;               ///< partials per hypothesis
+  int max_groups;               ///< group sums in each half of group_partials (the cooperative loop alternates)
   const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
 };
 

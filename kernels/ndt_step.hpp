@@ -124,34 +124,55 @@ NDTCU_HD inline StepState start_state(const double* pose) {
 /// a pivot is not above 6 * machine epsilon * the largest |entry| (or is not a number):
 /// the matrix is numerically singular (the rank threshold PCL's SVD solve uses, on the
 /// pivots instead of the singular values).
+/// Every loop is unrolled and every index a constant (the pivot row is found as a value and
+/// rows are swapped by comparing with each candidate), so that on the device the system
+/// stays in registers: with the pivot as an index the arrays went to local memory, and a
+/// single alignment's step on one thread was a chain of local loads (measured on an H200:
+/// BENCHMARK.md, "The step in registers"). The same operations in the same order as the
+/// loops written plainly.
 NDTCU_HD inline bool solve6(double* a, double* b, double* x) {
   double largest = 0.0;
+NDTCU_UNROLL
   for (int k = 0; k < 36; ++k) largest = fmax(largest, fabs(a[k]));
   const double tiny = 6.0 * 2.220446049250313e-16 * largest;
+NDTCU_UNROLL
   for (int k = 0; k < 6; ++k) {
     int p = k;
+    double pivot = fabs(a[6 * k + k]);  // |a| of row p in column k
+NDTCU_UNROLL
     for (int r = k + 1; r < 6; ++r) {
-      if (fabs(a[6 * r + k]) > fabs(a[6 * p + k])) p = r;
+      const double v = fabs(a[6 * r + k]);
+      if (v > pivot) {
+        p = r;
+        pivot = v;
+      }
     }
-    if (!(fabs(a[6 * p + k]) > tiny)) return false;
-    if (p != k) {
+    if (!(pivot > tiny)) return false;
+NDTCU_UNROLL
+    for (int r = k + 1; r < 6; ++r) {
+      if (r != p) continue;
+NDTCU_UNROLL
       for (int c = 0; c < 6; ++c) {
         const double t = a[6 * k + c];
-        a[6 * k + c] = a[6 * p + c];
-        a[6 * p + c] = t;
+        a[6 * k + c] = a[6 * r + c];
+        a[6 * r + c] = t;
       }
       const double t = b[k];
-      b[k] = b[p];
-      b[p] = t;
+      b[k] = b[r];
+      b[r] = t;
     }
+NDTCU_UNROLL
     for (int r = k + 1; r < 6; ++r) {
       const double f = a[6 * r + k] / a[6 * k + k];
+NDTCU_UNROLL
       for (int c = k + 1; c < 6; ++c) a[6 * r + c] = add_rn(a[6 * r + c], -mul_rn(f, a[6 * k + c]));
       b[r] = add_rn(b[r], -mul_rn(f, b[k]));
     }
   }
+NDTCU_UNROLL
   for (int k = 5; k >= 0; --k) {
     double s = b[k];
+NDTCU_UNROLL
     for (int c = k + 1; c < 6; ++c) s = add_rn(s, -mul_rn(a[6 * k + c], x[c]));
     x[k] = s / a[6 * k + k];
   }
@@ -162,8 +183,10 @@ NDTCU_HD inline bool solve6(double* a, double* b, double* x) {
 /// triangle mirrored, solved by solve6. False when H is numerically singular.
 NDTCU_HD inline bool lu_direction(const double* sums, double* dp) {
   double h[36], g[6];
+NDTCU_UNROLL
   for (int i = 0; i < 6; ++i) {
     g[i] = -sums[kGradient + i];
+NDTCU_UNROLL
     for (int j = 0; j < 6; ++j) h[6 * i + j] = sums[kHessian + upper_index(i < j ? i : j, i < j ? j : i)];
   }
   return solve6(h, g, dp);

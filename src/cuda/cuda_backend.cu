@@ -87,6 +87,7 @@ struct CudaBackend::Impl {
   PinnedBuffer<int> pinned_active;
   PinnedBuffer<math::StepRules> pinned_rules;
   int partial_blocks = 0;        // partials per hypothesis the buffers hold
+  int partial_groups = 0;        // group sums each of group_partials' two halves holds
   int eval_source = -1;          // the source hyps[0] names for evaluate()
   std::uint64_t generation = 1;  // bumped whenever a buffer a graph points into moves
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -140,8 +141,15 @@ struct CudaBackend::Impl {
         partials.resize_discard(0);
         moved = true;
       }
-      moved |= grow(partials, k * static_cast<std::size_t>(partial_blocks));
-      moved |= grow(group_partials, static_cast<std::size_t>(max_source_groups()));
+      // The cooperative loop alternates between two sets of a batch of one's partials (two
+      // hypotheses' worth) and two of its group sums.
+      moved |= grow(partials, std::max<std::size_t>(k, 2) * static_cast<std::size_t>(partial_blocks));
+      if (const int groups = max_source_groups(); groups > partial_groups) {
+        partial_groups = groups + groups / 4 + 1;
+        group_partials.resize_discard(0);
+        moved = true;
+      }
+      moved |= grow(group_partials, 2 * static_cast<std::size_t>(partial_groups));
       moved |= grow(hyps, k);
       moved |= grow(active, k);
       moved |= grow(running, k);
@@ -182,6 +190,7 @@ struct CudaBackend::Impl {
     a.ticket = ticket.data();
     a.group_partials = group_partials.data();
     a.max_blocks = partial_blocks;
+    a.max_groups = partial_groups;
     a.rules = rules.data();
     return a;
   }

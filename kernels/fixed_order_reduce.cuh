@@ -43,7 +43,19 @@ __device__ void reduce_partials(int blocks, double* out, Part&& part) {
   const int c = threadIdx.x % 32, g = threadIdx.x / 32;
   double s = 0.0;
   if (c < K) {
-    for (int b = g; b < blocks; b += kGroups) s += part(b, c);
+    // Four partials' loads are issued before their additions (which keep their order), so a
+    // thread waits on memory once per four partials rather than once per partial: a
+    // batch of one waits on this sum between its evaluation and its step.
+    constexpr int kAhead = 4;
+    for (int b = g; b < blocks; b += kAhead * kGroups) {
+      double p[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) p[j] = b + j * kGroups < blocks ? part(b + j * kGroups, c) : 0.0;
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        if (b + j * kGroups < blocks) s += p[j];
+      }
+    }
   }
   group[g][c] = s;
   __syncthreads();

@@ -503,8 +503,20 @@ constexpr int kFrameTrig = 12;
 NDTCU_HD inline double frame_trig(const double* pose, int t) {
   const double angle = pose[3 + (t % 6) / 2];
   const bool sine = t % 2 == 1;
+#if defined(__CUDA_ARCH__)
+  // One path for every t on the device (sincos, then the value picked; float_cos_or_sin is
+  // the double function of the angle rounded to float, rounded): a warp that takes the 12
+  // values at once runs it once, where sin on half its lanes and cos on the others ran one
+  // after the other. CUDA's sincos gives its sin's and cos's bits.
+  const double x = t < 6 ? angle : static_cast<double>(static_cast<float>(angle));
+  double s, c;
+  ::sincos(x, &s, &c);
+  const double v = sine ? s : c;
+  return t < 6 ? v : static_cast<double>(static_cast<float>(v));
+#else
   if (t < 6) return sine ? ndt_sin(angle) : ndt_cos(angle);
   return static_cast<double>(float_cos_or_sin(static_cast<float>(angle), sine));
+#endif
 }
 
 /// PCL's convertTransform in float (and Autoware's copy of it): Translation3f(t) *

@@ -360,16 +360,17 @@ __global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a, bool single
   hypothesis_sums(a, h, single, a.sums[h].v);
 }
 
-/// Hypothesis h's fixed step from its sums at the current pose, on its loop state `state`,
-/// the pose prior added to the sums first (so the sums read back include it, as the host
-/// loops' do): true when it goes on, with the pose frame of its next evaluation written to
-/// `frame`. `trace`: the batch's trace, or null (not kept, or a copy of the step that does
-/// not record it). Warp 0 of the block calls it: lane 0 takes the step, then lanes 0-11
-/// take the trigonometric values of the next frame (math::frame_trig) at once, where one
-/// thread took them one after another, and lane 0 puts the frame together
-/// (math::pose_frame_from: the bits math::pose_frame gives on one device thread).
-__device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums, math::StepState& state,
-                                math::PoseFrame& frame, math::StepTrace* trace) {
+/// Hypothesis h's fixed step under `rules` from its sums at the current pose, on its loop
+/// state `state`, the pose prior (centred at `prior_center`) added to the sums first (so
+/// the sums read back include it, as the host loops' do): true when it goes on, with the
+/// pose frame of its next evaluation written to `frame`. `trace`: the batch's trace, or
+/// null (not kept, or a copy of the step that does not record it). Warp 0 of the block
+/// calls it: lane 0 takes the step, then lanes 0-11 take the trigonometric values of the
+/// next frame (math::frame_trig) at once, where one thread took them one after another,
+/// and lane 0 puts the frame together (math::pose_frame_from: the bits math::pose_frame
+/// gives on one device thread).
+__device__ bool hypothesis_step(const math::StepRules& rules, const double* prior_center, int h, double* sums,
+                                math::StepState& state, math::PoseFrame& frame, math::StepTrace* trace) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x % 32);
   bool more = false;
@@ -381,8 +382,7 @@ __device__ bool hypothesis_step(const BatchArgs& a, int h, double* sums, math::S
 #pragma unroll
     for (int k = 0; k < kSums; ++k) v[k] = sums[k];
     math::StepState s = state;
-    const math::StepRules& rules = *a.rules;
-    math::add_prior(rules.prior, a.hyps[h].prior_center, s.pose, true, v);
+    math::add_prior(rules.prior, prior_center, s.pose, true, v);
     math::StepTrace* own = trace ? trace + static_cast<std::size_t>(h) * rules.max_iterations : nullptr;
     more = math::fixed_step(v, rules, s, own, [](const double* g, double* dp) { return math::lu_direction(g, dp); });
     state = s;
@@ -411,7 +411,7 @@ __device__ void step_slot(const BatchArgs& a, int slot, bool single) {
   hypothesis_sums(a, h, single, sums);
   if (threadIdx.x < 32) {
     DeviceHyp& hyp = a.hyps[h];
-    const bool more = hypothesis_step(a, h, sums, hyp.state, hyp.frame, a.trace);
+    const bool more = hypothesis_step(*a.rules, hyp.prior_center, h, sums, hyp.state, hyp.frame, a.trace);
     if (threadIdx.x == 0) a.running[slot] = more ? 1 : 0;
   }
 }
@@ -490,7 +490,8 @@ __global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM)
 __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_kernel(BatchArgs a) {
   cg::grid_group grid = cg::this_grid();
   // What does not change while the loop runs is read once: the hypothesis, its source, the
-  // Gaussian constants and the map (in shared memory).
+  // Gaussian constants, the map, the step's rules and the prior's centre (the last two in
+  // shared memory: read from global memory, each was a load in the step's dependent chain).
   const int h = a.active[0];
   const DeviceConfig& c = *a.cfg;
   const DeviceSource src = c.sources[a.hyps[h].source];
@@ -500,10 +501,15 @@ __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_k
   __shared__ math::StepState state;
   __shared__ math::PoseFrame frame;
   __shared__ double sums[kSums];
+  __shared__ math::StepRules rules;
+  __shared__ double prior_center[6];
   __shared__ bool more;
   if (threadIdx.x == 0) {
     state = a.hyps[h].state;
     frame = a.hyps[h].frame;
+    rules = *a.rules;
+#pragma unroll
+    for (int i = 0; i < 6; ++i) prior_center[i] = a.hyps[h].prior_center[i];
     more = *static_cast<volatile int*>(a.active_count) > 0;
     set_pose_terms(frame, d1, d2, block);
   }
@@ -520,7 +526,7 @@ __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_k
     grid.sync();
     hypothesis_sums(at, h, true, sums);
     if (threadIdx.x < 32) {
-      const bool next = hypothesis_step(a, h, sums, state, frame, leader ? a.trace : nullptr);
+      const bool next = hypothesis_step(rules, prior_center, h, sums, state, frame, leader ? a.trace : nullptr);
       if (threadIdx.x == 0) {
         more = next;
         if (next) set_pose_terms(frame, d1, d2, block);

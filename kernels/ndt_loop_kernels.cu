@@ -273,6 +273,9 @@ __device__ void block_partial(const DeviceConfig& c, const BlockMap& map, const 
   }
 }
 
+/// The source hypothesis h aligns (two dependent loads from global memory).
+__device__ DeviceSource hypothesis_source(const BatchArgs& a, int h) { return a.cfg->sources[a.hyps[h].source]; }
+
 /// What a block keeps in shared memory while it evaluates: the pose terms of the frame it
 /// evaluates at and whether it takes the Hessian, the reduction's sums, the map.
 struct BlockShared {
@@ -307,7 +310,7 @@ template <bool SINGLE>
 __device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::PoseFrame* single) {
   const int h = a.active[slot];
   const DeviceConfig& c = *a.cfg;
-  const DeviceSource src = c.sources[a.hyps[h].source];
+  const DeviceSource src = hypothesis_source(a, h);
   if (b >= (SINGLE ? src.single.blocks : src.blocks)) return;
   __shared__ BlockShared s;
   if (threadIdx.x == 0) {
@@ -329,12 +332,12 @@ __global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(Batch
 }
 
 /// Hypothesis h's sums, into `out` (every thread of the block calls it): reduce_partials
-/// of its partials, in an order fixed by the source's count of one-lane blocks; for a batch
-/// of one (`single`) whose points had several lanes, the same reduction of the partials its
-/// group sums make (each group_tree of 8 groups: reduce_partials' `Part`), so the same
-/// additions in the same order.
-__device__ void hypothesis_sums(const BatchArgs& a, int h, bool single, double* out) {
-  const DeviceSource src = a.cfg->sources[a.hyps[h].source];
+/// of its partials, in an order fixed by its source `src`'s count of one-lane blocks; for a
+/// batch of one (`single`) whose points had several lanes, the same reduction of the
+/// partials its group sums make (each group_tree of 8 groups: reduce_partials' `Part`), so
+/// the same additions in the same order. The source is the caller's: the cooperative loop
+/// reads it once, where each iteration's sum began with the loads of hypothesis_source.
+__device__ void hypothesis_sums(const BatchArgs& a, int h, const DeviceSource& src, bool single, double* out) {
   if (single && src.single.lanes > 1) {
     const Vec<kSums>* groups = a.group_partials;
     const int count = src.groups;
@@ -357,7 +360,7 @@ __device__ void hypothesis_sums(const BatchArgs& a, int h, bool single, double* 
 /// sums[h] (`single`: a batch of one, evaluated in the single alignment's shape).
 __global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a, bool single) {
   const int h = blockIdx.x;
-  hypothesis_sums(a, h, single, a.sums[h].v);
+  hypothesis_sums(a, h, hypothesis_source(a, h), single, a.sums[h].v);
 }
 
 /// Hypothesis h's fixed step under `rules` from its sums at the current pose, on its loop
@@ -408,7 +411,7 @@ __device__ bool hypothesis_step(const math::StepRules& rules, const double* prio
 __device__ void step_slot(const BatchArgs& a, int slot, bool single) {
   const int h = a.active[slot];
   double* sums = a.sums[h].v;
-  hypothesis_sums(a, h, single, sums);
+  hypothesis_sums(a, h, hypothesis_source(a, h), single, sums);
   if (threadIdx.x < 32) {
     DeviceHyp& hyp = a.hyps[h];
     const bool more = hypothesis_step(*a.rules, hyp.prior_center, h, sums, hyp.state, hyp.frame, a.trace);
@@ -494,7 +497,7 @@ __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_k
   // shared memory: read from global memory, each was a load in the step's dependent chain).
   const int h = a.active[0];
   const DeviceConfig& c = *a.cfg;
-  const DeviceSource src = c.sources[a.hyps[h].source];
+  const DeviceSource src = hypothesis_source(a, h);
   const Real d1 = static_cast<Real>(c.d1), d2 = static_cast<Real>(c.d2);
   const bool evaluates = static_cast<int>(blockIdx.x) < src.single.blocks;
   __shared__ BlockShared block;
@@ -524,7 +527,7 @@ __global__ void __launch_bounds__(kBlock, kSingleBlocksPerSm) cooperative_loop_k
     at.group_partials = a.group_partials + static_cast<std::size_t>(parity) * a.max_groups;
     if (evaluates) evaluate_terms<true>(at, src, h, static_cast<int>(blockIdx.x), block);
     grid.sync();
-    hypothesis_sums(at, h, true, sums);
+    hypothesis_sums(at, h, src, true, sums);
     if (threadIdx.x < 32) {
       const bool next = hypothesis_step(rules, prior_center, h, sums, state, frame, leader ? a.trace : nullptr);
       if (threadIdx.x == 0) {

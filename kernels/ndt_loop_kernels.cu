@@ -301,34 +301,35 @@ __device__ void evaluate_terms(const BatchArgs& a, const DeviceSource& src, int 
   __syncthreads();  // terms and sums are read before a next evaluation of this block writes them
 }
 
-/// Block b of running slot `slot`'s evaluation at its hypothesis's pose frame (`single`:
-/// the host's frame for hypothesis 0 instead) in the source's single-alignment launch
-/// shape (SINGLE) or its batch shape, its groups' partial sums stored. The derivative
-/// kernel and the cooperative loop both evaluate through evaluate_terms, and a point's sums
-/// do not depend on the shape, so their partials, and bits, are the same.
+/// Block b of grid row `row`'s evaluation in the source's single-alignment launch shape
+/// (SINGLE) or its batch shape, its groups' partial sums stored: running hypothesis
+/// active[row] at its pose frame, or for an evaluation (`e.frames` not null) pose `row` of
+/// source e.source at e.frames[row]. The derivative kernel and the cooperative loop both
+/// evaluate through evaluate_terms, and a point's sums do not depend on the shape, so
+/// their partials, and bits, are the same.
 template <bool SINGLE>
-__device__ void evaluate_block(const BatchArgs& a, int slot, int b, const math::PoseFrame* single) {
-  const int h = a.active[slot];
+__device__ void evaluate_block(const BatchArgs& a, const EvaluationArgs& e, int row, int b) {
+  const bool evaluation = e.frames != nullptr;
+  const int h = evaluation ? row : a.active[row];
   const DeviceConfig& c = *a.cfg;
-  const DeviceSource src = hypothesis_source(a, h);
+  const DeviceSource src = evaluation ? c.sources[e.source] : hypothesis_source(a, h);
   if (b >= (SINGLE ? src.single.blocks : src.blocks)) return;
   __shared__ BlockShared s;
   if (threadIdx.x == 0) {
-    set_pose_terms(single ? *single : a.hyps[h].frame, static_cast<Real>(c.d1), static_cast<Real>(c.d2), s);
+    set_pose_terms(evaluation ? e.frames[h] : a.hyps[h].frame, static_cast<Real>(c.d1), static_cast<Real>(c.d2), s);
   }
   load_block_map(c, s.map);
   __syncthreads();
   evaluate_terms<SINGLE>(a, src, h, b, s);
 }
 
-/// The derivative kernel: block (b, slot) evaluates block b of running hypothesis
-/// active[slot] (evaluate_block), in the single alignment's launch shape for the
-/// single alignment's instance and in the batch's otherwise.
+/// The derivative kernel: block (b, row) evaluates block b of grid row `row`
+/// (evaluate_block), in the single alignment's launch shape for the single alignment's
+/// instance and in the batch's otherwise.
 template <int BLOCKS_PER_SM>
-__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, const math::PoseFrame* single) {
-  if (static_cast<int>(blockIdx.y) >= *a.active_count) return;
-  evaluate_block<BLOCKS_PER_SM == kSingleBlocksPerSm>(a, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x),
-                                                      single);
+__global__ void __launch_bounds__(kBlock, BLOCKS_PER_SM) derivative_kernel(BatchArgs a, EvaluationArgs e) {
+  if (e.frames == nullptr && static_cast<int>(blockIdx.y) >= *a.active_count) return;
+  evaluate_block<BLOCKS_PER_SM == kSingleBlocksPerSm>(a, e, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x));
 }
 
 /// Hypothesis h's sums, into `out` (every thread of the block calls it): reduce_partials
@@ -356,11 +357,11 @@ __device__ void hypothesis_sums(const BatchArgs& a, int h, const DeviceSource& s
   reduce_partials<kSums>(partials, src.blocks, out);
 }
 
-/// The host-driven evaluations' reduction: block h sums hypothesis h's partials into
-/// sums[h] (`single`: a batch of one, evaluated in the single alignment's shape).
-__global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a, bool single) {
+/// The host-driven evaluations' reduction: block h sums pose h's partials into sums[h]
+/// (`single`: a batch of one, evaluated in the single alignment's shape).
+__global__ void __launch_bounds__(kBlock) reduce_kernel(BatchArgs a, EvaluationArgs e, bool single) {
   const int h = blockIdx.x;
-  hypothesis_sums(a, h, hypothesis_source(a, h), single, a.sums[h].v);
+  hypothesis_sums(a, h, a.cfg->sources[e.source], single, a.sums[h].v);
 }
 
 /// Hypothesis h's fixed step under `rules` from its sums at the current pose, on its loop
@@ -576,21 +577,21 @@ LaunchShape single_shape(int n, int multiprocessors) {
   return {lanes, static_cast<int>(std::max<long long>(1, (threads + kBlock - 1) / kBlock))};
 }
 
-void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream) {
+void launch_derivatives(const BatchArgs& a, dim3 grid, EvaluationArgs e, cudaStream_t stream) {
   if (grid.y > 1) {
-    derivative_kernel<kBatchBlocksPerSm><<<grid, kBlock, 0, stream>>>(a, single);
+    derivative_kernel<kBatchBlocksPerSm><<<grid, kBlock, 0, stream>>>(a, e);
   } else {
-    derivative_kernel<kSingleBlocksPerSm><<<grid, kBlock, 0, stream>>>(a, single);
+    derivative_kernel<kSingleBlocksPerSm><<<grid, kBlock, 0, stream>>>(a, e);
   }
 }
 
-void launch_reduce(const BatchArgs& a, int hypotheses, cudaStream_t stream) {
-  reduce_kernel<<<static_cast<unsigned>(hypotheses), kBlock, 0, stream>>>(a, hypotheses == 1);
+void launch_reduce(const BatchArgs& a, EvaluationArgs e, int poses, cudaStream_t stream) {
+  reduce_kernel<<<static_cast<unsigned>(poses), kBlock, 0, stream>>>(a, e, poses == 1);
 }
 
 cudaError_t launch_loop_body(const BatchArgs& a, int blocks, int slots, cudaGraphConditionalHandle handle,
                              bool in_graph, cudaStream_t stream) {
-  launch_derivatives(a, dim3(blocks, slots), nullptr, stream);
+  launch_derivatives(a, dim3(blocks, slots), EvaluationArgs{nullptr, -1}, stream);
   cudaError_t launched = cudaGetLastError();
   if (launched == cudaSuccess) {
     if (slots == 1) {

@@ -86,20 +86,29 @@ struct BatchArgs {
   const math::StepRules* rules; ///< the batch's rules (uploaded per batch: graphs do not depend on them)
 };
 
+/// What a host-driven evaluation hands the derivative and reduction kernels in place of
+/// the device loop's hypotheses: the pose frame of each pose (pose h at frames[h], grid
+/// row h) and the source every pose evaluates. With `frames` null the kernels evaluate the
+/// loop's running hypotheses (DeviceHyp::frame, DeviceHyp::source, the running list).
+struct EvaluationArgs {
+  const math::PoseFrame* frames;
+  int source;
+};
+
 /// The single alignment's launch shape for a source of n points on a device of
 /// `multiprocessors` SMs (see the definition for the measurements).
 LaunchShape single_shape(int n, int multiprocessors);
 
-/// The derivative kernel over `grid` (blocks of a hypothesis x running slots): block
-/// (b, slot) evaluates block b of hypothesis active[slot] at its pose frame, or at
-/// `single` for hypothesis 0 when not null. A grid of one slot runs the single alignment's
-/// instance and launch shape (DeviceSource::single), more slots the batch's (one thread
-/// per point); a point's sums are the same bits in both.
-void launch_derivatives(const BatchArgs& a, dim3 grid, const math::PoseFrame* single, cudaStream_t stream);
-/// The host-driven evaluations' reduction: hypothesis h < `hypotheses` sums its partials
-/// into sums[h], in a fixed order. Launchers that return nothing leave their error to
-/// cudaGetLastError (the caller's NDTCU_CUDA_CHECK_LAUNCH).
-void launch_reduce(const BatchArgs& a, int hypotheses, cudaStream_t stream);
+/// The derivative kernel over `grid` (blocks of a hypothesis x rows): block (b, row)
+/// evaluates block b of hypothesis active[row] at its pose frame, or, for an evaluation
+/// (`e.frames` not null), block b of source e.source at pose frame e.frames[row]. A grid of
+/// one row runs the single alignment's instance and launch shape (DeviceSource::single),
+/// more rows the batch's (one thread per point); a point's sums are the same bits in both.
+void launch_derivatives(const BatchArgs& a, dim3 grid, EvaluationArgs e, cudaStream_t stream);
+/// The host-driven evaluations' reduction: pose h < `poses` of evaluation `e` sums its
+/// partials into sums[h], in a fixed order. Launchers that return nothing leave their
+/// error to cudaGetLastError (the caller's NDTCU_CUDA_CHECK_LAUNCH).
+void launch_reduce(const BatchArgs& a, EvaluationArgs e, int poses, cudaStream_t stream);
 /// One pass of the device loop's body on `stream`: the derivative kernel over `blocks` x
 /// `slots`, then the step kernel. Returns the launches' error (captured launches report
 /// theirs at the capture's end). `in_graph`: the step kernel ends the loop through

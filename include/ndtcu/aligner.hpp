@@ -185,6 +185,12 @@ class Aligner {
   /// each with the bits of evaluate() there. Throws Error for an empty list or a
   /// non-finite entry (naming the pose and the entry).
   std::vector<AlignResult> evaluate_batch(PointCloudView source, const std::vector<Pose6>& poses);
+  /// The score, NVTL and counts evaluate_batch() gives at every pose of `poses` (world
+  /// frame), with the same bits, and nothing else: no derivatives are taken and no
+  /// AlignResult is made. For screening many poses (an initial pose search within 20 m and
+  /// any yaw scores about 30,000). All zero for an empty source or a map without voxels.
+  /// Throws Error as evaluate_batch() does.
+  std::vector<PoseScore> score_batch(PointCloudView source, const std::vector<Pose6>& poses);
 
   /// The scan's own share of the score at the fixed pose `transform`, computed on the host
   /// whatever the backend: `hessian`, the sum of the points' Hessians (no prior), and

@@ -99,4 +99,15 @@ struct AlignResult {
   Backend backend = Backend::Cpu;     ///< which backend ran: Cpu or Cuda (JSON and Python: "cpu", "cuda")
 };
 
+/// How well a scan fits at one fixed pose, and nothing else (Aligner::score_batch): the
+/// AlignResult fields of the same names, with the bits evaluate() gives them there. A
+/// screen of 10^4-10^5 poses ranks by these; a whole AlignResult per pose (1.4 KB, with
+/// its transform and Hessian) cost such a screen more than the GPU's evaluation did.
+struct PoseScore {
+  double score = 0.0;               ///< NDT score (eq. 6.10)
+  double nvtl = 0.0;                ///< NVTL (0 when no point has a voxel)
+  std::size_t correspondences = 0;  ///< point-voxel pairs
+  std::size_t matched_points = 0;   ///< source points with at least one voxel
+};
+
 }  // namespace ndtcu

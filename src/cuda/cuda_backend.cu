@@ -88,16 +88,15 @@ struct CudaBackend::Impl {
   DeviceBuffer<math::StepTrace> trace;
   DeviceBuffer<unsigned> ticket;
   DeviceBuffer<math::StepRules> rules;
-  DeviceBuffer<math::PoseFrame> eval_frame;
+  DeviceBuffer<math::PoseFrame> eval_frames;  // an evaluation's poses' frames
   PinnedBuffer<DeviceHyp> pinned_hyps;
   PinnedBuffer<Vec<kSums>> pinned_sums;
   PinnedBuffer<math::StepTrace> pinned_trace;
-  PinnedBuffer<math::PoseFrame> pinned_frame;
+  PinnedBuffer<math::PoseFrame> pinned_frames;
   PinnedBuffer<int> pinned_active;
   PinnedBuffer<math::StepRules> pinned_rules;
   int partial_blocks = 0;        // partials per hypothesis the buffers hold
   int partial_groups = 0;        // group sums each of group_partials' two halves holds
-  int eval_source = -1;          // the source hyps[0] names for evaluate()
   std::uint64_t generation = 1;  // bumped whenever a buffer a graph points into moves
   cudaEvent_t start = nullptr, stop = nullptr;
   BackendTelemetry telemetry;
@@ -148,8 +147,10 @@ struct CudaBackend::Impl {
     return g;
   }
 
-  /// Sizes the per-hypothesis buffers for `k` hypotheses (grow-only, with headroom).
-  void size_for(std::size_t k, bool with_trace, int max_iterations) {
+  /// Sizes the per-hypothesis buffers for `k` hypotheses (grow-only, with headroom): the
+  /// partial and group sums and the sums every evaluation writes, then with `loop` the
+  /// device loop's states, running list and trace, without it an evaluation's frames.
+  void size_for(std::size_t k, bool loop, bool with_trace, int max_iterations) {
     const int blocks = max_source_blocks(false);
     bool moved = false;
     try {
@@ -167,18 +168,22 @@ struct CudaBackend::Impl {
         moved = true;
       }
       moved |= grow(group_partials, 2 * static_cast<std::size_t>(partial_groups));
-      moved |= grow(hyps, k);
-      moved |= grow(active, k);
-      moved |= grow(running, k);
       moved |= grow(sums, k);
-      moved |= grow(active_count, 1);
-      moved |= grow(ticket, 1);
-      moved |= grow(rules, 1);
-      if (with_trace && grow(trace, k * static_cast<std::size_t>(max_iterations))) {
-        moved = true;
-        // A hypothesis writes only the iterations it runs, and the read-back copies every
-        // slot: zero them once, so no read-back ever copies uninitialized memory.
-        NDTCU_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.capacity() * sizeof(math::StepTrace), stream));
+      if (loop) {
+        moved |= grow(hyps, k);
+        moved |= grow(active, k);
+        moved |= grow(running, k);
+        moved |= grow(active_count, 1);
+        moved |= grow(ticket, 1);
+        moved |= grow(rules, 1);
+        if (with_trace && grow(trace, k * static_cast<std::size_t>(max_iterations))) {
+          moved = true;
+          // A hypothesis writes only the iterations it runs, and the read-back copies every
+          // slot: zero them once, so no read-back ever copies uninitialized memory.
+          NDTCU_CUDA_CHECK(cudaMemsetAsync(trace.data(), 0, trace.capacity() * sizeof(math::StepTrace), stream));
+        }
+      } else {
+        grow(eval_frames, k);  // no graph points into it
       }
     } catch (...) {
       ++generation;  // a buffer may have been freed: no cached graph may point into it
@@ -249,6 +254,44 @@ struct CudaBackend::Impl {
     telemetry.device_allocations = device_allocation_count() - allocations_at_start;
   }
 
+  /// Readies an evaluation of source `source` at `k` poses: checks the source, sends the
+  /// configuration if it changed, sizes the buffers and the pinned staging. False when
+  /// there is nothing to evaluate (no poses, or a source without points: zero sums).
+  bool stage_evaluation(int source, std::size_t k) {
+    check_source(source, sources.size());
+    if (config_dirty) upload_config();
+    if (k == 0 || sources[static_cast<std::size_t>(source)].n == 0) return false;
+    size_for(k, false, false, 1);
+    pinned_frames.reserve_with_headroom(k);
+    pinned_sums.reserve_with_headroom(k);
+    return true;
+  }
+
+  /// Evaluates source `source` at the `k` pose frames staged in pinned_frames, their sums
+  /// into pinned_sums (the stream synchronized): the frames' one copy, the derivative
+  /// kernel (a grid of one pose in the single alignment's instance and shape), the
+  /// reduction, the sums' one copy back. The evaluations' one path: evaluate() is a batch
+  /// of one, so a pose's sums are the same bits either way.
+  void evaluate_staged(int source, std::size_t k) {
+    const DeviceSource& src = sources[static_cast<std::size_t>(source)];
+    const int blocks = k == 1 ? src.single.blocks : src.blocks;
+    const BatchArgs a = args(false);
+    const EvaluationArgs e{eval_frames.data(), source};
+    NDTCU_NVTX_RANGE("derivatives");
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(eval_frames.data(), pinned_frames.data(), k * sizeof(math::PoseFrame),
+                                     cudaMemcpyHostToDevice, stream));
+    NDTCU_CUDA_CHECK(cudaEventRecord(start, stream));
+    launch_derivatives(a, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(k)), e, stream);
+    NDTCU_CUDA_CHECK_LAUNCH();
+    launch_reduce(a, e, static_cast<int>(k), stream);
+    NDTCU_CUDA_CHECK_LAUNCH();
+    NDTCU_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NDTCU_CUDA_CHECK(
+        cudaMemcpyAsync(pinned_sums.data(), sums.data(), k * sizeof(Vec<kSums>), cudaMemcpyDeviceToHost, stream));
+    NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));  // the one synchronization per evaluation
+    count(k, k * sizeof(math::PoseFrame), k * sizeof(Vec<kSums>), elapsed_ms());
+  }
+
   void launch_loop(std::size_t k, const math::StepRules& rules, bool keep_trace, bool cooperative, bool in_graph,
                    int single_blocks);
   std::vector<OptimizerOutput> read_back(std::size_t k, const math::StepRules& rules, bool keep_trace);
@@ -278,13 +321,13 @@ CudaBackend::CudaBackend(CUstream_st* stream, int device) : device_(-1) {
   NDTCU_CUDA_CHECK(cudaEventCreate(&m.stop));
   NDTCU_CUDA_CHECK(cudaEventCreateWithFlags(&m.sources_sent, cudaEventDisableTiming));
   m.config.resize_discard(1);
-  m.eval_frame.resize_discard(1);
-  m.pinned_frame.reserve(1);
+  m.eval_frames.resize_discard(1);
+  m.pinned_frames.reserve(1);
   m.pinned_sums.reserve(1);
   m.pinned_active.reserve(2);
   m.pinned_hyps.reserve(1);
   m.pinned_rules.reserve(1);
-  m.size_for(1, false, 1);
+  m.size_for(1, true, false, 1);
   NDTCU_CUDA_CHECK(cudaMemsetAsync(m.ticket.data(), 0, sizeof(unsigned), m.stream));
 }
 
@@ -363,7 +406,6 @@ void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>& sourc
   // Whatever happens below, the configuration the kernels read (the point buffers'
   // addresses) may be stale until compared and sent again, and the cached sources are gone.
   m.config_dirty = true;
-  m.eval_source = -1;
   m.sources.clear();
   // The last copies out of the staging have finished before it is written or freed.
   NDTCU_CUDA_CHECK(cudaEventSynchronize(m.sources_sent));
@@ -430,84 +472,33 @@ void CudaBackend::set_sources_on_device(const std::vector<PointCloudView>& sourc
 
 math::DerivativeSums CudaBackend::evaluate_on_device(int source, const Pose6& pose, bool with_hessian) {
   Impl& m = *impl_;
-  check_source(source, m.sources.size());
-  if (m.config_dirty) m.upload_config();
   math::DerivativeSums out;
   out.clear();
-  if (m.sources[static_cast<std::size_t>(source)].n == 0) return out;
-  m.size_for(1, false, 1);
-  if (m.eval_source != source) {
-    // Hypothesis 0 names the source; the running list is that one hypothesis.
-    DeviceHyp& h = m.pinned_hyps.data()[0];
-    h = DeviceHyp{};
-    h.source = source;
-    m.upload_hypotheses(1);
-    NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the pinned staging is reused below
-    m.eval_source = source;
-  }
+  if (!m.stage_evaluation(source, 1)) return out;
   const double p[6] = {pose(0), pose(1), pose(2), pose(3), pose(4), pose(5)};
-  *m.pinned_frame.data() = math::pose_frame(p, with_hessian);
-  const BatchArgs a = m.args(false);
-  const int blocks = m.sources[static_cast<std::size_t>(source)].single.blocks;
-  NDTCU_NVTX_RANGE("derivatives");
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.eval_frame.data(), m.pinned_frame.data(), sizeof(math::PoseFrame),
-                                   cudaMemcpyHostToDevice, m.stream));
-  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  launch_derivatives(a, dim3(blocks, 1), m.eval_frame.data(), m.stream);
-  NDTCU_CUDA_CHECK_LAUNCH();
-  launch_reduce(a, 1, m.stream);
-  NDTCU_CUDA_CHECK_LAUNCH();
-  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
-  NDTCU_NVTX_RANGE("reduce");  // the read-back and the one synchronization
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
-                                   m.stream));
-  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the one synchronization per evaluation
-  const float ms = m.elapsed_ms();
+  *m.pinned_frames.data() = math::pose_frame(p, with_hessian);
+  m.evaluate_staged(source, 1);
   for (int k = 0; k < kSums; ++k) out.v[k] = m.pinned_sums.data()->v[k];
-  m.count(1, sizeof(math::PoseFrame), sizeof(Vec<kSums>), ms);
   return out;
 }
 
 std::vector<math::DerivativeSums> CudaBackend::evaluate_batch_on_device(int source, const std::vector<Pose6>& poses,
                                                                         bool with_hessian) {
   Impl& m = *impl_;
-  check_source(source, m.sources.size());
-  if (m.config_dirty) m.upload_config();
   const std::size_t k = poses.size();
   std::vector<math::DerivativeSums> out(k);
   for (auto& s : out) s.clear();
-  if (k == 0 || m.sources[static_cast<std::size_t>(source)].n == 0) return out;
   if (k > 65535) throw Error("CUDA backend: " + std::to_string(k) + " poses in one evaluation batch (at most 65535)");
-  m.size_for(k, false, 1);
-  m.reserve_pinned(k);
-  m.eval_source = -1;  // hyps[0] and the running list are this batch's now
+  if (!m.stage_evaluation(source, k)) return out;
+  math::PoseFrame* frames = m.pinned_frames.data();
   for (std::size_t i = 0; i < k; ++i) {
     const double p[6] = {poses[i](0), poses[i](1), poses[i](2), poses[i](3), poses[i](4), poses[i](5)};
-    DeviceHyp& h = m.pinned_hyps.data()[i];
-    h = DeviceHyp{};
-    h.frame = math::pose_frame(p, with_hessian);
-    h.source = source;
+    frames[i] = math::pose_frame(p, with_hessian);
   }
-  const BatchArgs a = m.args(false);
-  // A grid of one pose runs the single alignment's instance and shape (launch_derivatives).
-  const DeviceSource& src = m.sources[static_cast<std::size_t>(source)];
-  const int blocks = k == 1 ? src.single.blocks : src.blocks;
-  NDTCU_NVTX_RANGE("derivatives");
-  m.upload_hypotheses(k);
-  NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
-  launch_derivatives(a, dim3(blocks, static_cast<unsigned>(k)), nullptr, m.stream);
-  NDTCU_CUDA_CHECK_LAUNCH();
-  launch_reduce(a, static_cast<int>(k), m.stream);
-  NDTCU_CUDA_CHECK_LAUNCH();
-  NDTCU_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
-  NDTCU_CUDA_CHECK(cudaMemcpyAsync(m.pinned_sums.data(), m.sums.data(), k * sizeof(Vec<kSums>), cudaMemcpyDeviceToHost,
-                                   m.stream));
-  NDTCU_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  const float ms = m.elapsed_ms();
+  m.evaluate_staged(source, k);
   for (std::size_t i = 0; i < k; ++i) {
     for (int j = 0; j < kSums; ++j) out[i].v[j] = m.pinned_sums.data()[i].v[j];
   }
-  m.count(k, k * (sizeof(DeviceHyp) + sizeof(int)) + sizeof(int), k * sizeof(Vec<kSums>), ms);
   return out;
 }
 
@@ -531,7 +522,7 @@ std::vector<OptimizerOutput> CudaBackend::run_fixed_step(const std::vector<Hypot
     }
   }
   const auto iterations = static_cast<std::size_t>(rules.max_iterations);
-  m.size_for(k, keep_trace, rules.max_iterations);
+  m.size_for(k, true, keep_trace, rules.max_iterations);
   m.reserve_pinned(k);
   if (keep_trace) m.pinned_trace.reserve_with_headroom(k * iterations);
   // A batch of one whose blocks are all resident at once runs in the cooperative kernel.
@@ -542,7 +533,6 @@ std::vector<OptimizerOutput> CudaBackend::run_fixed_step(const std::vector<Hypot
     throw CudaError("the device-resident Newton loop of a batch needs a CUDA 12.4 driver or later");
   }
   *m.pinned_rules.data() = rules;
-  m.eval_source = -1;  // hyps[0] and the running list are the batch's now
   for (std::size_t i = 0; i < k; ++i) {
     const double p[6] = {hypotheses[i].start(0), hypotheses[i].start(1), hypotheses[i].start(2),
                          hypotheses[i].start(3), hypotheses[i].start(4), hypotheses[i].start(5)};

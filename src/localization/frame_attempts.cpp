@@ -98,12 +98,12 @@ Probe probe_degeneracy(Aligner& aligner, PointCloudView scan, const AlignResult&
   }
   poses.push_back(r.pose);
   PointCloud storage;
-  const std::vector<AlignResult> scores = aligner.evaluate_batch(detail::thinned(scan, kProbePoints, storage), poses);
-  const AlignResult& centre = scores.back();
+  const std::vector<PoseScore> scores = aligner.score_batch(detail::thinned(scan, kProbePoints, storage), poses);
+  const PoseScore& centre = scores.back();
   const double matched = static_cast<double>(centre.matched_points);
   for (int i = 0; i < kProbeDirections; ++i) {
     for (int step = 0; step < 4; ++step) {
-      const AlignResult& e = scores[static_cast<std::size_t>(4 * i + step)];
+      const PoseScore& e = scores[static_cast<std::size_t>(4 * i + step)];
       // A probe that loses most of the points the pose matched is no rival, however well
       // its few remaining points fit (NVTL averages over the matched ones).
       const bool overlaps = static_cast<double>(e.matched_points) >= 0.8 * matched;

@@ -381,11 +381,12 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
   std::vector<Pose6> screened;
   PointCloud thinned_points;  // the screen's and the coarse pass's points, when the scan is thinned
   if (o.screen_above > 0 && hypotheses.size() > o.screen_above && hypotheses.size() > o.screen_keep) {
-    const std::vector<AlignResult> scores =
-        aligner.evaluate_batch(detail::thinned(scan, o.screen_points, thinned_points), hypotheses);
-    const auto coverage_nvtl = [](const AlignResult& r) {
-      if (std::isnan(r.nvtl) || r.matched_points == 0 || r.source_points == 0) return -1.0;
-      return r.nvtl * static_cast<double>(r.matched_points) / static_cast<double>(r.source_points);
+    const PointCloudView screened_points = detail::thinned(scan, o.screen_points, thinned_points);
+    const std::vector<PoseScore> scores = aligner.score_batch(screened_points, hypotheses);
+    const double points = static_cast<double>(screened_points.size());
+    const auto coverage_nvtl = [points](const PoseScore& r) {
+      if (std::isnan(r.nvtl) || r.matched_points == 0 || points == 0.0) return -1.0;
+      return r.nvtl * static_cast<double>(r.matched_points) / points;
     };
     std::vector<std::size_t> rank(scores.size());
     std::iota(rank.begin(), rank.end(), std::size_t{0});

@@ -157,7 +157,7 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
         out.weights.assign(static_cast<std::size_t>(n), 1.0 / n);
       } else {
         out.scores.push_back(result.nvtl);
-        const std::vector<AlignResult> scored = aligner.evaluate_batch(source, out.start_poses);
+        const std::vector<PoseScore> scored = aligner.score_batch(source, out.start_poses);
         for (std::size_t k = 0; k < scored.size(); ++k) {
           out.scores.push_back(scored[k].nvtl);
           out.end_poses.push_back(out.start_poses[k]);

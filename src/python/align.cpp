@@ -7,6 +7,19 @@ using namespace nb::literals;
 
 namespace ndtcu::python {
 
+namespace {
+
+// One field of every score, `field(score)`, as a (K,) NumPy array that owns its copy.
+template <typename T, typename Field>
+nb::object score_column(const std::vector<PoseScore>& scores, Field field) {
+  auto* buf = new T[scores.size()];
+  for (std::size_t k = 0; k < scores.size(); ++k) buf[k] = static_cast<T>(field(scores[k]));
+  nb::capsule owner(buf, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T, nb::ndim<1>>(buf, {scores.size()}, owner), nb::rv_policy::move);
+}
+
+}  // namespace
+
 void def_result_fields(nb::class_<AlignResult>& cls) {
   visit_fields<AlignResult>([&](const auto& f) {
     using T = typename std::decay_t<decltype(f)>::Type;
@@ -117,6 +130,28 @@ void define_aligner(nb::module_& m) {
             return a.evaluate(c.view(), t);
           },
           "source"_a, "transform"_a, "Scores `source` at a fixed 4x4 pose, without iterating (an array is not copied).")
+      .def(
+          "score_batch",
+          [](PyAligner& a, nb::handle source, nb::handle poses) {
+            CloudArg c(source, "source");
+            const std::vector<Pose6> p = guesses_arg(poses, "poses");
+            std::vector<PoseScore> s;
+            {
+              Working working(a.mutex);
+              s = a.score_batch(c.view(), p);
+            }
+            nb::dict out;
+            out["score"] = score_column<double>(s, [](const PoseScore& r) { return r.score; });
+            out["nvtl"] = score_column<double>(s, [](const PoseScore& r) { return r.nvtl; });
+            out["correspondences"] =
+                score_column<std::uint64_t>(s, [](const PoseScore& r) { return r.correspondences; });
+            out["matched_points"] = score_column<std::uint64_t>(s, [](const PoseScore& r) { return r.matched_points; });
+            return out;
+          },
+          "source"_a, "poses"_a,
+          "Scores `source` at K fixed poses ((K, 6) poses or (K, 4, 4) transforms) without iterating or taking "
+          "derivatives, for screening many poses: a dict of (K,) arrays 'score' and 'nvtl' (float64), "
+          "'correspondences' and 'matched_points' (uint64), with the bits evaluate() gives at each pose.")
       .def(
           "align_batch",
           [](PyAligner& a, nb::handle source, nb::handle guesses, bool trace, int max_iterations) {

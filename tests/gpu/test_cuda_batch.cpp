@@ -204,6 +204,15 @@ TEST_CASE("A CUDA evaluation batch gives every pose the bits of a batch of one",
   const std::vector<Pose6> poses = random_guesses(Pose6::Zero(), 300, 21);
   const std::vector<AlignResult> batch = gpu.evaluate_batch(source, poses);
   const std::vector<AlignResult> on_cpu = cpu.evaluate_batch(source, poses);
+  // score_batch: the same score, NVTL and counts, evaluated without the Hessian.
+  const std::vector<PoseScore> scored = gpu.score_batch(source, poses);
+  const std::vector<PoseScore> scored_on_cpu = cpu.score_batch(source, poses);
+  REQUIRE(scored.size() == poses.size());
+  for (std::size_t k = 0; k < poses.size(); ++k) {
+    CAPTURE(k);
+    test::check_same_score(scored[k], batch[k]);
+    test::check_same_score(scored_on_cpu[k], on_cpu[k]);
+  }
   for (std::size_t k = 0; k < poses.size(); k += 13) {
     CAPTURE(k);
     test::check_same_bits(batch[k], gpu.evaluate_batch(source, std::vector<Pose6>{poses[k]}).front());
@@ -227,6 +236,12 @@ TEST_CASE("A CUDA evaluation batch of more poses than a grid holds runs in parts
   const std::vector<Pose6> poses = test::guesses_around(Pose6::Zero(), 86712, 33, 3.0, 30.0);
   const std::vector<AlignResult> all = gpu.evaluate_batch(source, poses);
   REQUIRE(all.size() == poses.size());
+  const std::vector<PoseScore> scored = gpu.score_batch(source, poses);
+  REQUIRE(scored.size() == poses.size());
+  for (std::size_t k = 0; k < poses.size(); k += 97) {
+    CAPTURE(k);
+    test::check_same_score(scored[k], all[k]);
+  }
   // Poses on both sides of each part's border and at the ends, scored again in small batches.
   for (std::size_t first : {std::size_t{0}, std::size_t{32760}, std::size_t{65530}, poses.size() - 9}) {
     const std::vector<Pose6> few(poses.begin() + static_cast<std::ptrdiff_t>(first),

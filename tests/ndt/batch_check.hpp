@@ -31,6 +31,14 @@ inline void check_same_bits(const AlignResult& batch, const AlignResult& single)
   CHECK(batch.backend == single.backend);
 }
 
+/// Checks that score_batch's `score` has the bits of evaluate_batch's `full` at its pose.
+inline void check_same_score(const PoseScore& score, const AlignResult& full) {
+  CHECK(std::memcmp(&score.score, &full.score, sizeof(double)) == 0);
+  CHECK(std::memcmp(&score.nvtl, &full.nvtl, sizeof(double)) == 0);
+  CHECK(score.correspondences == full.correspondences);
+  CHECK(score.matched_points == full.matched_points);
+}
+
 /// K guesses around `centre`, seeded: each translation entry uniform within
 /// +-`translation` m, each angle within +-`degrees`.
 inline std::vector<Pose6> guesses_around(const Pose6& centre, int k, std::uint32_t seed, double translation,

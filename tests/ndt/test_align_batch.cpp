@@ -159,3 +159,45 @@ TEST_CASE("evaluate_batch scores every pose as a batch of one does", "[unit][ali
   CHECK(aligner.evaluate_batch(PointCloud{}, std::vector<Pose6>{Pose6::Zero()}).front().reason ==
         StopReason::EmptySource);
 }
+
+TEST_CASE("score_batch gives evaluate_batch's score, NVTL and counts, bit for bit", "[unit][aligner][batch]") {
+  const PointCloud target = test::synthetic_scene(68, 30000);
+  PointCloud source = test::synthetic_scene(69, 1500);
+  AlignSettings s = autoware_preset();
+  ExecutionOptions execution;
+  execution.backend = Backend::Cpu;
+  execution.threads = 2;
+  Aligner aligner(s, execution);
+  aligner.set_target(target);
+  // Poses near the scene and far from it (no voxel: NVTL 0), at the origin and with a
+  // source origin of its own (the pose's rotation moves it).
+  std::vector<Pose6> poses = guesses_around(Pose6::Zero(), 12, 14);
+  Pose6 away = Pose6::Zero();
+  away(0) = 500.0;
+  poses.push_back(away);
+  for (const Eigen::Vector3d& origin : {Eigen::Vector3d::Zero().eval(), Eigen::Vector3d(0.5, -0.25, 0.125)}) {
+    source.origin = origin;
+    const std::vector<AlignResult> full = aligner.evaluate_batch(source, poses);
+    const std::vector<PoseScore> scores = aligner.score_batch(source, poses);
+    REQUIRE(scores.size() == poses.size());
+    std::size_t matched = 0;
+    for (std::size_t k = 0; k < poses.size(); ++k) {
+      CAPTURE(origin.transpose(), k);
+      test::check_same_score(scores[k], full[k]);
+      matched += scores[k].matched_points > 0;
+    }
+    CHECK(matched == poses.size() - 1);  // all but the pose 500 m away met the map
+    CHECK(scores.back().matched_points == 0);
+    CHECK(scores.back().nvtl == 0.0);
+  }
+  std::vector<Pose6> bad(3, Pose6::Zero());
+  bad[2](3) = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(aligner.score_batch(source, bad),
+                    Catch::Matchers::Contains("score_batch") && Catch::Matchers::Contains("hypothesis 2") &&
+                        Catch::Matchers::Contains("roll"));
+  CHECK_THROWS_WITH(aligner.score_batch(source, std::vector<Pose6>{}), Catch::Matchers::Contains("empty"));
+  const std::vector<PoseScore> empty = aligner.score_batch(PointCloud{}, std::vector<Pose6>{Pose6::Zero()});
+  REQUIRE(empty.size() == 1);
+  CHECK(empty[0].matched_points == 0);
+  CHECK(empty[0].score == 0.0);
+}

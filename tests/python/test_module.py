@@ -287,6 +287,32 @@ def test_arrays_are_not_copied(tmp_path):
         assert with_array < with_cloud + 0.25 * size, (name, j)
 
 
+def test_score_batch(sample, truth_poses, backend):
+    """score_batch gives each pose the score, NVTL and counts evaluate() gives it, bit for
+    bit, as (K,) arrays; a pose far from the map matches nothing."""
+    aligner = ndtcu.Aligner(backend=backend)
+    aligner.set_target(ndtcu.read_point_cloud(str(sample / "map.pcd")))
+    scan = ndtcu.read_point_cloud(str(sample / "scans" / f"{SCAN:06d}.pcd"))
+    truth = truth_poses[SCAN]
+    moved = ndtcu.pose_to_matrix(ndtcu.matrix_to_pose(truth) + OFFSET)
+    far = truth.copy()
+    far[0, 3] += 1000.0
+    transforms = np.stack([truth, moved, far])
+    s = aligner.score_batch(scan, transforms)
+    assert sorted(s) == ["correspondences", "matched_points", "nvtl", "score"]
+    assert s["score"].shape == (3,) and s["nvtl"].dtype == np.float64 and s["matched_points"].dtype == np.uint64
+    for k in range(2):
+        e = aligner.evaluate(scan, transforms[k])
+        assert (s["score"][k], s["nvtl"][k]) == (e.score, e.nvtl)
+        assert (s["correspondences"][k], s["matched_points"][k]) == (e.correspondences, e.matched_points)
+    assert s["nvtl"][0] > s["nvtl"][1] > 0.0
+    assert s["matched_points"][2] == 0 and s["nvtl"][2] == 0.0
+    as_poses = aligner.score_batch(np.array(scan.points), np.stack([ndtcu.matrix_to_pose(t) for t in transforms]))
+    assert np.array_equal(as_poses["nvtl"], s["nvtl"])
+    with pytest.raises(ValueError, match=r"^poses: expected shape \(K, 4, 4\) or \(K, 6\), got \(2, 5\)"):
+        aligner.score_batch(scan, np.zeros((2, 5)))
+
+
 @pytest.mark.parametrize(
     "value, error, message",
     [

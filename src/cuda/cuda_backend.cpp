@@ -19,6 +19,11 @@ namespace {
 // Hypotheses or poses per CUDA launch: a grid dimension holds at most 65535 blocks, and
 // a batch larger than this runs in parts of this size.
 constexpr std::size_t kBatchPart = 32768;
+// Poses per evaluation launch: a larger evaluation runs in parts of this size, so its
+// pinned staging (frames and sums, 352 bytes a pose) stays small. Pinning is slow: the
+// staging of a whole 30,168-pose screen made it take 14-20 ms on an H200's host, for 0.9
+// ms of GPU time; see BENCHMARK.md, "The initial pose search's screen".
+constexpr std::size_t kEvaluationPart = 4096;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -103,15 +108,14 @@ math::DerivativeSums CudaBackend::evaluate(int source, const Pose6& pose, bool w
 std::vector<math::DerivativeSums> CudaBackend::evaluate_batch(int source, const std::vector<Pose6>& poses,
                                                               bool with_hessian) {
   DeviceScope scope(device_);
-  // As align_batch: the grid holds at most 65535 poses, so a larger batch (a wide
-  // recovery search screens about 87,000) runs in parts; each pose's sums do not depend
-  // on the others, so the parts change no bit.
-  if (poses.size() <= kBatchPart) return evaluate_batch_on_device(source, poses, with_hessian);
+  // In parts of kEvaluationPart poses (a wide recovery search screens about 87,000);
+  // each pose's sums do not depend on the others, so the parts change no bit.
+  if (poses.size() <= kEvaluationPart) return evaluate_batch_on_device(source, poses, with_hessian);
   std::vector<math::DerivativeSums> out;
   out.reserve(poses.size());
   std::vector<Pose6> part;
-  for (std::size_t first = 0; first < poses.size(); first += kBatchPart) {
-    const std::size_t count = std::min(kBatchPart, poses.size() - first);
+  for (std::size_t first = 0; first < poses.size(); first += kEvaluationPart) {
+    const std::size_t count = std::min(kEvaluationPart, poses.size() - first);
     part.assign(poses.begin() + static_cast<std::ptrdiff_t>(first),
                 poses.begin() + static_cast<std::ptrdiff_t>(first + count));
     std::vector<math::DerivativeSums> r = evaluate_batch_on_device(source, part, with_hessian);

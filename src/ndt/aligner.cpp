@@ -109,8 +109,12 @@ struct Aligner::Impl {
   // changes nothing.
   void for_each_result(std::size_t count, const std::function<void(std::size_t)>& task) {
     // Below this many hypotheses the pool's hand-off costs more than the work it spreads
-    // (a result's localizability takes about 2 us).
+    // (a result's localizability takes about 2 us); above it a worker takes a run of
+    // kResultRun results per hand-off (two lock acquisitions each), not one. With one a
+    // hand-off, a KITTI batch of 1,024 spent 0.9 ms on its results on 16 threads of an
+    // H200's host, 6% of the batch.
     constexpr std::size_t kParallelResults = 64;
+    constexpr std::size_t kResultRun = 16;
     if (count >= kParallelResults && detail::resolve_thread_count(execution.threads) > 1) {
       if (!results_pool) {
         try {
@@ -120,7 +124,9 @@ struct Aligner::Impl {
         }
       }
       if (results_pool) {
-        results_pool->parallel_for(count, task);
+        results_pool->parallel_for((count + kResultRun - 1) / kResultRun, [&](std::size_t run) {
+          for (std::size_t h = run * kResultRun; h < std::min(count, (run + 1) * kResultRun); ++h) task(h);
+        });
         return;
       }
     }
@@ -150,6 +156,10 @@ Pose6 to_internal(const Pose6& world, const Eigen::Vector3d& source_origin, cons
 
 Pose6 to_world(const Pose6& internal, const Eigen::Vector3d& source_origin, const Eigen::Vector3d& map_origin) {
   Pose6 p = internal;
+  if (source_origin.isZero()) {  // as to_internal
+    p.head<3>() = internal.head<3>() + map_origin;
+    return p;
+  }
   const Eigen::Matrix3d r = pose_to_matrix(internal).topLeftCorner<3, 3>();
   p.head<3>() = internal.head<3>() - r * source_origin + map_origin;
   return p;
@@ -357,20 +367,22 @@ std::vector<std::vector<AlignResult>> Aligner::run_batch(const std::vector<Point
     const PointCloudView& source = sources[b];
     const bool runs = !source.empty() && map.voxels != 0;
     if (runs) points.push_back(source);
+    const Pose6 prior = to_internal(call_settings.prior.pose, source.origin, map.origin);
+    results[b].resize(guesses[b]->size());
     for (std::size_t k = 0; k < guesses[b]->size(); ++k) {
       const Pose6& guess = (*guesses[b])[k];
-      AlignResult r;
+      AlignResult& r = results[b][k];
       r.backend = m.backend->kind();
       r.source_points = source.size();
       r.target_voxels = map.voxels;
       r.pose = guess;
-      r.transform = pose_to_matrix(guess);
-      if (!runs) r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
-      results[b].push_back(std::move(r));
       if (runs) {
-        hypotheses.push_back({to_internal(guess, source.origin, map.origin), static_cast<int>(points.size() - 1),
-                              to_internal(call_settings.prior.pose, source.origin, map.origin)});
+        // Its pose and transform are the alignment's (below).
+        hypotheses.push_back({to_internal(guess, source.origin, map.origin), static_cast<int>(points.size() - 1), prior});
         slot.emplace_back(b, k);
+      } else {
+        r.transform = pose_to_matrix(guess);
+        r.reason = source.empty() ? StopReason::EmptySource : StopReason::NoVoxels;
       }
     }
   }

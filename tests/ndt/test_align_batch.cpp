@@ -23,6 +23,16 @@ std::vector<Pose6> guesses_around(const Pose6& centre, int k, std::uint32_t seed
   return test::guesses_around(centre, k, seed, 0.5, 5.0);
 }
 
+// An aligner on the CPU backend, Autoware's settings, `threads` workers, `target` set.
+Aligner cpu_aligner(const PointCloud& target, int threads) {
+  ExecutionOptions execution;
+  execution.backend = Backend::Cpu;
+  execution.threads = threads;
+  Aligner aligner(autoware_preset(), execution);
+  aligner.set_target(target);
+  return aligner;
+}
+
 }  // namespace
 
 TEST_CASE("A CPU batch gives every hypothesis the bits of align()", "[unit][aligner][batch]") {
@@ -79,12 +89,7 @@ TEST_CASE("A batch of several scans gives each scan's results", "[unit][aligner]
                                      test::moved_by_inverse(test::synthetic_scene(65, 1800), truth), PointCloud{}};
   sources[1].origin = Eigen::Vector3d(0.5, -0.25, 0.0);  // a source with an origin of its own
   for (auto& p : sources[1].points) p -= sources[1].origin.cast<float>();
-  AlignSettings s = autoware_preset();
-  ExecutionOptions execution;
-  execution.backend = Backend::Cpu;
-  execution.threads = 2;
-  Aligner aligner(s, execution);
-  aligner.set_target(target);
+  Aligner aligner = cpu_aligner(target, 2);
   const std::vector<std::vector<Pose6>> guesses = {guesses_around(truth, 3, 1), guesses_around(truth, 4, 2),
                                                    guesses_around(truth, 2, 3)};
   const auto all = aligner.align_batch(sources, guesses);
@@ -126,12 +131,7 @@ TEST_CASE("evaluate_batch scores every pose as a batch of one does", "[unit][ali
   const PointCloud target = test::synthetic_scene(68, 30000);
   const PointCloud source = test::synthetic_scene(69, 2000);
   for (int threads : {1, 3}) {
-    AlignSettings s = autoware_preset();
-    ExecutionOptions execution;
-    execution.backend = Backend::Cpu;
-    execution.threads = threads;
-    Aligner aligner(s, execution);
-    aligner.set_target(target);
+    Aligner aligner = cpu_aligner(target, threads);
     const std::vector<Pose6> poses = guesses_around(Pose6::Zero(), 9, 12);
     const std::vector<AlignResult> batch = aligner.evaluate_batch(source, poses);
     REQUIRE(batch.size() == poses.size());
@@ -163,12 +163,7 @@ TEST_CASE("evaluate_batch scores every pose as a batch of one does", "[unit][ali
 TEST_CASE("score_batch gives evaluate_batch's score, NVTL and counts, bit for bit", "[unit][aligner][batch]") {
   const PointCloud target = test::synthetic_scene(68, 30000);
   PointCloud source = test::synthetic_scene(69, 1500);
-  AlignSettings s = autoware_preset();
-  ExecutionOptions execution;
-  execution.backend = Backend::Cpu;
-  execution.threads = 2;
-  Aligner aligner(s, execution);
-  aligner.set_target(target);
+  Aligner aligner = cpu_aligner(target, 2);
   // Poses near the scene and far from it (no voxel: NVTL 0), at the origin and with a
   // source origin of its own (the pose's rotation moves it).
   std::vector<Pose6> poses = guesses_around(Pose6::Zero(), 12, 14);

@@ -80,7 +80,7 @@ struct InitialPoseOptions {
   /// its cost is proportional to the points; the refinement always uses the whole scan.
   std::size_t coarse_points = 512;
   /// A search of more hypotheses than this screens them first: each is scored where it
-  /// stands (Aligner::evaluate_batch, no iteration) on at most screen_points of the scan,
+  /// stands (Aligner::score_batch, no iteration) on at most screen_points of the scan,
   /// and only the screen_keep best go on to the coarse pass (0: never screen). A wide
   /// search (the localizer's after a kidnapping: 30 m at 1 m and 15 deg is 68,000
   /// hypotheses) then costs about what a coarse pass of screen_keep costs; the default

@@ -375,7 +375,7 @@ TEST_CASE("The device loop launched on the stream gives the graph's bits", "[gpu
 
 TEST_CASE("CUDA evaluator on the real hdl32 pair matches the CPU", "[gpu][data]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "pairs/hdl32");
   PointCloud target = voxel_downsample(read_point_cloud((dir / "pairs/hdl32/target_251370668.pcd").string()), 0.1);
   PointCloud source = voxel_downsample(read_point_cloud((dir / "pairs/hdl32/source_251371071.pcd").string()), 0.1);
   VoxelMapOptions vo;

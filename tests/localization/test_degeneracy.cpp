@@ -394,7 +394,7 @@ ReducedBalmRun localize_reduced_balm(const std::filesystem::path& dir, Backend b
 
 TEST_CASE("BALM at 1 Hz with 16 of 64 rings and every third point: no wrong pose accepted, 28 of 30 within 10 cm",
           "[data]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const ReducedBalmRun run = localize_reduced_balm(dir, Backend::Cpu);
   CHECK(run.wrong == 0);
   CHECK(run.within >= 28);
@@ -403,7 +403,7 @@ TEST_CASE("BALM at 1 Hz with 16 of 64 rings and every third point: no wrong pose
 TEST_CASE("BALM at 1 Hz with 16 of 64 rings and every third point on CUDA: no wrong pose accepted, 28 of 30",
           "[gpu]") {
   NDTCU_REQUIRE_GPU();
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const ReducedBalmRun run = localize_reduced_balm(dir, Backend::Cuda);
   CHECK(run.wrong == 0);
   CHECK(run.within >= 28);
@@ -472,7 +472,7 @@ LivoxRun localize_livox(const std::filesystem::path& data, Backend backend) {
 // cm; refined at 1 m, every frame is within 10 cm (the worst 8.4 cm).
 TEST_CASE("the Livox Avia set at 2 s, refined: no wrong pose accepted, none lost, every frame within 10 cm",
           "[data][heavy]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "livox_avia_hku_mb");
   const LivoxRun run = localize_livox(dir, Backend::Cpu);
   for (std::size_t k = 0; k < run.results.size(); ++k) {
     CAPTURE(k, to_string(run.results[k].status), run.errors[k], to_string(run.results[k].decided_by));
@@ -484,7 +484,7 @@ TEST_CASE("the Livox Avia set at 2 s, refined: no wrong pose accepted, none lost
 
 TEST_CASE("the Livox Avia set on CUDA: the CPU's verdict on every frame, poses within 1 cm", "[gpu]") {
   NDTCU_REQUIRE_GPU();
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "livox_avia_hku_mb");
   const LivoxRun cpu = localize_livox(dir, Backend::Cpu);
   const LivoxRun gpu = localize_livox(dir, Backend::Cuda);
   for (std::size_t k = 0; k < cpu.results.size(); ++k) {

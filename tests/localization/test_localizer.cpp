@@ -578,7 +578,7 @@ TEST_CASE("the prefetcher hands scans out in order, bounded, and reports bad fil
 }
 
 TEST_CASE("BALM OS0: all 60 scans localize in the even-frame map within 3 cm ATE", "[data][localization]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const fs::path balm = dir / "balm_os0";
   std::vector<ScanEntry> scans = list_scans((balm / "scans").string());
   REQUIRE(scans.size() == 60);
@@ -618,7 +618,7 @@ TEST_CASE("BALM OS0: all 60 scans localize in the even-frame map within 3 cm ATE
 // between them (the constant-velocity prediction up to 59 deg off, roll and pitch
 // included). Without the rotation search 11 of them were lost and 3 accepted 2.3 m off.
 TEST_CASE("BALM OS0 at 1 Hz: every odd scan localizes within 10 cm, ATE at most 3 cm", "[data][localization]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const fs::path balm = dir / "balm_os0";
   std::vector<ScanEntry> scans = list_scans((balm / "odd_scans_1hz.txt").string());
   REQUIRE(scans.size() == 30);
@@ -743,7 +743,7 @@ TEST_CASE("the heading and rotation searches bring back a frame whose prediction
 }
 
 TEST_CASE("KITTI 00: frames 1, 3, 5 localize in a map of frames 0, 2, 4 within 5 cm ATE", "[data][localization]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "kitti00");
   const fs::path kitti = dir / "kitti00";
   const Trajectory reference =
       read_trajectory((kitti / "poses_velo_icp_reference.txt").string(), TrajectoryFormat::Kitti, 0.1);

@@ -156,7 +156,7 @@ BalmTiles balm_tiles(const fs::path& data, const std::string& folder) {
 }  // namespace
 
 TEST_CASE("BALM at 1 Hz in 10 m tiles streamed within 30 m: the whole map's poses", "[data][localization][tiles]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const BalmTiles b = balm_tiles(dir, "balm_tiles");
   const Drive whole = drive(b.scans, b.start, b.map, "");
   const Drive tiled = drive(b.scans, b.start, "", b.tiles.string(), b.options);
@@ -329,7 +329,7 @@ TEST_CASE("a simulated drive on CUDA in 10 m tiles published to the device withi
 TEST_CASE("BALM at 1 Hz on CUDA in 10 m tiles published to the device within 30 m: the whole map's poses",
           "[gpu][data][localization][tiles]") {
   NDTCU_REQUIRE_GPU();
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   BalmTiles b = balm_tiles(dir, "balm_tiles_gpu");
   b.options.publish = true;
   const Drive whole = drive(b.scans, b.start, b.map, "", {}, Backend::Cuda);

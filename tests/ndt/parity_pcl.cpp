@@ -137,7 +137,7 @@ void run_case(const Case& c) {
 }  // namespace
 
 TEST_CASE("voxel_downsample equals pcl::VoxelGrid point for point", "[data][parity]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "pairs/hdl32", "kitti00");
   const PointCloud hdl = load(dir / "pairs/hdl32/target_251370668.pcd");
   const PointCloud kitti = load(dir / "kitti00/velodyne/000000.bin");
   const PointCloud room = load(dir / "pairs/room_scan/room_scan2.pcd");
@@ -163,7 +163,7 @@ TEST_CASE("voxel_downsample equals pcl::VoxelGrid point for point", "[data][pari
 // rounds differently in the last bits, and the inflated covariance's condition number is
 // at most 1 / eigenvalue_ratio = 100: on the hdl32 map they differ by at most 3.5e-12.
 TEST_CASE("VoxelMap (pcl covariance) equals pcl::VoxelGridCovariance leaf for leaf", "[data][parity]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "pairs/hdl32");
   const PointCloud target = from_pcl(*pcl_voxel(to_pcl(load(dir / "pairs/hdl32/target_251370668.pcd")), 0.1f));
   for (double res : {1.0, 2.0}) {
     pcl::VoxelGridCovariance<pcl::PointXYZ> grid;
@@ -211,7 +211,7 @@ TEST_CASE("VoxelMap (pcl covariance) equals pcl::VoxelGridCovariance leaf for le
 }
 
 TEST_CASE("CPU backend matches PCL's NDT on the hdl32 pair", "[data][parity]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "pairs/hdl32");
   Case c;
   c.target = from_pcl(*pcl_voxel(to_pcl(load(dir / "pairs/hdl32/target_251370668.pcd")), 0.1f));
   c.source = from_pcl(*pcl_voxel(to_pcl(load(dir / "pairs/hdl32/source_251371071.pcd")), 0.1f));
@@ -232,7 +232,7 @@ TEST_CASE("CPU backend matches PCL's NDT on the hdl32 pair", "[data][parity]") {
 }
 
 TEST_CASE("CPU backend matches PCL's NDT on the room_scan tutorial pair", "[data][parity]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "pairs/room_scan");
   Case c;
   c.name = "room_scan tutorial";
   c.target = load(dir / "pairs/room_scan/room_scan1.pcd");
@@ -246,7 +246,7 @@ TEST_CASE("CPU backend matches PCL's NDT on the room_scan tutorial pair", "[data
 }
 
 TEST_CASE("CPU backend matches PCL's NDT on KITTI 00 frame pairs", "[data][parity]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "kitti00");
   const PointCloud target = from_pcl(*pcl_voxel(to_pcl(load(dir / "kitti00/velodyne/000000.bin")), 0.2f));
   for (int frame : {1, 2, 3, 5}) {
     Case c;

@@ -66,7 +66,7 @@ KittiPair kitti_pair(const std::filesystem::path& dir, int frame) {
 }  // namespace
 
 TEST_CASE("KITTI 00 frames 1 and 2 align to frame 0 from identity (Autoware mode)", "[data][accuracy]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "kitti00");
   for (int frame : {1, 2}) {
     const KittiPair p = kitti_pair(dir, frame);
     AlignSettings s = autoware_preset();
@@ -84,7 +84,7 @@ TEST_CASE("KITTI 00 frames 1 and 2 align to frame 0 from identity (Autoware mode
 }
 
 TEST_CASE("KITTI 00 0<-1 from 20 seeded perturbed guesses: at least 19 land within 5 cm", "[data][accuracy]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "kitti00");
   const KittiPair p = kitti_pair(dir, 1);
   AlignSettings s = autoware_preset();
   ExecutionOptions execution;

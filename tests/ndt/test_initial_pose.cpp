@@ -455,7 +455,7 @@ void tally(SearchTally& t, const InitialPoseResult& r, const Eigen::Matrix4d& tr
 
 TEST_CASE("initpose on 10 BALM scans from 4 starts each within 5 m and any yaw, roll and pitch from the ground",
           "[data][initial_pose][heavy]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const std::filesystem::path balm = dir / "balm_os0";
   const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
   REQUIRE(reference.size() == 60);
@@ -485,7 +485,7 @@ TEST_CASE("initpose on 10 BALM scans from 4 starts each within 5 m and any yaw, 
 
 TEST_CASE("initpose finds KITTI 00 frames 1-5 in the map of frames 0, 2, 4 from 5 m off with unknown yaw",
           "[data][initial_pose][heavy]") {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "kitti00");
   const std::filesystem::path kitti = dir / "kitti00";
   const Trajectory reference =
       read_trajectory((kitti / "poses_velo_icp_reference.txt").string(), TrajectoryFormat::Kitti, 0.1);

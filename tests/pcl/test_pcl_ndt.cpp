@@ -400,7 +400,7 @@ TEST_CASE("The drop-in's errors: missing clouds, settings ndtcu rejects, CUDA wi
 namespace {
 
 void check_tutorial(Backend backend) {
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "pairs/room_scan");
   const std::filesystem::path room = dir / "pairs/room_scan";
   const TutorialResult pcl_run = ndt_tutorial_pcl(room, backend);
   const TutorialResult ours = ndt_tutorial_ndtcu(room, backend);

@@ -161,7 +161,7 @@ std::vector<std::pair<double, Eigen::Matrix4d>> localize(const std::vector<ScanE
 TEST_CASE("rosbag: BALM's odd scans localize from an MCAP bag exactly as from their PCD files", "[rosbag][data]") {
   auto m = manifest("NDTCU_ROSBAG_BALM_DIR");
   if (!m) NDTCU_SKIP("no BALM bags written (no data folder, or write_bags.py skipped)");
-  NDTCU_REQUIRE_DATA_DIR(dir);
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
   const fs::path balm = dir / "balm_os0";
   std::string path;
   for (const auto& b : (*m)["bags"]) {

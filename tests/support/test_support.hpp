@@ -69,6 +69,17 @@ inline ExecutionOptions on(Backend backend) { return run_with(0, backend); }
   if (!var##_opt) NDTCU_SKIP("real data folder not found (set NDTCU_DATA_DIR)");     \
   const std::filesystem::path var = *var##_opt
 
+/// The real-data folder, or skip the test when it is absent or lacks one of the paths given
+/// after `var` (the test's own datasets under it: "balm_os0", "pairs/hdl32"): a partial
+/// copy of the data skips the tests it cannot serve instead of failing them.
+#define NDTCU_REQUIRE_DATA(var, ...)                                                         \
+  NDTCU_REQUIRE_DATA_DIR(var);                                                               \
+  for (const char* var##_needed : {__VA_ARGS__}) {                                           \
+    if (!std::filesystem::exists(var / var##_needed)) {                                       \
+      NDTCU_SKIP("real data: " + (var / var##_needed).string() + " not found");             \
+    }                                                                                        \
+  }
+
 /// Skips the current test case without a CUDA build or device (the `gpu` tests).
 #define NDTCU_REQUIRE_GPU()                                                                 \
   do {                                                                                      \

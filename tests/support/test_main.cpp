@@ -3,6 +3,9 @@
 #define CATCH_CONFIG_RUNNER
 #include "test_support.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -41,8 +44,19 @@ bool under_sanitizer() {
 
 int repeats(int normal, int sanitized) { return under_sanitizer() ? sanitized : normal; }
 
+namespace {
+/// This process's folder under the build tree's temporary area: two processes that run the
+/// same test case at once (scripts/gpu_sanitize.sh runs its tools side by side over the
+/// same cases) must not write, read and remove each other's files.
+const std::filesystem::path& process_temp_root() {
+  static const std::filesystem::path root =
+      std::filesystem::path(NDTCU_TEST_TMP_DIR) / ("process-" + std::to_string(static_cast<long>(::getpid())));
+  return root;
+}
+}  // namespace
+
 std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::path(NDTCU_TEST_TMP_DIR) / name;
+  auto dir = process_temp_root() / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -68,6 +82,14 @@ CATCH_REGISTER_LISTENER(NdtcuCountingListener)
 
 int main(int argc, char** argv) {
   int failed = Catch::Session().run(argc, argv);
+  // The temporary folders go when every test passed; after a failure they stay, to be read.
+  std::error_code ec;
+  const std::filesystem::path& temp = ndtcu::test::process_temp_root();
+  if (failed == 0) {
+    std::filesystem::remove_all(temp, ec);
+  } else if (std::filesystem::exists(temp, ec)) {
+    std::fprintf(stderr, "the failed run's temporary files are kept in %s\n", temp.string().c_str());
+  }
   if (failed == 0 && ndtcu::test::g_cases_run > 0 &&
       static_cast<int>(ndtcu::test::g_skipped.size()) == ndtcu::test::g_cases_run) {
     return 77;

@@ -19,7 +19,9 @@ void mark_skipped(const std::string& reason);
 /// nullopt when it does not exist.
 std::optional<std::filesystem::path> data_dir();
 
-/// A fresh, empty folder under the build tree's temporary area, removed at exit.
+/// A fresh, empty folder in this process's own folder under the build tree's temporary area
+/// (so that processes running the same case at once do not share it), removed at exit when
+/// every test passed and kept, its path printed, when one failed.
 std::filesystem::path temp_dir(const std::string& name);
 
 /// Whole file as bytes.

@@ -33,6 +33,7 @@ struct SimulateOptions {
   int frames = 50;
   double rate = 10.0;        // given or the scenario's
   std::string scenario = "drive";
+  double kidnap_distance = 20.0;  // the kidnap scenario's jump (m)
   double world_size = 200.0;
   std::string origin = "0,0,0";
   double map_voxel = 0.2;
@@ -160,12 +161,18 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                   "               90 deg turn\n"
                   "  stop-and-go  1 Hz from a standstill; stops 25 m after the start and every 100 m,\n"
                   "               braking at 6 m/s^2, 4 s standing, then accelerating at 3.5 m/s^2\n"
-                  "  kidnap       1 Hz; at the middle frame the sensor lands 20 m away on another\n"
-                  "               street (or the other lane) and drives on; poses_tum.txt has the jump\n"
+                  "  kidnap       1 Hz; at the middle frame the sensor lands --kidnap-distance (20 m)\n"
+                  "               away on another street (or the other lane) and drives on;\n"
+                  "               poses_tum.txt has the jump\n"
                   "  rough-start  the plain drive, plus initial_pose_rough.txt: the first pose 3 m and\n"
                   "               30 deg off, as a start for localize --init-from or initpose --around")
       ->check(CLI::IsMember(sim::scenario_names()))
       ->capture_default_str();
+  auto* kidnap_distance =
+      cmd->add_option("--kidnap-distance", o->kidnap_distance,
+                      "with --scenario kidnap: how far the sensor jumps, horizontally, in metres (above 0, at most 1000; a street "
+                      "lane must lie that far away, so the world must be large enough)")
+          ->capture_default_str();
   auto* size = cmd->add_option("--world-size", o->world_size, "side of the square world in metres (50 to 5000)")
                    ->capture_default_str();
   cmd->add_option("--origin", o->origin, "world position of the scene centre, x,y,z metres (e.g. 680000,3900000,40)")
@@ -197,7 +204,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
   cmd->add_flag("--bench", o->bench, "time ray casting (and map sampling with --map-points) instead of writing files");
   cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(CLI::PositiveNumber)->capture_default_str();
 
-  return [o, &global, sensor, size, map_points, scan_points, voxel, noise, columns, max_range, rate]() {
+  return [o, &global, sensor, size, map_points, scan_points, voxel, noise, columns, max_range, rate, kidnap_distance]() {
     sim::SimulationSettings s;
     if (o->scale) {
       if (size->count() == 0) o->world_size = kScaleWorldSize;
@@ -218,6 +225,13 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     s.trajectory.frames = o->frames;
     sim::apply_scenario(s, sim::scenario_from_string(o->scenario));  // after --frames: the kidnap is at its middle
     if (rate->count() > 0) s.trajectory.rate_hz = o->rate;
+    if (kidnap_distance->count() > 0) {
+      if (s.scenario != sim::Scenario::Kidnap) {
+        throw Error(fmt::format("--kidnap-distance {}: only the kidnap scenario jumps (add --scenario kidnap)",
+                                number_text(o->kidnap_distance)));
+      }
+      s.trajectory.kidnap_distance = o->kidnap_distance;
+    }
     s.map.voxel = o->map_voxel;
     s.map.target_points = o->map_points;
     s.scan_points = o->scan_points;

@@ -320,10 +320,13 @@ struct TrajectorySettings {
   /// ... and stands still this long each time (s).
   double stop_seconds = 0.0;
   /// From this frame on the sensor is elsewhere (-1: never; else 1 to frames - 1): the
-  /// drive goes on from a point of another street's lane (or of the other direction's)
+  /// drive goes on from a point of another street's lane (or of the other direction's; for a
+  /// jump that reaches neither, of a parallel street's lane in the drive's own direction)
   /// exactly kidnap_distance from the ground point of the frame before, horizontally.
   int kidnap_frame = -1;
-  double kidnap_distance = 20.0;  ///< the kidnap's jump (m)
+  /// The kidnap's jump (m, --kidnap-distance), in (0, 1000]: any distance at which a street
+  /// lies, up to the world's diagonal (simulate() refuses more).
+  double kidnap_distance = 20.0;
 };
 
 /// Checks TrajectorySettings; throws Error naming the option (--frames) and value.
@@ -347,18 +350,49 @@ struct TrajectorySample {
 std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& settings);
 
 // ---------------------------------------------------------------------------------------
-// Degenerate places
+// Degenerate and repeated places
 // ---------------------------------------------------------------------------------------
 
-/// Places where a scan cannot pin every direction of its pose, for testing what a
-/// localizer does there (their weak directions are known exactly).
+/// Places where a scan cannot pin every direction of its pose, or pins it equally well at
+/// several poses, for testing what a localizer does there (their weak directions and their
+/// copies are known exactly). In the scene frame the place's axis is x and its middle is 0.
 enum class Place {
   Corridor,    ///< a tunnel 4 m wide and 3 m high, flat walls, floor and ceiling: nothing along its axis
   WalledRoad,  ///< a straight road between two flat 4 m walls 14 m apart, open above: nothing along it
   OpenLot,     ///< an empty flat lot 120 m wide: only height, roll and pitch are held
+  /// A straight flat street along the axis lined on both sides by identical plots, one every
+  /// kHouseRowPitch metres: each plot a house (a FacadeBox 10 m along the street, 8 m deep,
+  /// 6 m high, windows on every face; its front kHouseRowSetback from the centre line), a
+  /// street light in front of it and a tree beside it. Every pose is pinned locally (house
+  /// corners, poles, trunks), but the same pose moved a whole number of pitches along the
+  /// street sees the same scene: a global search must call it ambiguous.
+  HouseRow,
+  /// An indoor floor: kCorridorCount identical corridors 3 m wide and 2.8 m high along the
+  /// axis, kCorridorSpacing apart (centre to centre), joined at both ends by a cross corridor.
+  /// Each corridor has a door recess in its left (+y) wall and a pillar on its right (-y)
+  /// wall every kCorridorPitch metres, the same in every corridor: a pose is repeated a whole
+  /// number of pitches along its corridor and at the same place of every other corridor.
+  ParallelCorridors,
 };
 
-/// "corridor", "walled-road", "open-lot" (in Place's order).
+/// HouseRow: distance between identical plots along the street (m). 20 m is a terraced
+/// street's plot (a 10 m house and a 10 m gap), short enough that a 100 m scan holds ten
+/// copies, long enough that a search's coarse grid (a few metres) tells the copies apart.
+inline constexpr double kHouseRowPitch = 20.0;
+/// HouseRow: distance from the street's centre line to the houses' fronts (m): 6.5 m of
+/// road and pavement (the street lights stand at its edge) and a 1.5 m front garden; the
+/// houses reach 16 m, the ground 30 m.
+inline constexpr double kHouseRowSetback = 8.0;
+/// ParallelCorridors: distance between identical bays along each corridor (m): a 6 m
+/// structural grid, one office door and one pillar per bay.
+inline constexpr double kCorridorPitch = 6.0;
+/// ParallelCorridors: distance between neighbouring corridors, centre to centre (m): a 3 m
+/// corridor and 5 m of rooms and walls between two.
+inline constexpr double kCorridorSpacing = 8.0;
+/// ParallelCorridors: how many corridors (at scene y = (k - 1.5) * kCorridorSpacing, k = 0..3).
+inline constexpr int kCorridorCount = 4;
+
+/// "corridor", "walled-road", "open-lot", "house-row", "parallel-corridors" (in Place's order).
 const std::vector<std::string>& place_names();
 /// The name of a place.
 const char* to_string(Place place);
@@ -379,14 +413,34 @@ struct PlaceSettings {
 /// Checks PlaceSettings; throws Error naming the field and value.
 void validate(const PlaceSettings& settings);
 /// The scene of a place: its ground, walls and ceiling as the place says, running 10 m
-/// past both ends of its drive. No road network (place_drive() gives the trajectory).
+/// past both ends of its drive (ParallelCorridors: the corridors end at +-length / 2 in the
+/// cross corridors). HouseRow's plots are centred at scene x = k * kHouseRowPitch for every
+/// integer k whose whole plot (+-pitch / 2) lies within +-length / 2; ParallelCorridors' bays
+/// (door and pillar) at x = k * kCorridorPitch for every k whose bay lies within
+/// +-length / 2. No road network (place_drive() gives the trajectory).
 Scene generate_place(const PlaceSettings& settings);
 /// The unit axis of a place's scene in the world frame (the scene frame's x turned by its yaw).
 Eigen::Vector3d place_axis(const Scene& scene);
 /// `frames` poses at `rate_hz` along the place's axis (sensor level, x forward), at a speed
 /// that swings between 2 and 8 m/s every 6 s, so a constant-velocity prediction misses
-/// along the axis. Throws Error when the drive would leave the place.
+/// along the axis. The drive runs from scene x = -0.4 length, at scene y = -1.5 (the
+/// right-hand lane) on WalledRoad and HouseRow, in corridor 1 (scene y = -4) of
+/// ParallelCorridors, on the centre line elsewhere; at 1.5 m in the corridors, 1.8 m
+/// outdoors. Throws Error when the drive would leave the place.
 std::vector<TrajectorySample> place_drive(const PlaceSettings& settings, int frames, double rate_hz);
+/// Where a sensor sees what it sees at `world_position` (world frame; in a corridor for
+/// ParallelCorridors), in a place that repeats: that position moved by whole pitches along
+/// the axis and, in ParallelCorridors, to the same place of every corridor (scene y changed
+/// by whole kCorridorSpacing from the nearest corridor's), each kept while a sensor there with
+/// `clearance` metres of range (its max range) sees neither end of the repeated part: its
+/// scene x within +-(that part's half length - clearance). The half length is (k + 1/2)
+/// pitches for the k of generate_place(): 150 m for a 300 m HouseRow, 147 m for a 300 m
+/// ParallelCorridors. World frame, the given height kept, ordered by corridor, then along
+/// the axis; `world_position` is among them. A position that is not itself clear of the ends,
+/// or a place that does not repeat (its sameness along the axis is continuous), gives
+/// `world_position` alone. Throws Error for a negative or non-finite clearance.
+std::vector<Eigen::Vector3d> place_repeats(const PlaceSettings& settings, const Eigen::Vector3d& world_position,
+                                           double clearance);
 
 // ---------------------------------------------------------------------------------------
 // Map
@@ -458,7 +512,7 @@ enum class Scenario {
   Drive,       ///< the plain drive at 10 Hz
   Turns,       ///< 1 Hz, a turn at every intersection, brisk: 45 deg or more between two scans
   StopAndGo,   ///< 1 Hz, hard stops, 4 s standing still, hard starts
-  Kidnap,      ///< 10 Hz, the sensor jumps 20 m to another street at the middle frame
+  Kidnap,      ///< 1 Hz, the sensor jumps kidnap_distance (20 m) to another street at the middle frame
   RoughStart,  ///< the plain drive, plus a start pose 3 m and 30 deg off (initial_pose_rough.txt)
 };
 
@@ -509,8 +563,9 @@ struct SimulationSettings {
 ///   after it, braking at 6 m/s^2 (hard), 4 s standing (4 scans), accelerating at
 ///   3.5 m/s^2 (hard); a constant-velocity prediction overshoots into each stop and lags
 ///   behind each start.
-/// - Kidnap: rate 10 Hz; at frame frames / 2 the sensor lands 20 m away on another street
-///   (or the other direction of its own) and drives on from there.
+/// - Kidnap: rate 1 Hz; at frame frames / 2 the sensor lands trajectory.kidnap_distance
+///   away (20 m; set it after this call, as --kidnap-distance does) on another street (or the
+///   other direction of its own) and drives on from there.
 /// - RoughStart: rate 10 Hz, the plain drive, with rough_start (3 m, 30 deg).
 /// A rate given afterwards (--rate) replaces the scenario's.
 void apply_scenario(SimulationSettings& settings, Scenario scenario);

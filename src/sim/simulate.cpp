@@ -207,6 +207,12 @@ void validate(const SimulationSettings& s) {
   if (s.scenario == Scenario::Kidnap && s.trajectory.kidnap_frame < 1) {
     throw Error("scenario kidnap needs --frames 2 or more");
   }
+  // No two points of the square world lie farther apart than its diagonal.
+  if (s.trajectory.kidnap_frame > 0 && s.trajectory.kidnap_distance > std::sqrt(2.0) * s.world.size) {
+    throw Error(fmt::format("kidnap distance (--kidnap-distance) {:g} m is longer than the diagonal of the {:g} m world "
+                            "({:.0f} m): no street lies that far away",
+                            s.trajectory.kidnap_distance, s.world.size, std::sqrt(2.0) * s.world.size));
+  }
   if (s.threads > static_cast<unsigned>(kMaxThreads)) {
     throw Error("threads (--threads) must be at most " + std::to_string(kMaxThreads) + " (0: one per hardware thread), got " +
                 std::to_string(s.threads));

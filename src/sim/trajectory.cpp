@@ -293,7 +293,9 @@ TrajectorySample sample_at(const World& world, const Timeline& d, const Trajecto
 /// route starting at the street's first intersection drives first, exactly `distance` from
 /// `from` (horizontally) and heading more than 45 deg away from `heading` (another street,
 /// else the other direction of a parallel one), so that it is not where the drive was going
-/// anyway.
+/// anyway. Only where no such lane lies at that distance (a long jump, which reaches few
+/// streets; or one from near the world's edge), a lane in the drive's own direction on
+/// another street than the drive's: a jump sideways, still away from where it was going.
 struct Landing {
   std::pair<int, int> street{-1, -1};  ///< (from, to) intersections
   double along = 0.0;                  ///< centre-line distance from `from` (m)
@@ -302,33 +304,44 @@ struct Landing {
 Landing kidnap_landing(const RoadNetwork& roads, const TrajectorySettings& s, const Eigen::Vector2d& from,
                        double heading, Rng& rng) {
   // Another street first; the other direction of the street the drive is on only when no
-  // other street lies at that distance.
-  std::vector<Landing> candidates, reversed;
+  // other street lies at that distance; a parallel street in the drive's own direction only
+  // when neither does.
+  std::vector<Landing> candidates, reversed, parallel;
   const Eigen::Vector2d travel(std::cos(heading), std::sin(heading));
   for (const auto& [e0, e1] : roads.edges) {
     for (const auto& [a, b] : {std::pair<int, int>{e0, e1}, std::pair<int, int>{e1, e0}}) {
       const Eigen::Vector2d na = roads.nodes[static_cast<std::size_t>(a)], nb = roads.nodes[static_cast<std::size_t>(b)];
       const double len = (nb - na).norm();
       const Eigen::Vector2d dir = (nb - na) / len;
-      if (dir.dot(travel) > std::cos(kPi / 4.0)) continue;  // within 45 deg of the heading
       // Past the first intersection as a fresh drive starts, and short of the fillet into
       // the next turn (its tangent length is at most turn_radius * tan(60 deg) < 2 radii).
       const double lo = kStartSkip, hi = len - 2.0 * s.turn_radius;
       if (hi <= lo) continue;
       // The lane line q(t) = q0 + t dir meets the circle |q - from| = distance.
       const Eigen::Vector2d q0 = na + roads.lane_offset * Eigen::Vector2d(dir.y(), -dir.x());
+      std::vector<Landing>* list = &candidates;
+      if (dir.dot(travel) > std::cos(kPi / 4.0)) {  // within 45 deg of the heading
+        // The same lane line as the drive's (ahead or behind it) is where it was going.
+        const Eigen::Vector2d off = from - q0;
+        if (std::abs(off.x() * dir.y() - off.y() * dir.x()) < 1.0) continue;
+        list = &parallel;
+      } else if (dir.dot(travel) < -0.999) {
+        list = &reversed;
+      }
       const double bb = dir.dot(q0 - from), cc = (q0 - from).squaredNorm() - s.kidnap_distance * s.kidnap_distance;
       const double disc = bb * bb - cc;
       if (disc < 0.0) continue;
       for (const double t : {-bb - std::sqrt(disc), -bb + std::sqrt(disc)}) {
-        if (t >= lo && t <= hi) (dir.dot(travel) < -0.999 ? reversed : candidates).push_back({{a, b}, t});
+        if (t >= lo && t <= hi) list->push_back({{a, b}, t});
       }
     }
   }
   if (candidates.empty()) candidates = reversed;
+  if (candidates.empty()) candidates = parallel;
   if (candidates.empty()) {
     throw Error("kidnap: no street lane lies " + num(s.kidnap_distance) + " m from the pose before frame " +
-                std::to_string(s.kidnap_frame) + " in another direction; try another seed, frame or a larger world");
+                std::to_string(s.kidnap_frame) +
+                "; try another seed or frame, a shorter kidnap distance (--kidnap-distance) or a larger world");
   }
   return candidates[rng.below(static_cast<std::uint32_t>(candidates.size()))];
 }
@@ -369,7 +382,7 @@ void validate(const TrajectorySettings& s) {
                 " (--frames 2 or more), got " + std::to_string(s.kidnap_frame));
   }
   if (!(s.kidnap_distance > 0.0 && s.kidnap_distance <= 1000.0)) {
-    throw Error("kidnap distance must be in (0, 1000] m, got " + num(s.kidnap_distance));
+    throw Error("kidnap distance (--kidnap-distance) must be in (0, 1000] m, got " + num(s.kidnap_distance));
   }
 }
 

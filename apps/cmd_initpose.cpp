@@ -7,6 +7,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
+#include <ndtcu/global_search.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/initial_pose_tpe.hpp>
 #include <ndtcu/pose_covariance.hpp>
@@ -26,10 +27,14 @@ namespace {
 struct InitPoseOptions {
   std::string map, scan, method = "sweep", origin = "auto";
   std::vector<double> around;  // x, y, z, yaw or x, y, z, roll, pitch, yaw (m, rad)
+  std::vector<double> gravity_up;  // --up: the scan's up direction (an IMU's gravity reversed)
+  bool global = false;
+  GlobalSearchOptions global_search;
   double scan_voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
   InitialPoseOptions search;
   TpeOptions tpe;
   NdtOptions ndt;
+  CLI::Option* global_radius = nullptr;
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -56,13 +61,34 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
   add_origin_option(cmd, o.origin, "the map");
   cmd->add_option("--around", o.around,
                   "rough pose x,y,z,yaw (roll and pitch from the scan's ground plane, the map's z up) or "
-                  "x,y,z,roll,pitch,yaw (m, rad); the sweep keeps its z (and roll and pitch when given)")
-      ->required()
+                  "x,y,z,roll,pitch,yaw (m, rad); the sweep keeps its z (and roll and pitch when given); with "
+                  "--global, the centre of the region searched (--radius)")
       ->delimiter(',')
       ->expected(4, 6);
-  cmd->add_option("--radius", o.search.radius, "search positions within this distance of --around (m)")
+  CLI::Option* radius =
+      cmd->add_option("--radius", o.search.radius,
+                      "search positions within this distance of --around (m); with --global any radius (default: "
+                      "the whole map)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--global", o.global,
+                "search the whole map with no pose (branch and bound over x, y, z and yaw on the map's likelihood "
+                "pyramid, then NDT alignment of the best distinct places); --around and --radius limit it to a region");
+  cmd->add_option("--cell", o.global_search.cell, "--global: leaf step of the positions and pyramid cell (m)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.05, 10.0));
+  cmd->add_option("--candidates", o.global_search.candidates, "--global: distinct places aligned by NDT")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--search-points", o.global_search.points, "--global: scan points the bounds sum")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 65536));
+  cmd->add_option("--up", o.gravity_up,
+                  "--global: the scan's up direction x,y,z in its own frame (an IMU's gravity reversed); default: "
+                  "the normal of the scan's ground plane")
+      ->delimiter(',')
+      ->expected(3);
+  o.global_radius = radius;
   cmd->add_option("--position-step", o.search.position_step, "grid spacing of the positions (m)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -121,7 +147,10 @@ struct InitPoseRun {
   AlignSettings settings;
   ExecutionOptions execution;
   Pose6 around = Pose6::Zero();
-  bool tpe = false;
+  bool tpe = false, global = false;
+  GlobalSearchQuery query;
+  double pyramid_ms = 0.0;
+  std::size_t pyramid_bytes = 0;
   std::size_t map_points = 0, map_points_read = 0, scan_points = 0, scan_points_read = 0;
   double load_ms = 0.0, map_ms = 0.0;
   InitialPoseResult result;
@@ -145,7 +174,10 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
   run.execution = execution_options(o.ndt, config ? &*config : nullptr);
   Pose6& around = run.around;
   around = Pose6::Zero();
-  if (o.around.size() == 4) {
+  run.global = o.global;
+  if (o.around.empty()) {
+    // --global alone: no pose at all.
+  } else if (o.around.size() == 4) {
     around << o.around[0], o.around[1], o.around[2], 0.0, 0.0, o.around[3];
     o.search.level_from_ground = true;  // roll and pitch from the scan's ground
   } else {
@@ -154,7 +186,21 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
   if (!around.allFinite()) throw Error("--around: every value must be finite");
   // The search's settings are checked before any cloud is read: a refused search fails at once.
   run.tpe = o.method == "tpe";
-  if (run.tpe) {
+  if (run.global) {
+    if (!o.gravity_up.empty()) {
+      const Eigen::Vector3d up(o.gravity_up[0], o.gravity_up[1], o.gravity_up[2]);
+      if (!(up.allFinite() && up.norm() > 1e-6)) throw Error("--up: a finite non-zero direction x,y,z");
+      run.query.up = up;
+    }
+    if (!o.around.empty() && o.global_radius->count() > 0) {
+      if (!(o.search.radius > 0.0)) throw Error("--radius: with --global and --around it must be > 0 (m)");
+      run.query.around = around;
+      run.query.radius = o.search.radius;
+    }
+    o.global_search.refine = o.search;
+    o.global_search.refine.radius = 0.0;  // the sweep's grid is not used
+    validate(o.global_search);
+  } else if (run.tpe) {
     validate(o.tpe);
   } else {
     (void)initial_pose_hypotheses(around, o.search);
@@ -178,9 +224,17 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
     throw Error(fmt::format("{}: the map has no usable voxel at resolution {}", o.map, s.resolution));
   }
 
-  // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
-  run.result = run.tpe ? find_initial_pose_tpe(aligner, scan, around, o.tpe)
-                       : find_initial_pose(aligner, scan, around, o.search);
+  if (run.global) {
+    t0 = std::chrono::steady_clock::now();
+    InitialPoseSearch search(aligner, o.global_search);
+    run.pyramid_ms = ms_since(t0);
+    run.pyramid_bytes = search.memory_bytes();
+    run.result = search.find(scan, run.query);
+  } else {
+    // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
+    run.result = run.tpe ? find_initial_pose_tpe(aligner, scan, around, o.tpe)
+                         : find_initial_pose(aligner, scan, around, o.search);
+  }
   attach_pose_covariance(aligner, scan, run.result.best);  // --pose-covariance, the winner's only
   return run;
 }
@@ -192,8 +246,16 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   const InitialPoseResult& r = run.result;
   // The best alignment's fields at the top level (its time_ms replaced by the search's).
   nlohmann::json j = align_result_json(r.best);
-  j["method"] = o.method;
+  j["method"] = run.global ? "global" : o.method;
   j["verdict"] = to_string(verdict(r, o.nvtl_threshold));
+  j["status"] = found_state(verdict(r, o.nvtl_threshold));
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const PoseCandidate& c : r.candidates) {
+    candidates.push_back({{"xyzrpy", pose_json(c.pose)}, {"nvtl", c.nvtl}, {"overlap", c.overlap},
+                          {"converged", c.converged}, {"distance_m", c.distance}, {"angle_deg", c.angle_deg},
+                          {"distinct", c.distinct}});
+  }
+  j["candidates"] = candidates;
   j["nvtl_threshold"] = o.nvtl_threshold;
   j["hypotheses_aligned"] = r.hypotheses_aligned;
   j["screened_hypotheses"] = r.screened_hypotheses;
@@ -209,8 +271,29 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   j["rival_xyzrpy"] = r.has_rival ? pose_json(r.rival_pose) : nlohmann::json(nullptr);
   j["ambiguous"] = r.ambiguous;
   j["ambiguity_margin"] = o.search.ambiguity_margin;
-  j["around"] = pose_json(around);
-  if (run.tpe) {
+  j["around"] = o.around.empty() ? nlohmann::json(nullptr) : pose_json(around);
+  if (run.global) {
+    const GlobalSearchStats& g = r.global;
+    j["search"] = {{"cell", o.global_search.cell},
+                   {"region_radius", run.query.around ? nlohmann::json(run.query.radius) : nlohmann::json(nullptr)},
+                   {"points", g.points},
+                   {"yaws", g.yaws},
+                   {"yaw_step_deg", g.yaw_step_deg},
+                   {"levels", g.levels},
+                   {"top_nodes", g.top_nodes},
+                   {"nodes_scored", g.nodes_scored},
+                   {"leaves_scored", g.leaves_scored},
+                   {"brute_force_leaves", g.brute_force_leaves},
+                   {"batches", g.batches},
+                   {"standing", g.standing},
+                   {"sensor_height", g.sensor_height},
+                   {"truncated", g.truncated},
+                   {"prepare_ms", g.prepare_ms},
+                   {"bound_ms", g.bound_ms},
+                   {"align_ms", g.align_ms},
+                   {"pyramid_build_ms", run.pyramid_ms},
+                   {"pyramid_bytes", run.pyramid_bytes}};
+  } else if (run.tpe) {
     j["search"] = {{"particles", o.tpe.particles},
                    {"startup_trials", o.tpe.startup_trials},
                    {"proposal_batch", o.tpe.proposal_batch},
@@ -240,10 +323,22 @@ std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
   const Pose6& around = run.around;
   const InitialPoseResult& r = run.result;
   const AlignResult& b = r.best;
-  std::string out = fmt::format("{} in {}, around {}\n", o.scan, o.map, pose_text(around));
+  std::string out = o.around.empty() ? fmt::format("{} in {}, anywhere\n", o.scan, o.map)
+                                     : fmt::format("{} in {}, around {}\n", o.scan, o.map, pose_text(around));
   out += fmt::format("  points      scan {} (of {} read), map {} (of {} read), {} voxels\n", run.scan_points,
                      run.scan_points_read, run.map_points, run.map_points_read, b.target_voxels);
-  if (run.tpe) {
+  if (run.global) {
+    const GlobalSearchStats& g = r.global;
+    out += fmt::format("  global      {} points x {} yaws ({:.2f} deg) at {} m cells{}{}: {} nodes bounded ({} leaves; a "
+                       "sweep scores {}), {} candidates aligned\n",
+                       g.points, g.yaws, g.yaw_step_deg, o.global_search.cell,
+                       g.standing ? fmt::format(", standing {:.2f} m above a floor", g.sensor_height) : std::string(),
+                       run.query.around ? fmt::format(", within {} m of --around", run.query.radius) : std::string(),
+                       g.nodes_scored, g.leaves_scored, g.brute_force_leaves, r.coarse_hypotheses);
+    out += fmt::format("  pyramid     built in {:.1f} ms, {:.0f} MB; bound {:.1f} ms, alignment {:.1f} ms{}\n",
+                       run.pyramid_ms, static_cast<double>(run.pyramid_bytes) / 1e6, g.bound_ms, g.align_ms,
+                       g.truncated ? " (stopped at the node limit)" : "");
+  } else if (run.tpe) {
     out += fmt::format("  tpe         {} startup particles (one batch) + {} proposed (batches of {}) = {} hypotheses "
                        "aligned\n",
                        r.coarse_hypotheses, r.refined_hypotheses, o.tpe.proposal_batch, r.hypotheses_aligned);
@@ -276,6 +371,14 @@ std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
     out += fmt::format("  rival       none: every hypothesis ended within {} m and {} deg of the winner\n",
                        o.search.ambiguity_distance, o.search.ambiguity_angle_deg);
   }
+  if (run.global && r.candidates.size() > 1) {
+    out += "  candidates  (best first, one per place)\n";
+    for (std::size_t k = 0; k < r.candidates.size() && k < 5; ++k) {
+      const PoseCandidate& c = r.candidates[k];
+      out += fmt::format("    {}. NVTL {:.4f}  overlap {:.2f}  {:6.2f} m {:6.1f} deg from the best  {}\n", k + 1, c.nvtl,
+                         c.overlap, c.distance, c.angle_deg, pose_text(c.pose));
+    }
+  }
   if (r.ambiguous) out += "  AMBIGUOUS: a distinct pose scores within the margin; not guessing\n";
   const InitialPoseVerdict v = verdict(r, o.nvtl_threshold);
   switch (v) {
@@ -303,11 +406,17 @@ std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
 
 Command add_initpose(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<InitPoseOptions>();
-  auto* cmd = app.add_subcommand("initpose", "Find a scan's pose in a map near a rough pose (sweep of positions and yaws)");
+  auto* cmd = app.add_subcommand("initpose", "Find a scan's pose in a map near a rough pose (sweep of positions and yaws), or anywhere in it (--global)");
   const ConfigurableOptions given = add_initpose_options(cmd, *o);
   // Five values are neither form: a usage error, found while parsing.
   cmd->callback([o]() {
-    if (o->around.size() != 4 && o->around.size() != 6) {
+    if (o->around.empty() && !o->global) {
+      throw CLI::ValidationError("--around", "give a rough pose (--around x,y,z,yaw), or --global to search the whole map");
+    }
+    if (o->global && o->method != "sweep") {
+      throw CLI::ValidationError("--global", "searches by branch and bound; --method tpe needs --around instead");
+    }
+    if (!o->around.empty() && o->around.size() != 4 && o->around.size() != 6) {
       throw CLI::ValidationError("--around", "4 values (x,y,z,yaw) or 6 (x,y,z,roll,pitch,yaw), received " +
                                                  std::to_string(o->around.size()));
     }

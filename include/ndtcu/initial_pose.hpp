@@ -97,6 +97,40 @@ struct InitialPoseOptions {
   std::size_t max_hypotheses = 100000;
 };
 
+/// One refined candidate of a search, as InitialPoseResult::candidates ranks them.
+struct PoseCandidate {
+  Pose6 pose = Pose6::Zero();  ///< where its alignment ended
+  double nvtl = 0.0;           ///< NVTL there
+  /// Share of the scan's points that met a map voxel there (matched / source points).
+  double overlap = 0.0;
+  bool converged = false;      ///< its alignment converged
+  double distance = 0.0;       ///< x-y-z distance (m) from the best candidate's position
+  double angle_deg = 0.0;      ///< rotation (deg) from the best candidate's orientation
+  /// A place distinct from the best's (farther than ambiguity_distance, or turned by more
+  /// than ambiguity_angle_deg): the runner-up the ambiguity check weighs.
+  bool distinct = false;
+};
+
+/// Where the branch and bound of a search spent its work.
+struct GlobalSearchStats {
+  std::size_t points = 0;          ///< scan points the bounds summed
+  std::size_t yaws = 0;            ///< yaws searched
+  double yaw_step_deg = 0.0;       ///< their spacing
+  int levels = 0;                  ///< levels of the pyramid
+  std::size_t top_nodes = 0;       ///< nodes of the top level (all of them scored)
+  std::size_t nodes_scored = 0;    ///< nodes whose bound was computed, leaves included
+  std::size_t leaves_scored = 0;   ///< of which leaves
+  std::size_t batches = 0;         ///< scoring batches (GPU launches)
+  std::size_t brute_force_leaves = 0;  ///< leaves a sweep of every position and yaw would score
+  bool standing = false;           ///< positions were restricted to standing heights
+  double sensor_height = 0.0;      ///< the scan's height above its ground plane (m), when found
+  bool truncated = false;          ///< the search stopped at max_nodes
+  double best_leaf_score = 0.0;    ///< the best leaf's mean point value (0-1)
+  double prepare_ms = 0.0;         ///< leveling, thinning, the rotated points
+  double bound_ms = 0.0;           ///< the branch and bound
+  double align_ms = 0.0;           ///< the NDT alignment of the candidates
+};
+
 /// What find_initial_pose() found.
 struct InitialPoseResult {
   /// The winning refined alignment (the highest NVTL): pose, fitness, iterations. Its
@@ -127,6 +161,11 @@ struct InitialPoseResult {
   /// True when the hypotheses' roll and pitch came from the scan's ground plane
   /// (InitialPoseOptions::level_from_ground and a plane found).
   bool leveled = false;
+  /// The refined hypotheses, best first (by NVTL; the best is `best`), each place once:
+  /// a later one within the ambiguity distance and angle of an earlier one is left out.
+  std::vector<PoseCandidate> candidates;
+  /// What the global search's branch and bound did (InitialPoseSearch; zero otherwise).
+  GlobalSearchStats global;
 };
 
 /// What a search's result means for a caller who must not take a wrong pose.

@@ -3,6 +3,7 @@
 #include "cuda_voxel_build.hpp"
 #include "device_scope.hpp"
 #include "transform_points.hpp"
+#include "../ndt/pyramid_scorer.hpp"
 
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
@@ -38,6 +39,9 @@ CudaVoxelizer::~CudaVoxelizer() = default;
 VoxelCells CudaVoxelizer::usable_cells(PointCloudView, float, const VoxelMapOptions&, DeviceVoxelCells*) { return {}; }
 OccupiedCells CudaVoxelizer::occupied_cells(PointCloudView, float, const VoxelMapOptions&, DeviceOccupiedCells*) {
   return {};
+}
+std::unique_ptr<PyramidScorer> make_cuda_pyramid_scorer(const ScorePyramid&, CUstream_st*, int) {
+  throw CudaError("a GPU global search was requested, but " + cuda_unavailable_reason());
 }
 }  // namespace detail
 

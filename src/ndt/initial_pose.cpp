@@ -488,6 +488,7 @@ InitialPoseResult search_hypotheses(Aligner& aligner, PointCloudView scan, const
     if (!refined[k]) detail::offer_rival(result, coarse_results[k], o.ambiguity_distance, angle);
   }
   detail::settle_ambiguity(result, o.ambiguity_margin);
+  detail::rank_candidates(result, refined_results, o.ambiguity_distance, angle);
   result.time_ms = detail::ms_since(t0);
   detail::log().debug("hypothesis search: {} screened ({:.1f} ms), {} coarse ({:.1f} ms) + {} refined ({:.1f} ms) "
                       "hypotheses, NVTL {:.4f}{}",

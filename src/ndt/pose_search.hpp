@@ -7,8 +7,10 @@
 
 #include <Eigen/Geometry>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 namespace ndtcu::detail {
 
@@ -56,6 +58,38 @@ inline void offer_rival(InitialPoseResult& result, const AlignResult& r, double 
 /// Sets result.ambiguous: a rival within `margin` of the winner's NVTL.
 inline void settle_ambiguity(InitialPoseResult& result, double margin) {
   result.ambiguous = result.has_rival && result.ambiguity_nvtl >= result.best.nvtl - margin;
+}
+
+/// Fills result.candidates from a search's refined results: best first by NVTL, each place
+/// once (a result within `distance` and `angle_rad` of one ranked before it is left out),
+/// those that met no voxel left out; distances and angles from result.best.
+inline void rank_candidates(InitialPoseResult& result, const std::vector<AlignResult>& refined, double distance,
+                            double angle_rad) {
+  std::vector<const AlignResult*> order;
+  for (const AlignResult& r : refined) {
+    if (!std::isnan(r.nvtl) && r.matched_points > 0) order.push_back(&r);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const AlignResult* a, const AlignResult* b) { return nvtl_ranks_above(*a, *b); });
+  result.candidates.clear();
+  std::vector<const AlignResult*> kept;
+  const Eigen::Matrix3d rb = pose_to_matrix(result.best.pose).topLeftCorner<3, 3>();
+  for (const AlignResult* r : order) {
+    const bool fresh = std::all_of(kept.begin(), kept.end(),
+                                   [&](const AlignResult* q) { return distinct_poses(r->pose, q->pose, distance, angle_rad); });
+    if (!fresh) continue;
+    kept.push_back(r);
+    PoseCandidate c;
+    c.pose = r->pose;
+    c.nvtl = r->nvtl;
+    c.overlap = r->source_points ? static_cast<double>(r->matched_points) / static_cast<double>(r->source_points) : 0.0;
+    c.converged = r->converged;
+    c.distance = (r->pose.head<3>() - result.best.pose.head<3>()).norm();
+    c.angle_deg = Eigen::AngleAxisd(rb.transpose() * pose_to_matrix(r->pose).topLeftCorner<3, 3>()).angle() * 180.0 /
+                  3.14159265358979323846;
+    c.distinct = distinct_poses(r->pose, result.best.pose, distance, angle_rad);
+    result.candidates.push_back(c);
+  }
 }
 
 inline double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -1,13 +1,46 @@
-// The Python module: The initial pose search: InitialPoseResult and find_initial_pose.
+// The Python module: The initial pose search: InitialPoseResult, find_initial_pose and the
+// global search (InitialPoseSearch).
 #include "common.hpp"
 
+#include <ndtcu/global_search.hpp>
 #include <ndtcu/pose_covariance.hpp>
+
+#include <nanobind/stl/vector.h>
 
 using namespace nb::literals;
 
 namespace ndtcu::python {
 
+// An InitialPoseSearch with the PyAligner it searches (kept alive by the Python object).
+struct PyInitialPoseSearch {
+  PyAligner* aligner;
+  InitialPoseSearch search;
+};
+
 void define_initial_pose(nb::module_& m) {
+  nb::class_<PoseCandidate>(m, "PoseCandidate", "One refined place of a search (InitialPoseResult.candidates).")
+      .def_prop_ro("xyzrpy", [](const PoseCandidate& c) { return Eigen::VectorXd(c.pose); })
+      .def_ro("nvtl", &PoseCandidate::nvtl)
+      .def_ro("overlap", &PoseCandidate::overlap, "share of the scan's points that met a voxel")
+      .def_ro("converged", &PoseCandidate::converged)
+      .def_ro("distance", &PoseCandidate::distance, "m from the best candidate")
+      .def_ro("angle_deg", &PoseCandidate::angle_deg, "deg from the best candidate")
+      .def_ro("distinct", &PoseCandidate::distinct, "a place distinct from the best's");
+  nb::class_<GlobalSearchStats>(m, "GlobalSearchStats", "What a global search's branch and bound did.")
+      .def_ro("points", &GlobalSearchStats::points)
+      .def_ro("yaws", &GlobalSearchStats::yaws)
+      .def_ro("yaw_step_deg", &GlobalSearchStats::yaw_step_deg)
+      .def_ro("levels", &GlobalSearchStats::levels)
+      .def_ro("top_nodes", &GlobalSearchStats::top_nodes)
+      .def_ro("nodes_scored", &GlobalSearchStats::nodes_scored)
+      .def_ro("leaves_scored", &GlobalSearchStats::leaves_scored)
+      .def_ro("brute_force_leaves", &GlobalSearchStats::brute_force_leaves)
+      .def_ro("batches", &GlobalSearchStats::batches)
+      .def_ro("standing", &GlobalSearchStats::standing)
+      .def_ro("sensor_height", &GlobalSearchStats::sensor_height)
+      .def_ro("truncated", &GlobalSearchStats::truncated)
+      .def_ro("bound_ms", &GlobalSearchStats::bound_ms)
+      .def_ro("align_ms", &GlobalSearchStats::align_ms);
   nb::class_<InitialPoseResult>(m, "InitialPoseResult", "What find_initial_pose found; names as `ndtcu initpose --json`.")
       .def_ro("best", &InitialPoseResult::best, "the winning AlignResult")
       .def_prop_ro("xyzrpy", [](const InitialPoseResult& r) { return Eigen::VectorXd(r.best.pose); })
@@ -38,11 +71,19 @@ void define_initial_pose(nb::module_& m) {
                    })
       .def_ro("ambiguous", &InitialPoseResult::ambiguous)
       .def_ro("leveled_from_ground", &InitialPoseResult::leveled)
+      .def_ro("candidates", &InitialPoseResult::candidates, "the refined places, best first (PoseCandidate)")
+      .def_ro("search", &InitialPoseResult::global, "the global search's counts and times (GlobalSearchStats)")
       .def(
           "verdict",
           [](const InitialPoseResult& r, double nvtl_threshold) { return std::string(to_string(verdict(r, nvtl_threshold))); },
           "nvtl_threshold"_a = 2.3,
-          "'found', 'ambiguous', 'below_threshold', 'not_converged', 'no_overlap' or 'low_overlap'");
+          "'found', 'ambiguous', 'below_threshold', 'not_converged', 'no_overlap' or 'low_overlap'")
+      .def(
+          "status",
+          [](const InitialPoseResult& r, double nvtl_threshold) {
+            return std::string(found_state(verdict(r, nvtl_threshold)));
+          },
+          "nvtl_threshold"_a = 2.3, "'found', 'ambiguous' or 'not_found' (every other verdict)");
 
   m.def(
       "find_initial_pose",
@@ -73,6 +114,53 @@ void define_initial_pose(nb::module_& m) {
       "ndtcu/initial_pose.hpp); the aligner must have a target. A sweep of more than 100,000 hypotheses is refused "
       "(ndtcu.Error naming the count, the values and the limit) before anything is built. An array is not copied "
       "(the coarse pass thins it into a few hundred points of its own).");
+
+  nb::class_<PyInitialPoseSearch>(m, "InitialPoseSearch",
+                                  "Global localization: the scan's pose anywhere in the aligner's map, with no pose "
+                                  "(see ndtcu/global_search.hpp). Builds the map's pyramid once; the aligner must have "
+                                  "its target and is kept alive by the search.")
+      .def(
+          "__init__",
+          [](PyInitialPoseSearch* self, PyAligner& aligner, double cell, std::size_t candidates, std::size_t points,
+             double yaw_step_deg, double prune_ratio, bool standing) {
+            GlobalSearchOptions o;
+            o.cell = cell;
+            o.candidates = candidates;
+            o.points = points;
+            o.yaw_step_deg = yaw_step_deg;
+            o.prune_ratio = prune_ratio;
+            o.standing = standing;
+            Working working(aligner.mutex);
+            new (self) PyInitialPoseSearch{&aligner, InitialPoseSearch(aligner, o)};
+          },
+          "aligner"_a, "cell"_a = 1.0, "candidates"_a = 24, "points"_a = 384, "yaw_step_deg"_a = 0.0,
+          "prune_ratio"_a = 0.7, "standing"_a = true, nb::keep_alive<1, 2>())
+      .def(
+          "find",
+          [](PyInitialPoseSearch& s, nb::handle scan, std::optional<Eigen::Vector3d> up, nb::handle around,
+             std::optional<double> radius) {
+            CloudArg c(scan, "scan");
+            GlobalSearchQuery q;
+            q.up = up;
+            if (!around.is_none()) {
+              nb::ndarray<> g;
+              q.around = nb::try_cast(around, g, false) && g.ndim() == 1
+                             ? guesses_arg(around.attr("reshape")(1, -1), "around").front()
+                             : matrix_to_pose(matrix_arg(around, "around"));
+              if (!radius) throw Error("InitialPoseSearch.find: `around` needs a `radius` (m)");
+              q.radius = *radius;
+            }
+            Working working(s.aligner->mutex);
+            InitialPoseResult r = s.search.find(c.view(), q);
+            attach_pose_covariance(*s.aligner, c.view(), r.best);  // AlignSettings.pose_covariance
+            return r;
+          },
+          "scan"_a, "up"_a = nb::none(), "around"_a = nb::none(), "radius"_a = nb::none(),
+          "The scan's pose anywhere in the map (or within `radius` m of `around`, a 4x4 or a (6,) pose); `up` is the "
+          "scan's up direction (an IMU's gravity reversed; default: its ground plane's normal). Returns an "
+          "InitialPoseResult: .status() is 'found', 'ambiguous' or 'not_found', .candidates the places ranked.")
+      .def_prop_ro("build_ms", [](const PyInitialPoseSearch& s) { return s.search.build_ms(); })
+      .def_prop_ro("memory_bytes", [](const PyInitialPoseSearch& s) { return s.search.memory_bytes(); });
 }
 
 }  // namespace ndtcu::python

@@ -480,6 +480,33 @@ def test_initial_pose_search_equals_cli(sample, cli, truth_poses, backend):
         assert r.rival_xyzrpy.tolist() == j["rival_xyzrpy"]
 
 
+def test_global_search_equals_cli(sample, cli, truth_poses, backend):
+    """InitialPoseSearch finds the sample's scan with no pose, as `ndtcu initpose --global`
+    does: the same pose, verdict and candidates, bit for bit."""
+    map_path, scan_path = str(sample / "map.pcd"), str(sample / "scans" / f"{SCAN:06d}.pcd")
+    out = subprocess.run(
+        [cli, "--json", "initpose", "--map", map_path, "--scan", scan_path, "--backend", backend, "--global"],
+        check=True, capture_output=True, text=True).stdout
+    j = json.loads(out)
+    aligner = ndtcu.Aligner(backend=backend)
+    aligner.set_target(ndtcu.read_point_cloud(map_path))
+    search = ndtcu.InitialPoseSearch(aligner)
+    scan = ndtcu.voxel_downsample(ndtcu.read_point_cloud(scan_path), 1.0)
+    r = search.find(scan)
+    assert r.status() == j["status"] == "found"
+    assert r.xyzrpy.tolist() == j["xyzrpy"]
+    assert np.linalg.norm(r.transform[:3, 3] - truth_poses[SCAN][:3, 3]) < 0.25
+    assert [c.xyzrpy.tolist() for c in r.candidates] == [c["xyzrpy"] for c in j["candidates"]]
+    assert r.search.nodes_scored == j["search"]["nodes_scored"] > 0
+    assert r.search.nodes_scored < r.search.brute_force_leaves
+    # A region that leaves the scan's place out finds nothing there.
+    far = r.xyzrpy.copy()
+    far[0] += 500.0
+    assert search.find(scan, around=far, radius=5.0).status() == "not_found"
+    with pytest.raises(ndtcu.Error, match="radius"):
+        search.find(scan, around=far)
+
+
 def test_localizer_follows_the_sample_sequence(sample, truth_poses, backend, cli, tmp_path):
     """Every frame of the sample sequence tracked within 10 cm of the truth, on each backend,
     with the trajectory `ndtcu localize` writes for the same scans, times, start and

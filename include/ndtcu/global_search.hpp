@@ -1,0 +1,129 @@
+#pragma once
+/// \file
+/// Global localization: where in the whole map is a scan, with no pose at all?
+///
+/// InitialPoseSearch builds, once per map, a pyramid of the map's NDT likelihood on a grid
+/// of leaf cells (1 m) and its sliding-window maxima, and a pyramid of where a sensor can
+/// stand (heights above a mapped floor). A search levels the scan (roll and pitch from its
+/// ground plane, or from a gravity direction the caller gives), thins it, and runs a
+/// branch and bound over the sensor's x, y, z and yaw: a node is a yaw and a block of 2^k
+/// leaf translations, its bound the sum of the scan points' window maxima (it is at least
+/// the score of every leaf below it), and the search pops the nodes of highest bound
+/// first, in batches scored on the aligner's backend (the CUDA kernel, or the CPU's
+/// threads), pruning every node whose bound cannot reach the candidates it keeps. The
+/// best distinct leaves then go through find_initial_pose()'s coarse-to-fine NDT alignment
+/// (search_hypotheses) on the same aligner, so the answer has NDT's accuracy, and its
+/// ambiguity check: `found` only when no distinct place scores within the margin.
+/// Its cost grows with the places that look like the scan, not with the map's area.
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/initial_pose.hpp>
+#include <ndtcu/point_cloud.hpp>
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+
+namespace ndtcu {
+
+/// How InitialPoseSearch builds its pyramid and searches.
+struct GlobalSearchOptions {
+  /// Leaf step of the positions and cell of the pyramid (m). 1 m leaves every position
+  /// within 0.5 m (per axis) of a leaf, inside the basin of the NDT refinement at
+  /// Autoware's 2 m resolution; half of it quadruples the leaves and the pyramid's memory.
+  double cell = 1.0;
+  /// Levels of the pyramid, 0 choosing as many as leave at most 8 x 8 windows over the
+  /// map's x-y extent at the top (at most 9: windows of 256 cells).
+  int levels = 0;
+  /// Spacing of the yaws (deg); 0 chooses it from the scan: the angle that moves the
+  /// thinned scan's 80th-percentile range by one cell, within [1, 6] deg.
+  double yaw_step_deg = 0.0;
+  /// Points of the scan the bounds sum (every k-th of the scan after a voxel filter of one
+  /// cell, those within max_point_range). The bound's cost is proportional to them.
+  std::size_t points = 384;
+  /// Scan points farther than this (m) are not used by the bounds: a yaw error moves them
+  /// most.
+  double max_point_range = 60.0;
+  /// Of the points, at most this share lies on the scan's ground plane: ground fits
+  /// anywhere at the right height and would drown the structure that tells places apart.
+  double max_ground_share = 0.25;
+  /// Distinct leaves (apart by more than 2 cells or 10 deg of yaw) kept as candidates and
+  /// handed to the NDT alignment. The ambiguity check sees those that were kept.
+  std::size_t candidates = 24;
+  /// Nodes whose bound is below this share of the best leaf's score are pruned: places
+  /// whose points fit a third worse at the leaf grid are no rivals after alignment.
+  double prune_ratio = 0.7;
+  /// Nodes scored per batch (a GPU launch, or the CPU's share-out) at most, children of
+  /// the batch's popped nodes.
+  std::size_t batch_nodes = 32768;
+  /// A search scores at most this many nodes; beyond it the search stops with the
+  /// candidates it has (InitialPoseResult::global.truncated says so).
+  std::size_t max_nodes = 200'000'000;
+  /// The sensor stands above a mapped floor: positions are searched only where the scan's
+  /// height above its ground plane (+- standing_tolerance) is a height above the top of a
+  /// surface of the map. Off, or when the scan shows no ground, every height in the map's
+  /// vertical extent is searched.
+  bool standing = true;
+  /// The baseline the branch and bound is measured against: every admitted leaf (position
+  /// and yaw) scored, no bound used; the same candidates and alignment follow.
+  bool exhaustive = false;
+  /// Tolerance (m) of the standing height.
+  double standing_tolerance = 1.0;
+  /// Cells of one pyramid level at most (the pyramid holds 2 bytes per cell and level):
+  /// a map too large for it is refused with a message naming the extent.
+  std::size_t max_cells = 400'000'000;
+  /// The NDT alignment of the candidates and its ambiguity check (radius and the grid's
+  /// options are not used; refine_count is raised to `candidates`).
+  InitialPoseOptions refine;
+};
+
+/// Checks `options`; throws Error naming the field and the value.
+void validate(const GlobalSearchOptions& options);
+
+/// What a search may assume, beyond the scan.
+struct GlobalSearchQuery {
+  /// The scan's up direction in its own frame (gravity reversed, from an IMU); absent: the
+  /// normal of the scan's ground plane, or the scan's z axis when it shows no ground.
+  std::optional<Eigen::Vector3d> up;
+  /// Search only within `radius` metres (x-y) of this pose's position (the prior of a
+  /// kidnap recovery, a GNSS fix); absent: the whole map. Any radius: no hypothesis cap.
+  std::optional<Pose6> around;
+  double radius = 0.0;
+};
+
+/// Finds scans in the whole map of one aligner. Builds its pyramid from the aligner's
+/// target when made (the map must not change while it is used: a new target needs a new
+/// search); keeps a reference to the aligner, which must outlive it. A CUDA aligner's
+/// search scores its nodes on the aligner's device and stream.
+class InitialPoseSearch {
+ public:
+  /// Throws Error when the aligner has no host map (none set, or a tiled map held only on
+  /// the device), for invalid options, or for a map too large for options.max_cells.
+  explicit InitialPoseSearch(Aligner& aligner, const GlobalSearchOptions& options = {});
+  ~InitialPoseSearch();
+  InitialPoseSearch(InitialPoseSearch&&) noexcept;
+  InitialPoseSearch& operator=(InitialPoseSearch&&) noexcept;
+
+  /// The scan's pose anywhere in the map (or within query.radius of query.around):
+  /// InitialPoseResult with the candidates ranked, verdict() as for find_initial_pose().
+  /// Throws Error for a non-finite query; an empty scan or one with no structure is a
+  /// result (verdict no_overlap).
+  InitialPoseResult find(PointCloudView scan, const GlobalSearchQuery& query = {});
+
+  /// The options in use.
+  const GlobalSearchOptions& options() const noexcept;
+  /// Time (ms) the pyramid took to build, and its host memory (bytes).
+  double build_ms() const noexcept;
+  std::size_t memory_bytes() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The verdict in three words: "found", "ambiguous", or "not_found" (every other verdict).
+const char* found_state(InitialPoseVerdict verdict);
+
+}  // namespace ndtcu

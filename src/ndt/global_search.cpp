@@ -1,0 +1,431 @@
+// Global localization (include/ndtcu/global_search.hpp): a branch and bound over x, y, z
+// and yaw on the map's likelihood pyramid, then the NDT alignment of its best distinct
+// leaves with find_initial_pose()'s ambiguity check.
+#include <ndtcu/error.hpp>
+#include <ndtcu/global_search.hpp>
+
+#include "../log.hpp"
+#include "../nvtx.hpp"
+#include "../thread_pool.hpp"
+#include "pose_search.hpp"
+#include "pyramid_scorer.hpp"
+#include "score_pyramid.hpp"
+
+#include <fmt/format.h>
+
+#include <Eigen/Geometry>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <unordered_set>
+
+namespace ndtcu {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDeg = kPi / 180.0;
+
+// Two leaves are one place for the candidates when they are within this many cells on
+// every axis and this yaw of each other: neighbouring leaves of one basin, which the NDT
+// alignment would bring to the same pose.
+constexpr int kSameCells = 2;
+constexpr double kSameYawDeg = 10.0;
+
+// Points on the scan's ground plane: within this distance (m) of it.
+constexpr double kGroundBand = 0.25;
+// A scan with fewer points than this for the bounds is no evidence of a place.
+constexpr std::size_t kMinPoints = 16;
+
+struct Entry {
+  std::uint32_t bound;
+  math::SearchNode node;
+};
+// The heap's order: the highest bound first; on a tie the deeper node (its leaves come
+// sooner), then the node's own fields, so the same scan gives the same search.
+struct EntryBelow {
+  bool operator()(const Entry& a, const Entry& b) const {
+    if (a.bound != b.bound) return a.bound < b.bound;
+    if (a.node.level != b.node.level) return a.node.level > b.node.level;
+    if (a.node.yaw != b.node.yaw) return a.node.yaw > b.node.yaw;
+    if (a.node.l != b.node.l) return a.node.l > b.node.l;
+    if (a.node.j != b.node.j) return a.node.j > b.node.j;
+    return a.node.i > b.node.i;
+  }
+};
+
+}  // namespace
+
+void validate(const GlobalSearchOptions& o) {
+  const auto fail = [](const char* field, double value, const char* rule) {
+    throw Error(fmt::format("GlobalSearchOptions::{} = {}: {}", field, value, rule));
+  };
+  if (!(std::isfinite(o.cell) && o.cell >= 0.05 && o.cell <= 10.0)) fail("cell", o.cell, "must lie in [0.05, 10] (m)");
+  if (o.levels < 0 || o.levels > 9) fail("levels", o.levels, "must lie in [0, 9] (0: chosen from the map)");
+  if (!(std::isfinite(o.yaw_step_deg) && o.yaw_step_deg >= 0.0 && o.yaw_step_deg <= 45.0)) {
+    fail("yaw_step_deg", o.yaw_step_deg, "must lie in [0, 45] (deg; 0: chosen from the scan)");
+  }
+  if (o.points < kMinPoints || o.points > 65536) fail("points", static_cast<double>(o.points), "must lie in [16, 65536]");
+  if (!(std::isfinite(o.max_point_range) && o.max_point_range > 0.0)) {
+    fail("max_point_range", o.max_point_range, "must be finite and > 0 (m)");
+  }
+  if (!(o.max_ground_share >= 0.0 && o.max_ground_share <= 1.0)) {
+    fail("max_ground_share", o.max_ground_share, "must lie in [0, 1]");
+  }
+  if (o.candidates < 1 || o.candidates > 4096) fail("candidates", static_cast<double>(o.candidates), "must lie in [1, 4096]");
+  if (!(o.prune_ratio >= 0.0 && o.prune_ratio <= 1.0)) fail("prune_ratio", o.prune_ratio, "must lie in [0, 1]");
+  if (o.batch_nodes < 64) fail("batch_nodes", static_cast<double>(o.batch_nodes), "must be >= 64");
+  if (o.max_nodes < 1) fail("max_nodes", 0.0, "must be >= 1");
+  if (!(std::isfinite(o.standing_tolerance) && o.standing_tolerance >= 0.0)) {
+    fail("standing_tolerance", o.standing_tolerance, "must be finite and >= 0 (m)");
+  }
+  if (o.max_cells < 1) fail("max_cells", 0.0, "must be >= 1");
+  validate(o.refine);
+}
+
+const char* found_state(InitialPoseVerdict v) {
+  switch (v) {
+    case InitialPoseVerdict::Found: return "found";
+    case InitialPoseVerdict::Ambiguous: return "ambiguous";
+    default: return "not_found";
+  }
+}
+
+struct InitialPoseSearch::Impl {
+  Aligner* aligner = nullptr;
+  GlobalSearchOptions options;
+  detail::ScorePyramid pyramid;
+  Eigen::Vector3d map_origin = Eigen::Vector3d::Zero();
+  std::unique_ptr<detail::ThreadPool> pool;
+  std::unique_ptr<detail::PyramidScorer> scorer;
+  std::size_t batch_nodes = 0;
+  double build_ms = 0.0;
+
+  InitialPoseResult find(PointCloudView scan, const GlobalSearchQuery& q);
+};
+
+InitialPoseSearch::InitialPoseSearch(Aligner& aligner, const GlobalSearchOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  NDTCU_NVTX_RANGE("InitialPoseSearch::build");
+  const auto t0 = std::chrono::steady_clock::now();
+  validate(options);
+  if (!aligner.has_target()) {
+    throw Error("global search: the aligner has no target map (call Aligner::set_target first)");
+  }
+  const std::shared_ptr<const VoxelMap>& map = aligner.target();
+  if (!map) throw Error("global search: the aligner's map is held on the device only (a streamed tiled map)");
+  Impl& m = *impl_;
+  m.aligner = &aligner;
+  m.options = options;
+  m.map_origin = map->origin();
+  const int threads = detail::resolve_thread_count(aligner.execution().threads);
+  if (threads > 1) m.pool = std::make_unique<detail::ThreadPool>(threads);
+  m.pyramid = detail::build_score_pyramid(*map, options.cell, options.levels, options.max_cells, m.pool.get());
+  if (aligner.backend() == Backend::Cuda) {
+    m.scorer = detail::make_cuda_pyramid_scorer(m.pyramid, aligner.execution().cuda_stream, aligner.execution().device);
+    m.batch_nodes = options.batch_nodes;
+  } else {
+    m.scorer = detail::make_cpu_pyramid_scorer(m.pyramid, m.pool.get());
+    // The host gains nothing from large batches, and a smaller one prunes sooner.
+    m.batch_nodes = std::min<std::size_t>(options.batch_nodes, 2048);
+  }
+  m.build_ms = detail::ms_since(t0);
+  detail::log().debug("global search: pyramid {} x {} x {} cells of {} m, {} levels, {:.0f} MB, {:.1f} ms", m.pyramid.nx,
+                      m.pyramid.ny, m.pyramid.nz, m.pyramid.cell, m.pyramid.level_count,
+                      static_cast<double>(m.pyramid.memory_bytes()) / 1e6, m.build_ms);
+}
+
+InitialPoseSearch::~InitialPoseSearch() = default;
+InitialPoseSearch::InitialPoseSearch(InitialPoseSearch&&) noexcept = default;
+InitialPoseSearch& InitialPoseSearch::operator=(InitialPoseSearch&&) noexcept = default;
+
+const GlobalSearchOptions& InitialPoseSearch::options() const noexcept { return impl_->options; }
+double InitialPoseSearch::build_ms() const noexcept { return impl_->build_ms; }
+std::size_t InitialPoseSearch::memory_bytes() const noexcept { return impl_->pyramid.memory_bytes(); }
+
+InitialPoseResult InitialPoseSearch::find(PointCloudView scan, const GlobalSearchQuery& query) {
+  NDTCU_NVTX_RANGE("InitialPoseSearch::find");
+  return impl_->find(scan, query);
+}
+
+InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const GlobalSearchQuery& q) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const GlobalSearchOptions& o = options;
+  if (q.up && !(q.up->allFinite() && q.up->norm() > 0.5)) {
+    throw Error("global search: the query's up direction must be a finite non-zero vector");
+  }
+  if (q.around && !q.around->allFinite()) throw Error("global search: the query's around pose is not finite");
+  if (q.around && !(std::isfinite(q.radius) && q.radius > 0.0)) {
+    throw Error(fmt::format("global search: the query's radius {} must be finite and > 0 (m)", q.radius));
+  }
+  InitialPoseResult result;
+  GlobalSearchStats& st = result.global;
+  const detail::ScorePyramid& p = pyramid;
+  const double cell = p.cell;
+
+  // The scan leveled: its up onto the map's z (from the query, else its ground plane).
+  const ScanGround ground = estimate_ground(scan);
+  Eigen::Vector3d up = Eigen::Vector3d::UnitZ();
+  if (q.up) {
+    up = q.up->normalized();
+  } else if (ground.found) {
+    up = ground.up;
+    result.leveled = true;
+  }
+  const Eigen::Matrix3d level = Eigen::Quaterniond::FromTwoVectors(up, Eigen::Vector3d::UnitZ()).toRotationMatrix();
+  // The sensor's height above its ground, measured along the leveled z (the plane's
+  // distance when the plane is the up direction).
+  const double height = ground.found ? ground.height * std::abs(ground.up.dot(up)) : 0.0;
+  st.sensor_height = height;
+
+  // The points of the bounds: one per cell of a leaf-sized voxel grid, within range,
+  // the ground's share capped.
+  std::vector<Eigen::Vector3d> structure, flat;
+  {
+    std::unordered_set<std::uint64_t> seen;
+    const double range2 = o.max_point_range * o.max_point_range;
+    for (std::size_t i = 0; i < scan.size(); ++i) {
+      const Eigen::Vector3d x = level * (scan[i].cast<double>() + scan.origin);
+      const double r2 = x.squaredNorm();
+      if (!x.allFinite() || r2 > range2 || r2 < 0.25) continue;
+      const auto key = [&](int a) { return static_cast<std::uint64_t>(static_cast<std::int64_t>(std::floor(x(a) / cell)) & 0x1fffff); };
+      if (!seen.insert(key(0) | key(1) << 21 | key(2) << 42).second) continue;
+      (ground.found && std::abs(x.z() + height) < kGroundBand ? flat : structure).push_back(x);
+    }
+  }
+  const auto every_kth = [](const std::vector<Eigen::Vector3d>& from, std::size_t n, std::vector<Eigen::Vector3d>& to) {
+    if (n == 0 || from.empty()) return;
+    const double step = static_cast<double>(from.size()) / static_cast<double>(std::min(n, from.size()));
+    for (double k = 0.0; static_cast<std::size_t>(k) < from.size() && n > 0; k += step, --n) {
+      to.push_back(from[static_cast<std::size_t>(k)]);
+    }
+  };
+  std::vector<Eigen::Vector3d> pts;
+  {
+    const std::size_t ground_cap = static_cast<std::size_t>(std::floor(o.max_ground_share * static_cast<double>(o.points)));
+    const std::size_t n_struct = std::min(structure.size(), o.points - std::min(flat.size(), ground_cap));
+    const std::size_t n_flat = std::min(flat.size(), o.points - n_struct);
+    every_kth(structure, n_struct, pts);
+    every_kth(flat, n_flat, pts);
+  }
+  st.points = pts.size();
+  st.levels = p.level_count;
+  if (pts.size() < kMinPoints) {
+    // Nothing to search with: an empty scan, or one that shows only its ground.
+    result.best.source_points = scan.size();
+    result.best.reason = scan.size() == 0 ? StopReason::EmptySource : StopReason::NoCorrespondence;
+    result.time_ms = detail::ms_since(t0);
+    return result;
+  }
+
+  // Yaws: by default the step that moves the 80th-percentile range by one cell.
+  double step_deg = o.yaw_step_deg;
+  if (step_deg == 0.0) {
+    std::vector<double> ranges;
+    for (const Eigen::Vector3d& x : pts) ranges.push_back(x.head<2>().norm());
+    std::nth_element(ranges.begin(), ranges.begin() + static_cast<std::ptrdiff_t>(ranges.size() * 8 / 10), ranges.end());
+    const double r80 = std::max(cell, ranges[ranges.size() * 8 / 10]);
+    step_deg = std::clamp(cell / r80 / kDeg, 1.0, 6.0);
+  }
+  const int yaws = static_cast<int>(std::ceil(360.0 / step_deg - 1e-9));
+  step_deg = 360.0 / yaws;
+  st.yaws = static_cast<std::size_t>(yaws);
+  st.yaw_step_deg = step_deg;
+  const int n_pts = static_cast<int>(pts.size());
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(yaws) * static_cast<std::size_t>(n_pts) * 3);
+  for (int k = 0; k < yaws; ++k) {
+    const double c = std::cos(k * step_deg * kDeg), s = std::sin(k * step_deg * kDeg);
+    for (int i = 0; i < n_pts; ++i) {
+      const Eigen::Vector3d& x = pts[static_cast<std::size_t>(i)];
+      std::int32_t* out = offsets.data() + (static_cast<std::size_t>(k) * static_cast<std::size_t>(n_pts) + static_cast<std::size_t>(i)) * 3;
+      out[0] = static_cast<std::int32_t>(std::floor((c * x.x() - s * x.y()) / cell));
+      out[1] = static_cast<std::int32_t>(std::floor((s * x.x() + c * x.y()) / cell));
+      out[2] = static_cast<std::int32_t>(std::floor(x.z() / cell));
+    }
+  }
+  scorer->set_points(offsets, n_pts, yaws);
+
+  // Where the sensor may stand: heights above a floor of the map near its own.
+  std::uint8_t standing_bits = 0;
+  if (o.standing && ground.found) {
+    const int lo = std::max(1, static_cast<int>(std::floor((height - o.standing_tolerance) / cell)) - 1);
+    const int hi = std::min(detail::kFloorHeights - 1, static_cast<int>(std::ceil((height + o.standing_tolerance) / cell)));
+    for (int h = lo; h <= hi; ++h) standing_bits = static_cast<std::uint8_t>(standing_bits | (1u << h));
+  }
+  st.standing = standing_bits != 0;
+  const math::PyramidView stand = p.standing_view();
+  // The region, in the pyramid's frame.
+  const bool region = q.around.has_value();
+  Eigen::Vector2d centre = Eigen::Vector2d::Zero();
+  if (region) centre = q.around->head<2>() - map_origin.head<2>() - p.origin.head<2>();
+  const auto admits = [&](const math::SearchNode& n) {
+    if (standing_bits && !(math::window_value(stand, n.level, n.i, n.j, n.l) & standing_bits)) return false;
+    if (region) {
+      const double w = static_cast<double>(1 << n.level) * cell;
+      // The nearest point of the block of leaf translations [i, i + 2^k - 1] * cell.
+      const double x0 = n.i * cell, y0 = n.j * cell;
+      const double dx = std::max({x0 - centre.x(), 0.0, centre.x() - (x0 + w - cell)});
+      const double dy = std::max({y0 - centre.y(), 0.0, centre.y() - (y0 + w - cell)});
+      if (dx * dx + dy * dy > q.radius * q.radius) return false;
+    }
+    return true;
+  };
+  st.prepare_ms = detail::ms_since(t0);
+
+  // The branch and bound.
+  const auto tb = std::chrono::steady_clock::now();
+  const int top = p.level_count - 1;
+  std::vector<math::SearchNode> batch;
+  std::vector<std::uint32_t> bounds;
+  std::priority_queue<Entry, std::vector<Entry>, EntryBelow> heap;
+  {
+    // The leaves a sweep of every admitted position at the leaf step would score.
+    double leaves = 0.0;
+    if (standing_bits) {
+      for (int h = 0; h < detail::kFloorHeights; ++h) {
+        if (standing_bits & (1u << h)) leaves += static_cast<double>(p.standing_counts[static_cast<std::size_t>(h)]);
+      }
+    } else {
+      leaves = static_cast<double>(p.level_stride());
+    }
+    if (region) {
+      const double area = static_cast<double>(p.nx) * p.ny * cell * cell;
+      leaves *= std::min(1.0, kPi * q.radius * q.radius / area);
+    }
+    st.brute_force_leaves = static_cast<std::size_t>(leaves * yaws);
+  }
+  // The top level's nodes (every leaf, for the exhaustive baseline), in batches.
+  const int first_level = o.exhaustive ? 0 : top;
+  const int wfirst = 1 << first_level;
+  const auto for_each_first = [&](const std::function<void(const math::SearchNode&)>& f) {
+    for (int l = 0; l < p.nz; l += wfirst) {
+      for (int j = 0; j < p.ny; j += wfirst) {
+        for (int i = 0; i < p.nx; i += wfirst) {
+          for (int k = 0; k < yaws; ++k) {
+            math::SearchNode n;
+            n.i = i;
+            n.j = j;
+            n.l = l;
+            n.yaw = static_cast<std::uint16_t>(k);
+            n.level = static_cast<std::uint16_t>(first_level);
+            if (admits(n)) f(n);
+          }
+        }
+      }
+    }
+  };
+
+  struct Leaf {
+    std::uint32_t score;
+    math::SearchNode node;
+  };
+  std::vector<Leaf> kept;  // best first, distinct places
+  const double same_yaw = kSameYawDeg / step_deg;
+  const auto same_place = [&](const math::SearchNode& a, const math::SearchNode& b) {
+    double dyaw = std::abs(static_cast<double>(a.yaw) - static_cast<double>(b.yaw));
+    dyaw = std::min(dyaw, yaws - dyaw);
+    return std::abs(a.i - b.i) <= kSameCells && std::abs(a.j - b.j) <= kSameCells && std::abs(a.l - b.l) <= kSameCells &&
+           dyaw <= same_yaw;
+  };
+  const auto offer = [&](std::uint32_t score, const math::SearchNode& n) {
+    for (const Leaf& k : kept) {
+      if (same_place(k.node, n) && k.score >= score) return;  // a better leaf holds this place
+    }
+    kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const Leaf& k) { return same_place(k.node, n); }), kept.end());
+    const auto at = std::find_if(kept.begin(), kept.end(), [&](const Leaf& k) { return k.score < score; });
+    kept.insert(at, Leaf{score, n});
+    if (kept.size() > o.candidates) kept.pop_back();
+  };
+  const auto threshold = [&]() -> std::uint32_t {
+    if (kept.empty()) return 1;  // a node whose points all miss the map is no place
+    const auto ratio = static_cast<std::uint32_t>(std::ceil(o.prune_ratio * kept.front().score));
+    const std::uint32_t full = kept.size() >= o.candidates ? kept.back().score : 0;
+    return std::max<std::uint32_t>({1, ratio, full});
+  };
+
+  const auto score_batch = [&]() {
+    scorer->score(batch, bounds);
+    st.nodes_scored += batch.size();
+    ++st.batches;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      if (batch[b].level == 0) {
+        ++st.leaves_scored;
+        if (bounds[b] >= threshold()) offer(bounds[b], batch[b]);
+      } else if (bounds[b] >= threshold()) {
+        heap.push(Entry{bounds[b], batch[b]});
+      }
+    }
+    batch.clear();
+  };
+  for_each_first([&](const math::SearchNode& n) {
+    batch.push_back(n);
+    ++st.top_nodes;
+    if (batch.size() >= batch_nodes) score_batch();
+  });
+  if (!batch.empty()) score_batch();
+  while (!heap.empty()) {
+    if (st.nodes_scored >= o.max_nodes) {
+      st.truncated = true;
+      break;
+    }
+    // Children of the nodes of highest bound, until the batch is full.
+    while (!heap.empty() && batch.size() + 8 <= batch_nodes) {
+      const Entry e = heap.top();
+      if (e.bound < threshold()) {
+        heap = decltype(heap)();  // the rest bound even lower
+        break;
+      }
+      heap.pop();
+      const int level = e.node.level - 1;
+      const int w = 1 << level;
+      for (int d = 0; d < 8; ++d) {
+        math::SearchNode c = e.node;
+        c.level = static_cast<std::uint16_t>(level);
+        c.i += (d & 1) * w;
+        c.j += ((d >> 1) & 1) * w;
+        c.l += ((d >> 2) & 1) * w;
+        if (c.i >= p.nx || c.j >= p.ny || c.l >= p.nz) continue;
+        if (admits(c)) batch.push_back(c);
+      }
+    }
+    if (batch.empty()) break;
+    score_batch();
+  }
+  st.bound_ms = detail::ms_since(tb);
+  if (kept.empty()) {
+    result.best.source_points = scan.size();
+    result.best.reason = StopReason::NoCorrespondence;
+    result.time_ms = detail::ms_since(t0);
+    return result;
+  }
+  st.best_leaf_score = static_cast<double>(kept.front().score) / (255.0 * static_cast<double>(n_pts));
+
+  // The candidates' leaves as poses, aligned by the NDT coarse-to-fine search.
+  std::vector<Pose6> hypotheses;
+  for (const Leaf& k : kept) {
+    Eigen::Matrix4d t = Eigen::Matrix4d::Identity();
+    t.topLeftCorner<3, 3>() = Eigen::AngleAxisd(k.node.yaw * step_deg * kDeg, Eigen::Vector3d::UnitZ()).toRotationMatrix() * level;
+    t.topRightCorner<3, 1>() = map_origin + p.origin + Eigen::Vector3d(k.node.i, k.node.j, k.node.l) * cell;
+    hypotheses.push_back(matrix_to_pose(t));
+  }
+  InitialPoseOptions refine = o.refine;
+  refine.refine_count = std::max<int>(refine.refine_count, static_cast<int>(hypotheses.size()));
+  refine.screen_above = 0;
+  const auto ta = std::chrono::steady_clock::now();
+  InitialPoseResult aligned = search_hypotheses(*aligner, scan, hypotheses, refine);
+  aligned.global = st;
+  aligned.global.align_ms = detail::ms_since(ta);
+  aligned.leveled = result.leveled;
+  aligned.time_ms = detail::ms_since(t0);
+  detail::log().debug("global search: {} points, {} yaws of {:.2f} deg, {} top nodes, {} scored ({} leaves, {} batches) "
+                      "in {:.1f} ms, {} candidates aligned in {:.1f} ms; NVTL {:.4f}{}",
+                      st.points, st.yaws, st.yaw_step_deg, st.top_nodes, st.nodes_scored, st.leaves_scored, st.batches,
+                      st.bound_ms, hypotheses.size(), aligned.global.align_ms, aligned.best.nvtl,
+                      aligned.ambiguous ? ", ambiguous" : "");
+  return aligned;
+}
+
+}  // namespace ndtcu

@@ -1,0 +1,275 @@
+// Global localization (InitialPoseSearch): the pyramid's bound, the search on the
+// simulator's worlds (exact truth) and on the real sequences, the options' checks, and the
+// CUDA scorer against the CPU's.
+#include <catch2/catch.hpp>
+
+#include <ndtcu/aligner.hpp>
+#include <ndtcu/error.hpp>
+#include <ndtcu/filters.hpp>
+#include <ndtcu/global_search.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include "../../src/ndt/pyramid_scorer.hpp"
+#include "../../src/ndt/score_pyramid.hpp"
+#include "../support/test_support.hpp"
+
+#include <Eigen/Geometry>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace {
+
+using namespace ndtcu;
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDeg = kPi / 180.0;
+
+struct Outcome {
+  int right = 0, wrong = 0, ambiguous = 0, not_found = 0;
+};
+
+// Right: within 10 cm and 1 deg of the truth; wrong: verdict found anywhere else.
+void count(Outcome& out, const InitialPoseResult& r, const Eigen::Matrix4d& truth, double nvtl_threshold = 2.3) {
+  const std::string state = found_state(verdict(r, nvtl_threshold));
+  const Eigen::Matrix4d est = pose_to_matrix(r.best.pose);
+  const double err = (est.topRightCorner<3, 1>() - truth.topRightCorner<3, 1>()).norm();
+  const double ang = Eigen::AngleAxisd(Eigen::Matrix3d(est.topLeftCorner<3, 3>().transpose() *
+                                                       truth.topLeftCorner<3, 3>())).angle();
+  const bool right = err < 0.10 && ang < 1.0 * kDeg;
+  if (state == "found") {
+    (right ? out.right : out.wrong)++;
+  } else if (state == "ambiguous") {
+    ++out.ambiguous;
+  } else {
+    ++out.not_found;
+  }
+  UNSCOPED_INFO(fmt::format("{} err {:.3f} m {:.2f} deg NVTL {:.3f} rival {:.3f}", to_string(verdict(r, nvtl_threshold)),
+                            err, ang / kDeg, r.best.nvtl, r.ambiguity_nvtl));
+}
+
+}  // namespace
+
+TEST_CASE("global search: a node's bound is at least each of its leaves' scores", "[unit][global_search]") {
+  // A small world's map, the pyramid, random nodes at every level against all their leaves.
+  sim::WorldSettings ws;
+  ws.seed = 3;
+  ws.size = 60.0;
+  const sim::World world(sim::generate_scene(ws));
+  sim::MapSettings ms;
+  ms.voxel = 0.5;
+  const PointCloud map = sim::sample_map(world, ms);
+  const VoxelMap voxels = VoxelMap::build(map, voxel_map_options(autoware_preset()));
+  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
+  REQUIRE(p.level_count >= 3);
+  const math::PyramidView view = p.view();
+  std::mt19937_64 rng(5);
+  std::vector<std::int32_t> offsets;
+  const int points = 40;
+  for (int k = 0; k < points * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 21) - 10);
+  int checked = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    math::SearchNode n;
+    n.level = static_cast<std::uint16_t>(1 + rng() % static_cast<std::uint64_t>(p.level_count - 1));
+    const int w = 1 << n.level;
+    n.i = static_cast<int>(rng() % static_cast<std::uint64_t>(p.nx)) - w / 2;
+    n.j = static_cast<int>(rng() % static_cast<std::uint64_t>(p.ny)) - w / 2;
+    n.l = static_cast<int>(rng() % static_cast<std::uint64_t>(p.nz)) - w / 2;
+    const std::uint32_t bound = math::node_bound(view, offsets.data(), 0, points, 1, n);
+    std::uint32_t best_leaf = 0;
+    for (int dz = 0; dz < w; ++dz) {
+      for (int dy = 0; dy < w; ++dy) {
+        for (int dx = 0; dx < w; ++dx) {
+          math::SearchNode leaf = n;
+          leaf.level = 0;
+          leaf.i += dx;
+          leaf.j += dy;
+          leaf.l += dz;
+          best_leaf = std::max(best_leaf, math::node_bound(view, offsets.data(), 0, points, 1, leaf));
+        }
+      }
+    }
+    REQUIRE(bound >= best_leaf);
+    // The bound is tight per point: some leaf reaches each point's window value, so a
+    // bound that exceeds every leaf does so only through points that peak at different leaves.
+    checked += best_leaf > 0;
+  }
+  CHECK(checked > 20);  // the nodes met the map, not only empty space
+}
+
+TEST_CASE("global search: options are checked, naming the field", "[unit][global_search]") {
+  GlobalSearchOptions o;
+  o.cell = 0.0;
+  CHECK_THROWS_WITH(validate(o), Catch::Matchers::Contains("GlobalSearchOptions::cell"));
+  o = GlobalSearchOptions{};
+  o.prune_ratio = 1.5;
+  CHECK_THROWS_WITH(validate(o), Catch::Matchers::Contains("prune_ratio"));
+  o = GlobalSearchOptions{};
+  o.candidates = 0;
+  CHECK_THROWS_WITH(validate(o), Catch::Matchers::Contains("candidates"));
+  Aligner no_map(autoware_preset(), test::on_cpu(1));
+  CHECK_THROWS_WITH(InitialPoseSearch(no_map), Catch::Matchers::Contains("no target map"));
+}
+
+TEST_CASE("global search: an empty scan, or one far outside the map, is not found", "[unit][global_search]") {
+  sim::WorldSettings ws;
+  ws.seed = 4;
+  ws.size = 60.0;
+  const sim::World world(sim::generate_scene(ws));
+  sim::MapSettings ms;
+  ms.voxel = 0.5;
+  Aligner aligner(autoware_preset(), test::on_cpu(2));
+  aligner.set_target(sim::sample_map(world, ms));
+  InitialPoseSearch search(aligner);
+  const InitialPoseResult empty = search.find(PointCloud{});
+  CHECK(verdict(empty) == InitialPoseVerdict::NoOverlap);
+  CHECK(std::string(found_state(verdict(empty))) == "not_found");
+  GlobalSearchQuery q;
+  q.around = Pose6::Zero();
+  q.radius = -1.0;
+  CHECK_THROWS_WITH(search.find(PointCloud{}, q), Catch::Matchers::Contains("radius"));
+}
+
+namespace {
+
+// A place of the simulator, its map, and scans along its drive: the search must never be
+// confident where the place repeats itself.
+void check_repeated_place(sim::Place place, double length, int scans) {
+  sim::PlaceSettings ps;
+  ps.place = place;
+  ps.length = length;
+  const sim::World world(sim::generate_place(ps));
+  sim::MapSettings ms;
+  ms.voxel = 0.25;
+  Aligner aligner(autoware_preset(), test::on_cpu(2));
+  aligner.set_target(sim::sample_map(world, ms));
+  InitialPoseSearch search(aligner);
+  const std::vector<sim::TrajectorySample> drive = sim::place_drive(ps, 60, 5.0);
+  const sim::LidarModel model = sim::lidar_preset("vlp16");
+  const Eigen::Isometry3d w_s = sim::world_from_scene(world.scene());
+  Outcome out;
+  int found_wrong_place = 0;
+  for (int k = 0; k < scans; ++k) {
+    const sim::TrajectorySample& t = drive[static_cast<std::size_t>(10 + k * 40 / scans)];
+    const PointCloud scan =
+        voxel_downsample(sim::cast_scan(world, model, t.scene_from_sensor, 5, static_cast<std::uint64_t>(k)).cloud, 1.0);
+    const Eigen::Matrix4d truth = (w_s * t.scene_from_sensor).matrix();
+    const InitialPoseResult r = search.find(scan);
+    count(out, r, truth);
+    // Where it repeats, no pose is taken; the ambiguity names several places.
+    const std::string state = found_state(verdict(r));
+    if (state == "found") {
+      found_wrong_place += (pose_to_matrix(r.best.pose).topRightCorner<3, 1>() - truth.topRightCorner<3, 1>()).norm() > 1.0;
+    }
+    if (state == "ambiguous") CHECK(r.candidates.size() >= 2);
+  }
+  INFO("right " << out.right << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  CHECK(found_wrong_place == 0);
+  CHECK(out.ambiguous == scans);  // every place has a twin a pitch away (3 of 3 measured on each)
+}
+
+}  // namespace
+
+TEST_CASE("global search: a row of identical houses is ambiguous, never a confident pick", "[unit][global_search][sim]") {
+  check_repeated_place(sim::Place::HouseRow, 300.0, 3);
+}
+
+TEST_CASE("global search: parallel identical corridors are ambiguous, never a confident pick",
+          "[unit][global_search][sim]") {
+  check_repeated_place(sim::Place::ParallelCorridors, 150.0, 3);
+}
+
+namespace {
+
+// Every query of a real sequence against its map, from no pose at all.
+Outcome real_queries(const std::filesystem::path& dir, const std::string& map, const std::string& list, int every,
+                     Backend backend) {
+  Aligner aligner(autoware_preset(), test::on(backend));
+  aligner.set_target(read_point_cloud((dir / map).string()));
+  InitialPoseSearch search(aligner);
+  const Trajectory ref = read_trajectory((dir / "poses_tum.txt").string());
+  std::ifstream in(dir / list);
+  std::string line;
+  Outcome out;
+  int n = 0;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string path;
+    double t = 0.0;
+    if (line.empty() || line[0] == '#' || !(ls >> path >> t)) continue;
+    if (n++ % every != 0) continue;
+    const auto match = std::find_if(ref.begin(), ref.end(), [t](const StampedPose& p) { return std::abs(p.time - t) < 1e-3; });
+    REQUIRE(match != ref.end());
+    const PointCloud scan = voxel_downsample(read_point_cloud((dir / path).string()), 1.0);
+    count(out, search.find(scan), match->pose.matrix());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("global search: every BALM odd scan found in its map with no pose", "[data][global_search]") {
+  NDTCU_REQUIRE_DATA(data, "balm_os0");
+  const Outcome out = real_queries(data / "balm_os0", "map_even_frames_0-58_voxel0.1.pcd", "odd_scans_1hz.txt", 1,
+                                   Backend::Cpu);
+  INFO("right " << out.right << ", wrong " << out.wrong << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  // Measured (2 cores): 29 of 30 within 10 cm and 1 deg; scan 25 stops unconverged (not taken).
+  CHECK(out.wrong == 0);
+  CHECK(out.right >= 28);  // 95% of 30 is 28.5: at least 28 here, 29 measured
+}
+
+TEST_CASE("global search: Livox Avia queries found in their map with no pose", "[data][global_search][heavy]") {
+  NDTCU_REQUIRE_DATA(data, "livox_avia_hku_mb");
+  // Every third of the 114 queries (38): about a minute on 2 cores.
+  const Outcome out = real_queries(data / "livox_avia_hku_mb", "map_keyframes_3mod4_voxel0.05.pcd", "queries_2s.txt",
+                                   3, Backend::Cpu);
+  INFO("right " << out.right << ", wrong " << out.wrong << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  CHECK(out.right * 100 >= 90 * (out.right + out.wrong + out.ambiguous + out.not_found));
+  // A found pose more than 10 cm off: the NDT refinement's own accuracy at 2 m voxels on
+  // this set (11-12 cm on 3 of the 114; see the global search notes in BENCHMARK.md); none
+  // at a wrong place.
+  CHECK(out.wrong <= 1);
+}
+
+TEST_CASE("global search: the CUDA scorer gives the CPU's bounds and verdicts", "[gpu][global_search]") {
+  NDTCU_REQUIRE_GPU();
+  NDTCU_REQUIRE_DATA(data, "balm_os0");
+  const PointCloud map = read_point_cloud((data / "balm_os0" / "map_even_frames_0-58_voxel0.1.pcd").string());
+  const VoxelMap voxels = VoxelMap::build(map, voxel_map_options(autoware_preset()));
+  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
+  std::mt19937_64 rng(9);
+  std::vector<std::int32_t> offsets;
+  const int points = 300, yaws = 4;
+  for (int k = 0; k < points * yaws * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 41) - 20);
+  std::vector<math::SearchNode> nodes;
+  for (int k = 0; k < 5000; ++k) {
+    math::SearchNode n;
+    n.level = static_cast<std::uint16_t>(rng() % static_cast<std::uint64_t>(p.level_count));
+    n.i = static_cast<int>(rng() % static_cast<std::uint64_t>(p.nx + 20)) - 10;
+    n.j = static_cast<int>(rng() % static_cast<std::uint64_t>(p.ny + 20)) - 10;
+    n.l = static_cast<int>(rng() % static_cast<std::uint64_t>(p.nz + 20)) - 10;
+    n.yaw = static_cast<std::uint16_t>(rng() % yaws);
+    nodes.push_back(n);
+  }
+  auto cpu = detail::make_cpu_pyramid_scorer(p, nullptr);
+  auto gpu = detail::make_cuda_pyramid_scorer(p, nullptr, -1);
+  cpu->set_points(offsets, points, yaws);
+  gpu->set_points(offsets, points, yaws);
+  std::vector<std::uint32_t> a, b;
+  cpu->score(nodes, a);
+  gpu->score(nodes, b);
+  CHECK(a == b);
+  CHECK(std::count_if(a.begin(), a.end(), [](std::uint32_t v) { return v > 0; }) > 100);
+  // The whole search on CUDA: the CPU's verdicts on BALM.
+  const Outcome on_gpu = real_queries(data / "balm_os0", "map_even_frames_0-58_voxel0.1.pcd", "odd_scans_1hz.txt", 1,
+                                      Backend::Cuda);
+  INFO("right " << on_gpu.right << ", wrong " << on_gpu.wrong << ", ambiguous " << on_gpu.ambiguous);
+  CHECK(on_gpu.wrong == 0);
+  CHECK(on_gpu.right >= 28);
+}

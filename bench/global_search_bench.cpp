@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
   app.add_option("--candidates", go.candidates, "candidates aligned")->capture_default_str();
   app.add_option("--prune-ratio", go.prune_ratio, "prune below this share of the best leaf")->capture_default_str();
   app.add_option("--yaw-step", go.yaw_step_deg, "yaw step (deg; 0: from the scan)")->capture_default_str();
+  app.add_option("--ground-share", go.max_ground_share, "largest share of ground points")->capture_default_str();
+  app.add_option("--max-point-range", go.max_point_range, "points farther are not used (m)")->capture_default_str();
   app.add_flag("--exhaustive", exhaustive, "score every leaf (the baseline) as well");
   app.add_option("--repeat", repeat, "searches per query (the time is their median)")->capture_default_str();
   app.add_option("--json", json_out, "write the per-query results here");

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 namespace ndtcu::cli::localize {
@@ -117,9 +118,15 @@ void read_odometry(LocalizeInputs& in, const LocalizeOptions& o) {
 
 // The first scan's pose: --init, else --init-from's pose for its time, else the identity.
 void find_initial_pose(LocalizeInputs& in, const LocalizeOptions& o, double init_time_difference) {
-  if (!o.init.empty()) {
+  if (o.init.size() == 1 && o.init[0] == "global") {
+    in.initial_source = "--init global";
+    in.global = true;
+  } else if (!o.init.empty()) {
+    if (o.init.size() != 6) {
+      throw Error(fmt::format("--init: {} values; give x,y,z,roll,pitch,yaw (m, rad) or `global`", o.init.size()));
+    }
     Pose6 p;
-    for (int i = 0; i < 6; ++i) p(i) = o.init[static_cast<std::size_t>(i)];
+    for (int i = 0; i < 6; ++i) p(i) = std::strtod(o.init[static_cast<std::size_t>(i)].c_str(), nullptr);
     if (!p.allFinite()) throw Error("--init: every value must be finite");
     in.initial = pose_to_matrix(p);
     in.initial_source = "--init";

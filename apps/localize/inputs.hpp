@@ -62,6 +62,7 @@ struct LocalizeInputs {
   std::string odometry_source;  // names the odometry in messages
   Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();
   std::string initial_source = "identity";
+  bool global = false;  // --init global: no initial pose, the whole map searched
 };
 
 /// Reads the scan list, the reference, the odometry and the first pose of `o`; throws

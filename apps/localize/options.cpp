@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace ndtcu::cli::localize {
 
@@ -50,9 +51,20 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
       ->required();
   cmd->add_option("--topic", o.topic,
                   "with --scans BAG: the sensor_msgs/PointCloud2 topic to read (default: the bag's only one)");
-  auto* init = cmd->add_option("--init", o.init, "pose of the first scan x,y,z,roll,pitch,yaw (m, rad)")
-                   ->delimiter(',')
-                   ->expected(6);
+  auto* init =
+      cmd->add_option("--init", o.init,
+                      "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "
+                      "search the whole map until one is found")
+          ->delimiter(',')
+          ->expected(1, 6)
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                if (v == "global") return {};
+                char* end = nullptr;
+                (void)std::strtod(v.c_str(), &end);
+                return !v.empty() && end && *end == '\0' ? std::string() : "'" + v + "' is not a number or `global`";
+              },
+              "NUMBER|global"));
   cmd->add_option("--init-from", o.init_from, "take the first scan's pose from this TUM or KITTI file")
       ->excludes(init);
   cmd->add_option("--init-radius", o.init_radius,
@@ -229,6 +241,11 @@ CLI::Option* add_recovery_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_option("--max-search-radius", o.max_search_radius, "largest radius (m) of the position searches")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 200.0));
+  cmd->add_option("--global-search-interval", o.global_search_interval,
+                  "when the widest search fails too, search the whole map on the first lost frame and every N-th "
+                  "lost frame in a row after it (0 = never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   cmd->add_option("--readers", o.readers, "scan reader threads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--queue", o.queue, "scans read ahead at most")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--period", o.period, "scan period (s) for scans without time stamps")->capture_default_str()
@@ -308,6 +325,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.max_speed = o.max_speed;
   ls.max_turn_rate_deg = o.max_turn_rate;
   ls.max_search_radius = o.max_search_radius;
+  ls.global_search_interval = o.global_search_interval;
   ls.degeneracy_probe_m = o.degeneracy_probe;
   ls.degeneracy_margin = o.degeneracy_margin;
   ls.refine_ratio = o.refine_ratio;

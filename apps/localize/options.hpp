@@ -19,7 +19,7 @@ struct LocalizeOptions {
 
   std::string map, scans, topic, init_from, reference, reference_format = "auto", out = "localization";
   std::string origin = "auto";  // --origin: the map's
-  std::vector<double> init;
+  std::vector<std::string> init;  // x,y,z,roll,pitch,yaw, or "global"
   NdtOptions ndt;
   // The localizer's settings start as the library's defaults (LocalizerSettings{}).
   double min_range = kDefaults.min_range, max_range = kDefaults.max_range, voxel = kDefaults.voxel_leaf;
@@ -31,6 +31,7 @@ struct LocalizeOptions {
   double search_radius = kDefaults.search_radius, max_speed = kDefaults.max_speed;
   double max_turn_rate = kDefaults.max_turn_rate_deg, max_search_radius = kDefaults.max_search_radius;
   double init_radius = 0.0, init_yaw_range = 360.0;
+  int global_search_interval = kDefaults.global_search_interval;
   double map_radius = 100.0, map_update_distance = 20.0, map_memory_mb = 0.0;
   bool map_update_wait = false;
   std::size_t queue = 4;

@@ -196,6 +196,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"max_speed", ls.max_speed},
                    {"max_turn_rate_deg", ls.max_turn_rate_deg},
                    {"max_search_radius", ls.max_search_radius},
+                   {"global_search_interval", ls.global_search_interval},
                    {"map_radius", o.map_radius},
                    {"map_update_distance", o.map_update_distance},
                    {"max_time_difference", o.max_time_difference},

@@ -286,7 +286,10 @@ int run_localize(LocalizeOptions& o, const ConfigurableOptions& given, const Glo
   Localizer localizer(ls, settings.execution);
   const WaitForUpdates wait_for_updates{map.streamer.get()};
   attach_map(map, localizer, o, ls.align);
-  if (o.init_radius > 0.0) {
+  if (in.global) {
+    if (o.init_radius > 0.0) throw Error("--init global searches the whole map; --init-radius is for a rough --init pose");
+    localizer.set_initial_global();
+  } else if (o.init_radius > 0.0) {
     localizer.set_initial_region(in.initial, o.init_radius, o.init_yaw_range);
   } else {
     localizer.set_initial_pose(in.initial);

@@ -124,7 +124,7 @@ NDTCU_ENUM_VALUES(FrameCheck, frame_check_from_string, FrameCheck::Passed, Frame
 NDTCU_ENUM_VALUES(FrameStage, frame_stage_from_string, FrameStage::None, FrameStage::Prediction,
                   FrameStage::Continuation, FrameStage::LastGood, FrameStage::Probe, FrameStage::HeadingSearch,
                   FrameStage::RotationSearch, FrameStage::PositionSearch, FrameStage::WideSearch,
-                  FrameStage::InitialSearch);
+                  FrameStage::InitialSearch, FrameStage::GlobalSearch);
 #undef NDTCU_ENUM_VALUES
 
 /// The names of every value of enum E, in declaration order (to_string's spelling).
@@ -222,6 +222,9 @@ struct FieldList<LocalizerSettings> {
             range_closed(0.0, 100.0)));
     v(make_field("max_turn_rate_deg", &S::max_turn_rate_deg, "fastest the sensor turns (deg/s)", range_closed(0.0, 3600.0)));
     v(make_field("max_search_radius", &S::max_search_radius, "widest position search (m; at least search_radius)", range_closed(0.0, 200.0)));
+    v(make_field("global_search_interval", &S::global_search_interval,
+            "search the whole map when the wide search fails too, on every this many lost frames",
+            range_closed(0, 1000, "0: never")));
     v(make_field("search_nvtl_ratio", &S::search_nvtl_ratio, "an alignment is taken only when its NVTL also reaches this share of the accepted frames' (0: no check)",
             range_closed(0.0, 1.0)));
     v(make_field("search_step_size", &S::search_step_size, "largest Newton step of the searches' refinement (m)",

@@ -44,17 +44,24 @@ struct GlobalSearchOptions {
   /// cell, those within max_point_range). The bound's cost is proportional to them.
   std::size_t points = 384;
   /// Scan points farther than this (m) are not used by the bounds: a yaw error moves them
-  /// most.
-  double max_point_range = 60.0;
+  /// most, and the yaw step is chosen for the points used.
+  double max_point_range = 40.0;
   /// Of the points, at most this share lies on the scan's ground plane: ground fits
   /// anywhere at the right height and would drown the structure that tells places apart.
-  double max_ground_share = 0.25;
+  double max_ground_share = 0.1;
   /// Distinct leaves (apart by more than 2 cells or 10 deg of yaw) kept as candidates and
   /// handed to the NDT alignment. The ambiguity check sees those that were kept.
   std::size_t candidates = 24;
+  /// Distinct leaves the branch and bound keeps and the NDT score ranks (Aligner::
+  /// score_batch at each leaf's pose, on screen_points of the scan, by NVTL times the share
+  /// of points that met a voxel) before the `candidates` best are aligned: the leaf grid's
+  /// 1 m likelihood ranks places coarsely, the NDT score at 2 m voxels finely.
+  std::size_t screen_leaves = 256;
+  /// Points of the scan (every k-th) the NDT score of the leaves uses.
+  std::size_t screen_points = 256;
   /// Nodes whose bound is below this share of the best leaf's score are pruned: places
-  /// whose points fit a third worse at the leaf grid are no rivals after alignment.
-  double prune_ratio = 0.7;
+  /// whose points fit a fifth worse at the leaf grid are no rivals after alignment.
+  double prune_ratio = 0.8;
   /// Nodes scored per batch (a GPU launch, or the CPU's share-out) at most, children of
   /// the batch's popped nodes.
   std::size_t batch_nodes = 32768;

@@ -128,6 +128,7 @@ struct GlobalSearchStats {
   double best_leaf_score = 0.0;    ///< the best leaf's mean point value (0-1)
   double prepare_ms = 0.0;         ///< leveling, thinning, the rotated points
   double bound_ms = 0.0;           ///< the branch and bound
+  double screen_ms = 0.0;          ///< the NDT score of the kept leaves
   double align_ms = 0.0;           ///< the NDT alignment of the candidates
 };
 

@@ -194,6 +194,15 @@ struct LocalizerSettings {
   /// exceeds InitialPoseOptions::max_hypotheses (100,000; screened to 1,024 before they are
   /// aligned).
   double max_search_radius = 50.0;
+  /// Stage 4, when the wide search fails too (a sensor carried off, kidnapped, or lost
+  /// beyond max_search_radius): the whole map is searched (InitialPoseSearch, built from the
+  /// map on first use), on the first such frame and then on every this many lost frames in
+  /// a row (a bad stretch pays for one global search per interval, not one per frame), and
+  /// its pose is taken only when its verdict is found and it passes the frame check. 0:
+  /// never (the default while its cost on every sensor is being measured); 1: every lost
+  /// frame. A tiled map held only on the device has no host map to search: the stage is
+  /// then skipped, with a warning.
+  int global_search_interval = 0;
   /// An alignment (the first attempt, a retry or a search's winner) is taken only when its
   /// NVTL also reaches this share of the NVTL the accepted frames have been scoring (a
   /// running mean, known from the first accepted frame, kept through lost frames and
@@ -365,6 +374,7 @@ enum class FrameStage {
   PositionSearch,  ///< "position search"
   WideSearch,      ///< "wide search"
   InitialSearch,   ///< "initial search"
+  GlobalSearch,    ///< "global search": anywhere in the map (InitialPoseSearch)
 };
 
 /// The stage's name as frames.csv, JSON and Python write it ("prediction", "wide search", ...).
@@ -489,6 +499,12 @@ class Localizer {
   /// and it passes the frame check. Throws Error for a non-rigid `around` or a region the
   /// search refuses (see validate(InitialPoseOptions)).
   void set_initial_region(const Eigen::Matrix4d& around, double radius, double yaw_range_deg);
+  /// Starts (or restarts) tracking with no pose at all: until a frame is accepted, each
+  /// frame runs the global search over the whole map (InitialPoseSearch) and takes its pose
+  /// only when its verdict is found (not ambiguous) and it passes the frame check. Throws
+  /// Error before set_map, or for a map the global search cannot search (a tiled map held
+  /// only on the device, one too large for its grid).
+  void set_initial_global();
   /// True once an initial pose was given.
   bool initialized() const noexcept;
   /// Whether valid frames are refined (LocalizerSettings::refine_ratio set and the map

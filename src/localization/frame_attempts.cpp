@@ -133,12 +133,15 @@ class Localizer::Impl::FrameAttempts {
         gated(model.settings.gate_chi2 > 0.0 && prediction.has_covariance && model.known > 0),
         // No good pose yet and only a region to start from (set_initial_region).
         from_region(model.initial_search && model.known == 0),
+        // No pose at all yet (set_initial_global): the global search until one is accepted.
+        from_global(model.initial_global && model.known == 0),
         prior(model.aligner, model.settings, prediction) {
     out.status = FrameStatus::Tracked;
   }
 
   // Attempt 1: from the prediction, or the initial pose search over the region.
   bool first_attempt() {
+    if (from_global) return global();
     if (from_region) {
       // The initial pose search, whose verdict must be found (converged, unambiguous, enough overlap) as well.
       const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(m.initial), *m.initial_search);
@@ -153,7 +156,7 @@ class Localizer::Impl::FrameAttempts {
     bool ok = false;
     const Recovery mode = m.settings.recovery;
     int retries = 0;
-    while (!ok && mode != Recovery::None && !from_region && retries < m.settings.recovery_attempts) {
+    while (!ok && mode != Recovery::None && !from_region && !from_global && retries < m.settings.recovery_attempts) {
       // `best` is the highest-scoring attempt: a continuation that scores lower than the one
       // it went on from leaves `best` at a pose already tried, which ends the continuations.
       const bool can_continue = detail::has_pose(best) && best.reason == StopReason::MaxIterations;
@@ -190,7 +193,7 @@ class Localizer::Impl::FrameAttempts {
   // The hypothesis searches (Recovery::Hypotheses), each stage wider than the one before,
   // until one finds a pose that passes the check.
   bool search() {
-    if (m.settings.recovery != Recovery::Hypotheses || from_region) return false;
+    if (m.settings.recovery != Recovery::Hypotheses || from_region || from_global) return false;
     // The searches' rotation centres: the prediction and the last good pose, unless it is
     // the prediction (no velocity yet).
     std::vector<Eigen::Matrix4d> centres{out.prediction};
@@ -215,9 +218,21 @@ class Localizer::Impl::FrameAttempts {
       const InitialPoseOptions o = m.position_search(wide, since);
       Pose6 centre = matrix_to_pose(out.prediction);
       centre.head<3>() = m.anchor().topRightCorner<3, 1>();
-      return search(initial_pose_hypotheses(centre, o), o, FrameStage::WideSearch);
+      if (search(initial_pose_hypotheses(centre, o), o, FrameStage::WideSearch)) return true;
     }
-    return false;
+    // Stage 4: the whole map, on the first lost frame and every global_search_interval-th
+    // lost frame in a row after it.
+    const int every = m.settings.global_search_interval;
+    return every > 0 && m.consecutive_lost % every == 0 && global();
+  }
+
+  // The global search (InitialPoseSearch) over the whole map; its pose is taken only when
+  // its verdict is found and it passes the check.
+  bool global() {
+    InitialPoseSearch* g = m.global_search();
+    if (!g) return false;
+    const InitialPoseResult found = g->find(filtered);
+    return take(found, FrameStage::GlobalSearch) && verdict(found, m.settings.nvtl_threshold) == InitialPoseVerdict::Found;
   }
 
   // The frame check's outcome, from the attempts' best: valid, degenerate (the pose held
@@ -531,7 +546,7 @@ class Localizer::Impl::FrameAttempts {
   const FramePrediction& predicted;
   const double time;
   LocalizationResult& out;
-  const bool gated, from_region;
+  const bool gated, from_region, from_global;
   FramePrior prior;
   std::vector<Eigen::Matrix4d> tried;
   bool have_best = false;

@@ -226,6 +226,7 @@ const char* to_string(FrameStage stage) {
     case FrameStage::PositionSearch: return "position search";
     case FrameStage::WideSearch: return "wide search";
     case FrameStage::InitialSearch: return "initial search";
+    case FrameStage::GlobalSearch: return "global search";
   }
   return "?";
 }
@@ -288,21 +289,25 @@ void Localizer::set_map(PointCloudView map) {
     m.fine->set_target(map);
   }
   m.typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores
+  m.drop_global();
 }
 // A map given as voxels has no finer voxels: its frames are not refined (refine_ratio).
 void Localizer::set_map(std::shared_ptr<const VoxelMap> map) {
   impl_->aligner.set_target(std::move(map));
   impl_->fine.reset();
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+  impl_->drop_global();
 }
 void Localizer::set_map(std::shared_ptr<TiledVoxelMap> tiles) {
   impl_->aligner.set_target(std::move(tiles));
   impl_->fine.reset();
   impl_->typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+  impl_->drop_global();
 }
 void Localizer::update_map(std::shared_ptr<const VoxelMap> map) {
   impl_->aligner.set_target(std::move(map));
   impl_->fine.reset();  // its voxels are those of the map before
+  impl_->drop_global();
 }
 void Localizer::stage_map(std::shared_ptr<const VoxelMap> map) { impl_->aligner.stage_target(std::move(map)); }
 bool Localizer::refines() const noexcept { return impl_->fine.has_value(); }
@@ -316,6 +321,27 @@ void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   impl_->consecutive_lost = 0;
   impl_->first_time = std::numeric_limits<double>::quiet_NaN();
   impl_->initial_search.reset();
+  impl_->initial_global = false;
+}
+
+void Localizer::set_initial_global() {
+  Impl& m = *impl_;
+  if (!m.aligner.has_target()) throw Error("localizer: set_initial_global needs a map (call set_map first)");
+  m.global_unavailable = false;
+  if (!m.global) m.global = std::make_unique<InitialPoseSearch>(m.aligner);  // throws for a map it cannot search
+  set_initial_pose(Eigen::Matrix4d::Identity());
+  m.initial_global = true;
+}
+
+InitialPoseSearch* Localizer::Impl::global_search() {
+  if (global || global_unavailable) return global.get();
+  try {
+    global = std::make_unique<InitialPoseSearch>(aligner);
+  } catch (const Error& e) {
+    global_unavailable = true;
+    detail::log().warn("localizer: no global search of this map: {}", e.what());
+  }
+  return global.get();
 }
 
 void Localizer::set_initial_region(const Eigen::Matrix4d& around, double radius, double yaw_range_deg) {

@@ -2,6 +2,7 @@
 // The Localizer's state (Localizer::Impl) and what a frame's stages share with it:
 // localizer.cpp holds the settings checks, the maps, the prediction and the preprocessing;
 // frame_attempts.cpp a frame's attempts, recovery searches and check.
+#include <ndtcu/global_search.hpp>
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/localizer.hpp>
 
@@ -70,6 +71,17 @@ struct Localizer::Impl {
   double first_time = std::numeric_limits<double>::quiet_NaN();
   // set_initial_region's search, run on every frame until one is accepted.
   std::optional<InitialPoseOptions> initial_search;
+  // set_initial_global: the global search on every frame until one is accepted.
+  bool initial_global = false;
+  // The global search of the map (stage 4 and set_initial_global), built on first use and
+  // dropped when the map changes.
+  std::unique_ptr<InitialPoseSearch> global;
+  bool global_unavailable = false;  // the map cannot be searched (warned once)
+  InitialPoseSearch* global_search();
+  void drop_global() {
+    global.reset();
+    global_unavailable = false;
+  }
   int consecutive_lost = 0;
   // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
   // settings.search_nvtl_ratio.

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <queue>
 #include <unordered_set>
 
@@ -323,6 +324,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     math::SearchNode node;
   };
   std::vector<Leaf> kept;  // best first, distinct places
+  const std::size_t keep = std::max(o.candidates, o.screen_leaves);
   const double same_yaw = kSameYawDeg / step_deg;
   const auto same_place = [&](const math::SearchNode& a, const math::SearchNode& b) {
     double dyaw = std::abs(static_cast<double>(a.yaw) - static_cast<double>(b.yaw));
@@ -337,12 +339,12 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const Leaf& k) { return same_place(k.node, n); }), kept.end());
     const auto at = std::find_if(kept.begin(), kept.end(), [&](const Leaf& k) { return k.score < score; });
     kept.insert(at, Leaf{score, n});
-    if (kept.size() > o.candidates) kept.pop_back();
+    if (kept.size() > keep) kept.pop_back();
   };
   const auto threshold = [&]() -> std::uint32_t {
     if (kept.empty()) return 1;  // a node whose points all miss the map is no place
     const auto ratio = static_cast<std::uint32_t>(std::ceil(o.prune_ratio * kept.front().score));
-    const std::uint32_t full = kept.size() >= o.candidates ? kept.back().score : 0;
+    const std::uint32_t full = kept.size() >= keep ? kept.back().score : 0;
     return std::max<std::uint32_t>({1, ratio, full});
   };
 
@@ -379,11 +381,11 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
         break;
       }
       heap.pop();
-      const int level = e.node.level - 1;
-      const int w = 1 << level;
+      const int below = e.node.level - 1;
+      const int w = 1 << below;
       for (int d = 0; d < 8; ++d) {
         math::SearchNode c = e.node;
-        c.level = static_cast<std::uint16_t>(level);
+        c.level = static_cast<std::uint16_t>(below);
         c.i += (d & 1) * w;
         c.j += ((d >> 1) & 1) * w;
         c.l += ((d >> 2) & 1) * w;
@@ -403,13 +405,33 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   }
   st.best_leaf_score = static_cast<double>(kept.front().score) / (255.0 * static_cast<double>(n_pts));
 
-  // The candidates' leaves as poses, aligned by the NDT coarse-to-fine search.
+  // The kept leaves as poses, ranked by the NDT score there when there are more than the
+  // candidates, the best aligned by the NDT coarse-to-fine search.
   std::vector<Pose6> hypotheses;
   for (const Leaf& k : kept) {
     Eigen::Matrix4d t = Eigen::Matrix4d::Identity();
     t.topLeftCorner<3, 3>() = Eigen::AngleAxisd(k.node.yaw * step_deg * kDeg, Eigen::Vector3d::UnitZ()).toRotationMatrix() * level;
     t.topRightCorner<3, 1>() = map_origin + p.origin + Eigen::Vector3d(k.node.i, k.node.j, k.node.l) * cell;
     hypotheses.push_back(matrix_to_pose(t));
+  }
+  if (hypotheses.size() > o.candidates) {
+    const auto ts = std::chrono::steady_clock::now();
+    PointCloud thinned;
+    const PointCloudView screened = detail::thinned(scan, o.screen_points, thinned);
+    const std::vector<PoseScore> scores = aligner->score_batch(screened, hypotheses);
+    const double n = static_cast<double>(screened.size());
+    std::vector<double> rank(scores.size());
+    for (std::size_t h = 0; h < scores.size(); ++h) {
+      const PoseScore& r = scores[h];
+      rank[h] = std::isnan(r.nvtl) || r.matched_points == 0 ? -1.0 : r.nvtl * static_cast<double>(r.matched_points) / n;
+    }
+    std::vector<std::size_t> order(hypotheses.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rank[a] > rank[b]; });
+    std::vector<Pose6> best;
+    for (std::size_t k = 0; k < o.candidates; ++k) best.push_back(hypotheses[order[k]]);
+    hypotheses.swap(best);
+    st.screen_ms = detail::ms_since(ts);
   }
   InitialPoseOptions refine = o.refine;
   refine.refine_count = std::max<int>(refine.refine_count, static_cast<int>(hypotheses.size()));

@@ -133,8 +133,11 @@ void define_initial_pose(nb::module_& m) {
             Working working(aligner.mutex);
             new (self) PyInitialPoseSearch{&aligner, InitialPoseSearch(aligner, o)};
           },
-          "aligner"_a, "cell"_a = 1.0, "candidates"_a = 24, "points"_a = 384, "yaw_step_deg"_a = 0.0,
-          "prune_ratio"_a = 0.7, "standing"_a = true, nb::keep_alive<1, 2>())
+          // The keywords' defaults are the library's (GlobalSearchOptions{}).
+          "aligner"_a, "cell"_a = GlobalSearchOptions{}.cell, "candidates"_a = GlobalSearchOptions{}.candidates,
+          "points"_a = GlobalSearchOptions{}.points, "yaw_step_deg"_a = GlobalSearchOptions{}.yaw_step_deg,
+          "prune_ratio"_a = GlobalSearchOptions{}.prune_ratio, "standing"_a = GlobalSearchOptions{}.standing,
+          nb::keep_alive<1, 2>())
       .def(
           "find",
           [](PyInitialPoseSearch& s, nb::handle scan, std::optional<Eigen::Vector3d> up, nb::handle around,

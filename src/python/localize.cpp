@@ -101,6 +101,14 @@ void define_localizer(nb::module_& m) {
           },
           "around"_a, "radius"_a, "yaw_range_deg"_a = 360.0,
           "Starts tracking with an initial pose search near `around` until a frame is accepted.")
+      .def(
+          "set_initial_global",
+          [](PyLocalizer& l) {
+            Working working(l.mutex);
+            l.set_initial_global();
+          },
+          "Starts tracking with no pose: each frame searches the whole map (InitialPoseSearch) until one is "
+          "accepted.")
       .def_prop_ro("initialized",
                    [](PyLocalizer& l) {
                      Working working(l.mutex);

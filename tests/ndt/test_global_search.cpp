@@ -8,6 +8,7 @@
 #include <ndtcu/filters.hpp>
 #include <ndtcu/global_search.hpp>
 #include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/trajectory.hpp>
 
@@ -272,4 +273,49 @@ TEST_CASE("global search: the CUDA scorer gives the CPU's bounds and verdicts", 
   INFO("right " << on_gpu.right << ", wrong " << on_gpu.wrong << ", ambiguous " << on_gpu.ambiguous);
   CHECK(on_gpu.wrong == 0);
   CHECK(on_gpu.right >= 28);
+}
+
+TEST_CASE("global search in the localizer: no initial pose, and a jump beyond the widest search", "[data][global_search]") {
+  NDTCU_REQUIRE_DATA(data, "balm_os0");
+  const std::filesystem::path dir = data / "balm_os0";
+  LocalizerSettings s;
+  // The position searches reach 2 m at most: the jump below (frame 19 to 41, 8-9 m along
+  // the path) is beyond them, and only the global search can find the sensor again.
+  s.search_radius = 2.0;
+  s.max_search_radius = 2.0;
+  s.global_search_interval = 1;
+  Localizer localizer(s, test::on_cpu(2));
+  localizer.set_map(read_point_cloud((dir / "map_even_frames_0-58_voxel0.1.pcd").string()));
+  localizer.set_initial_global();
+  const Trajectory ref = read_trajectory((dir / "poses_tum.txt").string());
+  std::vector<int> frames;
+  for (int f = 1; f <= 19; f += 2) frames.push_back(f);
+  for (int f = 41; f <= 59; f += 2) frames.push_back(f);
+  int wrong = 0, lost_after_jump = 0;
+  bool jumped = false, found_after_jump = false;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const int f = frames[k];
+    const StampedPose& truth = ref[static_cast<std::size_t>(f)];
+    const LocalizationResult r =
+        localizer.localize(read_point_cloud((dir / "scans" / fmt::format("{:03d}.pcd", f)).string()), truth.time);
+    const double err = (r.pose.topRightCorner<3, 1>() - truth.pose.translation()).norm();
+    INFO("frame " << f << ": " << to_string(r.status) << " by " << to_string(r.stage) << ", " << err << " m off");
+    if (k == 0) {
+      CHECK(r.valid);
+      CHECK(r.stage == FrameStage::GlobalSearch);
+    }
+    if (r.valid && err > 0.3) ++wrong;
+    if (f == 41) jumped = true;
+    if (jumped && !found_after_jump) {
+      if (r.valid) {
+        found_after_jump = true;
+        CHECK(r.stage == FrameStage::GlobalSearch);
+      } else {
+        ++lost_after_jump;
+      }
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(found_after_jump);
+  CHECK(lost_after_jump < 3);  // found again within 3 frames of the jump
 }

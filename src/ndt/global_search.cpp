@@ -20,7 +20,6 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
-#include <queue>
 #include <unordered_set>
 
 namespace ndtcu {
@@ -45,17 +44,52 @@ struct Entry {
   std::uint32_t bound;
   math::SearchNode node;
 };
-// The heap's order: the highest bound first; on a tie the deeper node (its leaves come
-// sooner), then the node's own fields, so the same scan gives the same search.
-struct EntryBelow {
-  bool operator()(const Entry& a, const Entry& b) const {
-    if (a.bound != b.bound) return a.bound < b.bound;
-    if (a.node.level != b.node.level) return a.node.level > b.node.level;
-    if (a.node.yaw != b.node.yaw) return a.node.yaw > b.node.yaw;
-    if (a.node.l != b.node.l) return a.node.l > b.node.l;
-    if (a.node.j != b.node.j) return a.node.j > b.node.j;
-    return a.node.i > b.node.i;
+
+// The nodes waiting to be expanded, highest bound first: buckets of bounds, each a stack.
+// A binary heap of millions of nodes cost more on the host than the GPU's scoring of them
+// (a push and a pop per node, each a cache miss); a bucket is a push and a pop at its end.
+// 4096 buckets over the bound's range put nodes within 0.025% of the range together, whose
+// order among themselves matters nothing to the search (the newest, the deepest, first).
+class BucketQueue {
+ public:
+  explicit BucketQueue(std::uint32_t max_bound)
+      : buckets_(kBuckets), scale_(static_cast<double>(kBuckets) / (static_cast<double>(max_bound) + 1.0)) {}
+  bool empty() const { return count_ == 0; }
+  void push(const Entry& e) {
+    const std::size_t b = bucket(e.bound);
+    buckets_[b].push_back(e);
+    top_ = std::max(top_, b + 1);
+    ++count_;
   }
+  // The entry to expand next (the queue must not be empty).
+  const Entry& peek() {
+    while (buckets_[top_ - 1].empty()) --top_;
+    return buckets_[top_ - 1].back();
+  }
+  void pop() {
+    buckets_[top_ - 1].pop_back();
+    --count_;
+  }
+  // Whether every entry left bounds below `threshold` (the top bucket's range lies below it).
+  bool all_below(std::uint32_t threshold) {
+    if (empty()) return true;
+    (void)peek();
+    return static_cast<double>(top_) / scale_ <= static_cast<double>(threshold);
+  }
+  void clear() {
+    for (auto& b : buckets_) b.clear();
+    top_ = 0;
+    count_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kBuckets = 4096;
+  std::size_t bucket(std::uint32_t bound) const {
+    return std::min(kBuckets - 1, static_cast<std::size_t>(static_cast<double>(bound) * scale_));
+  }
+  std::vector<std::vector<Entry>> buckets_;
+  double scale_;
+  std::size_t top_ = 0, count_ = 0;
 };
 
 }  // namespace
@@ -281,7 +315,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   const int top = p.level_count - 1;
   std::vector<math::SearchNode> batch;
   std::vector<std::uint32_t> bounds;
-  std::priority_queue<Entry, std::vector<Entry>, EntryBelow> heap;
+  BucketQueue heap(255u * static_cast<std::uint32_t>(n_pts));
   {
     // The leaves a sweep of every admitted position at the leaf step would score.
     double leaves = 0.0;
@@ -375,12 +409,14 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     }
     // Children of the nodes of highest bound, until the batch is full.
     while (!heap.empty() && batch.size() + 8 <= batch_nodes) {
-      const Entry e = heap.top();
-      if (e.bound < threshold()) {
-        heap = decltype(heap)();  // the rest bound even lower
+      const std::uint32_t limit = threshold();
+      if (heap.all_below(limit)) {
+        heap.clear();  // the rest bound even lower
         break;
       }
+      const Entry e = heap.peek();
       heap.pop();
+      if (e.bound < limit) continue;
       const int below = e.node.level - 1;
       const int w = 1 << below;
       for (int d = 0; d < 8; ++d) {

@@ -319,3 +319,69 @@ TEST_CASE("global search in the localizer: no initial pose, and a jump beyond th
   CHECK(found_after_jump);
   CHECK(lost_after_jump < 3);  // found again within 3 frames of the jump
 }
+
+namespace {
+
+// A simulated city, its map, and scans at seeded random poses on its streets (any yaw).
+struct City {
+  std::unique_ptr<sim::World> world;
+  PointCloud map;
+  std::vector<PointCloud> scans;
+  std::vector<Eigen::Matrix4d> truth;
+};
+
+double unit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+City make_city(double size, int queries, std::uint64_t seed) {
+  City c;
+  sim::WorldSettings ws;
+  ws.seed = seed;
+  ws.size = size;
+  c.world = std::make_unique<sim::World>(sim::generate_scene(ws));
+  sim::MapSettings ms;
+  ms.seed = seed;
+  ms.voxel = 0.25;
+  c.map = sim::sample_map(*c.world, ms);
+  const sim::LidarModel model = sim::lidar_preset("hdl32");
+  const sim::RoadNetwork& roads = c.world->scene().roads;
+  const Eigen::Isometry3d w_s = sim::world_from_scene(c.world->scene());
+  std::mt19937_64 rng(seed * 7919 + 13);
+  for (int k = 0; k < queries; ++k) {
+    const auto& e = roads.edges[static_cast<std::size_t>(rng() % roads.edges.size())];
+    const Eigen::Vector2d a = roads.nodes[static_cast<std::size_t>(e.first)];
+    const Eigen::Vector2d b = roads.nodes[static_cast<std::size_t>(e.second)];
+    // Along a street away from its intersections, anywhere across its lanes, any heading.
+    Eigen::Vector2d xy = a + (0.15 + 0.7 * unit(rng)) * (b - a);
+    const Eigen::Vector2d n = Eigen::Vector2d(-(b - a).y(), (b - a).x()).normalized();
+    xy += n * (2.0 * unit(rng) - 1.0) * roads.lane_offset * 1.5;
+    const double yaw = 2.0 * kPi * unit(rng) - kPi;
+    Eigen::Isometry3d s = Eigen::Isometry3d::Identity();
+    s.linear() = Eigen::AngleAxisd(yaw, Eigen::Vector3d::UnitZ()).toRotationMatrix();
+    s.translation() = Eigen::Vector3d(xy.x(), xy.y(), c.world->ground_height(xy.x(), xy.y()) + 1.8);
+    c.scans.push_back(voxel_downsample(sim::cast_scan(*c.world, model, s, seed, static_cast<std::uint64_t>(k)).cloud, 1.0));
+    c.truth.push_back((w_s * s).matrix());
+  }
+  return c;
+}
+
+Outcome search_city(const City& c, Backend backend) {
+  Aligner aligner(autoware_preset(), test::on(backend));
+  aligner.set_target(c.map);
+  InitialPoseSearch search(aligner);
+  Outcome out;
+  for (std::size_t k = 0; k < c.scans.size(); ++k) count(out, search.find(c.scans[k]), c.truth[k]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("global search: a 200 m simulated city, scans at random poses found with no pose",
+          "[unit][global_search][sim][heavy]") {
+  // 4-7 s a search on 2 CPU cores (3-5M nodes). The issue's 500 m city with 50 scans is not
+  // passed yet (44 found, 1 found at a wrong place on an H200: BENCHMARK.md).
+  const City c = make_city(200.0, 4, 11);
+  const Outcome out = search_city(c, Backend::Cpu);
+  INFO("right " << out.right << ", wrong " << out.wrong << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  CHECK(out.wrong == 0);
+  CHECK(out.right == 4);
+}

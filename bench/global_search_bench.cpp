@@ -110,10 +110,14 @@ int main(int argc, char** argv) {
   app.add_option("--yaw-step", go.yaw_step_deg, "yaw step (deg; 0: from the scan)")->capture_default_str();
   app.add_option("--ground-share", go.max_ground_share, "largest share of ground points")->capture_default_str();
   app.add_option("--max-point-range", go.max_point_range, "points farther are not used (m)")->capture_default_str();
+  bool standing = false;
+  app.add_flag("--standing", standing, "search only standing heights above a floor");
+  app.add_option("--screen-leaves", go.screen_leaves, "leaves ranked by the NDT score")->capture_default_str();
   app.add_flag("--exhaustive", exhaustive, "score every leaf (the baseline) as well");
   app.add_option("--repeat", repeat, "searches per query (the time is their median)")->capture_default_str();
   app.add_option("--json", json_out, "write the per-query results here");
   CLI11_PARSE(app, argc, argv);
+  go.standing = standing;
   try {
     if (verbose) set_log_level(LogLevel::Debug);
     ExecutionOptions ex;
@@ -202,9 +206,9 @@ int main(int argc, char** argv) {
         base_ms = b.time_ms;
         base_times.push_back(b.global.bound_ms);
       }
-      std::printf("%-28s %-16s err %7.3f m %6.2f deg  NVTL %.3f  rival %s  %6.1f ms (bound %6.1f, align %5.1f; %zu nodes, "
+      std::printf("%-28s h %.2f %-16s err %7.3f m %6.2f deg  NVTL %.3f  rival %s  %6.1f ms (bound %6.1f, align %5.1f; %zu nodes, "
                   "%zu leaves of %zu)%s\n",
-                  q.name.c_str(), to_string(v), err, ang, r.best.nvtl,
+                  q.name.c_str(), r.global.sensor_height, to_string(v), err, ang, r.best.nvtl,
                   r.has_rival ? fmt::format("{:.3f}", r.ambiguity_nvtl).c_str() : "-", t_ms, r.global.bound_ms,
                   r.global.align_ms, r.global.nodes_scored, r.global.leaves_scored, r.global.brute_force_leaves,
                   baseline ? fmt::format("  exhaustive {:.1f} ms", base_ms).c_str() : "");
@@ -212,7 +216,8 @@ int main(int argc, char** argv) {
                       {"error_deg", ang}, {"nvtl", r.best.nvtl}, {"time_ms", t_ms},
                       {"bound_ms", r.global.bound_ms}, {"align_ms", r.global.align_ms},
                       {"nodes", r.global.nodes_scored}, {"leaves", r.global.leaves_scored},
-                      {"brute_force_leaves", r.global.brute_force_leaves}, {"points", r.global.points},
+                      {"brute_force_leaves", r.global.brute_force_leaves}, {"points", r.global.points}, {"sensor_height", r.global.sensor_height},
+                      {"standing", r.global.standing},
                       {"yaws", r.global.yaws}, {"exhaustive_ms", base_ms}});
     }
     std::printf("\n%zu queries: found %d (right), ambiguous %d, not found %d, FOUND WRONG %d\n", qs.size(), found_right,

@@ -158,7 +158,8 @@ InitialPoseSearch::InitialPoseSearch(Aligner& aligner, const GlobalSearchOptions
   m.map_origin = map->origin();
   const int threads = detail::resolve_thread_count(aligner.execution().threads);
   if (threads > 1) m.pool = std::make_unique<detail::ThreadPool>(threads);
-  m.pyramid = detail::build_score_pyramid(*map, options.cell, options.levels, options.max_cells, m.pool.get());
+  m.pyramid = detail::build_score_pyramid(*map, options.cell, options.levels, options.max_cells, m.pool.get(),
+                                          options.standing);
   if (aligner.backend() == Backend::Cuda) {
     m.scorer = detail::make_cuda_pyramid_scorer(m.pyramid, aligner.execution().cuda_stream, aligner.execution().device);
     m.batch_nodes = options.batch_nodes;
@@ -286,7 +287,9 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   // Where the sensor may stand: heights above a floor of the map near its own.
   std::uint8_t standing_bits = 0;
   if (o.standing && ground.found) {
-    const int lo = std::max(1, static_cast<int>(std::floor((height - o.standing_tolerance) / cell)) - 1);
+    // From the sensor's cell itself (0: a sensor beside a surface whose smoothed
+    // likelihood reaches its cell) to a cell above the tolerance.
+    const int lo = std::max(0, static_cast<int>(std::floor((height - o.standing_tolerance) / cell)) - 1);
     const int hi = std::min(detail::kFloorHeights - 1, static_cast<int>(std::ceil((height + o.standing_tolerance) / cell)));
     for (int h = lo; h <= hi; ++h) standing_bits = static_cast<std::uint8_t>(standing_bits | (1u << h));
   }
@@ -320,8 +323,8 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     // The leaves a sweep of every admitted position at the leaf step would score.
     double leaves = 0.0;
     if (standing_bits) {
-      for (int h = 0; h < detail::kFloorHeights; ++h) {
-        if (standing_bits & (1u << h)) leaves += static_cast<double>(p.standing_counts[static_cast<std::size_t>(h)]);
+      for (unsigned v = 0; v < 256; ++v) {
+        if (v & standing_bits) leaves += static_cast<double>(p.standing_histogram[v]);
       }
     } else {
       leaves = static_cast<double>(p.level_stride());
@@ -464,8 +467,16 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     std::vector<std::size_t> order(hypotheses.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rank[a] > rank[b]; });
+    // The `candidates` best by the NDT score and the `candidates` best leaves (the kept list
+    // is in leaf order), each once: a leaf half a cell and a yaw step from its place can
+    // score below a wrong place's at 2 m voxels and still be the one that aligns best.
+    std::vector<bool> taken(hypotheses.size(), false);
+    for (std::size_t k = 0; k < o.candidates; ++k) taken[order[k]] = true;
+    for (std::size_t k = 0; k < o.candidates; ++k) taken[k] = true;
     std::vector<Pose6> best;
-    for (std::size_t k = 0; k < o.candidates; ++k) best.push_back(hypotheses[order[k]]);
+    for (std::size_t k = 0; k < hypotheses.size(); ++k) {
+      if (taken[k]) best.push_back(hypotheses[k]);
+    }
     hypotheses.swap(best);
     st.screen_ms = detail::ms_since(ts);
   }

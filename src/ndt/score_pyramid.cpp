@@ -72,7 +72,8 @@ void pool_level(std::vector<std::uint8_t>& data, std::size_t stride, int nx, int
 
 }  // namespace
 
-ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, std::size_t max_cells, ThreadPool* pool) {
+ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, std::size_t max_cells, ThreadPool* pool,
+                                 bool with_standing) {
   if (!(std::isfinite(cell) && cell > 0.0)) throw Error(fmt::format("global search: cell {} m must be > 0", cell));
   if (map.empty()) throw Error("global search: the map has no voxels");
   ScorePyramid p;
@@ -118,7 +119,7 @@ ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, s
   p.level_count = std::min(levels, kMaxLevels);
   const std::size_t stride = p.level_stride();
   p.levels.assign(stride * static_cast<std::size_t>(p.level_count), 0);
-  p.standing.assign(stride * static_cast<std::size_t>(p.level_count), 0);
+  if (with_standing) p.standing.assign(stride * static_cast<std::size_t>(p.level_count), 0);
 
   // Level 0: every voxel's widened Gaussian over the cells of its 3-sigma box, in slabs of
   // z so that tasks write disjoint cells.
@@ -179,21 +180,21 @@ ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, s
     for (std::size_t s = 0; s < static_cast<std::size_t>(slabs); ++s) fill_slab(s);
   }
 
-  // Standing, level 0: the height of each cell above the top of the nearest surface below
-  // it in its column (a run of cells holding a surface; its top the last of the run).
+  // Standing, level 0: bit h of a cell is set when the cell h below it in its column is
+  // the top of a surface (a run of cells holding one; its top the last of the run), for
+  // every such top within kFloorHeights - 1 cells, not only the nearest: a sensor beside a
+  // parked car's roof or under a branch stands above the road as well.
   std::uint8_t* stand0 = p.standing.data();
   const std::size_t plane = static_cast<std::size_t>(p.nx) * static_cast<std::size_t>(p.ny);
-  for (std::size_t col = 0; col < plane; ++col) {
-    int top = -1;
+  for (std::size_t col = 0; with_standing && col < plane; ++col) {
+    unsigned tops = 0;
     for (int z = 0; z < p.nz; ++z) {
       const std::size_t at = static_cast<std::size_t>(z) * plane + col;
-      if (top >= 0 && z - top < kFloorHeights) {
-        stand0[at] = static_cast<std::uint8_t>(1u << (z - top));
-        ++p.standing_counts[static_cast<std::size_t>(z - top)];
-      }
       const bool here = level0[at] >= kOccupied;
       const bool above = z + 1 < p.nz && level0[at + plane] >= kOccupied;
-      if (here && !above) top = z;
+      tops = ((tops << 1) | (here && !above ? 1u : 0u)) & 0xffu;
+      stand0[at] = static_cast<std::uint8_t>(tops);
+      ++p.standing_histogram[tops];
     }
   }
 
@@ -201,8 +202,10 @@ ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, s
   for (int k = 0; k + 1 < p.level_count; ++k) {
     pool_level(p.levels, stride, p.nx, p.ny, p.nz, k, [](std::uint8_t a, std::uint8_t b) { return a > b ? a : b; },
                scratch);
-    pool_level(p.standing, stride, p.nx, p.ny, p.nz, k,
-               [](std::uint8_t a, std::uint8_t b) { return static_cast<std::uint8_t>(a | b); }, scratch);
+    if (with_standing) {
+      pool_level(p.standing, stride, p.nx, p.ny, p.nz, k,
+                 [](std::uint8_t a, std::uint8_t b) { return static_cast<std::uint8_t>(a | b); }, scratch);
+    }
   }
   return p;
 }

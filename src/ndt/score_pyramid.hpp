@@ -28,11 +28,11 @@ struct ScorePyramid {
   /// The likelihood pyramid, level after level (nx * ny * nz bytes each, x fastest).
   std::vector<std::uint8_t> levels;
   /// The standing pyramid: bit h of level k at cell a is set when some cell of the window
-  /// a .. a + 2^k - 1 lies h cells above the top of a mapped surface in its column (the
-  /// nearest below it), h < kFloorHeights.
+  /// a .. a + 2^k - 1 lies h cells above the top of a mapped surface in its column (any
+  /// such top within kFloorHeights - 1 cells below it), h < kFloorHeights.
   std::vector<std::uint8_t> standing;
-  /// Level-0 cells h cells above a surface, per h.
-  std::array<std::size_t, kFloorHeights> standing_counts{};
+  /// Level-0 cells per standing value (how many leaves a set of heights admits).
+  std::array<std::size_t, 256> standing_histogram{};
 
   std::size_t level_stride() const { return static_cast<std::size_t>(nx) * static_cast<std::size_t>(ny) * static_cast<std::size_t>(nz); }
   math::PyramidView view() const {
@@ -50,8 +50,9 @@ struct ScorePyramid {
 /// widened by the spread of a point within a cell, so a leaf half a cell from the truth
 /// still scores its points); `levels` levels in all (0: as many as leave at most 64 windows
 /// of the map's x-y extent at the top, at most 9). The grid covers the voxels' means with
-/// a margin of 2 cells. Throws Error when the grid would exceed `max_cells` cells per level.
+/// a margin of 2 cells. The standing pyramid only `with_standing`. Throws Error when the
+/// grid would exceed `max_cells` cells per level.
 ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, std::size_t max_cells,
-                                 ThreadPool* pool);
+                                 ThreadPool* pool, bool with_standing = true);
 
 }  // namespace ndtcu::detail

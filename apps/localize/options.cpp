@@ -57,6 +57,9 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
                       "search the whole map until one is found")
           ->delimiter(',')
           ->expected(1, 6)
+          // FLOAT: numbers that are not finite are refused as every FLOAT option refuses them
+          // (require_finite_numbers); `global` is no number and passes that check.
+          ->type_name("FLOAT")
           ->check(CLI::Validator(
               [](std::string& v) -> std::string {
                 if (v == "global") return {};

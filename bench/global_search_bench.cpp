@@ -13,6 +13,8 @@
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/trajectory.hpp>
 
+#include "bench_stats.hpp"
+
 #include <CLI/CLI.hpp>
 #include <Eigen/Geometry>
 #include <fmt/format.h>
@@ -37,14 +39,9 @@ using namespace ndtcu;
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kDeg = kPi / 180.0;
 
-double unit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+using bench::percentile;
+using bench::unit;
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
-}
 
 struct Query {
   std::string name;

@@ -12,6 +12,8 @@
 #include <ndtcu/output_file.hpp>
 #include <ndtcu/trajectory.hpp>
 
+#include "bench_stats.hpp"
+
 #include <CLI/CLI.hpp>
 #include <Eigen/Geometry>
 #include <fmt/format.h>
@@ -36,9 +38,8 @@ using namespace ndtcu;
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kDeg = kPi / 180.0;
 
-// A uniform double in [0, 1) from the generator's top 53 bits: the same starts with every
-// standard library (the distributions of <random> are implementation-defined).
-double unit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+using bench::percentile;
+using bench::unit;
 
 // A rough start: uniform over the disc of `radius` around the truth's x and y, the truth's
 // z, a uniform yaw, no roll or pitch (the search levels the scan by its ground).
@@ -53,12 +54,6 @@ Pose6 rough_start(const Eigen::Matrix4d& truth, double radius, std::mt19937_64& 
   return p;
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
-}
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 // localize output folder is checked before the first scan, and the messages say what
 // actually happened (why a frame was lost, that there is no error to average, why points
 // were dropped).
+#include "../support/cli_run.hpp"
 #include "../support/pcd_builder.hpp"
 #include "../support/test_support.hpp"
 
@@ -44,34 +45,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int rc = -1;
-  std::string out, err;
-};
+using test::CliRun;
 
 // Runs `ndtcu ARGS...` as main() would, with stdout and stderr captured.
-CliRun run(std::vector<std::string> args) {
-  args.insert(args.begin(), "ndtcu");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::ostringstream out, err;
-  struct Restore {
-    std::streambuf* out;
-    std::streambuf* err;
-    LogLevel level;
-    ~Restore() {
-      std::cout.rdbuf(out);
-      std::cerr.rdbuf(err);
-      set_log_level(level);
-    }
-  } restore{std::cout.rdbuf(out.rdbuf()), std::cerr.rdbuf(err.rdbuf()), log_level()};
-  CliRun r;
-  r.rc = cli::run_cli(static_cast<int>(args.size()), argv.data());
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+CliRun run(std::vector<std::string> args) { return test::run_ndtcu(std::move(args)); }
 
 const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
 

@@ -2,6 +2,7 @@
 // identical corridors): they build, their drive stays inside, a scan one pitch (or one
 // corridor) away is the same scan, place_repeats() names those copies; and kidnaps of any
 // distance from the command line.
+#include "../support/cli_run.hpp"
 #include "../support/test_support.hpp"
 
 #include "cli_app.hpp"
@@ -90,34 +91,8 @@ void check_other_scene(const World& world, const Eigen::Vector3d& p, const Eigen
   CHECK(d.moved > 0.05 * d.common);
 }
 
-struct CliRun {
-  int rc = -1;
-  std::string out, err;
-};
-
-/// Runs `ndtcu ARGS...` as main() does, stdout and stderr captured.
-CliRun run_ndtcu(std::vector<std::string> args) {
-  args.insert(args.begin(), "ndtcu");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::ostringstream out, err;
-  struct Restore {
-    std::streambuf* out;
-    std::streambuf* err;
-    LogLevel level;
-    ~Restore() {
-      std::cout.rdbuf(out);
-      std::cerr.rdbuf(err);
-      set_log_level(level);
-    }
-  } restore{std::cout.rdbuf(out.rdbuf()), std::cerr.rdbuf(err.rdbuf()), log_level()};
-  CliRun r;
-  r.rc = cli::run_cli(static_cast<int>(args.size()), argv.data());
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using test::CliRun;
+using test::run_ndtcu;
 
 /// Horizontal distance between the positions of two poses.
 double horizontal(const TimedPose& a, const TimedPose& b) {

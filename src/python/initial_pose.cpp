@@ -11,6 +11,14 @@ using namespace nb::literals;
 
 namespace ndtcu::python {
 
+// A search's `around`: a (6,) pose used as given (as `ndtcu initpose --around` takes it), or
+// a 4x4 transform converted.
+static Pose6 around_arg(nb::handle around) {
+  nb::ndarray<> g;
+  return nb::try_cast(around, g, false) && g.ndim() == 1 ? guesses_arg(around.attr("reshape")(1, -1), "around").front()
+                                                         : matrix_to_pose(matrix_arg(around, "around"));
+}
+
 // An InitialPoseSearch with the PyAligner it searches (kept alive by the Python object).
 struct PyInitialPoseSearch {
   PyAligner* aligner;
@@ -90,11 +98,7 @@ void define_initial_pose(nb::module_& m) {
       [](PyAligner& aligner, nb::handle scan, nb::handle around, double radius, double position_step,
          double yaw_range_deg, double yaw_step_deg, int coarse_iterations, int refine_count, bool level_from_ground) {
         CloudArg c(scan, "scan");
-        nb::ndarray<> g;
-        // A (6,) pose is used as given (as `ndtcu initpose --around` does); a 4x4 is converted.
-        const Pose6 a = nb::try_cast(around, g, false) && g.ndim() == 1
-                            ? guesses_arg(around.attr("reshape")(1, -1), "around").front()
-                            : matrix_to_pose(matrix_arg(around, "around"));
+        const Pose6 a = around_arg(around);
         InitialPoseOptions o;
         o.radius = radius;
         o.position_step = position_step;
@@ -146,10 +150,7 @@ void define_initial_pose(nb::module_& m) {
             GlobalSearchQuery q;
             q.up = up;
             if (!around.is_none()) {
-              nb::ndarray<> g;
-              q.around = nb::try_cast(around, g, false) && g.ndim() == 1
-                             ? guesses_arg(around.attr("reshape")(1, -1), "around").front()
-                             : matrix_to_pose(matrix_arg(around, "around"));
+              q.around = around_arg(around);
               if (!radius) throw Error("InitialPoseSearch.find: `around` needs a `radius` (m)");
               q.radius = *radius;
             }

@@ -1,8 +1,9 @@
 """ndtcu.fleet on a local Ray cluster of 2 CPUs: a manifest of folders, a list, a bag and a
 sweep over the sample data (and BALM from ../shared/data when present); each run's
 trajectory equal to `ndtcu localize`'s byte for byte, the report's numbers equal to the
-summaries; a worker killed mid-run retried, a fleet stopped by SIGINT resumed, a run
-that always fails reported with its reason."""
+summaries; a worker killed mid-run retried, a fleet stopped by SIGINT or SIGTERM resumed,
+a run that always fails reported with its reason; what stops a fleet before it starts
+(an output folder it cannot write or another fleet's, runs no node can hold) in one line."""
 import csv
 import json
 import os
@@ -165,7 +166,8 @@ def test_a_run_that_always_fails_is_reported(cluster, sample, tmp_path, monkeypa
     assert 'class="failed"' in html and "broken.pcd" in html
 
 
-def test_sigint_then_resume(cluster, sample, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_then_resume(cluster, sample, tmp_path, signum):
     m = sweep_manifest(sample, tmp_path)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
@@ -177,10 +179,12 @@ def test_sigint_then_resume(cluster, sample, tmp_path):
         if runs.is_dir() and any(not n.startswith(".") for n in os.listdir(runs)):
             break
         time.sleep(0.05)
-    driver.send_signal(signal.SIGINT)
+    driver.send_signal(signum)
     _, err = driver.communicate(timeout=60)
-    assert driver.returncode == 130, err
-    assert "interrupted" in err
+    # SIGTERM as SIGINT: the finished runs kept, the report written, 128 + the signal.
+    assert driver.returncode == 128 + signum, err
+    assert f"interrupted ({signal.Signals(signum).name})" in err and "Traceback" not in err
+    assert not (out / ".ndtcu-fleet.lock").exists()
     fleet = json.loads((out / "fleet.json").read_text())
     finished = fleet["counts"]["done"]
     assert fleet["interrupted"] and 1 <= finished < 6 and fleet["counts"]["not_run"] == 6 - finished
@@ -202,9 +206,90 @@ def test_progress_line_and_usage_errors(cluster, sample, tmp_path):
                         "--address", cluster], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "fleet [" in r.stderr and "1/1 runs" in r.stderr and "frames/s" in r.stderr and "ETA" in r.stderr
+    # The fleet's lock is gone with it: two fleets of one manifest leave the same files.
+    assert sorted(os.listdir(tmp_path / "o")) == ["fleet.json", "report.html", "runs", "runs.csv"]
     bad = write_manifest(tmp_path / "bad.yaml", [{"map": str(sample / "map.pcd"), "scans": str(sample / "scans"),
                                                   "settings": {"vox": 1}}])
     r = subprocess.run([sys.executable, "-m", "ndtcu.fleet", "run", str(bad), "--out", str(tmp_path / "b")],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "runs[0]: settings.vox: unknown option" in r.stderr
     assert not (tmp_path / "b").exists()
+
+
+def run_main(args, capsys):
+    """`ndtcu-fleet ARGS` in this process: (exit code, stderr)."""
+    from ndtcu.fleet.__main__ import main
+
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def one_line_error(err):
+    lines = [line for line in err.splitlines() if "WARNING" not in line]  # Ray's own warnings aside
+    assert len(lines) == 1 and lines[0].startswith("ndtcu-fleet: error: "), err
+    return lines[0]
+
+
+def test_an_output_folder_that_cannot_be_written(sample, tmp_path, capsys):
+    m = sweep_manifest(sample, tmp_path, (1.0,))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    code, err = run_main(["run", m, "--out", a_file], capsys)
+    assert code == 2 and f"{a_file}: not a folder" in one_line_error(err)
+    code, err = run_main(["run", m, "--out", a_file / "out"], capsys)
+    assert code == 2 and f"{a_file / 'out'}: cannot make the output folder: Not a directory" in one_line_error(err)
+    if os.geteuid() != 0:  # root writes into a read-only folder
+        read_only = tmp_path / "read_only"
+        read_only.mkdir(mode=0o555)
+        code, err = run_main(["run", m, "--out", read_only], capsys)
+        assert code == 2 and f"{read_only}: cannot write the output folder: Permission denied" in one_line_error(err)
+
+
+def test_one_fleet_at_a_time_in_a_folder(sample, tmp_path, capsys):
+    from ndtcu.fleet.runner import LOCK_NAME, OutFolder
+
+    m = sweep_manifest(sample, tmp_path, (1.0,))
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom ndtcu.fleet.runner import OutFolder\n"
+                               "with OutFolder(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)\n",
+                               str(out)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        others = out / "runs" / ".tmp-s-voxel=1.0-0123abcd"  # the other fleet's run being written
+        others.mkdir()
+        code, err = run_main(["run", m, "--out", out], capsys)
+        assert code == 2
+        assert f"{out}: another fleet (pid {holder.pid} on " in one_line_error(err)
+        assert others.is_dir() and not (out / "fleet.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # Killed, it left its lock file, unlocked: the next fleet takes it, clears what was
+    # half-written, and removes the file at its end.
+    assert (out / LOCK_NAME).exists()
+    with OutFolder(out):
+        assert not others.exists()
+        assert (out / LOCK_NAME).read_text().split()[0] == str(os.getpid())
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_runs_no_node_can_hold(cluster, sample, tmp_path):
+    # 4 CPUs per run on a cluster of 2: refused at once (Ray would keep the runs waiting).
+    m = sweep_manifest(sample, tmp_path, (1.0,))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-m", "ndtcu.fleet", "run", str(m), "--out", str(tmp_path / "o"),
+                        "--address", cluster, "--cpus-per-run", "4"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert "--cpus-per-run 4: no node of the cluster has 4 CPUs (the most on one node is 2; 1 node, 2 CPUs" \
+        in one_line_error(r.stderr)
+    from ndtcu.fleet.runner import placement_problem
+
+    nodes = [{"CPU": 8, "GPU": 1}, {"CPU": 2, "GPU": 0}]
+    assert placement_problem(nodes, 4, 1) is None and placement_problem(nodes, 2, 0.5) is None
+    assert placement_problem(nodes, 16, 0).startswith("--cpus-per-run 16: no node of the cluster has 16 CPUs")
+    assert placement_problem(nodes, 1, 2).startswith("--gpus-per-run 2: no node of the cluster has 2 GPUs")
+    assert placement_problem([{"CPU": 8}, {"CPU": 1, "GPU": 1}], 4, 1).startswith(
+        "--cpus-per-run 4 with --gpus-per-run 1: no node of the cluster has both")
+    assert placement_problem([{"CPU": 2}], 1, 1) is None  # no GPU anywhere: every run on the CPU

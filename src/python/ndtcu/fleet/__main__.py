@@ -5,9 +5,13 @@
     ndtcu-fleet check MANIFEST
 
 Exit codes: 0 every run done (or present from an earlier fleet), 1 some run failed,
-2 a manifest or usage error (nothing started), 130 interrupted (run again to finish).
+2 a manifest or usage error, an output folder that cannot be written or is another
+fleet's, a cluster with no node for a run (nothing started), 130 interrupted by SIGINT
+(Ctrl-C) and 143 by SIGTERM (128 + the signal; finished runs kept, the report written: run
+again to finish).
 """
 import argparse
+import signal
 import sys
 
 
@@ -53,6 +57,11 @@ def main(argv=None):
     except ValueError as e:
         print(f"ndtcu-fleet: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        # Before the fleet's own handling took over (reading the manifest).
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"ndtcu-fleet: interrupted ({signal.Signals(signum).name}) before any run started", file=sys.stderr)
+        return 128 + signum
     except ImportError as e:
         if e.name not in ("ray", "yaml"):
             raise

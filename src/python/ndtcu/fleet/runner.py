@@ -8,7 +8,12 @@ DIR/runs/NAME/run.json holds the run's key (manifest.run_key), and a later fleet
 same manifest skips every run whose folder holds its key. A worker that dies (killed,
 its node lost) or a CUDA error is retried by Ray up to --max-retries times; any other
 error (bad input) is not, and the run is reported failed with the message.
+
+One fleet at a time writes into DIR: it holds a lock on DIR/.ndtcu-fleet.lock (flock) for
+its life, and only then clears what a killed fleet left half-written. SIGINT and SIGTERM
+end a fleet alike: the runs under way are left, the finished ones kept, the report written.
 """
+import fcntl
 import json
 import os
 import shutil
@@ -31,6 +36,26 @@ OUTPUTS = ("trajectory_tum.txt", "trajectory_kitti.txt", "frames.csv", "summary.
 # NAME kills itself (SIGKILL) in the middle of each of its first N attempts: after the
 # localization has started writing, or at its end if it finished first.
 FAULT_ENV = "NDTCU_FLEET_TEST_FAULT"
+
+
+# The lock file in DIR: it holds the pid and host of the fleet writing there, and is
+# removed when that fleet ends (a fleet killed leaves it, unlocked: the next one takes it).
+LOCK_NAME = ".ndtcu-fleet.lock"
+
+
+class FleetError(ValueError):
+    """A fleet that cannot start: its output folder cannot be written or is another
+    fleet's, or the cluster has no node for a run. The message names the folder or option
+    and the reason; no run has started."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while the fleet runs (KeyboardInterrupt, as Python raises for
+    SIGINT, so that both end the fleet alike); `signum` is the signal."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def parse_fault(text):
@@ -257,6 +282,147 @@ def _failure_reason(exc):
     return f"{type(exc).__name__}: {text[:500]}"
 
 
+class OutFolder:
+    """The fleet's output folder, made if need be and locked for the fleet's life (a second
+    fleet into it is a FleetError naming the holder), then cleared of what a killed fleet
+    left half-written. A context manager: the lock file is removed at the end."""
+
+    def __init__(self, out):
+        self.out = os.fspath(out)
+        self.path = os.path.join(self.out, LOCK_NAME)
+        self.fd = None
+
+    def _fail(self, path, what, e):
+        return FleetError(f"{path}: {what}: {e.strerror or e}")
+
+    def __enter__(self):
+        out = self.out
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise FleetError(f"{out}: not a folder (--out names the folder the fleet writes its runs and report into)")
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as e:
+            raise self._fail(out, "cannot make the output folder", e) from None
+        self._lock()
+        try:
+            runs_dir = os.path.join(out, "runs")
+            try:
+                os.makedirs(runs_dir, exist_ok=True)
+                # Written as each run's folder will be (as root, a folder's mode alone says
+                # nothing of it: a read-only file system refuses root too).
+                probe = os.path.join(runs_dir, f".tmp-probe-{uuid.uuid4().hex[:8]}")
+                os.mkdir(probe)
+                os.rmdir(probe)
+            except OSError as e:
+                raise self._fail(runs_dir, "cannot write the fleet's runs there", e) from None
+            for n in os.listdir(runs_dir):  # what a killed fleet left half-written
+                if n.startswith((".tmp-", ".old-")):
+                    shutil.rmtree(os.path.join(runs_dir, n), ignore_errors=True)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _lock(self):
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise self._fail(self.out, "cannot write the output folder", e) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    holder = os.read(fd, 200).decode("utf-8", "replace").split()
+                except OSError:
+                    holder = []
+                os.close(fd)
+                who = "pid " + " on ".join(holder[:2]) if holder else "pid unknown"
+                raise FleetError(f"{self.out}: another fleet ({who}) is writing into this folder: wait for it to end, "
+                                 f"or give another --out") from None
+            # The file locked must be the one at the path: a fleet that ends removes it,
+            # and one that opened it just before holds a lock on a file no longer there.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except OSError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        self.fd = fd
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            try:
+                os.unlink(self.path)  # before the lock goes: see _lock
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+        return False
+
+
+class Signals:
+    """SIGINT and SIGTERM while the fleet runs: `arm()` makes each raise Interrupted (Ray's
+    init sets its own SIGTERM handler, which exits: arm again after it), `hold()` ignores
+    them while the fleet winds up (Ray's shutdown, the report), so that a second signal does
+    not cut the report short. The handlers found are restored at the end. Only the main
+    thread can set handlers: elsewhere this does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.active = threading.current_thread() is threading.main_thread()
+        self.saved = {}
+
+    def __enter__(self):
+        if self.active:
+            self.saved = {s: signal.getsignal(s) for s in self.SIGNALS}
+            self.arm()
+        return self
+
+    def _set(self, handler):
+        if self.active:
+            for s in self.SIGNALS:
+                signal.signal(s, handler)
+
+    def arm(self):
+        def interrupt(signum, frame):
+            raise Interrupted(signum)
+
+        self._set(interrupt)
+
+    def hold(self):
+        self._set(signal.SIG_IGN)
+
+    def __exit__(self, *exc):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        return False
+
+
+def placement_problem(nodes, cpus_per_run, gpus_per_run):
+    """Why no run of the fleet could start on a cluster of `nodes` (the Resources of each
+    live node: {'CPU': n, 'GPU': n}), or None: a run's CPUs and GPUs must be on one node.
+    Ray would keep such a run waiting for a node that never comes."""
+    cpus = [n.get("CPU", 0) for n in nodes]
+    gpus = [n.get("GPU", 0) for n in nodes]
+    where = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}, {sum(cpus):g} CPUs and {sum(gpus):g} GPUs in all"
+    if not any(c >= cpus_per_run for c in cpus):
+        return (f"--cpus-per-run {cpus_per_run:g}: no node of the cluster has {cpus_per_run:g} CPUs (the most on one "
+                f"node is {max(cpus, default=0):g}; {where}): no run could start")
+    if gpus_per_run > 0 and any(gpus):  # without any GPU every run takes the CPU backend
+        if not any(g >= gpus_per_run for g in gpus):
+            return (f"--gpus-per-run {gpus_per_run:g}: no node of the cluster has {gpus_per_run:g} GPUs (the most on "
+                    f"one node is {max(gpus):g}; {where}): no run could start")
+        if not any(c >= cpus_per_run and g >= gpus_per_run for c, g in zip(cpus, gpus)):
+            return (f"--cpus-per-run {cpus_per_run:g} with --gpus-per-run {gpus_per_run:g}: no node of the cluster "
+                    f"has both ({where}): no run could start")
+    return None
+
+
 class Progress:
     """The fleet's progress on stderr: runs done, frames per second over the fleet, ETA;
     redrawn in place on a terminal, a line per finished run otherwise."""
@@ -301,50 +467,66 @@ class Progress:
 def run_fleet(manifest_path, out, address=None, gpus_per_run=1.0, cpus_per_run=1, max_retries=3,
               num_cpus=None, num_gpus=None, progress=True):
     """Runs the manifest's fleet into `out`; returns the exit code (0: every run present
-    or done, 1: some run failed, 130: interrupted). Raises ManifestError before anything
-    starts for a manifest that cannot run."""
-    import ndtcu
-
+    or done, 1: some run failed, 130 or 143: interrupted by SIGINT or SIGTERM, 128 + the
+    signal). Raises ManifestError or FleetError before any run starts for a manifest or an
+    output folder or cluster the fleet cannot run with."""
     started = time.time()
     m = manifest_mod.load(manifest_path)
     fault = parse_fault(os.environ.get(FAULT_ENV, ""))
     if cpus_per_run <= 0 or gpus_per_run < 0 or max_retries < 0:
         raise ValueError("--cpus-per-run must be > 0, --gpus-per-run and --max-retries >= 0")
-    runs_dir = os.path.join(out, "runs")
-    os.makedirs(runs_dir, exist_ok=True)
-    for n in os.listdir(runs_dir):  # what a killed driver left half-written
-        if n.startswith((".tmp-", ".old-")):
-            shutil.rmtree(os.path.join(runs_dir, n), ignore_errors=True)
+    with OutFolder(out), Signals() as signals:
+        return _run(m, out, signals, started, fault, address, gpus_per_run, cpus_per_run, max_retries, num_cpus,
+                    num_gpus, progress)
+
+
+def _run(m, out, signals, started, fault, address, gpus_per_run, cpus_per_run, max_retries, num_cpus, num_gpus,
+         progress):
+    import ndtcu
 
     records = {}
-    for run in m.runs:
-        info = _present(out, run)
-        if info is not None:
-            records[run.name] = dict(info, status="present")
-    todo = [r for r in m.runs if r.name not in records]
-    bar = Progress(len(m.runs), len(records), progress)
+    bar = Progress(len(m.runs), 0, progress)
     cluster = {}
-    interrupted = False
-    if todo:
-        import ray
+    interrupted = None  # the signal that stopped the fleet
+    init_ray = False
+    try:
+        for run in m.runs:
+            info = _present(out, run)
+            if info is not None:
+                records[run.name] = dict(info, status="present")
+        bar.present = len(records)
+        todo = [r for r in m.runs if r.name not in records]
+        if todo:
+            import ray
 
-        init_ray = not ray.is_initialized()
-        if init_ray:
-            kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": True,
-                      "logging_level": "WARNING"}
-            if address:
-                kwargs["address"] = address
-            else:
-                if num_cpus is not None:
-                    kwargs["num_cpus"] = num_cpus
-                if num_gpus is not None:
-                    kwargs["num_gpus"] = num_gpus
-            ray.init(**kwargs)
-        try:
+            if not ray.is_initialized():
+                kwargs = {"include_dashboard": False, "log_to_driver": False, "configure_logging": True,
+                          "logging_level": "WARNING"}
+                if address:
+                    kwargs["address"] = address
+                else:
+                    if num_cpus is not None:
+                        kwargs["num_cpus"] = num_cpus
+                    if num_gpus is not None:
+                        kwargs["num_gpus"] = num_gpus
+                init_ray = True
+                try:
+                    ray.init(**kwargs)
+                except SystemExit as e:
+                    # The SIGTERM handler ray.init sets while it starts the cluster exits with
+                    # the signal's number: ended as any SIGTERM.
+                    if e.code == signal.SIGTERM:
+                        raise Interrupted(signal.SIGTERM) from None
+                    raise
+                signals.arm()  # in place of ray.init's SIGTERM handler
             resources = ray.cluster_resources()
             gpus = resources.get("GPU", 0)
-            cluster = {"nodes": len([n for n in ray.nodes() if n.get("Alive")]), "cpus": resources.get("CPU", 0),
-                       "gpus": gpus, "address": address or "local"}
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            cluster = {"nodes": len(nodes), "cpus": resources.get("CPU", 0), "gpus": gpus,
+                       "address": address or "local"}
+            problem = placement_problem([n.get("Resources", {}) for n in nodes], cpus_per_run, gpus_per_run)
+            if problem:
+                raise FleetError(problem)
             per_gpu = gpus_per_run if gpus > 0 else 0
             if gpus_per_run > 0 and gpus == 0 and progress:
                 sys.stderr.write("fleet: no GPU in the cluster: every run on the CPU backend\n")
@@ -361,28 +543,33 @@ def run_fleet(manifest_path, out, address=None, gpus_per_run=1.0, cpus_per_run=1
                 refs[task.options(**options).remote(spec, attempts, fault)] = run
             pending = list(refs)
             bar.update()
-            try:
-                while pending:
-                    ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
-                    for ref in ready:
-                        run = refs[ref]
-                        records[run.name] = _finish(out, run, ref, attempts, bar)
-                    if not ready and bar.tty:
-                        bar.update()  # the ETA and the rate move while runs are under way
-            except KeyboardInterrupt:
-                # The runs under way are not cancelled: a task whose owner disconnects is ended by
-                # Ray itself, and a forced cancel racing a task's reply can abort this driver in
-                # Ray's task manager before the report is written. Nothing a task does reaches DIR:
-                # its files come back to this driver, which writes them.
-                interrupted = True
-                bar.finish()
-                sys.stderr.write(f"fleet: interrupted; {len(pending)} run(s) not finished. Run the same command "
-                                 f"again to finish them (finished runs are kept).\n")
-        finally:
-            if init_ray:
-                ray.shutdown()
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                for ref in ready:
+                    run = refs[ref]
+                    records[run.name] = _finish(out, run, ref, attempts, bar)
+                if not ready and bar.tty:
+                    bar.update()  # the ETA and the rate move while runs are under way
+    except KeyboardInterrupt as e:
+        # SIGINT or SIGTERM (Interrupted; a KeyboardInterrupt raised elsewhere is a SIGINT).
+        # The runs under way are not cancelled: a task whose owner disconnects is ended by
+        # Ray itself, and a forced cancel racing a task's reply can abort this driver in
+        # Ray's task manager before the report is written. Nothing a task does reaches DIR:
+        # its files come back to this driver, which writes them.
+        signals.hold()
+        interrupted = getattr(e, "signum", signal.SIGINT)
+        bar.finish()
+        left = len(m.runs) - len(records)
+        sys.stderr.write(f"fleet: interrupted ({signal.Signals(interrupted).name}); {left} run(s) not finished. "
+                         f"Run the same command again to finish them (finished runs are kept).\n")
+    finally:
+        signals.hold()
+        if init_ray:
+            import ray
+
+            ray.shutdown()
     bar.finish()
-    doc = report.write(out, m, records, cluster, started, time.time(), interrupted,
+    doc = report.write(out, m, records, cluster, started, time.time(), interrupted is not None,
                        {"gpus_per_run": gpus_per_run, "cpus_per_run": cpus_per_run, "max_retries": max_retries})
     failed = [r for r in doc["runs"] if r["status"] == "failed"]
     if progress:
@@ -393,7 +580,7 @@ def run_fleet(manifest_path, out, address=None, gpus_per_run=1.0, cpus_per_run=1
                          + f"; report {os.path.join(out, 'report.html')}\n")
         for r in failed:
             sys.stderr.write(f"fleet: {r['name']} failed after {r['attempts']} attempt(s): {r['reason']}\n")
-    return 130 if interrupted else 1 if failed else 0
+    return 128 + interrupted if interrupted is not None else 1 if failed else 0
 
 
 def _finish(out, run, ref, attempts, bar):

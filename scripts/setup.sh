@@ -10,7 +10,9 @@
 # (Debian packages none of them, or too old a nanobind): rosbags, mcap and numpy for the
 # rosbag tests; nanobind and scikit-build-core to build the Python module, pytest to test
 # it, evo (an independent ATE) and matplotlib for scripts/localize_bag.py and its test, ray and
-# pyyaml for the fleet runner ndtcu-fleet (docs/fleet.md) and its test.
+# pyyaml for the fleet runner ndtcu-fleet (docs/fleet.md) and its test, and ROS 2's rclpy with
+# Fast DDS and the message packages (the `ndtcu[ros2]` extra: ndtcu_scan_matcher, ndtcu_ros2_play
+# and their tests; docs/ros2.md).
 # tests/CMakeLists.txt looks for it there (NDTCU_ROSBAG_PYTHON) and skips those tests
 # without it.
 set -euo pipefail
@@ -24,9 +26,17 @@ packages=(
 [[ ${NDTCU_SETUP_NO_PCL:-0} == 1 ]] || packages+=(libpcl-dev)
 
 venv=${NDTCU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ndtcu/venv}
+ros2_pkgs=(ros-rclpy ros-sensor-msgs ros-geometry-msgs ros-nav-msgs ros-std-msgs ros-std-srvs ros-diagnostic-msgs
+           ros-visualization-msgs ros-rmw-fastrtps-cpp)
 install_venv() {
-  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest evo matplotlib ray pyyaml)
-  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest, evo, matplotlib, ray, yaml' \
+  local pkgs=(rosbags mcap numpy nanobind scikit-build-core pytest evo matplotlib ray pyyaml "${ros2_pkgs[@]}")
+  # One start of the interpreter checks them all; rclpy's extension is not loaded (the ROS
+  # wheels' libraries need LD_LIBRARY_PATH, which their bootstrap sets on a later start), only
+  # found, with the middleware and each message package the node uses.
+  "$venv/bin/python" -c 'import rosbags, mcap, numpy, nanobind, scikit_build_core, pytest, evo, matplotlib, ray, yaml
+import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ("rclpy", "rmw_fastrtps_cpp", "sensor_msgs", "geometry_msgs",
+    "nav_msgs", "std_msgs", "std_srvs", "diagnostic_msgs", "visualization_msgs")))' \
     2>/dev/null && return 0
   echo "setup.sh: installing ${pkgs[*]} into $venv"
   mkdir -p "$(dirname "$venv")"

@@ -147,6 +147,12 @@ bool is_bag_path(const std::string& path);
 PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding, const std::string& context,
                                const ReadOptions& options = {}, PointCloud2Info* info = nullptr);
 
+/// Serializes `cloud` as one sensor_msgs/msg/PointCloud2 in little-endian CDR, stamped
+/// `stamp_ns` in `frame_id`: one row, fields x y z (float32) and intensity (float32) when the
+/// cloud has it, world coordinates (origin added), is_dense. The bytes McapBagWriter stores
+/// and a ROS 2 publisher sends (the node publishes them without a Python message).
+std::string encode_point_cloud2(std::int64_t stamp_ns, const std::string& frame_id, const PointCloud& cloud);
+
 /// Reads a bag: opening it indexes every message (one pass over the file; chunks are
 /// decompressed once to be indexed). Reading messages afterwards is thread-safe.
 class BagReader {

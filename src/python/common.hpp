@@ -278,5 +278,6 @@ void define_localizer(nb::module_& m);
 void define_rosbag(nb::module_& m);
 void define_pose(nb::module_& m);
 void define_command(nb::module_& m);  // command.cpp: run_command, check_command
+void define_scan_matcher(nb::module_& m);  // scan_matcher.cpp: the ROS 2 node's work (ndtcu.ros2)
 
 }  // namespace ndtcu::python

@@ -39,4 +39,5 @@ NB_MODULE(_ndtcu, m) {
   define_rosbag(m);
   define_pose(m);
   define_command(m);
+  define_scan_matcher(m);
 }

@@ -56,6 +56,71 @@ void define_rosbag(nb::module_& m) {
           },
           "topic"_a, "Record times (s) of the topic's messages, in time order (the scan times ndtcu localize uses).")
       .def(
+          "record_times_ns",
+          [](const rosbag::BagReader& b, nb::handle topic) {
+            const auto& msgs = b.messages(name_arg(topic, "topic"));
+            std::vector<std::int64_t> t(msgs.size());
+            for (std::size_t i = 0; i < msgs.size(); ++i) t[i] = msgs[i].time_ns;
+            return t;
+          },
+          "topic"_a, "Record times (ns) of the topic's messages, in time order.")
+      .def(
+          "read_raw",
+          [](const rosbag::BagReader& b, nb::handle topic_obj, std::size_t index) {
+            const std::string topic = name_arg(topic_obj, "topic");
+            std::string raw;
+            {
+              nb::gil_scoped_release release;
+              raw = b.read_raw(topic, index);
+            }
+            return nb::bytes(raw.data(), raw.size());
+          },
+          "topic"_a, "index"_a,
+          "The serialized bytes of message `index` (time order) of a topic, as the bag holds them (CDR with its "
+          "4-byte header for a ROS 2 bag, ROS 1 serialization for a .bag): what a ROS 2 publisher sends for a CDR "
+          "message (ndtcu_ros2_play publishes them as they are).")
+      .def(
+          "read_point_cloud2_cdr",
+          [](const rosbag::BagReader& b, nb::handle topic_obj, std::size_t index) {
+            const std::string topic = name_arg(topic_obj, "topic");
+            std::string raw;
+            {
+              nb::gil_scoped_release release;
+              if (b.point_cloud_topic(topic).encoding == "cdr") {
+                raw = b.read_raw(topic, index);
+              } else {
+                rosbag::PointCloud2Info info;
+                const PointCloud cloud = b.read_point_cloud(topic, index, ReadOptions{}, &info);
+                raw = rosbag::encode_point_cloud2(info.stamp_ns, info.frame_id, cloud);
+              }
+            }
+            return nb::bytes(raw.data(), raw.size());
+          },
+          "topic"_a, "index"_a,
+          "Message `index` of a PointCloud2 topic as a serialized ROS 2 sensor_msgs/msg/PointCloud2 (CDR): a ROS 2 "
+          "bag's own bytes; a ROS 1 message decoded and encoded again (its stamp and frame_id, x y z and intensity "
+          "as float32, the finite points only).")
+      .def(
+          "read_odometry",
+          [](const rosbag::BagReader& b, nb::handle topic_obj, std::size_t index) {
+            const std::string topic = name_arg(topic_obj, "topic");
+            rosbag::OdometryMessage o;
+            {
+              nb::gil_scoped_release release;
+              o = b.read_odometry(topic, index);
+            }
+            nb::dict d;
+            d["stamp_ns"] = o.stamp_ns;
+            d["frame_id"] = name_out(o.frame_id);
+            d["child_frame_id"] = name_out(o.child_frame_id);
+            d["pose"] = Eigen::Matrix4d(o.pose);
+            d["covariance"] = Eigen::Matrix<double, 6, 6>(o.covariance);
+            return d;
+          },
+          "topic"_a, "index"_a,
+          "Message `index` of a nav_msgs/Odometry topic: {'stamp_ns', 'frame_id', 'child_frame_id', 'pose' (4x4), "
+          "'covariance' (6x6)}; the twist is not read.")
+      .def(
           "read_point_cloud",
           [](const rosbag::BagReader& b, nb::handle topic_obj, std::size_t index) {
             const std::string topic = name_arg(topic_obj, "topic");

@@ -90,7 +90,9 @@ class CdrBuffer {
   std::string bytes;
 };
 
-std::string serialize(std::int64_t time_ns, const std::string& frame_id, const PointCloud& cloud) {
+}  // namespace
+
+std::string encode_point_cloud2(std::int64_t time_ns, const std::string& frame_id, const PointCloud& cloud) {
   const bool with_intensity = cloud.has_intensity();
   const std::uint32_t step = with_intensity ? 16 : 12;
   CdrBuffer b;
@@ -122,8 +124,6 @@ std::string serialize(std::int64_t time_ns, const std::string& frame_id, const P
   b.put(std::uint8_t{1});  // is_dense: only finite points are stored in a PointCloud
   return b.bytes;
 }
-
-}  // namespace
 
 struct McapBagWriter::Impl {
   std::string folder, topic, frame_id;
@@ -212,7 +212,7 @@ void McapBagWriter::write(std::int64_t time_ns, const PointCloud& cloud) {
   rec.put(static_cast<std::uint32_t>(m.messages));         // sequence
   rec.put(static_cast<std::uint64_t>(time_ns));            // log_time
   rec.put(static_cast<std::uint64_t>(time_ns));            // publish_time
-  rec.bytes += serialize(time_ns, m.frame_id, cloud);
+  rec.bytes += encode_point_cloud2(time_ns, m.frame_id, cloud);
   m.record(0x05, rec.bytes);
   if (m.messages == 0) m.first_ns = time_ns;
   m.last_ns = time_ns;

@@ -1,0 +1,320 @@
+"""The ROS 2 node: Autoware's ndt_scan_matcher's topics, services and diagnostics over
+ndtcu.ScanMatcher (src/python/scan_matcher.cpp), which does each frame's work in C++ with
+the GIL released. See docs/ros2.md for the topics and what each maps to.
+
+Scans are taken newest first: the subscription's callback only puts the serialized
+message in a slot of one, replacing (and counting as dropped) one that the worker thread
+has not started yet, so a scan arriving while another is aligned waits at most one frame
+and nothing queues without bound. The worker localizes the slot's message and publishes
+ndt_pose before anything else.
+"""
+import threading
+import time
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import PointCloud2
+from std_msgs.msg import Float32, Int32
+from std_srvs.srv import SetBool
+from visualization_msgs.msg import Marker, MarkerArray
+from diagnostic_msgs.msg import DiagnosticArray
+
+from . import messages as msgs
+
+# Autoware's covariance.output_pose_covariance default: the covariance ndt_pose_with_covariance
+# carries when no estimate was made (covariance_estimation_type 0, or an estimate that failed).
+AUTOWARE_OUTPUT_POSE_COVARIANCE = np.diag([0.0225, 0.0225, 0.0225, 0.000625, 0.000625, 0.000625])
+# Autoware's validation.skipping_publish_num and critical_upper_bound_exe_time_ms defaults.
+AUTOWARE_SKIPPING_PUBLISH_NUM = 5
+AUTOWARE_CRITICAL_EXE_TIME_MS = 100.0
+
+# The scan subscription: best effort (a sensor's publisher is usually best effort, which a
+# reliable subscription would not hear), 10 deep, so that DDS keeps what arrives while the
+# callback runs; the newest-wins slot behind it is what bounds the wait.
+POINTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+class Limits:
+    """Autoware's validation limits and fixed covariance, from the node's parameters."""
+
+    def __init__(self, skipping_publish_num=AUTOWARE_SKIPPING_PUBLISH_NUM,
+                 critical_exe_time_ms=AUTOWARE_CRITICAL_EXE_TIME_MS, output_pose_covariance=None):
+        self.skipping_publish_num = int(skipping_publish_num)
+        self.critical_exe_time_ms = float(critical_exe_time_ms)
+        cov = AUTOWARE_OUTPUT_POSE_COVARIANCE if output_pose_covariance is None else output_pose_covariance
+        self.output_pose_covariance = np.asarray(cov, dtype=np.float64).reshape(6, 6)
+
+
+class ScanMatcherNode:
+    """Subscriptions, publishers, the trigger service and the worker thread of one node."""
+
+    def __init__(self, node, matcher, map_frame="map", limits=None):
+        self.node = node
+        self.matcher = matcher
+        self.map_frame = map_frame
+        self.limits = limits or Limits()
+        self.log = node.get_logger()
+        name = node.get_name()
+        self.status_names = {k: f"{name}: {k}" for k in (
+            "scan_matching_status", "initial_pose_subscriber_status", "regularization_pose_subscriber_status",
+            "ndt_align_service_status", "trigger_node_service_status")}
+
+        self.active = True
+        self.received = 0    # points_raw messages heard
+        self.dropped = 0     # replaced in the slot before the worker took them (newest wins)
+        self.refused = 0     # taken and refused (a bad message, no pose yet, ...)
+        self.localized = 0   # localized (valid or not)
+        self.published = 0   # ndt_pose published
+        self.skipping = 0    # frames in a row not published (Autoware's skipping_publish_num)
+        self._slot = None
+        self._stopping = False
+        self._cond = threading.Condition()
+
+        pub = node.create_publisher
+        self.pub_pose = pub(PoseStamped, "ndt_pose", 10)
+        self.pub_pose_cov = pub(PoseWithCovarianceStamped, "ndt_pose_with_covariance", 10)
+        self.pub_aligned = pub(PointCloud2, "points_aligned", 10)
+        self.pub_diag = pub(DiagnosticArray, "/diagnostics", 10)
+        self.pub_tp = pub(Float32, "transform_probability", 10)
+        self.pub_nvtl = pub(Float32, "nearest_voxel_transformation_likelihood", 10)
+        self.pub_iterations = pub(Int32, "iteration_num", 10)
+        self.pub_exe_time = pub(Float32, "exe_time_ms", 10)
+        self.pub_initial = pub(PoseWithCovarianceStamped, "initial_pose_with_covariance", 10)
+        self.pub_distance = pub(Float32, "initial_to_result_distance", 10)
+        self.pub_marker = pub(MarkerArray, "ndt_marker", 10)
+
+        self._worker = threading.Thread(target=self._run, name="ndt_scan_matcher frames", daemon=True)
+        self._worker.start()
+        sub = node.create_subscription
+        self.subscriptions = [
+            sub(PointCloud2, "points_raw", self._on_points, POINTS_QOS, raw=True),
+            sub(PoseWithCovarianceStamped, "ekf_pose_with_covariance", self._on_ekf, 100),
+            sub(PoseWithCovarianceStamped, "regularization_pose_with_covariance", self._on_regularization, 10),
+            sub(PoseWithCovarianceStamped, "initialpose", self._on_initialpose, 10),
+        ]
+        self.service = node.create_service(SetBool, "trigger_node_srv", self._on_trigger)
+
+    # --- the executor's callbacks: short, never waiting for a frame
+
+    def _on_points(self, raw):
+        t_in = time.perf_counter_ns()
+        with self._cond:
+            self.received += 1
+            if self._slot is not None:
+                self.dropped += 1
+            self._slot = (raw, t_in)
+            self._cond.notify()
+
+    def _pose_input(self, msg, topic, status, add):
+        """An EKF or regularization pose: in the map frame, checked and buffered; a
+        diagnostic and a log line when it is refused."""
+        problem = None
+        if msg.header.frame_id != self.map_frame:
+            problem = (f"frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; the pose is not "
+                       "used")
+        else:
+            try:
+                add(msgs.stamp_ns(msg.header.stamp), msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
+            except Exception as e:  # ndtcu.Error: not a pose, a stamp going backwards
+                problem = str(e)
+        if problem:
+            self.log.warning(f"{topic}: {problem}")
+            self._diagnose(status, msgs.WARN, problem, [
+                ("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("frame_id", msg.header.frame_id),
+                ("is_ok", False)])
+
+    def _on_ekf(self, msg):
+        self._pose_input(msg, "ekf_pose_with_covariance", "initial_pose_subscriber_status", self.matcher.add_prediction)
+
+    def _on_regularization(self, msg):
+        self._pose_input(msg, "regularization_pose_with_covariance", "regularization_pose_subscriber_status",
+                         self.matcher.add_regularization)
+
+    def _on_initialpose(self, msg):
+        problem = None
+        if msg.header.frame_id != self.map_frame:
+            problem = f"frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; not used"
+        else:
+            try:
+                self.matcher.request_initial_pose(msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
+            except Exception as e:
+                problem = str(e)
+        values = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("is_succeed_service", problem is None)]
+        if problem:
+            self.log.warning(f"initialpose: {problem}")
+            self._diagnose("ndt_align_service_status", msgs.WARN, problem, values)
+        else:
+            self.log.info("initialpose: the next scan searches about it")
+            self._diagnose("ndt_align_service_status", msgs.OK, "initial pose taken; searching at the next scan",
+                           values)
+
+    def _on_trigger(self, request, response):
+        self.active = bool(request.data)
+        response.success = True
+        response.message = "activated" if self.active else "deactivated"
+        self.log.info(f"trigger_node_srv: {response.message}")
+        self._diagnose("trigger_node_service_status", msgs.OK, response.message,
+                       [("is_activated", self.active), ("is_succeed_service", True)])
+        return response
+
+    # --- the worker
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while self._slot is None and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                raw, t_in = self._slot
+                self._slot = None
+            try:
+                self._frame(raw, t_in)
+            except Exception as e:  # the node goes on with the next scan
+                self.log.error(f"points_raw: frame failed: {type(e).__name__}: {e}")
+
+    def stop(self):
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._worker.join(timeout=30.0)
+
+    def _frame(self, raw, t_in):
+        if not self.active:
+            self._diagnose("scan_matching_status", msgs.WARN, "the node is not activated (trigger_node_srv)",
+                           [("is_activated", False), ("received_scan_count", self.received),
+                            ("dropped_scan_count", self.dropped)])
+            return
+        f = self.matcher.frame(raw, self.pub_aligned.get_subscription_count() > 0)
+        if f.refused:
+            self._refused(f)
+            return
+        self.localized += 1
+        r = f.result
+        stamp = msgs.time_msg(f.stamp_ns)
+        valid = r.valid
+        if valid:
+            self.pub_pose.publish(msgs.pose_stamped(f.xyzq, stamp, self.map_frame))
+        t_out = time.perf_counter_ns()
+        if valid:
+            self.published += 1
+            self.skipping = 0
+            cov = f.covariance if r.alignment.covariance_valid else self.limits.output_pose_covariance
+            self.pub_pose_cov.publish(msgs.pose_with_covariance(f.xyzq, cov, stamp, self.map_frame))
+            aligned = f.aligned
+            if aligned is not None:
+                self.pub_aligned.publish(aligned)
+        else:
+            self.skipping += 1
+            self.log.warning(f"points_raw: scan at {f.stamp_ns / 1e9:.9f} s not published: {r.status} "
+                             f"({r.decided_by}, NVTL {r.alignment.nvtl:.3f})")
+        a = r.alignment
+        library_ms = f.preprocess_ms + r.align_ms + f.covariance_ms
+        exe_ms = r.align_ms + f.covariance_ms
+        self.pub_tp.publish(Float32(data=float(a.tp)))
+        self.pub_nvtl.publish(Float32(data=float(a.nvtl)))
+        self.pub_iterations.publish(Int32(data=int(a.iterations)))
+        self.pub_exe_time.publish(Float32(data=float(exe_ms)))
+        distance = float(np.linalg.norm(f.xyzq[:3] - f.prediction_xyzq[:3]))
+        if self.pub_initial.get_subscription_count() > 0:
+            self.pub_initial.publish(msgs.pose_with_covariance(f.prediction_xyzq, f.prediction_covariance, stamp,
+                                                               self.map_frame))
+        self.pub_distance.publish(Float32(data=distance))
+        if self.pub_marker.get_subscription_count() > 0:
+            self.pub_marker.publish(self._markers(f.trace_xyzq, stamp))
+
+        latency_ms = (t_out - t_in) / 1e6
+        level, why = msgs.OK, []
+        if not valid:
+            level = msgs.WARN
+            why.append(f"pose not published: {r.status} ({r.decided_by})")
+        if self.skipping > self.limits.skipping_publish_num:
+            level = msgs.ERROR
+            why.append(f"{self.skipping} scans in a row not published (validation.skipping_publish_num "
+                       f"{self.limits.skipping_publish_num})")
+        if exe_ms > self.limits.critical_exe_time_ms:
+            level = max(level, msgs.WARN)
+            why.append(f"execution time {exe_ms:.1f} ms over {self.limits.critical_exe_time_ms:g} ms")
+        loc = a.localizability
+        condition = loc.get("condition")
+        self._diagnose("scan_matching_status", level, "; ".join(why) or "OK", [
+            ("topic_time_stamp", f.stamp_ns / 1e9),
+            ("sensor_points_size", f.points_in_message),
+            ("sensor_points_delay_time_sec", self.node.get_clock().now().nanoseconds / 1e9 - f.stamp_ns / 1e9),
+            ("is_succeed_transform_sensor_points", True),
+            ("is_activated", True),
+            ("is_set_map_points", True),
+            ("is_set_sensor_points", True),
+            ("is_succeed_interpolate_initial_pose", f.prediction_source == "ekf"),
+            ("iteration_num", int(a.iterations)),
+            ("local_optimal_solution_oscillation_num", int(a.oscillation_count)),
+            ("transform_probability", float(a.tp)),
+            ("nearest_voxel_transformation_likelihood", float(a.nvtl)),
+            ("is_converged", bool(valid)),
+            ("skipping_publish_num", self.skipping),
+            ("distance_initial_to_result", distance),
+            ("execution_time", exe_ms),
+            # ndtcu's own: the frame check's decision and what it saw
+            ("frame_status", r.status),
+            ("frame_check", r.decided_by),
+            ("frame_stage", r.stage),
+            ("attempts", int(r.attempts)),
+            ("prediction_source", f.prediction_source),
+            ("localizability_condition", float("inf") if condition is None else float(condition)),
+            ("localizability_weak_directions", int(loc.get("weak", 0))),
+            ("degenerate_directions", int(r.degenerate_directions)),
+            ("points_used", int(r.points_used)),
+            ("non_finite_points", int(f.non_finite)),
+            ("received_scan_count", self.received),
+            ("dropped_scan_count", self.dropped),
+            ("refused_scan_count", self.refused),
+            ("published_pose_count", self.published),
+            ("decode_time_ms", f.decode_ms),
+            ("preprocess_time_ms", f.preprocess_ms),
+            ("align_time_ms", float(r.align_ms)),
+            ("covariance_time_ms", f.covariance_ms),
+            ("node_latency_ms", latency_ms),
+            ("node_overhead_ms", latency_ms - library_ms),
+        ])
+
+    def _refused(self, f):
+        self.refused += 1
+        self.log.warning(f.refused)
+        self._diagnose("scan_matching_status", msgs.WARN, f.refused, [
+            ("topic_time_stamp", f.stamp_ns / 1e9),
+            ("sensor_points_size", f.points_in_message),
+            ("is_succeed_transform_sensor_points", f.refused_as != "frame_id"),
+            ("is_activated", True),
+            ("is_set_map_points", bool(self.matcher.map_loaded)),
+            ("is_set_sensor_points", f.refused_as not in ("invalid_message", "empty")),
+            ("refused", f.refused_as),
+            ("non_finite_points", int(f.non_finite)),
+            ("skipping_publish_num", self.skipping),
+            ("received_scan_count", self.received),
+            ("dropped_scan_count", self.dropped),
+            ("refused_scan_count", self.refused),
+            ("published_pose_count", self.published),
+        ])
+
+    def _diagnose(self, status, level, message, values):
+        now = self.node.get_clock().now().to_msg()
+        self.pub_diag.publish(msgs.diagnostic_array(now, [
+            msgs.status(self.status_names[status], level, message, values)]))
+
+    def _markers(self, trace, stamp):
+        """ndt_marker: an arrow per iteration's pose (Autoware's debug markers)."""
+        out = MarkerArray()
+        for i, row in enumerate(trace):
+            m = Marker()
+            m.header.stamp = stamp
+            m.header.frame_id = self.map_frame
+            m.ns = "result_pose_matrix_array"
+            m.id = i
+            m.type = Marker.ARROW
+            m.action = Marker.ADD
+            m.pose = msgs.pose_msg(row)
+            m.scale.x, m.scale.y, m.scale.z = 0.3, 0.1, 0.1
+            m.color.a, m.color.r, m.color.g, m.color.b = 0.999, float(i) / max(1, len(trace)), 0.7, 1.0
+            out.markers.append(m)
+        return out

@@ -153,6 +153,17 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
 /// and a ROS 2 publisher sends (the node publishes them without a Python message).
 std::string encode_point_cloud2(std::int64_t stamp_ns, const std::string& frame_id, const PointCloud& cloud);
 
+/// Serializes one geometry_msgs/msg/PoseStamped in little-endian CDR: the rigid transform
+/// `pose` (its rotation as a unit quaternion), stamped `stamp_ns` in `frame_id`.
+std::string encode_pose_stamped(std::int64_t stamp_ns, const std::string& frame_id, const Eigen::Matrix4d& pose);
+
+/// Serializes one geometry_msgs/msg/PoseWithCovarianceStamped in little-endian CDR: `pose` as
+/// encode_pose_stamped() writes it, and `covariance` (x, y, z, then rotations about x, y, z;
+/// row major, as ROS writes it).
+std::string encode_pose_with_covariance_stamped(std::int64_t stamp_ns, const std::string& frame_id,
+                                                const Eigen::Matrix4d& pose,
+                                                const Eigen::Matrix<double, 6, 6>& covariance);
+
 /// Reads a bag: opening it indexes every message (one pass over the file; chunks are
 /// decompressed once to be indexed). Reading messages afterwards is thread-safe.
 class BagReader {

@@ -82,6 +82,11 @@ void CloudBuilder::settle_origin() {
 }
 
 void CloudBuilder::warn_precision(const std::string& name, bool xyz_double) const {
+  // OriginPolicy::Auto kept the points where they were read (origin zero) and tracked the
+  // largest coordinate meanwhile: when it is within the reach, neither warning applies, and
+  // the points need not be read again (a scan of 100,000 points streamed by the ROS 2 node
+  // spent 0.4 ms here per message).
+  if (options_.origin_policy == OriginPolicy::Auto && cloud_.origin.isZero() && largest_ <= kMillimetreReach) return;
   const std::size_t n = cloud_.points.size();
   std::size_t far = 0;
   float largest = 0.0f;

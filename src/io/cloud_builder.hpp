@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -45,6 +46,48 @@ class CloudBuilder {
       largest_ = std::max(largest_, std::max({std::abs(x), std::abs(y), std::abs(z)}));
     }
     add_intensity(intensity);
+  }
+
+  /// add() of `count` points of float32 x y z (and intensity, when the builder keeps it) in
+  /// the host's byte order, one every `step` bytes from `first`, the fields at byte offsets
+  /// `x`, `y`, `z` and `intensity`: the same cloud as add() of each, read without a call and
+  /// a round trip through double per point (OriginPolicy::Auto with float32 points so far,
+  /// the case of a LiDAR message: its 100,000 points in a third of the time).
+  void add_float_points(const char* first, std::uint64_t count, std::size_t step, std::uint32_t x, std::uint32_t y,
+                        std::uint32_t z, std::uint32_t intensity) {
+    const auto at = [](const char* p) {
+      float v;
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    };
+    if (origin_known_ || !world_.empty()) {
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const char* p = first + i * step;
+        add(at(p + x), at(p + y), at(p + z), with_intensity_ ? at(p + intensity) : 0.0f);
+      }
+      return;
+    }
+    // Every float is a double exactly: add() would keep each point as it is, and its largest
+    // coordinate is the same number in float.
+    float largest = static_cast<float>(largest_);
+    std::size_t kept = cloud_.points.size();
+    cloud_.points.resize(kept + count);
+    if (with_intensity_) cloud_.intensity.resize(kept + count);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const char* p = first + i * step;
+      const float fx = at(p + x), fy = at(p + y), fz = at(p + z);
+      if (!(std::isfinite(fx) && std::isfinite(fy) && std::isfinite(fz))) {
+        ++non_finite_;
+        continue;
+      }
+      cloud_.points[kept] = Eigen::Vector3f(fx, fy, fz);
+      largest = std::max(largest, std::max({std::abs(fx), std::abs(fy), std::abs(fz)}));
+      if (with_intensity_) cloud_.intensity[kept] = at(p + intensity);  // a float: add_intensity() keeps it
+      ++kept;
+    }
+    cloud_.points.resize(kept);
+    if (with_intensity_) cloud_.intensity.resize(kept);
+    largest_ = std::max(largest_, static_cast<double>(largest));
   }
 
   /// Finishes the cloud (with OriginPolicy::Auto, chooses its origin first), fills the

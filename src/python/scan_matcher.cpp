@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -200,9 +201,18 @@ struct FrameOutcome {
   Eigen::Matrix4d prediction = Eigen::Matrix4d::Identity();  ///< T_map_base the frame started from
   Matrix6d prediction_covariance = Matrix6d::Zero();        ///< its covariance (base frame)
   std::string aligned;               ///< points_aligned, serialized (empty unless asked and valid)
+  /// ndt_pose and ndt_pose_with_covariance, serialized (empty unless the pose is valid): the
+  /// node publishes them as they are, with no Python message to build.
+  std::string pose_msg, pose_with_covariance_msg;
+  std::int64_t received_ns = 0;      ///< when the message was handed over (steady clock, ns)
+  std::int64_t taken_ns = 0;         ///< when the frame took it (the wait in between: a frame under way)
+  std::int64_t done_ns = 0;          ///< when the frame was done
   std::vector<Eigen::Matrix4d> trace;  ///< the alignment's poses, base frame (ndt_marker)
   int map_swaps = 0;                 ///< tiled map updates taken before this frame
   double decode_ms = 0.0, preprocess_ms = 0.0, covariance_ms = 0.0, encode_ms = 0.0;
+  /// The Localizer's whole frame (its alignments, checks, probes and covariance): with
+  /// preprocess_ms, the library's time in the frame.
+  double localize_ms = 0.0;
   double call_ms = 0.0;              ///< the whole call, GIL released
 };
 
@@ -222,8 +232,10 @@ constexpr double kDefaultPoseTimeoutS = 1.0;
 class ScanMatcher {
  public:
   ScanMatcher(const std::vector<std::string>& args, const std::string& config, const std::string& map_path,
-              const Pose6& sensor_to_base, const std::string& sensor_frame, const std::string& map_frame)
-      : map_frame_(map_frame), sensor_frame_(sensor_frame) {
+              const Pose6& sensor_to_base, const std::string& sensor_frame, const std::string& map_frame,
+              const Matrix6d& fixed_covariance)
+      : map_frame_(map_frame), fixed_covariance_(covariance_arg(fixed_covariance, "output_pose_covariance")),
+        sensor_frame_(sensor_frame) {
     parse(args, config, map_path);
     if (!sensor_to_base.allFinite()) throw Error("sensor_to_base: every value must be finite");
     base_sensor_ = pose_to_matrix(sensor_to_base);
@@ -305,6 +317,16 @@ class ScanMatcher {
     CLI::App app("ndtcu_scan_matcher", "ndtcu_scan_matcher");
     const loc::ConfigurableOptions given = loc::add_localize_options(&app, options_);
     cli::require_finite_numbers(app);
+    for (const std::string& arg : args) {
+      for (const char* name : kNotNodeOptions) {
+        const std::string_view n(name);
+        if (arg == n || (arg.size() > n.size() && arg.compare(0, n.size(), n) == 0 && arg[n.size()] == '=')) {
+          throw Error(fmt::format("{}: an option of `ndtcu localize` for files; the node reads points_raw and the "
+                                  "pose topics instead",
+                                  name));
+        }
+      }
+    }
     std::vector<std::string> all = args;
     // --scans is required by localize's options; the node's scans come from points_raw.
     all.insert(all.end(), {"--scans", "points_raw"});
@@ -315,15 +337,6 @@ class ScanMatcher {
       app.parse(reversed);
     } catch (const CLI::ParseError& e) {
       throw Error(std::string("ndtcu_scan_matcher: ") + e.what());
-    }
-    for (const char* name : kNotNodeOptions) {
-      // --scans is the node's own; the others are refused when given.
-      if (std::string_view(name) == "--scans") continue;
-      if (app.get_option(name)->count() > 0) {
-        throw Error(fmt::format("{}: an option of `ndtcu localize` for files; the node reads points_raw and the pose "
-                                "topics instead",
-                                name));
-      }
     }
     if (app.get_option("--map")->count() > 1) throw Error("give the map once: map_path or --map");
     if (app.get_option("--config")->count() > 1) {
@@ -510,9 +523,11 @@ class ScanMatcher {
       const PointCloud filtered = localizer_->preprocess(cloud);
       out.preprocess_ms = ms_between(t, std::chrono::steady_clock::now());
       out.map_swaps = take_map_update();
+      t = std::chrono::steady_clock::now();
       out.result = predicted ? localizer_->localize_preprocessed(filtered, stamp_seconds(stamp), predicted->first,
                                                                  predicted->second)
                              : localizer_->localize_preprocessed(filtered, stamp_seconds(stamp));
+      out.localize_ms = ms_between(t, std::chrono::steady_clock::now());
       out.localized = true;
       finish(out, filtered, want_aligned);
     } catch (const Error& e) {
@@ -531,6 +546,9 @@ class ScanMatcher {
     out.trace.reserve(r.alignment.trace.size());
     for (const IterationTrace& it : r.alignment.trace) out.trace.push_back(pose_to_matrix(it.pose) * sensor_base_);
     if (!r.valid) return;
+    out.pose_msg = rosbag::encode_pose_stamped(out.info.stamp_ns, map_frame_, out.pose);
+    out.pose_with_covariance_msg = rosbag::encode_pose_with_covariance_stamped(
+        out.info.stamp_ns, map_frame_, out.pose, r.alignment.covariance_valid ? out.covariance : fixed_covariance_);
     searching_ = false;
     before_last_xy_ = last_xy_;
     last_xy_ = r.pose.topRightCorner<2, 1>();
@@ -552,7 +570,10 @@ class ScanMatcher {
   }
 
  private:
-  std::string map_frame_;  // points_aligned's frame (Autoware's frame.map_frame)
+  std::string map_frame_;  // the frame of the poses and points_aligned (Autoware's frame.map_frame)
+  // ndt_pose_with_covariance's covariance when the alignment has no estimate (Autoware's
+  // covariance.output_pose_covariance: covariance_estimation_type 0, or an estimate that failed).
+  Matrix6d fixed_covariance_;
   loc::LocalizeOptions options_;
   loc::LocalizeSettings settings_;
   std::string config_path_;
@@ -578,8 +599,91 @@ class ScanMatcher {
   std::optional<InitialRequest> initial_request_;
 };
 
+namespace {
+
+// The steady clock (CLOCK_MONOTONIC, as Python's time.monotonic_ns) in nanoseconds.
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The newest PointCloud2 message not taken yet, shared by the executor's callback (put,
+// with the GIL) and the frames' thread (take, without it). A put replaces a message not
+// taken yet (newest wins), so nothing queues; the frames' thread waits here in C++ and
+// starts the frame as soon as a message comes, without waiting for the GIL first.
+class MessageSlot {
+ public:
+  // With the GIL held (the replaced message is released here). True when it replaced one.
+  bool put(nb::object raw) {
+    nb::object replaced;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++received_;
+      const bool drop = pending_.is_valid();
+      if (drop) ++dropped_;
+      replaced = std::move(pending_);
+      pending_ = std::move(raw);
+      received_ns_ = steady_ns();
+    }
+    ready_.notify_one();
+    return replaced.is_valid();
+  }
+
+  // Without the GIL: moves the pending message into `raw` (no reference count changes: the
+  // caller releases it once it holds the GIL again). False after `timeout_s` or stop().
+  // `active`: whether the node was activated (trigger_node_srv) when the message was taken.
+  bool take(nb::object& raw, std::int64_t& received_ns, bool& active, double timeout_s) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto ready = [&] { return stopping_ || pending_.is_valid(); };
+    if (!ready_.wait_for(lock, std::chrono::duration<double>(timeout_s), ready) || stopping_) return false;
+    raw = std::move(pending_);
+    received_ns = received_ns_;
+    active = active_;
+    return true;
+  }
+
+  void set_active(bool active) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = active;
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+  }
+
+  std::pair<std::uint64_t, std::uint64_t> counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {received_, dropped_};
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  nb::object pending_;
+  std::int64_t received_ns_ = 0;
+  std::uint64_t received_ = 0, dropped_ = 0;
+  bool stopping_ = false;
+  bool active_ = true;
+};
+
+// ScanMatcher as Python holds it: with the slot its callback and frames' thread share.
+struct PyScanMatcher {
+  PyScanMatcher(const std::vector<std::string>& args, const std::string& config, const std::string& map_path,
+                const Pose6& sensor_to_base, const std::string& sensor_frame, const std::string& map_frame,
+                const Matrix6d& fixed_covariance)
+      : matcher(args, config, map_path, sensor_to_base, sensor_frame, map_frame, fixed_covariance) {}
+  ScanMatcher matcher;
+  MessageSlot slot;
+};
+
+}  // namespace
+
 void define_scan_matcher(nb::module_& m) {
-  nb::class_<FrameOutcome>(m, "ScanMatcherFrame", "What ScanMatcher.frame did with one PointCloud2 message.")
+  nb::class_<FrameOutcome>(m, "ScanMatcherFrame", "What ScanMatcher.next_frame did with one PointCloud2 message.")
       .def_ro("refused", &FrameOutcome::refused, "why the message was not localized ('' when it was)")
       .def_ro("refused_as", &FrameOutcome::refused_as,
               "the refusal's kind: invalid_message, frame_id, stamp, empty, no_initial_pose, localizer ('' when none)")
@@ -612,6 +716,22 @@ void define_scan_matcher(nb::module_& m) {
                      return nb::bytes(o.aligned.data(), o.aligned.size());
                    },
                    "points_aligned as a serialized sensor_msgs/msg/PointCloud2, or None")
+      .def_prop_ro("pose_msg",
+                   [](const FrameOutcome& o) -> nb::object {
+                     if (o.pose_msg.empty()) return nb::none();
+                     return nb::bytes(o.pose_msg.data(), o.pose_msg.size());
+                   },
+                   "ndt_pose as a serialized geometry_msgs/msg/PoseStamped, or None (no valid pose)")
+      .def_prop_ro("pose_with_covariance_msg",
+                   [](const FrameOutcome& o) -> nb::object {
+                     if (o.pose_with_covariance_msg.empty()) return nb::none();
+                     return nb::bytes(o.pose_with_covariance_msg.data(), o.pose_with_covariance_msg.size());
+                   },
+                   "ndt_pose_with_covariance as a serialized geometry_msgs/msg/PoseWithCovarianceStamped, or None")
+      .def_ro("received_ns", &FrameOutcome::received_ns,
+              "when submit() took the message (ns, the monotonic clock of time.monotonic_ns)")
+      .def_ro("taken_ns", &FrameOutcome::taken_ns, "when next_frame() took it (ns, the same clock)")
+      .def_ro("done_ns", &FrameOutcome::done_ns, "when its frame was done (ns, the same clock)")
       .def_prop_ro("trace_xyzq",
                    [](const FrameOutcome& o) {
                      Eigen::MatrixXd t(static_cast<Eigen::Index>(o.trace.size()), 7);
@@ -624,69 +744,74 @@ void define_scan_matcher(nb::module_& m) {
       .def_ro("preprocess_ms", &FrameOutcome::preprocess_ms)
       .def_ro("covariance_ms", &FrameOutcome::covariance_ms)
       .def_ro("encode_ms", &FrameOutcome::encode_ms)
+      .def_ro("localize_ms", &FrameOutcome::localize_ms,
+              "the Localizer's whole frame (alignments, checks, probes, covariance): with preprocess_ms, the library's "
+              "time")
       .def_ro("call_ms", &FrameOutcome::call_ms, "the whole call (GIL released)");
 
-  nb::class_<ScanMatcher>(m, "ScanMatcher",
-                          "The work of the ROS 2 node ndtcu_scan_matcher (ndtcu.ros2): `ndtcu localize`'s settings "
-                          "and map, PointCloud2 messages in, poses in the base frame out.")
+  nb::class_<PyScanMatcher>(m, "ScanMatcher",
+                            "The work of the ROS 2 node ndtcu_scan_matcher (ndtcu.ros2): `ndtcu localize`'s settings "
+                            "and map, PointCloud2 messages in (newest first), poses in the base frame out.")
       .def(
           "__init__",
-          [](ScanMatcher* self, const std::vector<std::string>& args, const std::string& config,
+          [](PyScanMatcher* self, const std::vector<std::string>& args, const std::string& config,
              const std::string& map_path, const Pose6& sensor_to_base, const std::string& sensor_frame,
-             const std::string& map_frame) {
+             const std::string& map_frame, const Matrix6d& fixed_covariance) {
             nb::gil_scoped_release release;
-            new (self) ScanMatcher(args, config, map_path, sensor_to_base, sensor_frame, map_frame);
+            new (self) PyScanMatcher(args, config, map_path, sensor_to_base, sensor_frame, map_frame, fixed_covariance);
           },
           "args"_a = std::vector<std::string>{}, "config"_a = "", "map_path"_a = "", "sensor_to_base"_a = Pose6::Zero(),
-          "sensor_frame"_a = "", "map_frame"_a = "map",
+          "sensor_frame"_a = "", "map_frame"_a = "map", "fixed_covariance"_a = Matrix6d::Zero(),
           "`args`: options of `ndtcu localize` (--backend, --voxel, --init, ...; not those for files); `config`: "
           "Autoware's ndt_scan_matcher.param.yaml, read as --config; `map_path`: --map (a point cloud, or a folder "
           "of tiles, loaded about the first pose); `sensor_to_base`: the sensor's pose in the base frame [x y z "
-          "roll pitch yaw]; `sensor_frame`: the frame_id scans must carry ('' = the first scan's). Errors: "
-          "ndtcu.Error naming the option, key or file.")
-      .def_prop_ro("settings", [](const ScanMatcher& s) { return s.settings().localizer; },
+          "roll pitch yaw]; `sensor_frame`: the frame_id scans must carry ('' = the first scan's); `map_frame`: the "
+          "poses' frame; `fixed_covariance`: ndt_pose_with_covariance's covariance when the alignment has no "
+          "estimate (Autoware's covariance.output_pose_covariance). Errors: ndtcu.Error naming the option, key or "
+          "file.")
+      .def_prop_ro("settings", [](const PyScanMatcher& s) { return s.matcher.settings().localizer; },
                    "the LocalizerSettings in use (a copy)")
-      .def_prop_ro("execution", [](const ScanMatcher& s) { return s.settings().execution; })
-      .def_prop_ro("backend", [](const ScanMatcher& s) { return std::string(to_string(s.backend())); })
-      .def_prop_ro("config_path", [](const ScanMatcher& s) { return path_out(s.config_path()); })
-      .def_prop_ro("config_warnings", [](const ScanMatcher& s) { return s.config_warnings(); },
+      .def_prop_ro("execution", [](const PyScanMatcher& s) { return s.matcher.settings().execution; })
+      .def_prop_ro("backend", [](const PyScanMatcher& s) { return std::string(to_string(s.matcher.backend())); })
+      .def_prop_ro("config_path", [](const PyScanMatcher& s) { return path_out(s.matcher.config_path()); })
+      .def_prop_ro("config_warnings", [](const PyScanMatcher& s) { return s.matcher.config_warnings(); },
                    "the parameter file's warnings (unknown keys, values of the wrong type), 'FILE: line N: KEY: what'")
       .def_prop_ro("config_not_used",
-                   [](const ScanMatcher& s) {
-                     return s.settings().config ? s.settings().config->not_used : std::vector<std::string>{};
+                   [](const PyScanMatcher& s) {
+                     const auto& config = s.matcher.settings().config;
+                     return config ? config->not_used : std::vector<std::string>{};
                    },
                    "Autoware keys of the file ndtcu has no equivalent for")
-      .def_prop_ro("tp_threshold",
-                   [](const ScanMatcher& s) -> std::optional<double> {
-                     if (!s.settings().config) return std::nullopt;
-                     return s.settings().config->tp_threshold;
-                   },
-                   "score_estimation.converged_param_transform_probability (reported, not a check)")
-      .def_prop_ro("pose_timeout_s", &ScanMatcher::pose_timeout_s,
+      .def_prop_ro("pose_timeout_s", [](const PyScanMatcher& s) { return s.matcher.pose_timeout_s(); },
                    "validation.initial_pose_timeout_sec: how far (s) an EKF pose may be from a scan's stamp")
-      .def_prop_ro("sensor_to_base", [](const ScanMatcher& s) { return Eigen::Matrix4d(s.base_sensor()); },
+      .def_prop_ro("sensor_to_base", [](const PyScanMatcher& s) { return Eigen::Matrix4d(s.matcher.base_sensor()); },
                    "T_base_sensor")
-      .def_prop_ro("map_loaded", &ScanMatcher::map_loaded)
+      .def_prop_ro("map_loaded", [](const PyScanMatcher& s) { return s.matcher.map_loaded(); })
       .def_prop_ro("map_info",
-                   [](const ScanMatcher& s) {
+                   [](const PyScanMatcher& s) {
+                     const loc::LocalizeMap& map = s.matcher.map();
                      nb::dict d;
-                     d["path"] = path_out(s.options().map);
-                     d["tiled"] = static_cast<bool>(s.map().streamer);
-                     d["points"] = s.map().points;
-                     d["voxels"] = s.map().voxel_count;
-                     d["load_ms"] = s.map().load_ms;
-                     d["build_ms"] = s.map().build_ms;
+                     d["path"] = path_out(s.matcher.options().map);
+                     d["tiled"] = static_cast<bool>(map.streamer);
+                     d["points"] = map.points;
+                     d["voxels"] = map.voxel_count;
+                     d["load_ms"] = map.load_ms;
+                     d["build_ms"] = map.build_ms;
                      return d;
                    })
       .def_prop_ro("initialized",
-                   [](ScanMatcher& s) {
+                   [](PyScanMatcher& s) {
                      nb::gil_scoped_release release;
-                     return s.initialized();
+                     return s.matcher.initialized();
                    })
+      .def_prop_ro("received", [](PyScanMatcher& s) { return s.slot.counts().first; },
+                   "PointCloud2 messages submitted")
+      .def_prop_ro("dropped", [](PyScanMatcher& s) { return s.slot.counts().second; },
+                   "messages replaced by a newer one before a frame took them (newest wins)")
       .def(
           "add_prediction",
-          [](ScanMatcher& s, std::int64_t stamp_ns, const Vector7d& xyzq, const Matrix6d& covariance) {
-            s.add_prediction(stamp_ns, xyzq, covariance);
+          [](PyScanMatcher& s, std::int64_t stamp_ns, const Vector7d& xyzq, const Matrix6d& covariance) {
+            s.matcher.add_prediction(stamp_ns, xyzq, covariance);
           },
           "stamp_ns"_a, "xyzq"_a, "covariance"_a,
           "An ekf_pose_with_covariance pose (T_map_base as x y z qx qy qz qw, covariance [x y z roll pitch yaw]): "
@@ -694,30 +819,61 @@ void define_scan_matcher(nb::module_& m) {
           "stamp not after the last.")
       .def(
           "add_regularization",
-          [](ScanMatcher& s, std::int64_t stamp_ns, const Vector7d& xyzq, const Matrix6d& covariance) {
-            s.add_regularization(stamp_ns, xyzq, covariance);
+          [](PyScanMatcher& s, std::int64_t stamp_ns, const Vector7d& xyzq, const Matrix6d& covariance) {
+            s.matcher.add_regularization(stamp_ns, xyzq, covariance);
           },
           "stamp_ns"_a, "xyzq"_a, "covariance"_a,
           "A regularization_pose_with_covariance pose: with ndt.regularization enabled, the prediction (and so the "
           "regularization's centre) of scans the EKF does not cover.")
       .def(
           "request_initial_pose",
-          [](ScanMatcher& s, const Vector7d& xyzq, const Matrix6d& covariance) {
-            s.request_initial_pose(xyzq, covariance);
+          [](PyScanMatcher& s, const Vector7d& xyzq, const Matrix6d& covariance) {
+            s.matcher.request_initial_pose(xyzq, covariance);
           },
           "xyzq"_a, "covariance"_a,
           "An initialpose (T_map_base): the next frame searches about it (see docs/ros2.md) and tracking restarts "
           "from what it finds.")
       .def(
-          "frame",
-          [](ScanMatcher& s, nb::bytes raw, bool want_aligned) {
-            const std::string_view bytes(raw.c_str(), raw.size());
-            nb::gil_scoped_release release;  // `raw` is immutable and held by the caller
-            return s.frame(bytes, want_aligned);
+          "submit",
+          [](PyScanMatcher& s, nb::bytes raw) { return s.slot.put(std::move(raw)); },
+          "raw"_a,
+          "Hands a serialized sensor_msgs/msg/PointCloud2 (CDR, as a raw subscription gives it) to the next "
+          "next_frame(), replacing one not taken yet (newest wins): True when it replaced one (a drop).")
+      .def(
+          "next_frame",
+          [](PyScanMatcher& s, bool want_aligned, double timeout_s) -> std::optional<FrameOutcome> {
+            nb::object raw;  // the message: released below with the GIL held
+            std::optional<FrameOutcome> out;
+            {
+              nb::gil_scoped_release release;
+              std::int64_t received_ns = 0;
+              bool active = true;
+              if (!s.slot.take(raw, received_ns, active, timeout_s)) return out;
+              const std::int64_t taken_ns = steady_ns();
+              out.emplace();
+              if (active) {
+                const std::string_view bytes(PyBytes_AS_STRING(raw.ptr()),
+                                             static_cast<std::size_t>(PyBytes_GET_SIZE(raw.ptr())));
+                *out = s.matcher.frame(bytes, want_aligned);
+              } else {
+                out->refused = "the node is not activated (trigger_node_srv)";
+                out->refused_as = "not_activated";
+              }
+              out->received_ns = received_ns;
+              out->taken_ns = taken_ns;
+              out->done_ns = steady_ns();
+            }
+            return out;
           },
-          "raw"_a, "want_aligned"_a = false,
-          "Localizes one serialized sensor_msgs/msg/PointCloud2 (CDR, as a raw subscription gives it): a "
-          "ScanMatcherFrame. Never raises for a bad message: the frame says why it was refused.");
+          "want_aligned"_a = false, "timeout_s"_a = 0.2,
+          "Waits (GIL released) at most `timeout_s` for a submitted message and localizes it at once: a "
+          "ScanMatcherFrame, or None when none came (or stop() was called). Never raises for a bad message: the frame "
+          "says why it was refused. While deactivated (set_active), a message is taken and not localized "
+          "(refused_as 'not_activated').")
+      .def(
+          "set_active", [](PyScanMatcher& s, bool active) { s.slot.set_active(active); }, "active"_a,
+          "Activates or deactivates the node (trigger_node_srv): messages taken while deactivated are not localized.")
+      .def("stop", [](PyScanMatcher& s) { s.slot.stop(); }, "Wakes next_frame(), which returns None from now on.");
 }
 
 }  // namespace ndtcu::python

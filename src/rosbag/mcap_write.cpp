@@ -1,10 +1,14 @@
 // A small ROS 2 bag writer: one MCAP file, unchunked and without a summary section (the
 // spec allows both; readers then scan the file), and the rosbag2 metadata.yaml beside it.
+// Its CDR encoder also serializes the messages the ROS 2 node publishes as they are
+// (encode_point_cloud2, encode_pose_stamped, encode_pose_with_covariance_stamped).
 #include "bag_internal.hpp"
 
 #include "log.hpp"
 
 #include <ndtcu/output_file.hpp>
+
+#include <Eigen/Geometry>
 
 #include <cmath>
 #include <exception>
@@ -90,7 +94,34 @@ class CdrBuffer {
   std::string bytes;
 };
 
+// A std_msgs/Header, then a geometry_msgs/Pose (position, then the rotation's unit quaternion).
+void put_header_and_pose(CdrBuffer& b, std::int64_t stamp_ns, const std::string& frame_id, const Eigen::Matrix4d& pose) {
+  b.put(static_cast<std::int32_t>(stamp_ns / 1000000000));
+  b.put(static_cast<std::uint32_t>(stamp_ns % 1000000000));
+  b.str(frame_id);
+  for (int i = 0; i < 3; ++i) b.put(pose(i, 3));
+  const Eigen::Quaterniond q = Eigen::Quaterniond(Eigen::Matrix3d(pose.topLeftCorner<3, 3>())).normalized();
+  for (const double v : {q.x(), q.y(), q.z(), q.w()}) b.put(v);
+}
+
 }  // namespace
+
+std::string encode_pose_stamped(std::int64_t stamp_ns, const std::string& frame_id, const Eigen::Matrix4d& pose) {
+  CdrBuffer b;
+  put_header_and_pose(b, stamp_ns, frame_id, pose);
+  return b.bytes;
+}
+
+std::string encode_pose_with_covariance_stamped(std::int64_t stamp_ns, const std::string& frame_id,
+                                                const Eigen::Matrix4d& pose,
+                                                const Eigen::Matrix<double, 6, 6>& covariance) {
+  CdrBuffer b;
+  put_header_and_pose(b, stamp_ns, frame_id, pose);
+  for (int r = 0; r < 6; ++r) {
+    for (int c = 0; c < 6; ++c) b.put(covariance(r, c));
+  }
+  return b.bytes;
+}
 
 std::string encode_point_cloud2(std::int64_t time_ns, const std::string& frame_id, const PointCloud& cloud) {
   const bool with_intensity = cloud.has_intensity();

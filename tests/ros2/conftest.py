@@ -200,6 +200,7 @@ def start_node(listener, tmp_path, args=(), params=(), config=CONFIG, map_path=S
     if not ok or node.proc.poll() is not None:
         rc = node.stop()
         raise AssertionError(f"the node did not start (exit {rc}):\n{node.log()}")
+    time.sleep(SETTLE_S)
     return node
 
 
@@ -253,6 +254,53 @@ def truth():
     return read_tum(SAMPLE / "poses_tum.txt")
 
 
-def init_arg():
-    """--init of the first sample scan's true pose (x,y,z,roll,pitch,yaw)."""
-    return "--init=" + ",".join(repr(float(v)) for v in ndtcu.matrix_to_pose(truth()[0][1]))
+def init_arg(pose=None):
+    """--init of `pose` (4x4; default: the first sample scan's true pose)."""
+    pose = truth()[0][1] if pose is None else pose
+    return "--init=" + ",".join(repr(float(v)) for v in ndtcu.matrix_to_pose(pose))
+
+
+def sample_scan(k):
+    """Sample scan k's points (float32, (N, 3), sensor frame)."""
+    return np.array(ndtcu.read_point_cloud(str(SAMPLE / "scans" / f"{k:06d}.pcd")).points)
+
+
+def cloud_msg(points, stamp_ns, frame_id="velodyne", fields=("x", "y", "z"), point_step=None, row_step=None,
+              data=None, width=None):
+    """A sensor_msgs/PointCloud2 of float32 `points` (one row; a field per column of `fields`,
+    padded to `point_step`); `row_step`, `data` and `width` override what the points make
+    (to build a message that lies)."""
+    from sensor_msgs.msg import PointField
+
+    points = np.asarray(points, dtype=np.float32).reshape(-1, len(fields))
+    step = point_step or 4 * len(fields)
+    rows = np.zeros((len(points), step), dtype=np.uint8)
+    rows[:, :4 * len(fields)] = points.view(np.uint8).reshape(len(points), 4 * len(fields))
+    m = PointCloud2()
+    m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    m.header.frame_id = frame_id
+    m.height = 1
+    m.width = len(points) if width is None else width
+    m.fields = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1) for i, n in enumerate(fields)]
+    m.is_bigendian = False
+    m.point_step = step
+    m.row_step = step * m.width if row_step is None else row_step
+    m.data = rows.tobytes() if data is None else data
+    m.is_dense = bool(np.isfinite(points).all())
+    return m
+
+
+def scan_stamp_ns(k):
+    """Sample scan k's time stamp (ns): its line of poses_tum.txt."""
+    return round(truth()[k][0] * 1e9)
+
+
+# After this side lists the node's subscription, the node's side may not have matched this
+# publisher yet, and its best-effort subscription drops what comes before (the player waits
+# as long: ndtcu.ros2.play.DISCOVERY_SETTLE_S).
+SETTLE_S = 0.5
+
+
+def wait_for_subscriber(publisher, timeout=START_TIMEOUT_S):
+    assert wait_until(lambda: publisher.get_subscription_count() > 0, timeout), publisher.topic_name
+    time.sleep(SETTLE_S)

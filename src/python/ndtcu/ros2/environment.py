@@ -11,6 +11,11 @@ console scripts and the tests, whatever started them, and names the middleware: 
 (`rmw_fastrtps_cpp`), the one implementation the wheels ship, unless RMW_IMPLEMENTATION
 says otherwise.
 
+Fast DDS's default transports lose a best-effort message larger than its shared-memory
+segment (512 KB: some 32,000 points of 16 bytes); unless the environment names a Fast DDS
+profile or transports of its own, `prepare()` gives the process fastdds_profile.xml (32 MB
+segments; the file says more).
+
 Call it before `import rclpy`; it returns only once the environment is right (it may
 re-execute the interpreter with the same arguments to get there).
 """
@@ -21,6 +26,9 @@ from pathlib import Path
 
 # The middleware the wheels ship (ros-rmw-fastrtps-cpp).
 DEFAULT_RMW = "rmw_fastrtps_cpp"
+# Variables through which a user gives Fast DDS a configuration of their own.
+FASTDDS_SETTINGS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_BUILTIN_TRANSPORTS",
+                    "RMW_FASTRTPS_USE_QOS_FROM_XML")
 # Set in the environment of the re-executed interpreter: a second pass that still misses a
 # folder stops there instead of executing again.
 _REEXEC_GUARD = "_NDTCU_ROS2_ENVIRONMENT"
@@ -54,6 +62,8 @@ def prepare():
     if dirs is None:
         return False
     os.environ.setdefault("RMW_IMPLEMENTATION", DEFAULT_RMW)
+    if os.environ["RMW_IMPLEMENTATION"] == DEFAULT_RMW and not any(os.environ.get(v) for v in FASTDDS_SETTINGS):
+        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(Path(__file__).resolve().parent / "fastdds_profile.xml")
     current = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
     missing = [d for d in dirs if d not in current]
     if not missing:

@@ -2,11 +2,12 @@
 ndtcu.ScanMatcher (src/python/scan_matcher.cpp), which does each frame's work in C++ with
 the GIL released. See docs/ros2.md for the topics and what each maps to.
 
-Scans are taken newest first: the subscription's callback only puts the serialized
-message in a slot of one, replacing (and counting as dropped) one that the worker thread
-has not started yet, so a scan arriving while another is aligned waits at most one frame
-and nothing queues without bound. The worker localizes the slot's message and publishes
-ndt_pose before anything else.
+Scans are taken newest first: the subscription's callback only hands the serialized
+message to ScanMatcher.submit, a slot of one in C++ that replaces (and counts as dropped) a
+message the frames' thread has not taken yet, so a scan arriving while another is aligned
+waits at most one frame and nothing queues without bound. The frames' thread waits in
+ScanMatcher.next_frame (in C++, without the GIL), which localizes a message as soon as it
+comes, and publishes ndt_pose first, as the bytes C++ serialized.
 """
 import threading
 import time
@@ -14,6 +15,7 @@ import time
 import numpy as np
 from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Float32, Int32
 from std_srvs.srv import SetBool
@@ -22,9 +24,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 
 from . import messages as msgs
 
-# Autoware's covariance.output_pose_covariance default: the covariance ndt_pose_with_covariance
-# carries when no estimate was made (covariance_estimation_type 0, or an estimate that failed).
-AUTOWARE_OUTPUT_POSE_COVARIANCE = np.diag([0.0225, 0.0225, 0.0225, 0.000625, 0.000625, 0.000625])
 # Autoware's validation.skipping_publish_num and critical_upper_bound_exe_time_ms defaults.
 AUTOWARE_SKIPPING_PUBLISH_NUM = 5
 AUTOWARE_CRITICAL_EXE_TIME_MS = 100.0
@@ -35,15 +34,17 @@ AUTOWARE_CRITICAL_EXE_TIME_MS = 100.0
 POINTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
+# The frames' thread looks at its stop flag this often (s) while no scan comes.
+FRAME_WAIT_S = 0.2
+
+
 class Limits:
-    """Autoware's validation limits and fixed covariance, from the node's parameters."""
+    """Autoware's validation limits, from the node's parameters."""
 
     def __init__(self, skipping_publish_num=AUTOWARE_SKIPPING_PUBLISH_NUM,
-                 critical_exe_time_ms=AUTOWARE_CRITICAL_EXE_TIME_MS, output_pose_covariance=None):
+                 critical_exe_time_ms=AUTOWARE_CRITICAL_EXE_TIME_MS):
         self.skipping_publish_num = int(skipping_publish_num)
         self.critical_exe_time_ms = float(critical_exe_time_ms)
-        cov = AUTOWARE_OUTPUT_POSE_COVARIANCE if output_pose_covariance is None else output_pose_covariance
-        self.output_pose_covariance = np.asarray(cov, dtype=np.float64).reshape(6, 6)
 
 
 class ScanMatcherNode:
@@ -61,15 +62,11 @@ class ScanMatcherNode:
             "ndt_align_service_status", "trigger_node_service_status")}
 
         self.active = True
-        self.received = 0    # points_raw messages heard
-        self.dropped = 0     # replaced in the slot before the worker took them (newest wins)
         self.refused = 0     # taken and refused (a bad message, no pose yet, ...)
         self.localized = 0   # localized (valid or not)
         self.published = 0   # ndt_pose published
         self.skipping = 0    # frames in a row not published (Autoware's skipping_publish_num)
-        self._slot = None
         self._stopping = False
-        self._cond = threading.Condition()
 
         pub = node.create_publisher
         self.pub_pose = pub(PoseStamped, "ndt_pose", 10)
@@ -88,7 +85,10 @@ class ScanMatcherNode:
         self._worker.start()
         sub = node.create_subscription
         self.subscriptions = [
-            sub(PointCloud2, "points_raw", self._on_points, POINTS_QOS, raw=True),
+            # Its reliability and depth can be overridden as ROS 2 parameters
+            # (qos_overrides./points_raw.subscription.reliability:=reliable).
+            sub(PointCloud2, "points_raw", self._on_points, POINTS_QOS, raw=True,
+                qos_overriding_options=QoSOverridingOptions.with_default_policies()),
             sub(PoseWithCovarianceStamped, "ekf_pose_with_covariance", self._on_ekf, 100),
             sub(PoseWithCovarianceStamped, "regularization_pose_with_covariance", self._on_regularization, 10),
             sub(PoseWithCovarianceStamped, "initialpose", self._on_initialpose, 10),
@@ -98,28 +98,22 @@ class ScanMatcherNode:
     # --- the executor's callbacks: short, never waiting for a frame
 
     def _on_points(self, raw):
-        t_in = time.perf_counter_ns()
-        with self._cond:
-            self.received += 1
-            if self._slot is not None:
-                self.dropped += 1
-            self._slot = (raw, t_in)
-            self._cond.notify()
+        self.matcher.submit(raw)
 
     def _pose_input(self, msg, topic, status, add):
         """An EKF or regularization pose: in the map frame, checked and buffered; a
         diagnostic and a log line when it is refused."""
         problem = None
         if msg.header.frame_id != self.map_frame:
-            problem = (f"frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; the pose is not "
-                       "used")
+            problem = (f"{topic}: frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; the pose "
+                       "is not used")
         else:
             try:
                 add(msgs.stamp_ns(msg.header.stamp), msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
-            except Exception as e:  # ndtcu.Error: not a pose, a stamp going backwards
+            except Exception as e:  # ndtcu.Error naming the topic: not a pose, a stamp going backwards
                 problem = str(e)
         if problem:
-            self.log.warning(f"{topic}: {problem}")
+            self.log.warning(problem)
             self._diagnose(status, msgs.WARN, problem, [
                 ("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("frame_id", msg.header.frame_id),
                 ("is_ok", False)])
@@ -134,15 +128,15 @@ class ScanMatcherNode:
     def _on_initialpose(self, msg):
         problem = None
         if msg.header.frame_id != self.map_frame:
-            problem = f"frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; not used"
+            problem = f"initialpose: frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; not used"
         else:
             try:
                 self.matcher.request_initial_pose(msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
-            except Exception as e:
+            except Exception as e:  # ndtcu.Error naming initialpose
                 problem = str(e)
         values = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("is_succeed_service", problem is None)]
         if problem:
-            self.log.warning(f"initialpose: {problem}")
+            self.log.warning(problem)
             self._diagnose("ndt_align_service_status", msgs.WARN, problem, values)
         else:
             self.log.info("initialpose: the next scan searches about it")
@@ -151,6 +145,7 @@ class ScanMatcherNode:
 
     def _on_trigger(self, request, response):
         self.active = bool(request.data)
+        self.matcher.set_active(self.active)
         response.success = True
         response.message = "activated" if self.active else "deactivated"
         self.log.info(f"trigger_node_srv: {response.message}")
@@ -161,47 +156,50 @@ class ScanMatcherNode:
     # --- the worker
 
     def _run(self):
-        while True:
-            with self._cond:
-                while self._slot is None and not self._stopping:
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                raw, t_in = self._slot
-                self._slot = None
+        while not self._stopping:
             try:
-                self._frame(raw, t_in)
+                want_aligned = self.pub_aligned.get_subscription_count() > 0
+                f = self.matcher.next_frame(want_aligned, FRAME_WAIT_S)
+                if f is not None:
+                    self._frame(f)
             except Exception as e:  # the node goes on with the next scan
                 self.log.error(f"points_raw: frame failed: {type(e).__name__}: {e}")
 
     def stop(self):
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
+        self._stopping = True
+        self.matcher.stop()
         self._worker.join(timeout=30.0)
 
-    def _frame(self, raw, t_in):
-        if not self.active:
-            self._diagnose("scan_matching_status", msgs.WARN, "the node is not activated (trigger_node_srv)",
+    @property
+    def received(self):
+        """points_raw messages heard."""
+        return self.matcher.received
+
+    @property
+    def dropped(self):
+        """Messages replaced before the frames' thread took them (newest wins)."""
+        return self.matcher.dropped
+
+    def _frame(self, f):
+        if f.refused_as == "not_activated":
+            self._diagnose("scan_matching_status", msgs.WARN, f.refused,
                            [("is_activated", False), ("received_scan_count", self.received),
                             ("dropped_scan_count", self.dropped)])
             return
-        f = self.matcher.frame(raw, self.pub_aligned.get_subscription_count() > 0)
         if f.refused:
             self._refused(f)
             return
-        self.localized += 1
         r = f.result
-        stamp = msgs.time_msg(f.stamp_ns)
         valid = r.valid
         if valid:
-            self.pub_pose.publish(msgs.pose_stamped(f.xyzq, stamp, self.map_frame))
-        t_out = time.perf_counter_ns()
+            self.pub_pose.publish(f.pose_msg)
+        t_out = time.monotonic_ns()
+        self.localized += 1
+        stamp = msgs.time_msg(f.stamp_ns)
         if valid:
             self.published += 1
             self.skipping = 0
-            cov = f.covariance if r.alignment.covariance_valid else self.limits.output_pose_covariance
-            self.pub_pose_cov.publish(msgs.pose_with_covariance(f.xyzq, cov, stamp, self.map_frame))
+            self.pub_pose_cov.publish(f.pose_with_covariance_msg)
             aligned = f.aligned
             if aligned is not None:
                 self.pub_aligned.publish(aligned)
@@ -210,8 +208,11 @@ class ScanMatcherNode:
             self.log.warning(f"points_raw: scan at {f.stamp_ns / 1e9:.9f} s not published: {r.status} "
                              f"({r.decided_by}, NVTL {r.alignment.nvtl:.3f})")
         a = r.alignment
-        library_ms = f.preprocess_ms + r.align_ms + f.covariance_ms
-        exe_ms = r.align_ms + f.covariance_ms
+        # Message in to pose out; the library's share of it; and what Autoware calls the
+        # execution time (its callback's, from the scan's arrival to the pose: the same span).
+        latency_ms = (t_out - f.received_ns) / 1e6
+        library_ms = f.preprocess_ms + f.localize_ms
+        exe_ms = latency_ms
         self.pub_tp.publish(Float32(data=float(a.tp)))
         self.pub_nvtl.publish(Float32(data=float(a.nvtl)))
         self.pub_iterations.publish(Int32(data=int(a.iterations)))
@@ -224,7 +225,6 @@ class ScanMatcherNode:
         if self.pub_marker.get_subscription_count() > 0:
             self.pub_marker.publish(self._markers(f.trace_xyzq, stamp))
 
-        latency_ms = (t_out - t_in) / 1e6
         level, why = msgs.OK, []
         if not valid:
             level = msgs.WARN
@@ -274,8 +274,11 @@ class ScanMatcherNode:
             ("preprocess_time_ms", f.preprocess_ms),
             ("align_time_ms", float(r.align_ms)),
             ("covariance_time_ms", f.covariance_ms),
+            ("localize_time_ms", f.localize_ms),
             ("node_latency_ms", latency_ms),
             ("node_overhead_ms", latency_ms - library_ms),
+            ("slot_wait_ms", (f.taken_ns - f.received_ns) / 1e6),
+            ("publish_time_ms", (t_out - f.done_ns) / 1e6),
         ])
 
     def _refused(self, f):

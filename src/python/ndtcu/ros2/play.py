@@ -1,7 +1,7 @@
 """`ndtcu_ros2_play BAG` (also `python -m ndtcu.ros2.play`): publishes a bag's scans to a
 ROS 2 graph, for trying `ndtcu_scan_matcher` on a bag without a ROS distribution.
 
-    ndtcu_ros2_play BAG [--topic T] [--points-topic points_raw] [--rate R]
+    ndtcu_ros2_play BAG [--topic T] [--points-topic points_raw] [--rate R] [--count N]
                         [--initialpose x,y,z,roll,pitch,yaw] [--wait S] [--answer-timeout S]
 
 The bag's PointCloud2 topic (--topic, or its only one) goes out on --points-topic, and its
@@ -67,6 +67,7 @@ def parse_args(argv):
     ap.add_argument("bag", help="a rosbag: .bag, .mcap, .db3, or a ROS 2 bag folder")
     ap.add_argument("--topic", default="", help="the bag's PointCloud2 topic (default: its only one)")
     ap.add_argument("--points-topic", default="points_raw", help="where the scans go (default: points_raw)")
+    ap.add_argument("--count", type=int, default=0, help="publish the first N scans only (default: all)")
     ap.add_argument("--rate", type=float, default=1.0,
                     help="R > 0: record-time pacing R times as fast; 0: each scan once the node answered the last "
                          "(default 1)")
@@ -80,6 +81,8 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if not args.rate >= 0.0:
         ap.error("--rate must be >= 0")
+    if args.count < 0:
+        ap.error("--count must be >= 0")
     if args.initialpose:
         try:
             values = [float(v) for v in args.initialpose.split(",")]
@@ -135,6 +138,7 @@ def main(argv=None):
     if not environment.prepare():
         print("ndtcu_ros2_play: " + environment.missing_message(), file=sys.stderr)
         return 77
+    import numpy as np
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import QoSProfile
@@ -165,8 +169,12 @@ def main(argv=None):
         qos = QoSProfile(depth=10)
         timeline = []  # (record time ns, order, publisher, topic, index, kind)
         points_pub = node.create_publisher(PointCloud2, args.points_topic, qos)
-        for k, t in enumerate(bag.record_times_ns(scans)):
+        scan_times = bag.record_times_ns(scans)
+        if args.count:
+            scan_times = scan_times[:args.count]
+        for k, t in enumerate(scan_times):
             timeline.append((t, 0, points_pub, scans, k, "scan"))
+        end = scan_times[-1] if scan_times else 0
         skipped = []
         for name, t in topics.items():
             kind = "odometry" if t["type"] in ODOMETRY_TYPES else "imu" if t["type"] in IMU_TYPES else None
@@ -177,6 +185,8 @@ def main(argv=None):
                 continue
             pub = node.create_publisher(Odometry if kind == "odometry" else Imu, name, qos)
             for k, stamp in enumerate(bag.record_times_ns(name)):
+                if args.count and stamp > end:
+                    break
                 timeline.append((stamp, 1, pub, name, k, kind))
         timeline.sort(key=lambda e: (e[0], e[1], e[4]))
         if skipped and not args.quiet:
@@ -197,7 +207,7 @@ def main(argv=None):
         elif args.wait > 0:
             time.sleep(DISCOVERY_SETTLE_S)
         if initial_pub is not None:
-            transform = _ndtcu.pose_to_matrix(args.initialpose)
+            transform = _ndtcu.pose_to_matrix(np.asarray(args.initialpose, dtype=np.float64))
             v = list(transform[:3, 3]) + list(quaternion_xyzw(transform[:3, :3]))
             cov = [0.0] * 36
             for i, c in enumerate(RVIZ_INITIALPOSE_COVARIANCE):

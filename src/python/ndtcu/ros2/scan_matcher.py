@@ -21,6 +21,16 @@ from . import environment
 NODE_PARAMETERS = ("map_path", "base_frame", "sensor_frame", "sensor_to_base", "localize_args")
 # The executor's longest wait (s) between two looks at the signals.
 SPIN_STEP_S = 0.2
+# How long (s) a thread holds the GIL while another waits for it.
+SWITCH_INTERVAL_S = 0.0002
+# Autoware's covariance.output_pose_covariance default: ndt_pose_with_covariance's covariance
+# when the alignment made no estimate (covariance_estimation_type 0, or an estimate that failed).
+AUTOWARE_OUTPUT_POSE_COVARIANCE = [0.0225, 0.0, 0.0, 0.0, 0.0, 0.0,
+                                   0.0, 0.0225, 0.0, 0.0, 0.0, 0.0,
+                                   0.0, 0.0, 0.0225, 0.0, 0.0, 0.0,
+                                   0.0, 0.0, 0.0, 0.000625, 0.0, 0.0,
+                                   0.0, 0.0, 0.0, 0.0, 0.000625, 0.0,
+                                   0.0, 0.0, 0.0, 0.0, 0.0, 0.000625]
 
 
 def params_files(argv):
@@ -121,10 +131,15 @@ def main(argv=None):
                 raise ValueError(f"sensor_to_base: {len(sensor_to_base)} values; give [x, y, z, roll, pitch, yaw] "
                                  "(m, rad): the sensor's pose in " + base_frame)
             extra = [str(a) for a in parameter(node, "localize_args", [])]
+            fixed = np.asarray(parameter(node, "covariance.output_pose_covariance", AUTOWARE_OUTPUT_POSE_COVARIANCE),
+                               dtype=np.float64)
+            if fixed.size != 36:
+                raise ValueError(f"covariance.output_pose_covariance: {fixed.size} values; give 36 (6x6, row major)")
             matcher = _ndtcu.ScanMatcher(
                 options + extra, config=config, map_path=str(parameter(node, "map_path", "")),
-                sensor_to_base=np.asarray(sensor_to_base, dtype=np.float64), sensor_frame=str(parameter(node, "sensor_frame", "")),
-                map_frame=map_frame)
+                sensor_to_base=np.asarray(sensor_to_base, dtype=np.float64),
+                sensor_frame=str(parameter(node, "sensor_frame", "")), map_frame=map_frame,
+                fixed_covariance=fixed.reshape(6, 6))
         except (_ndtcu.Error, ValueError, TypeError) as e:
             log.error(str(e))
             return 2
@@ -133,14 +148,17 @@ def main(argv=None):
                 log.warning(w)
         limits = Limits(
             parameter(node, "validation.skipping_publish_num", Limits().skipping_publish_num),
-            parameter(node, "validation.critical_upper_bound_exe_time_ms", Limits().critical_exe_time_ms),
-            parameter(node, "covariance.output_pose_covariance", None))
+            parameter(node, "validation.critical_upper_bound_exe_time_ms", Limits().critical_exe_time_ms))
         m = matcher.map_info
         log.info(f"map {m['path']}: " + (f"{m['points']} points, {m['voxels']} voxels" if matcher.map_loaded
                                          else "tiles, loaded about the first pose") +
                  f"; backend {matcher.backend}; parameters {matcher.config_path or '(defaults)'}; "
                  f"{base_frame} <- sensor {sensor_to_base}")
         scan_matcher = ScanMatcherNode(node, matcher, map_frame=map_frame, limits=limits)
+        # The frames' thread waits for the GIL after each scan's callback (the executor's own
+        # Python runs on) and after each frame; Python hands it over after the switch interval
+        # (5 ms by default): at SWITCH_INTERVAL_S the wait is a fraction of a millisecond.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         try:

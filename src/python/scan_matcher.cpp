@@ -33,6 +33,7 @@
 #include <deque>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 using namespace nb::literals;
 
@@ -162,6 +163,7 @@ class PoseBuffer {
     }
     const auto later = std::lower_bound(poses_.begin(), poses_.end(), stamp_ns,
                                         [](const BufferedPose& p, std::int64_t s) { return p.stamp_ns < s; });
+    if (later->stamp_ns == stamp_ns) return *later;  // a pose at the scan's stamp
     if (later == poses_.begin()) return std::nullopt;  // older than every pose
     const BufferedPose& b = *later;
     const BufferedPose& a = *(later - 1);
@@ -254,6 +256,7 @@ class ScanMatcher {
       if (options_.init_radius > 0.0) throw Error("--init global searches the whole map; --init-radius is for a rough pose");
       localizer_->set_initial_global();
       start_source_ = "global search";
+      searching_ = true;
     }
   }
 
@@ -383,7 +386,8 @@ class ScanMatcher {
   // Tracking starts from T_map_sensor `pose`: exactly there, or with a search within
   // `radius` (m) and `yaw_range_deg` of it.
   void start(const Eigen::Matrix4d& pose, double radius, double yaw_range_deg, const char* source) {
-    if (radius > 0.0) {
+    searching_ = radius > 0.0;
+    if (searching_) {
       localizer_->set_initial_region(pose, radius, yaw_range_deg);
       start_source_ = "initial search";
     } else {
@@ -416,7 +420,6 @@ class ScanMatcher {
       radius = sigma < 0.01 / 3.0 ? 0.0 : std::min(50.0, std::max(1.0, 3.0 * sigma));
     }
     start(sensor, radius, options_.init_yaw_range, "initial pose");
-    searching_ = radius > 0.0;
   }
 
   // A finished map update goes in between two frames (localize's take_map_update, without
@@ -494,6 +497,7 @@ class ScanMatcher {
         if (!map_loaded_) load_map(ekf->pose * base_sensor_);
         localizer_->set_initial_pose(ekf->pose * base_sensor_);
         start_source_ = "ekf";
+        searching_ = false;
       }
     } catch (const Error& e) {
       return refuse(out, "localizer", std::string("initial pose: ") + e.what());
@@ -591,7 +595,7 @@ class ScanMatcher {
   std::string sensor_frame_;
   std::optional<std::int64_t> last_stamp_ns_;
   std::optional<Eigen::Vector2d> last_xy_, before_last_xy_;
-  bool searching_ = false;             // an initialpose's search runs until a frame is valid
+  bool searching_ = false;             // a search (initialpose, --init-radius, --init global) runs until a frame is valid
   std::string start_source_ = "none";  // what the localizer started from
 
   std::mutex inputs_;  // the pose topics' buffers and the waiting initialpose
@@ -626,6 +630,9 @@ class MessageSlot {
       received_ns_ = steady_ns();
     }
     ready_.notify_one();
+    // The frames' thread needs no GIL to start the frame, but a core: on a busy 2-core machine
+    // it waited for the executor's Python after this callback (0.5 ms medians in some runs).
+    std::this_thread::yield();
     return replaced.is_valid();
   }
 

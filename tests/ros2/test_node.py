@@ -3,11 +3,17 @@ every frame's ndt_pose is `ndtcu localize`'s on the same bag with the same setti
 same TUM line: equal to the micrometre and the nanoradian, which only the same arithmetic
 gives), within 5 cm of the true pose, and each frame has its diagnostic, its pose with
 covariance and its debug scalars."""
+import time
+
 import numpy as np
 import pytest
+from geometry_msgs.msg import PoseWithCovarianceStamped
 
 from conftest import (SCAN_MATCHING, Process, init_arg, localize_cli, pose_matrix, start_node, tum_line, truth,
                       wait_until)
+
+import ndtcu
+from ndtcu.ros2.play import quaternion_xyzw
 
 # The bags of the rosbag_bags fixture the node reads: big-endian CDR with big-endian point
 # data and the fields out of order (raw bytes to the node); an organized cloud with a NaN
@@ -77,3 +83,54 @@ def test_poses_are_localize_poses(listener, tmp_path, cli, bags, bag_name):
     aligned = listener.messages("points_aligned")
     assert len(aligned) == FRAMES
     assert aligned[0].header.frame_id == "map" and aligned[0].width > 1000
+
+
+def test_ekf_prediction_and_sensor_to_base(listener, tmp_path, bags):
+    """ekf_pose_with_covariance as Autoware's EKF sends it (the base frame's pose, here 50 ms
+    before and after each scan): the node starts from it with no other pose, predicts each
+    frame from it interpolated to the scan's stamp, and publishes the base frame's pose
+    through the static sensor_to_base. Every pose is the base's true pose within 5 cm."""
+    sensor_to_base = np.array([1.2, -0.3, 1.6, 0.02, -0.03, 0.4])  # the sensor in base_link
+    t_base_sensor = ndtcu.pose_to_matrix(sensor_to_base)
+    t_sensor_base = np.linalg.inv(t_base_sensor)
+    truth_sensor = truth()
+    node = start_node(listener, tmp_path, params=["sensor_to_base:=[" + ", ".join(repr(float(v)) for v in sensor_to_base) + "]"])
+    try:
+        # The EKF's poses at 20 Hz, in the base frame: each scan's true pose, and the
+        # midpoint to the next (position halfway, the earlier rotation).
+        ekf = []
+        for (t0, p0), (t1, p1) in zip(truth_sensor, truth_sensor[1:]):
+            mid = p0.copy()
+            mid[:3, 3] = (p0[:3, 3] + p1[:3, 3]) / 2
+            ekf += [(t0, p0 @ t_sensor_base), ((t0 + t1) / 2, mid @ t_sensor_base)]
+        ekf.append((truth_sensor[-1][0], truth_sensor[-1][1] @ t_sensor_base))
+        for t, p in ekf:
+            m = PoseWithCovarianceStamped()
+            m.header.frame_id = "map"
+            m.header.stamp.sec, m.header.stamp.nanosec = divmod(round(t * 1e9), 1_000_000_000)
+            m.pose.pose.position.x, m.pose.pose.position.y, m.pose.pose.position.z = p[:3, 3]
+            o = m.pose.pose.orientation
+            o.x, o.y, o.z, o.w = quaternion_xyzw(p[:3, :3])
+            m.pose.covariance = list(np.diag([0.01, 0.01, 0.01, 0.001, 0.001, 0.001]).reshape(36))
+            listener.ekf.publish(m)
+        time.sleep(0.5)  # reliable and in order: the node holds them before the first scan
+        play = Process("ndtcu.ros2.play", [bags["sample_mcap_zstd"]["path"], "--rate", "0", "--wait", "20"],
+                       tmp_path / "play.log")
+        assert play.wait(120) == 0, play.log()
+        assert f"{FRAMES} scans, {FRAMES} answered" in play.log(), (play.log(), node.log())
+    finally:
+        rc = node.stop()
+    assert rc == 0, node.log()
+    statuses = [v for _, _, v in listener.statuses(SCAN_MATCHING)]
+    assert len(statuses) == FRAMES
+    for v in statuses:
+        assert v["prediction_source"] == "ekf" and v["is_succeed_interpolate_initial_pose"] == "true", v
+        assert v["is_converged"] == "true", v
+    poses = listener.messages("ndt_pose")
+    assert len(poses) == FRAMES
+    for p, (t, sensor) in zip(poses, truth_sensor):
+        base = sensor @ t_sensor_base
+        assert np.linalg.norm(pose_matrix(p.pose)[:3, 3] - base[:3, 3]) < TRUTH_TOLERANCE_M
+        rotation = pose_matrix(p.pose)[:3, :3].T @ base[:3, :3]
+        assert np.arccos(np.clip((np.trace(rotation) - 1) / 2, -1, 1)) < np.radians(0.5)
+    assert len(listener.messages("ndt_pose_with_covariance")) == FRAMES

@@ -181,6 +181,11 @@ class ScanMatcherNode:
         return self.matcher.dropped
 
     def _frame(self, f):
+        # ndt_pose first (None unless the frame is valid): the rest is published after it.
+        pose = f.pose_msg
+        if pose is not None:
+            self.pub_pose.publish(pose)
+        t_out = time.monotonic_ns()
         if f.refused_as == "not_activated":
             self._diagnose("scan_matching_status", msgs.WARN, f.refused,
                            [("is_activated", False), ("received_scan_count", self.received),
@@ -191,9 +196,6 @@ class ScanMatcherNode:
             return
         r = f.result
         valid = r.valid
-        if valid:
-            self.pub_pose.publish(f.pose_msg)
-        t_out = time.monotonic_ns()
         self.localized += 1
         stamp = msgs.time_msg(f.stamp_ns)
         if valid:

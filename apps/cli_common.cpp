@@ -196,17 +196,25 @@ void check_range(CLI::Option* option, const FieldRange& range) {
     option->check(CLI::Range(static_cast<T>(range.lo), static_cast<T>(range.hi)));
     return;
   }
-  option->check(CLI::Validator(
+  option->check(range_validator(range));
+}
+
+}  // namespace
+
+CLI::Validator range_validator(const FieldRange& range) {
+  return CLI::Validator(
       [range](std::string& value) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(value.c_str(), &end);
         if (end == value.c_str() || *end != '\0') return {};  // not a number: the conversion says so
         return range.contains(v) ? std::string() : "value " + value + " must be " + range.text();
       },
-      range.text(), "range"));
+      range.text(), "range");
 }
 
-}  // namespace
+CLI::Validator non_negative_number() { return range_validator(range_at_least(0.0)); }
+
+CLI::Validator positive_number() { return range_validator(range_above(0.0)); }
 
 void check_number_range(CLI::Option* option, const FieldRange& range) { check_range<double>(option, range); }
 
@@ -272,7 +280,7 @@ CLI::Option* add_regularization_option(CLI::App* cmd, std::optional<double>& sca
                    "Autoware's GNSS regularization scale factor (its default 0.01; 0 = off): the score loses SCALE x "
                    "point-voxel pairs x the squared longitudinal distance from " +
                        pose_from + "; overrides --config's ndt.regularization")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
 }
 
 double regularization_scale(const std::optional<double>& option, const AutowareParams* config) {
@@ -280,6 +288,12 @@ double regularization_scale(const std::optional<double>& option, const AutowareP
   if (config && config->regularization_scale_factor) return *config->regularization_scale_factor;
   return 0.0;
 }
+
+namespace {
+// The standard deviations a prior takes: 1/sigma^2 stays a finite number > 0 (double's
+// range is about 1e+-308) with room to spare.
+constexpr double kMinPriorSigma = 1e-150, kMaxPriorSigma = 1e150;
+}  // namespace
 
 Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::string>& sigmas, const std::string& option) {
   static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
@@ -301,6 +315,14 @@ Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::strin
     if (used != text.size() || text.empty() || !std::isfinite(sigma) || !(sigma > 0.0)) {
       throw Error(fmt::format("{}: {} standard deviation '{}' (must be a finite number > 0, or inf for none)", option,
                               kNames[i], text));
+    }
+    // The prior weighs 1/sigma^2: beyond these bounds that is 0 (1e300 held nothing, and
+    // the error said --prior-sigma was missing) or infinite.
+    if (!(sigma >= kMinPriorSigma && sigma <= kMaxPriorSigma)) {
+      throw Error(fmt::format("{}: {} standard deviation '{}' is out of range: it must lie in [{:g}, {:g}] (its "
+                              "weight 1/sigma^2 is {} beyond), or be inf for a direction the prior does not hold",
+                              option, kNames[i], text, kMinPriorSigma, kMaxPriorSigma,
+                              sigma > kMaxPriorSigma ? "0" : "infinite"));
     }
     info(i, i) = 1.0 / (sigma * sigma);
   }

@@ -118,6 +118,16 @@ std::string option_name(const std::string& field);
 /// value and the range.
 void check_number_range(CLI::Option* option, const FieldRange& range);
 
+/// The check of a number option against `range`: "value -1 must be >= 0" (CLI's message
+/// then starts with the option's name); anything that is not a number is left to the
+/// option's conversion.
+CLI::Validator range_validator(const FieldRange& range);
+/// range_validator(), >= 0. (CLI11's NonNegativeNumber printed the largest double in 309
+/// digits as the upper end of its range.)
+CLI::Validator non_negative_number();
+/// range_validator(), > 0 (for CLI11's PositiveNumber, as non_negative_number()).
+CLI::Validator positive_number();
+
 /// Registers --preset, one option per AlignSettings field (--resolution, --step-size,
 /// --epsilon, --max-iterations, --outlier-ratio, --search, --line-search, --convergence,
 /// --newton-direction, --covariance, --min-points-per-voxel, --eigenvalue-ratio,
@@ -141,7 +151,8 @@ double regularization_scale(const std::optional<double>& option, const AutowareP
 /// A prior's information matrix from six standard deviations [x y z roll pitch yaw] (m,
 /// rad) as given on the command line: diag(1 / sigma^2), and zero information where a
 /// sigma is "inf" (nothing known in that direction). Throws Error naming `option` and the
-/// entry for a count other than 6, or a sigma that is not a finite number > 0 or "inf".
+/// entry for a count other than 6, or a sigma that is not "inf" or a number in
+/// [1e-150, 1e150] (beyond, 1/sigma^2 is 0 or infinite).
 Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::string>& sigmas, const std::string& option);
 
 /// JSON of a pose prior: pose, information (36, row-major), regularization_scale_factor;

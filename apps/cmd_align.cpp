@@ -319,6 +319,11 @@ PosePrior align_prior(const AlignOptions& o, const AutowareParams* config) {
   for (int i = 0; i < 6; ++i) p.pose(i) = o.prior[static_cast<std::size_t>(i)];
   if (!o.prior_sigma.empty()) p.information = information_from_sigmas(o.prior_sigma, "--prior-sigma");
   if (!p.active()) {
+    if (!o.prior_sigma.empty()) {
+      throw Error("--prior-sigma: every standard deviation is inf, so the prior holds no direction; give a finite one "
+                  "for at least one direction, or a regularization scale factor (--regularization, or "
+                  "ndt.regularization in --config)");
+    }
     throw Error("--prior needs --prior-sigma (its standard deviations) or a regularization scale factor "
                 "(--regularization, or ndt.regularization in --config)");
   }
@@ -343,9 +348,9 @@ Command add_align(CLI::App& app, const GlobalOptions& global) {
       cmd->add_option("--init-matrix", o->init_matrix, "initial guess as a 4x4 or 3x4 row-major matrix file")
           ->excludes(init);
   cmd->add_option("--target-voxel", o->target_voxel, "voxel-filter the target first (leaf, m; 0 = no)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--source-voxel", o->source_voxel, "voxel-filter the source first (leaf, m; 0 = no)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   add_ndt_options(cmd, o->ndt);
   add_config_option(cmd, o->ndt, ", ndt.regularization (its pose: --prior)");
   auto* prior = cmd->add_option("--prior", o->prior,

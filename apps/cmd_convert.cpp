@@ -29,7 +29,7 @@ Command add_convert(CLI::App& app, const GlobalOptions& global) {
                   "they would move by more than 1 mm is refused, see --allow-precision-loss)")
       ->required();
   cmd->add_option("--voxel", o->voxel, "voxel-grid leaf size in metres (centroid per cell); 0 keeps every point")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   // The type stays CLI11's FLOAT (shown as "FLOAT x 2"): require_finite_numbers() finds the
   // floating-point options by it.
   cmd->add_option("--crop-range", o->crop, "MIN MAX: keep points whose range from the frame origin is in [MIN, MAX] metres")

@@ -70,7 +70,7 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
                       "search positions within this distance of --around (m); with --global any radius (default: "
                       "the whole map)")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber);
+          ->check(non_negative_number());
   cmd->add_flag("--global", o.global,
                 "search the whole map with no pose (branch and bound over x, y, z and yaw on the map's likelihood "
                 "pyramid, then NDT alignment of the best distinct places); --around and --radius limit it to a region");
@@ -91,13 +91,13 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
   o.global_radius = radius;
   cmd->add_option("--position-step", o.search.position_step, "grid spacing of the positions (m)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--yaw-range", o.search.yaw_range_deg, "yaws within +-DEG/2 of --around's (deg; 360 = all)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 360.0));
   cmd->add_option("--yaw-step", o.search.yaw_step_deg, "spacing of the yaws (deg)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   ConfigurableOptions given;
   given.nvtl_threshold =
       cmd->add_option("--nvtl-threshold", o.nvtl_threshold,
@@ -131,10 +131,10 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
   cmd->add_option("--seed", o.tpe.seed, "tpe: seed of the particles")->capture_default_str();
   cmd->add_option("--scan-voxel", o.scan_voxel, "voxel-filter the scan first (leaf, m; 0 = no)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--map-voxel", o.map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   add_ndt_options(cmd, o.ndt);
   add_config_option(cmd, o.ndt,
                     ", the NVTL threshold (score_estimation.converged_param_nearest_voxel_transformation_likelihood) "

@@ -202,7 +202,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "worker threads (0: one per hardware thread); the output does not depend on it");
   cmd->add_flag("--bench", o->bench, "time ray casting (and map sampling with --map-points) instead of writing files");
-  cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(positive_number())->capture_default_str();
 
   return [o, &global, sensor, size, map_points, scan_points, voxel, noise, columns, max_range, rate, kidnap_distance]() {
     sim::SimulationSettings s;

@@ -21,6 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// How often a run opens the lock file anew when another run removed it meanwhile.
+constexpr int kLockTries = 100;
+
 // The holder's line in a lock file is short; more is not read.
 constexpr std::size_t kHolderBytes = 512;
 
@@ -65,38 +68,61 @@ OutputFolder::OutputFolder(std::string dir, const std::string& command)
   if (ec || !fs::is_directory(dir_)) {
     throw IoError(dir_, "cannot create output folder" + (ec ? ": " + ec.message() : std::string(": not a folder")));
   }
-  const std::string lock_path = (fs::path(dir_) / kOutputLockFile).string();
-  // O_NOFOLLOW: a link planted at the lock's name is refused, never written through.
-  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    const int err = errno;
-    if (err == ELOOP) {
-      throw IoError(lock_path, "is a symbolic link; a run's lock file must be a plain file (remove the link)");
+  lock_path_ = (fs::path(dir_) / kOutputLockFile).string();
+  const std::string& lock_path = lock_path_;
+  // A run removes its lock file as it ends: a run that opened that file before it went
+  // may lock it once it is gone, so a lock counts only while the path still names the file
+  // locked; else the file is opened anew (only a run ending in between makes it go, so a
+  // few tries do).
+  for (int tries = 0;; ++tries) {
+    // O_NOFOLLOW: a link planted at the lock's name is refused, never written through.
+    fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      const int err = errno;
+      if (err == ELOOP) {
+        throw IoError(lock_path, "is a symbolic link; a run's lock file must be a plain file (remove the link)");
+      }
+      throw IoError(dir_, fmt::format("output folder is not writable (cannot create its lock file {}: {})",
+                                      kOutputLockFile, std::strerror(err)));
     }
-    throw IoError(dir_, fmt::format("output folder is not writable (cannot create its lock file {}: {})",
-                                    kOutputLockFile, std::strerror(err)));
-  }
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0 && tries < kLockTries) {
+      ::close(fd_);  // removed by a run that just ended: open it anew
+      fd_ = -1;
+      continue;
+    }
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+      ::close(fd_);
+      fd_ = -1;
+      throw IoError(lock_path, "is not a plain file of its own (a link or a special file); remove it");
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      const std::string holder = err == EWOULDBLOCK ? read_holder(fd_) : std::string();
+      ::close(fd_);
+      fd_ = -1;
+      if (err == EWOULDBLOCK) {
+        throw Error(fmt::format("{}: the output folder is in use by another run ({}; lock file {}); wait for it to "
+                                "end or choose another --out",
+                                dir_, holder, lock_path));
+      }
+      throw IoError(lock_path, fmt::format("cannot lock the output folder: {}", std::strerror(err)));
+    }
+    struct stat locked {}, named {};
+    if (::fstat(fd_, &locked) == 0 && ::lstat(lock_path.c_str(), &named) == 0 && locked.st_dev == named.st_dev &&
+        locked.st_ino == named.st_ino) {
+      break;
+    }
     ::close(fd_);
     fd_ = -1;
-    throw IoError(lock_path, "is not a plain file of its own (a link or a special file); remove it");
-  }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    const std::string holder = err == EWOULDBLOCK ? read_holder(fd_) : std::string();
-    ::close(fd_);
-    fd_ = -1;
-    if (err == EWOULDBLOCK) {
-      throw Error(fmt::format("{}: the output folder is in use by another run ({}; lock file {}); wait for it to end "
-                              "or choose another --out",
-                              dir_, holder, lock_path));
+    if (tries == kLockTries) {
+      throw IoError(lock_path, "cannot lock the output folder: its lock file keeps being replaced");
     }
-    throw IoError(lock_path, fmt::format("cannot lock the output folder: {}", std::strerror(err)));
   }
   const std::string holder = fmt::format("pid {}, {}, started {}\n", ::getpid(), command, started_);
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
     const int err = errno;
+    ::unlink(lock_path.c_str());
     ::close(fd_);
     fd_ = -1;
     throw IoError(lock_path, fmt::format("cannot write the output folder's lock file: {}", std::strerror(err)));
@@ -105,6 +131,7 @@ OutputFolder::OutputFolder(std::string dir, const std::string& command)
   try {
     OutputFile probe((fs::path(dir_) / ".ndtcu-write-probe").string());
   } catch (const IoError& e) {
+    ::unlink(lock_path.c_str());
     ::close(fd_);
     fd_ = -1;
     throw IoError(dir_, "output folder is not writable (" + e.reason() + ")");
@@ -112,7 +139,13 @@ OutputFolder::OutputFolder(std::string dir, const std::string& command)
 }
 
 OutputFolder::~OutputFolder() {
-  if (fd_ >= 0) ::close(fd_);  // releases the lock
+  if (fd_ < 0) return;
+  // Removed while still locked (a run that opened it meanwhile finds its path gone and
+  // opens it anew), so that a finished run leaves only its results: two runs of one
+  // command give the same folder but for their times. A run killed outright leaves it,
+  // naming the run.
+  ::unlink(lock_path_.c_str());
+  ::close(fd_);  // releases the lock
 }
 
 void OutputFolder::remove_earlier(const std::vector<std::string>& names) const {

@@ -14,7 +14,10 @@ inline constexpr const char* kOutputLockFile = ".ndtcu.lock";
 /// `DIR/.ndtcu.lock`, exclusive, never waited for) until this object goes or the process
 /// ends, however it ends. The lock file holds the holder's pid, command and start time, and
 /// a second run into the folder fails at once with an Error that names them. The lock file
-/// stays in the folder (removing it would let two runs lock two different files).
+/// is removed when this object goes (a run that ends, also by an error or a signal it
+/// handles), so a finished run leaves only its results; a lock is taken only while the path
+/// names the file locked, so two runs never hold two different files. A run killed
+/// outright leaves the file, naming it; the next run takes it over.
 class OutputFolder {
  public:
   /// Takes `dir` for `command` (e.g. "ndtcu localize"). Throws Error when the folder cannot
@@ -35,7 +38,7 @@ class OutputFolder {
   const std::string& started() const noexcept { return started_; }
 
  private:
-  std::string dir_, started_;
+  std::string dir_, started_, lock_path_;
   int fd_ = -1;
 };
 

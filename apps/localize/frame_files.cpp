@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <string_view>
 
 namespace ndtcu::cli::localize {
 
@@ -15,11 +16,29 @@ namespace fs = std::filesystem;
 
 std::string csv_number(double v) { return fmt::format("{:.6f}", v); }
 
+// A text field of frames.csv (a scan's file name, which may hold any byte but '/'): a name
+// starting with =, +, -, @, a tab or CR gets an apostrophe before it, so that a spreadsheet
+// shows it as text instead of running it as a formula (OWASP, "CSV Injection"); then a
+// field holding a comma, a double quote, CR or LF is quoted, its quotes doubled (RFC 4180).
+// A name `000001,"x",=1+2.pcd` made a row of 58 fields, and a newline split a row in two.
+std::string csv_text(std::string text) {
+  if (!text.empty() && std::string_view("=+-@\t\r").find(text.front()) != std::string_view::npos) {
+    text.insert(text.begin(), '\'');
+  }
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + '"';
+}
+
 }  // namespace
 
 std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* result, const StampedPose* reference,
                            std::optional<double> error_m) {
-  std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, fs::path(s.entry.path).filename().string());
+  std::string row = fmt::format("{},{:.6f},{},", s.index, s.entry.time, csv_text(fs::path(s.entry.path).filename().string()));
   if (!result) {
     row += fmt::format("skipped,0,0,1,,,,,,,,,,{:.3f},{:.3f},,{:.3f},,,,,,,,,,", s.read_ms, s.preprocess_ms,
                        s.read_ms + s.preprocess_ms);

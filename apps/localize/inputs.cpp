@@ -22,12 +22,12 @@ namespace {
 Eigen::Matrix4d first_scan_pose(const std::string& path, const Trajectory& trajectory,
                                 const std::vector<ScanEntry>& scans, double max_time_difference) {
   if (trajectory.size() == scans.size()) return trajectory.front().pose.matrix();
-  // By time, as match_to_reference() matches a scan when the sizes differ (a list of one
+  // By time, as reference_matches() matches a scan when the sizes differ (a list of one
   // scan and a trajectory of one pose would be matched by index there).
-  std::vector<ScanEntry> first{scans.front()};
+  const std::vector<ScanEntry> first{scans.front()};
   std::optional<std::size_t> match;
   if (trajectory.size() > 1) {
-    match = match_to_reference(first, trajectory, max_time_difference).front();
+    match = reference_matches(first, trajectory, max_time_difference).front();
   } else if (std::abs(trajectory.front().time - first.front().time) <= max_time_difference) {
     match = 0;
   }
@@ -48,6 +48,11 @@ void list_scan_entries(LocalizeInputs& in, const LocalizeOptions& o) {
     if (messages.empty()) throw Error(o.scans + ": topic " + in.bag_topic + " holds no message");
     in.scans.reserve(messages.size());
     for (const auto& m : messages) in.scans.push_back({fmt::format("{}#{}", o.scans, m.index), m.time()});
+    // Record times as they are; two messages recorded in one microsecond would give a
+    // trajectory with two poses at one stamp, which no reader takes back as a reference.
+    check_scan_times(
+        o.scans, in.scans, [&](std::size_t k) { return fmt::format("message {} on {}", messages[k].index, in.bag_topic); },
+        "localize the messages of a bag whose record times increase, or give the scans with their times in a scan list");
   } else {
     if (!o.topic.empty()) throw Error("--topic " + o.topic + ": " + o.scans + " is not a rosbag (--topic reads a bag)");
     in.scans = list_scans(o.scans, o.period);
@@ -55,7 +60,9 @@ void list_scan_entries(LocalizeInputs& in, const LocalizeOptions& o) {
 }
 
 // The reference poses in time order, matched to the scans (by index when there is one
-// pose per scan, else by time).
+// pose per scan, else by time). The scans keep their own times (a bag's record times, a
+// list's, their names'): the trajectory and --odometry stay in the scans' clock. (They
+// once took the reference's stamps, which dropped odometry in the scans' clock.)
 void match_reference(LocalizeInputs& in, const LocalizeOptions& o) {
   const TrajectoryFormat ref_format = trajectory_format_from_string(o.reference_format);
   if (!o.reference.empty()) {
@@ -70,7 +77,7 @@ void match_reference(LocalizeInputs& in, const LocalizeOptions& o) {
                                in.reference_check.out_of_order == 1 ? "" : "s");
     }
     in.matching = in.reference.size() == in.scans.size() ? "index" : "time";
-    in.matches = match_to_reference(in.scans, in.reference, o.max_time_difference);
+    in.matches = reference_matches(in.scans, in.reference, o.max_time_difference);
     for (const auto& m : in.matches) in.unmatched_frames += !m.has_value();
   }
 }

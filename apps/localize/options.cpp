@@ -27,19 +27,19 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
       cmd->add_option("--map-radius", o.map_radius,
                       "with a tiled map: keep the tiles within this distance (m) of the pose loaded")
           ->capture_default_str()
-          ->check(CLI::PositiveNumber);
+          ->check(positive_number());
   given.map_update_distance =
       cmd->add_option("--map-update-distance", o.map_update_distance,
                       "with a tiled map: load and drop tiles (on a background thread) each time the pose has moved "
                       "this far (m)")
           ->capture_default_str()
-          ->check(CLI::PositiveNumber);
+          ->check(positive_number());
   cmd->add_option("--map-memory", o.map_memory_mb,
                   "with a tiled map: host memory (MB) for the tiles and their joined map; tiles beyond --map-radius "
                   "stay until the budget needs their room, least recently used first (0 = no budget: they are "
                   "dropped at once)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_flag("--map-update-wait", o.map_update_wait,
                 "with a tiled map: swap each map update in before the frame after the one that asked for it, "
                 "waiting for it if need be (reproducible runs; by default the update is taken whenever it is "
@@ -94,10 +94,10 @@ void add_filter_options(CLI::App* cmd, LocalizeOptions& o) {
                     "validation.initial_pose_timeout_sec (--init-from's time gap), dynamic_map_loading.map_radius "
                     "and update_distance");
   cmd->add_option("--min-range", o.min_range, "drop scan points closer than this (m)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--max-range", o.max_range, "drop scan points farther than this (m)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--voxel", o.voxel, "scan voxel-filter leaf (m; 0 = no filter)")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->check(positive_number());
+  cmd->add_option("--voxel", o.voxel, "scan voxel-filter leaf (m; 0 = no filter)")->capture_default_str()->check(non_negative_number());
   cmd->add_option("--min-scan-points", o.min_scan_points,
                   "when --voxel leaves fewer points than this, filter again with the leaf shrunk by 0.7, at most 4 "
                   "times (a sparse or already downsampled scan keeps enough to align; 0 = the fixed leaf)")
@@ -114,7 +114,7 @@ void add_filter_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_flag("--cpu-preprocess", o.cpu_preprocess,
                 "crop and voxel-filter scans on the CPU even when aligning on CUDA (by default the GPU does it)");
   cmd->add_option("--map-voxel", o.map_voxel, "voxel-filter the map first (leaf, m; 0 = no)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
 }
 
 // When a frame's pose is accepted, and what predicts it. Returns --nvtl-threshold.
@@ -134,7 +134,7 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--degeneracy-margin", o.degeneracy_margin, "... within this NVTL of the pose's")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--refine-ratio", o.refine_ratio,
                   "polish each valid frame's pose by one more alignment against the map's voxels at this share of "
                   "--resolution (0 = no refinement): the checks and searches stay at --resolution, the pose is the "
@@ -167,7 +167,7 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
                   "under the prediction's covariance must be confirmed by a search (22.46: chi-square 99.9%, 6 "
                   "degrees of freedom; 0 = no gate)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   check_number_range(
       cmd->add_option("--max-prediction-scale", o.max_prediction_scale,
                       "largest step of the constant-velocity prediction, in multiples of the last inter-frame motion "
@@ -252,13 +252,13 @@ CLI::Option* add_recovery_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_option("--readers", o.readers, "scan reader threads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--queue", o.queue, "scans read ahead at most")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--period", o.period, "scan period (s) for scans without time stamps")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   CLI::Option* max_time_difference =
       cmd->add_option("--max-time-difference", o.max_time_difference,
                       "largest time gap (s) when matching scans to reference poses by time, and --init-from's pose "
                       "to the first scan")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber);
+          ->check(non_negative_number());
   cmd->add_flag("--no-plot", o.no_plot, "do not draw the plots (python3 -m ndtcu.plot OUT; the command is printed instead)");
   return max_time_difference;
 }

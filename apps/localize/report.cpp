@@ -464,6 +464,14 @@ void Progress::finish() {
 
 std::string lost_reason(const LocalizationResult& r, const LocalizerSettings& ls) {
   const AlignResult& a = r.alignment;
+  // Lost before any alignment (what decided_by says): an empty, zero-width or all-NaN scan
+  // left no NVTL to report, and its default of 0 read as "best NVTL 0.000 < 2.3, and it did
+  // not converge".
+  if (r.decided_by == FrameCheck::TooFewPoints) {
+    return fmt::format("too few points: {} left after the range crop and the voxel filter, fewer than "
+                       "--min-frame-points {} (nothing was aligned)",
+                       r.points_used, ls.min_frame_points);
+  }
   switch (a.reason) {
     case StopReason::EmptySource: return "no scan point left after the range crop and the voxel filter";
     case StopReason::NoVoxels: return "the map has no voxel";

@@ -286,7 +286,15 @@ void Localizer::set_map(PointCloudView map) {
   m.aligner.set_target(map);
   if (m.settings.refine_ratio > 0.0) {
     if (!m.fine) m.fine.emplace(m.fine_settings(), m.aligner.execution());
-    m.fine->set_target(map);
+    try {
+      m.fine->set_target(map);
+    } catch (const CudaError&) {
+      throw;
+    } catch (const Error& e) {
+      // The finer map is the refine ratio's: say so (a resolution the user never gave).
+      throw Error("localizer refine_ratio " + number_text(m.settings.refine_ratio) + " x resolution " +
+                  number_text(m.settings.align.resolution) + ": " + e.what());
+    }
   }
   m.typical_nvtl = std::numeric_limits<double>::quiet_NaN();  // another map, other scores
   m.drop_global();

@@ -2,6 +2,7 @@
 // The CPU voxel build's steps, shared by VoxelMap::build and the tiled map (host only):
 // points sorted into lattice cells, a cell's statistics appended to a build's output, and
 // the assembly of a VoxelMap from its cells.
+#include <ndtcu/error.hpp>
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/voxel_map.hpp>
 
@@ -36,8 +37,13 @@ struct SortedCells {
   std::vector<std::pair<std::size_t, std::size_t>> runs;
 };
 
+/// The error for point `i` of `cloud`, which has no cell on the lattice of `resolution`
+/// (2^21 cells a side about the cloud's origin): a point that is not finite, a resolution
+/// too fine for the cloud's extent, or points far from the cloud's origin.
+Error lattice_error(PointCloudView cloud, std::size_t i, double resolution);
+
 /// The cells of `cloud` at `inverse_resolution` (PCL's floor(p * inverse) in float). Throws
-/// Error naming the first point more than 2^20 cells from the cloud's origin.
+/// lattice_error() for the first point more than 2^20 cells from the cloud's origin.
 SortedCells sort_into_cells(PointCloudView cloud, float inverse_resolution, double resolution, ThreadPool& pool);
 
 /// The sums of cell `run` of `cells`, its points added in input order.

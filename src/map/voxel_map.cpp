@@ -14,6 +14,7 @@
 #include <ndtcu/settings.hpp>
 
 #include <Eigen/Dense>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -77,6 +78,13 @@ void detail::check_voxel_map_options(const VoxelMapOptions& options) {
   if (!(options.resolution > 0.0) || !std::isfinite(options.resolution)) {
     throw Error("voxel map resolution must be positive and finite, got " + ndtcu::number_text(options.resolution));
   }
+  // The lattice keeps the resolution in float, as PCL and Autoware do: below float's
+  // smallest normal value it is 0 or loses its digits, and its inverse is infinite.
+  if (static_cast<float>(options.resolution) < std::numeric_limits<float>::min()) {
+    throw Error(fmt::format("voxel map resolution {} m is too small: the lattice keeps it in float32, whose "
+                            "smallest normal value is {:.3g} (no map has voxels that fine)",
+                            ndtcu::number_text(options.resolution), std::numeric_limits<float>::min()));
+  }
   if (options.min_points < 3) {
     throw Error("voxel map min_points must be at least 3 (a covariance needs them), got " +
                 std::to_string(options.min_points));
@@ -93,6 +101,37 @@ void detail::check_voxel_map_options(const VoxelMapOptions& options) {
 float detail::inverse_resolution(double resolution) {
   // PCL and Autoware keep the resolution in float; so does the lattice.
   return 1.0f / static_cast<float>(resolution);
+}
+
+Error detail::lattice_error(PointCloudView cloud, std::size_t i, double resolution) {
+  const Eigen::Vector3f& p = cloud[i];
+  if (!p.allFinite()) {
+    return Error(fmt::format("voxel map: point {} is not finite ({}, {}, {})", i, number_text(p.x()),
+                             number_text(p.y()), number_text(p.z())));
+  }
+  // The lattice holds 2^21 cells a side about the origin. Whether moving the origin would
+  // help depends on how far the points spread: a cloud wider than the lattice needs a
+  // coarser resolution (a refine_ratio of 1e-9 or a resolution of 1e-9 m was told to move
+  // its origin, which no origin fixes).
+  Eigen::Vector3f lo = Eigen::Vector3f::Constant(std::numeric_limits<float>::infinity()), hi = -lo;
+  for (std::size_t k = 0; k < cloud.size(); ++k) {
+    if (!cloud[k].allFinite()) continue;
+    lo = lo.cwiseMin(cloud[k]);
+    hi = hi.cwiseMax(cloud[k]);
+  }
+  const double extent = (hi - lo).cast<double>().maxCoeff();
+  const double side = 2.0 * math::kKeyOffset * resolution;  // the lattice's width (m)
+  if (!(extent < side)) {
+    // (The resolution as float keeps it: six digits give it back as it was written.)
+    return Error(fmt::format("voxel map: resolution {:.6g} m is too small for this cloud: its lattice holds 2^21 "
+                             "voxels a side ({:.3g} m), and the points spread over {:.6g} m, so their voxels would not "
+                             "fit; use a resolution of at least {:.3g} m, or crop the cloud",
+                             resolution, side, extent, extent / (2.0 * math::kKeyOffset) * 1.001));
+  }
+  return Error(fmt::format("voxel map: point {} lies more than 2^20 voxels of {:.6g} m from the cloud origin; read "
+                           "the map with an origin near its points (ndtcu's --origin X,Y,Z, OriginPolicy::Fixed in "
+                           "C++) or crop it",
+                           i, resolution));
 }
 
 detail::SortedCells detail::sort_into_cells(PointCloudView cloud, float inverse_resolution, double resolution,
@@ -112,11 +151,7 @@ detail::SortedCells detail::sort_into_cells(PointCloudView cloud, float inverse_
       const std::int64_t a = math::lattice_index(p.x(), inverse_resolution);
       const std::int64_t b = math::lattice_index(p.y(), inverse_resolution);
       const std::int64_t k = math::lattice_index(p.z(), inverse_resolution);
-      if (!math::key_in_range(a, b, k)) {
-        throw Error("voxel map: point " + std::to_string(i) + " lies more than 2^20 voxels of " +
-                    ndtcu::number_text(resolution) + " m from the cloud origin; read the map with an origin near its points (ndtcu's --origin X,Y,Z, "
-                    "OriginPolicy::Fixed in C++) or crop it");
-      }
+      if (!math::key_in_range(a, b, k)) throw lattice_error(cloud, i, resolution);
       keyed[i] = {math::pack_key(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b),
                                  static_cast<std::int32_t>(k)),
                   static_cast<std::uint32_t>(i)};
@@ -270,9 +305,27 @@ VoxelMap detail::build_voxel_map(PointCloudView cloud, const VoxelMapOptions& op
   const bool on_gpu = voxelizer != nullptr || build_on_gpu(options);
   // A GPU build runs on the options' device (the voxelizer's buffers are on it too).
   const DeviceScope scope(on_gpu ? resolve_device(options.device) : -1);
-  VoxelCells cells = voxelizer ? voxelizer->usable_cells(cloud, inverse, options, on_device)
-                     : on_gpu  ? cuda_voxel_cells(cloud, inverse, options)
-                               : cpu_voxel_cells(cloud, inverse, resolution, options);
+  VoxelCells cells;
+  try {
+    cells = voxelizer ? voxelizer->usable_cells(cloud, inverse, options, on_device)
+            : on_gpu  ? cuda_voxel_cells(cloud, inverse, options)
+                      : cpu_voxel_cells(cloud, inverse, resolution, options);
+  } catch (const CudaError&) {
+    throw;
+  } catch (const Error&) {
+    // The device build names a point beyond the lattice without saying why: the host
+    // finds the same point (the same lattice_index) and tells why it is there.
+    if (on_gpu) {
+      for (std::size_t i = 0; i < cloud.size(); ++i) {
+        const Eigen::Vector3f& p = cloud[i];
+        if (!math::key_in_range(math::lattice_index(p.x(), inverse), math::lattice_index(p.y(), inverse),
+                                math::lattice_index(p.z(), inverse))) {
+          throw lattice_error(cloud, i, resolution);
+        }
+      }
+    }
+    throw;
+  }
   VoxelMap map = assemble_voxel_map(std::move(cells), options, cloud.origin, cloud.size(), on_gpu);
   set_build_ms(map, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   const VoxelMapStats& st = map.stats();

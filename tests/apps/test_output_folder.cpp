@@ -87,3 +87,31 @@ TEST_CASE("SIGINT and SIGTERM are noted while a run watches, and give 130 and 14
   CHECK(now_int.sa_handler == before_int.sa_handler);
   CHECK(now_term.sa_handler == before_term.sa_handler);
 }
+
+TEST_CASE("a run's lock file goes with it, and a stale one a killed run left is taken over", "[unit][cli]") {
+  const fs::path dir = test::temp_dir("output_folder_unlock") / "out";
+  {
+    const cli::OutputFolder folder(dir.string(), "ndtcu localize");
+    CHECK(fs::exists(dir / cli::kOutputLockFile));
+  }
+  // Gone with its holder: two runs of one command leave the same files.
+  CHECK_FALSE(fs::exists(dir / cli::kOutputLockFile));
+  CHECK(fs::is_empty(dir));
+  // What a run killed outright (SIGKILL) leaves: its file, unlocked, naming it.
+  test::write_bytes(dir / cli::kOutputLockFile, "pid 1, ndtcu localize, started 2020-01-01T00:00:00Z\n");
+  {
+    const cli::OutputFolder folder(dir.string(), "ndtcu simulate");
+    CHECK(test::read_bytes(dir / cli::kOutputLockFile) ==
+          "pid " + std::to_string(::getpid()) + ", ndtcu simulate, started " + folder.started() + "\n");
+    // Held while it lives, even when taken over.
+    CHECK_THROWS_WITH(cli::OutputFolder(dir.string(), "ndtcu localize"), Catch::Contains("in use by another run"));
+  }
+  CHECK_FALSE(fs::exists(dir / cli::kOutputLockFile));
+  // A folder that cannot be taken keeps nothing of the attempt.
+  {
+    const cli::OutputFolder held(dir.string(), "ndtcu localize");
+    CHECK_THROWS(cli::OutputFolder(dir.string(), "ndtcu localize"));
+    CHECK(fs::exists(dir / cli::kOutputLockFile));  // the holder's, still there
+  }
+  CHECK(fs::is_empty(dir));
+}

@@ -33,7 +33,7 @@ top() { sed -n "s/^  \"$2\": \(.*\)/\1/p" "$1/summary.json" | sed 's/,$//; s/^"/
 consistent() {
   dir=$1
   names=$(cd "$dir" && ls -A | tr '\n' ' ')
-  [ "$names" = ".ndtcu.lock frames.csv summary.json trajectory_kitti.txt trajectory_tum.txt " ] ||
+  [ "$names" = "frames.csv summary.json trajectory_kitti.txt trajectory_tum.txt " ] ||
     fail "$dir holds '$names'"
   [ "$(top "$dir" status)" = "$2" ] || fail "$dir: status $(top "$dir" status), expected $2"
   n=$(top "$dir" frames)

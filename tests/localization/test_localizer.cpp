@@ -468,13 +468,14 @@ TEST_CASE("scan folders are ordered by number, times come from names", "[unit][l
   CHECK(st[0].time == Approx(1630577758.569490).margin(1e-6));
   CHECK(st[1].time == Approx(1630577759.068947).margin(1e-6));
 
-  // A list file: relative paths from its folder, optional times, comments.
-  test::write_bytes(dir / "list.txt", "# scans\n10.pcd 7.5\n\n9.pcd\n");
+  // A list file: relative paths from its folder, optional times, comments (the times in
+  // order: a list going back in time is refused, tests/eval/test_scan_sequence.cpp).
+  test::write_bytes(dir / "list.txt", "# scans\n9.pcd\n\n10.pcd 7.5\n");
   const auto listed = list_scans((dir / "list.txt").string());
   REQUIRE(listed.size() == 2);
-  CHECK(listed[0].path == (dir / "10.pcd").string());
-  CHECK(listed[0].time == 7.5);
-  CHECK(listed[1].time == Approx(0.9));  // frame number 9 at 0.1 s
+  CHECK(listed[1].path == (dir / "10.pcd").string());
+  CHECK(listed[1].time == 7.5);
+  CHECK(listed[0].time == Approx(0.9));  // frame number 9 at 0.1 s
 
   // Errors name the path.
   const auto empty = test::temp_dir("scan_sequence_empty");
@@ -486,7 +487,7 @@ TEST_CASE("scan folders are ordered by number, times come from names", "[unit][l
   CHECK_THROWS_WITH(list_scans((dir / "empty_list.txt").string()), Catch::Contains("names no scan"));
 
   // A list saved with a UTF-8 byte-order mark: the mark was read as part of the first path.
-  test::write_bytes(dir / "bom_list.txt", "\xEF\xBB\xBF" "10.pcd 7.5\n9.pcd\n");
+  test::write_bytes(dir / "bom_list.txt", "\xEF\xBB\xBF" "10.pcd 7.5\n9.pcd 8\n");
   const auto bom = list_scans((dir / "bom_list.txt").string());
   REQUIRE(bom.size() == 2);
   CHECK(bom[0].path == (dir / "10.pcd").string());

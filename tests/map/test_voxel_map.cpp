@@ -179,6 +179,24 @@ TEST_CASE("Voxel map rejects bad options and far points", "[unit][voxel_map]") {
   CHECK(VoxelMap::build(PointCloud{}, options(1.0, CovarianceMode::Pcl)).empty());
 }
 
+TEST_CASE("a resolution too fine for the map is named as such, not as an origin to move", "[unit][voxel_map]") {
+  // The scene spreads over tens of metres: 2^21 voxels of 1e-9 m (2 mm) cannot hold it,
+  // whatever the origin; it was told to "read the map with an origin near its points".
+  const PointCloud c = test::synthetic_scene(1, 100);
+  CHECK_THROWS_WITH(VoxelMap::build(c, options(1e-9, CovarianceMode::Pcl)),
+                    Catch::Contains("resolution 1e-09 m is too small for this cloud") &&
+                        Catch::Contains("use a resolution of at least") && !Catch::Contains("origin"));
+  // Below what float32 holds: the lattice's inverse resolution would be infinite.
+  CHECK_THROWS_WITH(VoxelMap::build(c, options(1e-300, CovarianceMode::Pcl)),
+                    Catch::Contains("resolution 1e-300 m is too small: the lattice keeps it in float32") &&
+                        !Catch::Contains("origin"));
+  // Points far from their origin in a small cloud: the origin is what to change.
+  PointCloud far = c;
+  for (auto& p : far.points) p.x() += 3.0e6f;
+  CHECK_THROWS_WITH(VoxelMap::build(far, options(1.0, CovarianceMode::Pcl)),
+                    Catch::Contains("from the cloud origin; read the map with an origin near its points"));
+}
+
 
 TEST_CASE("Radius search equals a brute-force search over every voxel, in FLANN's order", "[unit][voxel_map]") {
   const PointCloud cloud = test::synthetic_scene(13, 30000);

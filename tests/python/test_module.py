@@ -551,7 +551,7 @@ def test_run_command_is_the_command_line_tool(sample, backend, cli, tmp_path):
                            "--out", str(tmp_path / "x"), "--no-plot", "-q"])
     with pytest.raises(ValueError, match="--voxle"):
         ndtcu.check_command(args[:5] + ["--voxle", "1"])
-    with pytest.raises(ValueError, match="--voxel: Value -1 not in range"):
+    with pytest.raises(ValueError, match="--voxel: value -1 must be >= 0"):
         ndtcu.check_command(args[:5] + ["--voxel", "-1"])
     ndtcu.check_command(args + ["--out", str(tmp_path / "checked")])
     assert not (tmp_path / "checked").exists()  # parsed, not run

@@ -6,6 +6,7 @@
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/log.hpp>
 #include <ndtcu/pose_covariance.hpp>
+#include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <iostream>
 #include <sstream>
@@ -105,12 +107,29 @@ bool is_section(const std::string& key) {
          std::any_of(std::begin(kNotUsedKeys), std::end(kNotUsedKeys), starts);
 }
 
+// The YAML tags a scalar may carry where ROS reads a value of that type ("!!str 1.0" is
+// the string "1.0" to ROS, as "'1.0'" is; yaml-cpp gives "?" for an untagged plain scalar).
+constexpr const char* kYamlStr = "tag:yaml.org,2002:str";
+constexpr const char* kYamlInt = "tag:yaml.org,2002:int";
+constexpr const char* kYamlFloat = "tag:yaml.org,2002:float";
+constexpr const char* kYamlBool = "tag:yaml.org,2002:bool";
+
+// Whether a scalar's tag lets it be read as one of `tags` (an untagged plain one always).
+bool tagged_as(const YAML::Node& node, std::initializer_list<const char*> tags) {
+  if (node.Tag() == "?") return true;
+  return std::any_of(tags.begin(), tags.end(), [&](const char* t) { return node.Tag() == t; });
+}
+
 // What a value is, for a message: the scalar as written, or its kind.
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      // yaml-cpp tags quoted scalars "!": a string to ROS, even when it reads as a number.
-      return node.Tag() == "!" ? fmt::format("the quoted string \"{}\"", node.Scalar()) : "'" + node.Scalar() + "'";
+      // yaml-cpp tags quoted scalars "!": a string to ROS, even when it reads as a number,
+      // as is one tagged !!str.
+      if (node.Tag() == "!") return fmt::format("the quoted string \"{}\"", node.Scalar());
+      if (node.Tag() == kYamlStr) return fmt::format("the string !!str {}", node.Scalar());
+      if (node.Tag() != "?") return fmt::format("'{}' tagged {}", node.Scalar(), printable(node.Tag()));
+      return "'" + node.Scalar() + "'";
     case YAML::NodeType::Sequence: return "a list";
     case YAML::NodeType::Map: return "a mapping";
     case YAML::NodeType::Null: return "no value";
@@ -310,15 +329,17 @@ class Reader {
     }
   }
 
-  // A plain (unquoted) scalar, else a warning naming what was expected.
-  bool plain_scalar(const YAML::Node& node, const std::string& key, const char* expected) {
-    if (node.IsScalar() && node.Tag() != "!") return true;
+  // A plain (unquoted) scalar, untagged or tagged as one of `tags`, else a warning naming
+  // what was expected (a quoted or !!str scalar is a string to ROS).
+  bool plain_scalar(const YAML::Node& node, const std::string& key, const char* expected,
+                    std::initializer_list<const char*> tags) {
+    if (node.IsScalar() && tagged_as(node, tags)) return true;
     warn(node, key, fmt::format("expected {}, got {}; ignored", expected, describe(node)));
     return false;
   }
 
   std::optional<double> number(const YAML::Node& node, const std::string& key) {
-    if (!plain_scalar(node, key, "a number")) return std::nullopt;
+    if (!plain_scalar(node, key, "a number", {kYamlFloat, kYamlInt})) return std::nullopt;
     double v = 0.0;
     if (YAML::convert<double>::decode(node, v)) return v;  // also .nan, .inf, -.inf
     warn(node, key, fmt::format("expected a number, got {}; ignored", describe(node)));
@@ -328,7 +349,7 @@ class Reader {
   // A decimal integer that fits an int. One beyond int's range is out of range (an error);
   // a fraction or a word is of the wrong type (a warning).
   std::optional<int> integer(const YAML::Node& node, const std::string& key) {
-    if (!plain_scalar(node, key, "an integer")) return std::nullopt;
+    if (!plain_scalar(node, key, "an integer", {kYamlInt})) return std::nullopt;
     const std::string& text = node.Scalar();
     char* end = nullptr;
     errno = 0;
@@ -342,7 +363,7 @@ class Reader {
   }
 
   std::optional<bool> boolean(const YAML::Node& node, const std::string& key) {
-    if (!plain_scalar(node, key, "true or false")) return std::nullopt;
+    if (!plain_scalar(node, key, "true or false", {kYamlBool})) return std::nullopt;
     bool v = false;
     if (YAML::convert<bool>::decode(node, v)) return v;
     warn(node, key, fmt::format("expected true or false, got {}; ignored", describe(node)));
@@ -357,7 +378,7 @@ class Reader {
     std::vector<double> v;
     for (const auto& item : node) {
       double x = 0.0;
-      if (!item.IsScalar() || item.Tag() == "!" || !YAML::convert<double>::decode(item, x)) {
+      if (!item.IsScalar() || !tagged_as(item, {kYamlFloat, kYamlInt}) || !YAML::convert<double>::decode(item, x)) {
         warn(item, key, fmt::format("expected a list of numbers, found {} in it; ignored", describe(item)));
         return std::nullopt;
       }

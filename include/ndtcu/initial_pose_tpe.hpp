@@ -15,7 +15,8 @@
 /// of fixed widths, 0.25 m in x and y and 2.5 deg in yaw; z, roll and pitch are left out);
 /// `candidates` (100) poses drawn from the prior are ranked by log l(x) - 5 log g(x), l and
 /// g the good and bad densities, and the best one is aligned next. The result is the
-/// particle of highest NVTL.
+/// particle of highest NVTL (a converged one at its place before it when it did not
+/// converge).
 ///
 /// What ndtcu adds. The startup particles depend on no history, so they are aligned as one
 /// batch (Autoware aligns them one by one); the proposals after them may be made and
@@ -122,12 +123,19 @@ class TreeParzenEstimator {
 };
 
 /// Most particles a TPE search may align (TpeOptions::particles, also the bound of
-/// proposal_batch and candidates): each is a full alignment, so 100,000 is minutes on a GPU
-/// and hours on the CPU against Autoware's 200, the same bound as a sweep's
-/// InitialPoseOptions::max_hypotheses. Checked by validate(TpeOptions) before anything is
-/// drawn, whether the value comes from the library, `initpose --particles`, an Autoware
-/// parameter file's initial_pose_estimation.particles_num or Python.
-inline constexpr int kMaxTpeParticles = 100000;
+/// startup_trials and proposal_batch), set by the search's measured cost, which grows faster
+/// than the particles: each proposal ranks `candidates` draws by kernels at every particle
+/// aligned before it, so the proposals cost candidates x particles^2 / 2 kernels besides one
+/// alignment each. On the sample scan with 2 CPU cores, 200 particles (Autoware's) take
+/// 1.5 s, 1,000 12 s, 2,000 29 s and 4,000 96 s. Checked by validate(TpeOptions) before
+/// anything is drawn, whether the value comes from the library, `initpose --particles`, an
+/// Autoware parameter file's initial_pose_estimation.particles_num or Python.
+inline constexpr int kMaxTpeParticles = 2000;
+
+/// Most candidate draws over a search (TpeOptions::particles x TpeOptions::candidates): the
+/// proposals' cost at kMaxTpeParticles with Autoware's 100 candidates, so that more
+/// candidates take fewer particles.
+inline constexpr long long kMaxTpeCandidateDraws = 200000;
 
 /// What find_initial_pose_tpe() does. Lengths in metres, angles in degrees. The defaults
 /// are Autoware's: particles_num and n_startup_trials of ndt_scan_matcher.param.yaml, the
@@ -179,15 +187,17 @@ struct TpeOptions {
   double ambiguity_margin = 0.1;
 };
 
-/// Checks `options`; throws Error naming the field, the value and the range (particles,
-/// proposal_batch and candidates in [1, kMaxTpeParticles], startup_trials in [1,
-/// particles], ...).
+/// Checks `options`; throws Error naming the field, the value and the range (particles and
+/// proposal_batch in [1, kMaxTpeParticles], startup_trials in [1, particles], candidates at
+/// least 1 and particles x candidates at most kMaxTpeCandidateDraws, ...).
 void validate(const TpeOptions& options);
 
 /// Searches for the pose of `scan` in the aligner's map near `around` by Autoware's TPE
 /// (see the file's description). Each particle is aligned with the aligner's settings; the
-/// winner is the particle of highest NVTL (converged or not, as in Autoware); the rival is
-/// the best-NVTL particle distinct from it. In the result, coarse_hypotheses counts the
+/// winner is the particle of highest NVTL (converged or not, as in Autoware), except that
+/// one which did not converge gives way to the best converged particle at its place (not
+/// distinct from it by ambiguity_distance and ambiguity_angle_deg); the rival is the
+/// best-NVTL particle distinct from the winner. In the result, coarse_hypotheses counts the
 /// startup particles (coarse_ms their batch), refined_hypotheses the proposed ones
 /// (refine_ms their batches). When the aligner's settings ask for a pose covariance, the
 /// winner is aligned once more from its start to attach it (the same pose, bit for bit).

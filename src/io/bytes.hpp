@@ -2,6 +2,7 @@
 // Helpers for the parsers: typed little/big-endian loads from unaligned bytes, strict
 // number parsing, and splitting text into lines and tokens.
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +56,50 @@ inline double load_scalar(const char* p, ScalarKind kind, bool swap = false) {
     case ScalarKind::F64: return load_raw<double>(p, swap);
     default: return 0.0;
   }
+}
+
+/// The name of a scalar type ("int8", "uint16", "float32", ...), for messages.
+inline const char* kind_name(ScalarKind kind) {
+  switch (kind) {
+    case ScalarKind::I8: return "int8";
+    case ScalarKind::U8: return "uint8";
+    case ScalarKind::I16: return "int16";
+    case ScalarKind::U16: return "uint16";
+    case ScalarKind::I32: return "int32";
+    case ScalarKind::U32: return "uint32";
+    case ScalarKind::I64: return "int64";
+    case ScalarKind::U64: return "uint64";
+    case ScalarKind::F32: return "float32";
+    case ScalarKind::F64: return "float64";
+    default: return "?";
+  }
+}
+
+/// Whether a value read from text can be a value of an integer `kind`: a whole number in
+/// its range (an int8 holds -128 to 127: 300 cannot be one, nor -1 a uint8, nor 1.5 or
+/// nan any integer). Floating-point kinds take any number (what float32 cannot hold is
+/// counted where the points are made).
+inline bool fits_kind(double v, ScalarKind kind) {
+  double lo = 0.0, hi = 0.0;
+  switch (kind) {
+    case ScalarKind::I8: lo = -128.0, hi = 127.0; break;
+    case ScalarKind::U8: hi = 255.0; break;
+    case ScalarKind::I16: lo = -32768.0, hi = 32767.0; break;
+    case ScalarKind::U16: hi = 65535.0; break;
+    case ScalarKind::I32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case ScalarKind::U32: hi = 4294967295.0; break;
+    // (As doubles, the 64-bit bounds round to 2^63 and 2^64.)
+    case ScalarKind::I64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
+    case ScalarKind::U64: hi = 18446744073709551615.0; break;
+    default: return true;
+  }
+  return v >= lo && v <= hi && std::floor(v) == v;  // NaN fails every comparison
+}
+
+/// "value 300 is outside int8's range" style reason for a value fits_kind() refuses.
+inline std::string kind_refusal(std::string_view token, ScalarKind kind) {
+  return "'" + std::string(token.substr(0, 40)) + "' is not a value of its type " + kind_name(kind) +
+         " (a whole number that type holds)";
 }
 
 /// Parses the whole token as an unsigned integer; false on anything else.

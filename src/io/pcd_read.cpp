@@ -79,7 +79,16 @@ PcdHeader parse_header(std::string_view bytes, const std::string& name) {
     if (key == "FIELDS" || key == "COLUMNS") {
       if (nvals == 0) fail(name, "FIELDS line names no field");
       h.fields.assign(nvals, PcdField{});
-      for (std::size_t i = 0; i < nvals; ++i) h.fields[i].name = std::string(tok[i + 1]);
+      for (std::size_t i = 0; i < nvals; ++i) {
+        h.fields[i].name = std::string(tok[i + 1]);
+        // A name twice: which one is x? ('_' is PCL's padding, as often as it pads.)
+        for (std::size_t j = 0; j < i; ++j) {
+          if (h.fields[j].name == h.fields[i].name && h.fields[i].name != "_") {
+            fail(name, "FIELDS names '" + h.fields[i].name + "' twice (fields " + std::to_string(j + 1) + " and " +
+                           std::to_string(i + 1) + ")");
+          }
+        }
+      }
     } else if (key == "SIZE") {
       expect_field_tokens(name, key, nvals, h.fields.size());
       for (std::size_t i = 0; i < nvals; ++i) {
@@ -205,6 +214,13 @@ Channels find_channels(const PcdHeader& h, const std::string& name, const ReadOp
     for (const auto& f : h.fields) have += (have.empty() ? "" : " ") + f.name;
     fail(name, "PCD has no field " + missing + " (fields: " + have + ")");
   }
+  // A coordinate is one value: of x with COUNT 3, which would be the point's x?
+  for (int a = 0; a < 3; ++a) {
+    if (c.xyz[a]->count != 1) {
+      fail(name, std::string("field '") + axis[a] + "' has COUNT " + std::to_string(c.xyz[a]->count) +
+                     "; x, y and z hold one value each (COUNT 1)");
+    }
+  }
   return c;
 }
 
@@ -276,10 +292,15 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, st
                      " values; the fields need " + std::to_string(h.values_per_point) + " on each line");
     }
     double v[4] = {0, 0, 0, 0};
+    const PcdField* read[4] = {c.xyz[0], c.xyz[1], c.xyz[2], c.intensity};
     for (int a = 0; a < (c.intensity ? 4 : 3); ++a) {
       if (!detail::parse_double(tok[want[a]], v[a])) {
         fail(name, "line " + std::to_string(line_no) + ": ascii point " + std::to_string(done) + ": '" +
                        std::string(tok[want[a]].substr(0, 40)) + "' is not a number");
+      }
+      if (!detail::fits_kind(v[a], read[a]->kind)) {
+        fail(name, "line " + std::to_string(line_no) + ": ascii point " + std::to_string(done) + ": field '" +
+                       read[a]->name + "': " + detail::kind_refusal(tok[want[a]], read[a]->kind));
       }
     }
     out.add(v[0], v[1], v[2], v[3]);
@@ -288,6 +309,16 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, st
   if (done < h.points) {
     fail(name, "truncated: the ascii body holds " + std::to_string(done) + " of the " + std::to_string(h.points) +
                    " points the header declares");
+  }
+  // Nothing but blank lines after the last point: a row more than POINTS says is a file
+  // whose header and body disagree (which of them is right?).
+  while (lines.next(line)) {
+    ++line_no;
+    detail::split_tokens(line, tok, 1);
+    if (!tok.empty()) {
+      fail(name, "line " + std::to_string(line_no) + ": a row after the " + std::to_string(h.points) +
+                     " points the header declares (POINTS and WIDTH x HEIGHT must count every row)");
+    }
   }
 }
 
@@ -324,6 +355,11 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
                      std::to_string(h.point_step) + " bytes (" + std::to_string(payload) +
                      " bytes) but only " + std::to_string(body.size()) + " bytes follow the header");
     }
+    if (body.size() > payload) {
+      fail(name, std::to_string(body.size() - payload) + " bytes follow the " + std::to_string(h.points) + " points of " +
+                     std::to_string(h.point_step) + " bytes the header declares (a binary body holds exactly " +
+                     std::to_string(payload) + " bytes)");
+    }
     Layout l{};
     for (int a = 0; a < 4; ++a) {
       const PcdField* f = a < 3 ? c.xyz[a] : (c.intensity ? c.intensity : c.xyz[0]);
@@ -343,6 +379,10 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
   if (compressed > body.size() - 8) {
     fail(name, "truncated: the LZF block declares " + std::to_string(compressed) + " compressed bytes but only " +
                    std::to_string(body.size() - 8) + " follow");
+  }
+  if (compressed < body.size() - 8) {
+    fail(name, std::to_string(body.size() - 8 - compressed) + " bytes follow the LZF block of " +
+                   std::to_string(compressed) + " bytes its header declares");
   }
   if (uncompressed != payload) {
     fail(name, "corrupt binary_compressed header: uncompressed size " + std::to_string(uncompressed) +

@@ -120,6 +120,7 @@ class Body {
         fail(name_, where() + ": " + shown() + " '" +
                         std::string(t.substr(0, 40)) + "' is not a number");
       }
+      if (!detail::fits_kind(v, k)) fail(name_, where() + ": " + shown() + " " + detail::kind_refusal(t, k));
       return v;
     }
     std::uint64_t n = kind_size(k);
@@ -138,6 +139,30 @@ class Body {
   void skip_binary(std::uint64_t n, const char* what) {
     if (remaining() < n) fail(name_, std::string("truncated: the binary body ends inside ") + what);
     pos_ += n;
+  }
+
+  /// After the last element: nothing may follow but blank lines (ascii) or nothing at all
+  /// (binary); a record more than the header counts is a file at odds with itself.
+  void expect_end() {
+    if (format_ != PlyFormat::Ascii) {
+      if (remaining() > 0) {
+        fail(name_, std::to_string(remaining()) + " bytes follow the last element the header declares (a binary "
+                                                  "body holds exactly its records)");
+      }
+      return;
+    }
+    while (pos_ < bytes_.size()) {
+      std::size_t end = bytes_.find('\n', pos_);
+      if (end == std::string_view::npos) end = bytes_.size();
+      const std::string_view line = bytes_.substr(pos_, end - pos_);
+      pos_ = std::min(bytes_.size(), end + 1);
+      ++line_no_;
+      detail::split_tokens(line, tokens_, 1);
+      if (!tokens_.empty()) {
+        fail(name_, "line " + std::to_string(line_no_) + ": a record after the last element the header declares "
+                                                          "(each element's count must count its records)");
+      }
+    }
   }
 
   const char* data() const { return bytes_.data() + pos_; }
@@ -168,7 +193,9 @@ void skip_list(Body& body, const PlyProperty& p, const std::string& name) {
     fail(name, body.where() + ": list property '" + p.name + "' claims " + std::to_string(n) + " items, the line holds " +
                    std::to_string(body.values_left()) + " more values");
   }
-  if (n > body.remaining()) fail(name, "truncated: list property '" + p.name + "' claims " + std::to_string(n) + " items");
+  if (!body.ascii() && n > body.remaining()) {
+    fail(name, "truncated: list property '" + p.name + "' claims " + std::to_string(n) + " items");
+  }
   for (std::uint64_t i = 0; i < n; ++i) body.value(p.kind, "a list item");
 }
 
@@ -262,6 +289,13 @@ VertexFields vertex_fields(const PlyElement& vertex, const std::string& name, co
   const char* axis[3] = {"x", "y", "z"};
   for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
     const auto& p = vertex.properties[i];
+    // A name twice: which one is x?
+    for (int j = 0; j < i; ++j) {
+      if (vertex.properties[j].name == p.name) {
+        fail(name, "vertex element names property '" + p.name + "' twice (properties " + std::to_string(j + 1) +
+                       " and " + std::to_string(i + 1) + ")");
+      }
+    }
     for (int a = 0; a < 3; ++a) {
       if (p.name == axis[a] && f.xyz[a] < 0) {
         if (p.is_list) fail(name, std::string("vertex property ") + axis[a] + " is a list");
@@ -295,7 +329,8 @@ void describe(CloudInfo& info, PlyFormat format, const PlyElement& vertex, int i
   info.intensity_field = intensity >= 0 ? vertex.properties[intensity].name : "";
 }
 
-/// Reads past the elements stored before the vertices.
+/// Reads past an element other than the vertices (those before them, and after them the
+/// faces of a mesh).
 void skip_element(Body& body, const PlyElement& e, PlyFormat format, const std::string& name) {
   // An element without properties has empty records, whatever its count: looping over
   // a count of 10^18 of them would hang.
@@ -305,14 +340,14 @@ void skip_element(Body& body, const PlyElement& e, PlyFormat format, const std::
     if (record != 0 && e.count > body.remaining() / record) {
       fail(name, "truncated: element '" + e.name + "' declares " + std::to_string(e.count) + " records");
     }
-    body.skip_binary(record * e.count, "an element before the vertices");
+    body.skip_binary(record * e.count, "an element other than the vertices");
     return;
   }
   for (std::uint64_t r = 0; r < e.count; ++r) {
     if (body.ascii()) body.begin_record("element '" + e.name + "' record " + std::to_string(r));
     for (const auto& p : e.properties) {
       if (p.is_list) skip_list(body, p, name);
-      else body.value(p.kind, "an element before the vertices", &p.name);
+      else body.value(p.kind, "an element other than the vertices", &p.name);
     }
     body.end_record();
   }
@@ -347,6 +382,7 @@ void read_fixed_vertices(Body& body, const PlyElement& vertex, std::uint64_t rec
     out.add(detail::load_scalar(r + offsets[0], kinds[0], swap), detail::load_scalar(r + offsets[1], kinds[1], swap),
             detail::load_scalar(r + offsets[2], kinds[2], swap), value);
   }
+  body.skip_binary(vertex.count * record, "a vertex");  // past them: what follows is checked
 }
 
 /// Ascii records, or binary ones with lists: every property read in turn.
@@ -402,6 +438,10 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
   } else {
     read_vertices_in_turn(body, vertex, fields, name, out);
   }
+  // The elements after the vertices (faces of a mesh) are read past, so that what follows
+  // them is known to be nothing.
+  for (auto it = std::next(vertex_it); it != header.elements.end(); ++it) skip_element(body, *it, format, name);
+  body.expect_end();
   return out.finish(name, xyz_double, info);
 }
 

@@ -96,6 +96,17 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
     if (!axis[a]) {
       throw IoError(context, std::string("PointCloud2 has no field '") + "xyz"[a] + "' (fields: " + field_names(fields) + ")");
     }
+    // Named twice, x would be either field; a count other than 1 would be no coordinate
+    // or several (which of them is x?).
+    const auto named = std::count_if(fields.begin(), fields.end(), [&](const Field& f) { return f.info.name == axis[a]->info.name; });
+    if (named > 1) {
+      throw IoError(context, "PointCloud2 names field '" + axis[a]->info.name + "' " + std::to_string(named) +
+                                 " times (fields: " + field_names(fields) + ")");
+    }
+    if (axis[a]->info.count != 1) {
+      throw IoError(context, "field '" + axis[a]->info.name + "' has count " + std::to_string(axis[a]->info.count) +
+                                 "; x, y and z hold one value each (count 1)");
+    }
   }
   const Field* intensity = nullptr;
   if (options.read_intensity) {

@@ -519,3 +519,63 @@ TEST_CASE("bad input: a file open for writing elsewhere is refused while it is b
   ::munmap(map, bytes.size());
   ::close(fd);
 }
+
+TEST_CASE("bad input: rows or bytes beyond what the header declares, values their type cannot hold, fields named "
+          "twice or counted wrong",
+          "[unit][io][bad]") {
+  // PCD: a row more than POINTS, bytes after the binary or compressed body.
+  expect_io_error("extra_row.pcd", "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2 3\n4 5 6\n",
+                  "line 6: a row after the 1 points the header declares");
+  for (const char* enc : {"binary", "binary_compressed"}) {
+    CAPTURE(enc);
+    expect_io_error(std::string("trailing_") + enc + ".pcd", make_pcd(xyz_spec(enc, 4)) + "junk",
+                    enc == std::string("binary") ? "4 bytes follow the 4 points of 12 bytes the header declares"
+                                                 : "4 bytes follow the LZF block");
+  }
+  // Ascii values outside their integer type: an int8 of 300, a uint8 of -1, a fraction.
+  expect_io_error("int8.pcd", "FIELDS x y z\nSIZE 4 4 1\nTYPE F F I\nWIDTH 1\nDATA ascii\n1 2 300\n",
+                  "line 6: ascii point 0: field 'z': '300' is not a value of its type int8");
+  expect_io_error("uint8.pcd", "FIELDS x y z intensity\nSIZE 4 4 4 1\nTYPE F F F U\nWIDTH 1\nDATA ascii\n1 2 3 -1\n",
+                  "field 'intensity': '-1' is not a value of its type uint8");
+  expect_io_error("fraction.pcd", "FIELDS x y z\nSIZE 2 4 4\nTYPE I F F\nWIDTH 1\nDATA ascii\n1.5 2 3\n",
+                  "field 'x': '1.5' is not a value of its type int16");
+  // A field named twice; a coordinate of 0 or 3 values.
+  expect_io_error("twice.pcd", "FIELDS x x y z\nWIDTH 1\nDATA ascii\n1 2 3 4\n", "FIELDS names 'x' twice (fields 1 and 2)");
+  expect_io_error("count3.pcd", "FIELDS x y z\nCOUNT 3 1 1\nWIDTH 1\nDATA ascii\n1 2 3 4 5\n",
+                  "field 'x' has COUNT 3; x, y and z hold one value each");
+  expect_io_error("count0.pcd", "FIELDS x y z\nCOUNT 1 1 0\nWIDTH 1\nDATA ascii\n1 2\n", "field 'z' has COUNT 0");
+
+  // PLY: the same, in its own terms.
+  const std::string ascii = "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
+                            "property char z\nend_header\n";
+  expect_io_error("extra_row.ply", ascii + "1 2 3\n4 5 6\n", "line 9: a record after the last element");
+  expect_io_error("int8.ply", ascii + "1 2 300\n", "line 8: vertex 0: property 'z' '300' is not a value of its type int8");
+  const std::string uchar = "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
+                            "property float z\nproperty uchar intensity\nend_header\n";
+  expect_io_error("uint8.ply", uchar + "1 2 3 -1\n", "property 'intensity' '-1' is not a value of its type uint8");
+  const std::string twice = "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float x\n"
+                            "property float y\nproperty float z\nend_header\n1 2 3 4\n";
+  expect_io_error("twice.ply", twice, "vertex element names property 'x' twice (properties 1 and 2)");
+  std::string binary = "ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                       "property float z\nend_header\n";
+  binary += std::string(24, '\0');
+  expect_io_error("trailing.ply", binary + "xy", "2 bytes follow the last element the header declares");
+  // Elements after the vertices (a mesh's faces) are read past, then checked the same way.
+  const std::string mesh = "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
+                           "property float z\nelement face 1\nproperty list uchar int vertex_indices\nend_header\n"
+                           "0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n";
+  expect_io_error("mesh_extra.ply", mesh + "3 0 1 2\n", "line 14: a record after the last element");
+
+  // What stays readable: blank lines at the end, a mesh's faces, a binary body to its last byte.
+  auto dir = ndtcu::test::temp_dir("exact_bodies");
+  ndtcu::test::write_bytes(dir / "mesh.ply", mesh + "\n\n");
+  ndtcu::test::write_bytes(dir / "blank_end.pcd", "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2 3\n\n  \n");
+  ndtcu::test::write_bytes(dir / "exact.ply", binary);
+  ndtcu::test::write_bytes(dir / "exact.pcd", make_pcd(xyz_spec("binary_compressed", 4)));
+  ndtcu::test::write_bytes(dir / "padding.pcd", "FIELDS x _ _ y z\nWIDTH 1\nDATA ascii\n1 0 0 2 3\n");
+  CHECK(read_point_cloud((dir / "mesh.ply").string()).size() == 3u);
+  CHECK(read_point_cloud((dir / "blank_end.pcd").string()).size() == 1u);
+  CHECK(read_point_cloud((dir / "exact.ply").string()).size() == 2u);
+  CHECK(read_point_cloud((dir / "exact.pcd").string()).size() == 4u);
+  CHECK(read_point_cloud((dir / "padding.pcd").string()).size() == 1u);
+}

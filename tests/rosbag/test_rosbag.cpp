@@ -395,7 +395,7 @@ TEST_CASE("rosbag: PointCloud2 decoding of layouts and bad fields", "[rosbag][un
   // ROS 1 serialization built by hand: seq, stamp, frame_id, height, width, fields,
   // is_bigendian, point_step, row_step, data, is_dense.
   auto make = [](std::uint8_t x_type, std::uint32_t x_offset, std::uint32_t step, std::uint32_t data_bytes,
-                 bool drop_z = false) {
+                 bool drop_z = false, std::uint32_t x_count = 1, bool x_twice = false) {
     Msg m;
     m.put<std::uint32_t>(0);
     m.put<std::uint32_t>(12);
@@ -404,12 +404,12 @@ TEST_CASE("rosbag: PointCloud2 decoding of layouts and bad fields", "[rosbag][un
     m.put<std::uint32_t>(1);  // height
     m.put<std::uint32_t>(2);  // width
     m.put<std::uint32_t>(drop_z ? 2 : 3);
-    const char* names[] = {"x", "y", "z"};
+    const char* names[] = {"x", x_twice ? "x" : "y", "z"};
     for (int f = 0; f < (drop_z ? 2 : 3); ++f) {
       m.str(names[f]);
       m.put<std::uint32_t>(f == 0 ? x_offset : 4 * f + 8);
       m.put<std::uint8_t>(f == 0 ? x_type : 7);
-      m.put<std::uint32_t>(1);
+      m.put<std::uint32_t>(f == 0 ? x_count : 1);
     }
     m.put<std::uint8_t>(0);
     m.put<std::uint32_t>(step);
@@ -435,6 +435,15 @@ TEST_CASE("rosbag: PointCloud2 decoding of layouts and bad fields", "[rosbag][un
                     Catch::Contains("field 'x' at offset 16 (8 bytes) lies outside point_step 20"));
   CHECK_THROWS_WITH(decode_point_cloud2(make(9, 0, 20, 40), MessageEncoding::Ros1, "m"),
                     Catch::Contains("field 'x' has datatype 9"));
+  // x named twice (which is x?), or holding 0 or 3 values: refused, naming the field.
+  CHECK_THROWS_WITH(decode_point_cloud2(make(7, 0, 20, 40, false, 1, true), MessageEncoding::Ros1, "m"),
+                    Catch::Equals("m: PointCloud2 names field 'x' 2 times (fields: x x z)"));
+  for (const std::uint32_t count : {0u, 3u}) {
+    CAPTURE(count);
+    CHECK_THROWS_WITH(decode_point_cloud2(make(7, 0, 20, 40, false, count), MessageEncoding::Ros1, "m"),
+                      Catch::Equals("m: field 'x' has count " + std::to_string(count) +
+                                    "; x, y and z hold one value each (count 1)"));
+  }
   CHECK_THROWS_WITH(decode_point_cloud2(make(7, 0, 20, 30), MessageEncoding::Ros1, "m"),
                     Catch::Contains("data holds 30 bytes, height 1 x row_step 40 needs 40"));
   CHECK_THROWS_WITH(decode_point_cloud2(ok.substr(0, ok.size() - 10), MessageEncoding::Ros1, "m"),

@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <deque>
 #include <type_traits>
 #include <memory>
@@ -205,8 +206,39 @@ inline const char* kept_doc(std::string doc) {
   return docs.back().c_str();
 }
 
+// An integer setting's value from Python: an int (or anything with __index__, a numpy
+// integer) that the field's C++ type holds, else a ValueError naming the field and its
+// range (`range`, else the type's): max_iterations=2**40 gave nanobind's TypeError
+// "incompatible function arguments". Not an integer: a TypeError naming the field. A value
+// the type holds but the range does not is refused where the settings are validated.
+template <typename T>
+T integer_setting(nb::handle value, const char* name, const FieldRange& range) {
+  if (PyFloat_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    throw nb::type_error((std::string(name) + ": expected an integer, got " + nb::type_name(value.type()).c_str()).c_str());
+  }
+  nb::object index = nb::steal(PyNumber_Index(value.ptr()));
+  if (!index.is_valid()) throw nb::python_error();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  const bool fits =
+      overflow == 0 &&
+      (v < 0 ? std::numeric_limits<T>::is_signed && v >= static_cast<long long>(std::numeric_limits<T>::min())
+             : static_cast<unsigned long long>(v) <= static_cast<unsigned long long>(std::numeric_limits<T>::max()));
+  if (!fits) {  // in the type but out of the field's range: validate() names it, as for C++ callers
+    const std::string allowed = range.bounded() ? range.text()
+                                                : "in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                                                      std::to_string(std::numeric_limits<T>::max()) + "]";
+    throw nb::value_error((std::string(name) + ": " + nb::cast<std::string>(nb::repr(index)) + " is out of range; it must be " +
+                           allowed)
+                              .c_str());
+  }
+  return static_cast<T>(v);
+}
+
 // One read-write attribute per field of the settings struct S (ndtcu/fields.hpp): numbers
-// and flags as they are, enums by name. Keyword arguments (apply_kwargs) set the same.
+// and flags as they are (integers checked against their field's range as they are set),
+// enums by name. Keyword arguments (apply_kwargs) set the same.
 template <typename S>
 void def_settings_fields(nb::class_<S>& cls) {
   visit_fields<S>([&](const auto& f) {
@@ -215,6 +247,13 @@ void def_settings_fields(nb::class_<S>& cls) {
       std::string names;
       for (const std::string& n : enum_names<T>()) names += (names.empty() ? "" : "|") + n;
       enum_setting(cls, f.name, f.member, &EnumValues<T>::parse, kept_doc(std::string(f.doc) + ": " + names));
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const char* name = f.name;
+      const FieldRange range = f.range;
+      auto member = f.member;
+      cls.def_prop_rw(
+          name, [member](const S& s) { return s.*member; },
+          [member, name, range](S& s, nb::handle v) { s.*member = integer_setting<T>(v, name, range); }, f.doc);
     } else {
       cls.def_rw(f.name, f.member, f.doc);
     }

@@ -33,3 +33,29 @@ def test_every_listed_field_is_an_attribute_a_keyword_and_in_repr(sample):
     d = r.to_dict()
     for name in fields["AlignResult"]:
         assert hasattr(r, name) and name in d, name
+
+
+def test_an_integer_setting_beyond_its_type_is_a_value_error_naming_the_field_and_its_range():
+    """max_iterations=2**40 raised nanobind's TypeError ("incompatible function
+    arguments"): an integer the field's type cannot hold is a ValueError naming the field
+    and its range, as an attribute and as a keyword; one the type holds but the range does
+    not is still ndtcu.Error where the settings are checked."""
+    import pytest
+
+    expected = r"^max_iterations: 1099511627776 is out of range; it must be in \[1, 1000\]$"
+    with pytest.raises(ValueError, match=expected):
+        ndtcu.Aligner(backend="cpu", max_iterations=2**40)
+    settings = ndtcu.AlignSettings()
+    with pytest.raises(ValueError, match=expected):
+        settings.max_iterations = 2**40
+    assert settings.max_iterations == ndtcu.AlignSettings().max_iterations  # unchanged
+    with pytest.raises(ValueError, match=r"^min_frame_points: -1 is out of range; it must be "):
+        ndtcu.LocalizerSettings().min_frame_points = -1
+    with pytest.raises(ValueError, match=r"^threads: 1099511627776 is out of range; it must be in \[0, "):
+        ndtcu.ExecutionOptions(threads=2**40)
+    with pytest.raises(TypeError, match=r"^max_iterations: expected an integer, got float$"):
+        settings.max_iterations = 2.5
+    settings.max_iterations = 7
+    assert settings.max_iterations == 7
+    with pytest.raises(ndtcu.Error, match=r"max_iterations: 100000 \(must be in \[1, 1000\]\)"):
+        ndtcu.Aligner(backend="cpu", max_iterations=100_000)

@@ -661,6 +661,29 @@ def test_paths_as_str_bytes_and_pathlike(sample, tmp_path):
         ndtcu.read_point_cloud(os.fsencode(str(tmp_path)) + b"/missing_\xff.pcd")
 
 
+def test_command_arguments_as_str_bytes_and_pathlike(sample, tmp_path):
+    """run_command and check_command take each argument as str, bytes or os.PathLike, as
+    the other calls take paths: a file name that is not UTF-8, as os.fsdecode spells it,
+    raised TypeError."""
+    odd = os.fsencode(str(tmp_path)) + b"/caf\xe9.pcd"  # Latin-1: not UTF-8
+    ndtcu.write_point_cloud(odd, ndtcu.read_point_cloud(sample / "scans" / "000003.pcd"))
+    for given in (os.fsdecode(odd), odd):
+        assert ndtcu.run_command(["info", given, "-q"]) == 0, type(given)
+    assert ndtcu.run_command([b"info", sample / "map.pcd", "-q"]) == 0
+    ndtcu.check_command(["info", os.fsdecode(odd)])
+    with pytest.raises(ndtcu.IoError, match=r"missing_\\xE9\.pcd: no such file"):
+        ndtcu.run_command(["info", os.fsdecode(os.fsencode(str(tmp_path)) + b"/missing_\xe9.pcd")])
+    with pytest.raises(TypeError, match=r"^args\[1\]: expected a path \(str, bytes or os.PathLike\), got int"):
+        ndtcu.run_command(["info", 3])
+    with pytest.raises(TypeError, match="got one string"):
+        ndtcu.check_command("info")
+    config = os.fsencode(str(tmp_path)) + b"/p\xe9.yaml"
+    with open(config, "w") as f:
+        f.write("/**:\n  ros__parameters:\n    ndt:\n      resolution: 2.0\n")
+    ndtcu.check_autoware_config(os.fsdecode(config))
+    ndtcu.check_autoware_config(config)
+
+
 def test_bag_topics_that_are_not_utf8_are_reached_as_bytes(sample, tmp_path):
     """A topic name that is not UTF-8 raised UnicodeDecodeError when listed, and could not be
     named to read it: it is listed as bytes, and bytes reach it. The bag path may be a

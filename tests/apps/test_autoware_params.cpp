@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kShipped = fs::path(NDTCU_SOURCE_DIR) / "tests" / "cli" / "autoware" / "ndt_scan_matcher.param.yaml";
+const fs::path kShipped = ndtcu::test::source_dir() / "tests" / "cli" / "autoware" / "ndt_scan_matcher.param.yaml";
 
 // `body` under Autoware's `/**: ros__parameters:` header, written to a fresh file.
 fs::path params_file(const std::string& name, const std::string& body) {

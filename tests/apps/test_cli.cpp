@@ -50,7 +50,7 @@ using test::CliRun;
 // Runs `ndtcu ARGS...` as main() would, with stdout and stderr captured.
 CliRun run(std::vector<std::string> args) { return test::run_ndtcu(std::move(args)); }
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 std::string sample(const std::string& name) { return (kSample / name).string(); }
 
@@ -553,14 +553,16 @@ TEST_CASE("the plots' Python is the first candidate that imports matplotlib", "[
 }
 
 TEST_CASE("ndtcu localize plots with /usr/bin/python3 when python3 on PATH has no matplotlib", "[unit][cli]") {
-#ifndef NDTCU_PYTHON_DIR
-  WARN("skipped: the Python module is not built (NDTCU_WITH_PYTHON), and the plots are drawn by its ndtcu.plot");
-#else
+  if (ndtcu::test::python_dir().empty()) {
+    WARN("skipped: the Python module is not built (NDTCU_WITH_PYTHON), and the plots are drawn by its ndtcu.plot");
+    return;
+  }
   // The package as built (python3 -m ndtcu.plot imports it from there).
-  ScopedEnv python_path("PYTHONPATH", NDTCU_PYTHON_DIR);
+  const std::string package = ndtcu::test::python_dir().string();
+  ScopedEnv python_path("PYTHONPATH", package);
   if (std::system("/usr/bin/python3 -c 'import matplotlib, ndtcu.plot' >/dev/null 2>&1") != 0) {
     WARN("skipped: /usr/bin/python3 cannot import matplotlib and ndtcu.plot (scripts/setup.sh installs "
-         "python3-matplotlib; the target ndtcu_python builds the package into " NDTCU_PYTHON_DIR ")");
+         "python3-matplotlib; the target ndtcu_python builds the package into " + package + ")");
     return;
   }
   const fs::path dir = ndtcu::test::temp_dir("cli_plot_fallback");
@@ -582,14 +584,13 @@ TEST_CASE("ndtcu localize plots with /usr/bin/python3 when python3 on PATH has n
   const auto summary = nlohmann::json::parse(ndtcu::test::read_bytes(out / "summary.json"));
   CHECK(summary["files"]["plots"].size() == 2);
   CHECK(summary["files"]["plot_command"].get<std::string>().rfind("'/usr/bin/python3' ", 0) == 0);
-#endif
 }
 
 TEST_CASE("ndtcu localize --config takes Autoware's thresholds and tolerances; options given override them",
           "[unit][cli][config]") {
   const fs::path dir = ndtcu::test::temp_dir("cli_localize_config");
   const std::string shipped =
-      (fs::path(NDTCU_SOURCE_DIR) / "tests" / "cli" / "autoware" / "ndt_scan_matcher.param.yaml").string();
+      (ndtcu::test::source_dir() / "tests" / "cli" / "autoware" / "ndt_scan_matcher.param.yaml").string();
   const auto settings = [](const CliRun& r) { return nlohmann::json::parse(r.out).at("settings"); };
 
   // The file as Autoware ships it: covariance type 0 (FIXED_VALUE) is none here too, where

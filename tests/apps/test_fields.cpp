@@ -6,6 +6,7 @@
 #include "cli_app.hpp"
 #include "cli_common.hpp"
 #include "localize/options.hpp"
+#include "../support/test_support.hpp"
 
 #include <ndtcu/fields.hpp>
 #include <ndtcu/log.hpp>
@@ -47,7 +48,7 @@ std::string run_json(std::vector<std::string> args) {
   return out.str();
 }
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 }  // namespace
 

@@ -81,7 +81,7 @@ TEST_CASE("the GPU filter's algorithm on the CPU gives voxel_downsample's cells 
   // float sums within a cell may differ. Throws if a key needs more bits than the lattice
   // gives the radix sort.
   std::vector<test::FilterCase> cases = test::filter_cases();
-  const std::filesystem::path sample = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample" / "scans";
+  const std::filesystem::path sample = ndtcu::test::source_dir() / "data" / "sample" / "scans";
   for (const char* name : {"000000.pcd", "000005.pcd", "000009.pcd"}) {
     cases.push_back({std::string("sample ") + name, read_point_cloud((sample / name).string()),
                      {{1.0, 100.0}, {0.0, 1e9}, {3.0, 20.0}}, {0.2, 0.5, 1.0}});

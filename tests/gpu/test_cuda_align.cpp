@@ -46,7 +46,7 @@ Pose6 pose_of(const Eigen::Isometry3d& t) { return matrix_to_pose(t.matrix()); }
 
 std::vector<Case> cases(const std::filesystem::path& data) {
   std::vector<Case> out;
-  const std::filesystem::path sample = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  const std::filesystem::path sample = ndtcu::test::source_dir() / "data" / "sample";
   {  // the simulator's sample: scan 3 against the map from 0.8 m / 3 deg off its truth
     Case c{"sample scan 3", load(sample / "map.pcd", 0.0), load(sample / "scans/000003.pcd", 0.5), autoware_preset()};
     Trajectory truth = read_trajectory((sample / "poses_tum.txt").string());

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 std::vector<PointCloud> sample_scans() {
   std::vector<PointCloud> out;

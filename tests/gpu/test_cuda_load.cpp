@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 // The process's resident memory (VmRSS of /proc/self/status), in bytes.
 long resident_bytes() {

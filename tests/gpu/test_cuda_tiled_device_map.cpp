@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 // Autoware's settings with the covariance `mode` (run on the CUDA backend: kCuda).
 AlignSettings cuda_settings(CovarianceMode mode = CovarianceMode::Autoware) {

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 // A PCD of `points` (world coordinates) as float64 x y z, binary.
 std::string float64_pcd(const std::vector<Eigen::Vector3d>& points) {

@@ -232,7 +232,7 @@ TEST_CASE("a simulated drive in 10 m tiles streamed within 30 m: the whole map's
 
 TEST_CASE("a streamed tile that cannot be read is skipped and named; no tile within the radius is an error",
           "[unit][tiles]") {
-  const fs::path sample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  const fs::path sample = ndtcu::test::source_dir() / "data" / "sample";
   const fs::path tiles = test::temp_dir("stream_bad_tile");
   const TiledMapMetadata meta = write_tiled_map(read_point_cloud((sample / "map.pcd").string()), 20.0, tiles.string());
   REQUIRE(meta.tiles.size() > 2);
@@ -253,7 +253,7 @@ TEST_CASE("a streamed tile that cannot be read is skipped and named; no tile wit
 }
 
 TEST_CASE("the map handed out covers a place when it holds every tile within reach of it", "[unit][tiles]") {
-  const fs::path sample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  const fs::path sample = ndtcu::test::source_dir() / "data" / "sample";
   const fs::path tiles = test::temp_dir("stream_covers");
   // The sample's 90 m square in 10 m tiles.
   const TiledMapMetadata meta = write_tiled_map(read_point_cloud((sample / "map.pcd").string()), 10.0, tiles.string());

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 std::vector<std::tuple<float, float, float>> sorted_points(const PointCloud& c) {
   std::vector<std::tuple<float, float, float>> v;

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+const fs::path kSample = ndtcu::test::source_dir() / "data" / "sample";
 
 // The cloud split into squares of `size` m (world x-y, corners at multiples of the size),
 // each keeping the cloud's origin and its points' order; ids "X_Y".

@@ -6,6 +6,8 @@
 #include <ndtcu/io.hpp>
 #include <ndtcu/trajectory.hpp>
 
+#include "../support/test_support.hpp"
+
 #include <Eigen/Geometry>
 
 #include <cmath>
@@ -54,7 +56,7 @@ struct Sample {
 
 inline Sample& sample() {
   static Sample s = [] {
-    const std::filesystem::path dir = std::filesystem::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+    const std::filesystem::path dir = ndtcu::test::source_dir() / "data" / "sample";
     Sample out;
     out.aligner.set_target(load_sample(dir / "map.pcd", 0.0));
     out.scan = load_sample(dir / "scans/000003.pcd", 0.5);

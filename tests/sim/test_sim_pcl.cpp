@@ -17,7 +17,7 @@ using namespace ndtcu;
 namespace fs = std::filesystem;
 
 TEST_CASE("PCL loads the sample map and scans to the same points as ndtcu", "[parity][sim]") {
-  const fs::path sample = fs::path(NDTCU_SOURCE_DIR) / "data" / "sample";
+  const fs::path sample = ndtcu::test::source_dir() / "data" / "sample";
   auto compare = [](const std::string& path, const auto& ref) {
     CAPTURE(path);
     ReadOptions zero_origin;

@@ -31,7 +31,7 @@ void mark_skipped(const std::string&) { g_skipped.insert(g_current); }
 std::optional<std::filesystem::path> data_dir() {
   std::filesystem::path dir;
   if (const char* env = std::getenv("NDTCU_DATA_DIR"); env && *env) dir = env;
-  else dir = std::filesystem::path(NDTCU_SOURCE_DIR) / ".." / "shared" / "data";
+  else dir = source_dir() / ".." / "shared" / "data";
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;
   return std::filesystem::weakly_canonical(dir);
@@ -50,7 +50,7 @@ namespace {
 /// same cases) must not write, read and remove each other's files.
 const std::filesystem::path& process_temp_root() {
   static const std::filesystem::path root =
-      std::filesystem::path(NDTCU_TEST_TMP_DIR) / ("process-" + std::to_string(static_cast<long>(::getpid())));
+      test_tmp_dir() / ("process-" + std::to_string(static_cast<long>(::getpid())));
   return root;
 }
 }  // namespace

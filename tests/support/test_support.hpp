@@ -15,6 +15,16 @@ namespace ndtcu::test {
 /// Records that the running test case is skipped (the caller returns right after).
 void mark_skipped(const std::string& reason);
 
+/// The source tree's root (data/sample lies under it). The build's paths are compiled into
+/// one file (support/test_paths.cpp) and asked for through these, so that a build of
+/// another clone or folder recompiles that file alone: a path in every test file's flags
+/// made each of them a compiler-cache miss in every new clone.
+std::filesystem::path source_dir();
+/// The build tree's scratch folder of the tests.
+std::filesystem::path test_tmp_dir();
+/// Where the built Python package lies; empty when the Python module is not built.
+std::filesystem::path python_dir();
+
 /// The real-data folder: $NDTCU_DATA_DIR, else ../shared/data beside the source tree;
 /// nullopt when it does not exist.
 std::optional<std::filesystem::path> data_dir();

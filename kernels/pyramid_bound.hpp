@@ -15,6 +15,7 @@
 #include "ndt_hd.hpp"
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 
 namespace ndtcu::math {
@@ -63,6 +64,53 @@ NDTCU_HD inline std::uint32_t node_bound(const PyramidView& p, const std::int32_
     sum += window_value(p, n.level, o[0] + n.i, o[1] + n.j, o[2] + n.l);
   }
   return sum;
+}
+
+/// What a query admits of the map, beyond the grid: a disc about a rough position (a node
+/// whose block of leaf translations comes no nearer than `radius` to it is out) and, with
+/// `standing_bits`, the heights above a floor a sensor may stand at (a node whose window of
+/// the standing pyramid holds none of those bits is out).
+struct SearchLimits {
+  std::uint8_t standing_bits = 0;  ///< 0: every height
+  bool region = false;
+  double cx = 0.0, cy = 0.0;  ///< the disc's centre in the pyramid's frame (m)
+  double radius = 0.0;        ///< (m)
+  double cell = 1.0;          ///< the leaf step (m)
+};
+
+/// Whether a node may hold the query's pose (`standing`: the standing pyramid; read only
+/// with standing_bits).
+NDTCU_HD inline bool node_admitted(const PyramidView& standing, const SearchLimits& s, const SearchNode& n) {
+  if (s.standing_bits && !(window_value(standing, n.level, n.i, n.j, n.l) & s.standing_bits)) return false;
+  if (s.region) {
+    const double w = static_cast<double>(1 << n.level) * s.cell;
+    // The nearest point of the block of leaf translations [i, i + 2^k - 1] * cell.
+    const double x0 = n.i * s.cell, y0 = n.j * s.cell;
+    const double dx = fmax(fmax(x0 - s.cx, 0.0), s.cx - (x0 + w - s.cell));
+    const double dy = fmax(fmax(y0 - s.cy, 0.0), s.cy - (y0 + w - s.cell));
+    if (dx * dx + dy * dy > s.radius * s.radius) return false;
+  }
+  return true;
+}
+
+/// Child `d` (0-7) of a node of level >= 1: one level down, its first leaf moved by half the
+/// node's window along x (bit 0 of d), y (bit 1) and z (bit 2). The eight children tile
+/// their parent's leaves.
+NDTCU_HD inline SearchNode child_node(const SearchNode& n, int d) {
+  SearchNode c = n;
+  c.level = static_cast<std::uint16_t>(n.level - 1);
+  const int w = 1 << c.level;
+  c.i += (d & 1) * w;
+  c.j += ((d >> 1) & 1) * w;
+  c.l += ((d >> 2) & 1) * w;
+  return c;
+}
+
+/// Whether a child is searched: its first leaf inside the grid (its parent's first leaf
+/// always is) and admitted by the query's limits.
+NDTCU_HD inline bool child_searched(const PyramidView& p, const PyramidView& standing, const SearchLimits& s,
+                                    const SearchNode& c) {
+  return c.i < p.nx && c.j < p.ny && c.l < p.nz && node_admitted(standing, s, c);
 }
 
 }  // namespace ndtcu::math

@@ -299,18 +299,14 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   const bool region = q.around.has_value();
   Eigen::Vector2d centre = Eigen::Vector2d::Zero();
   if (region) centre = q.around->head<2>() - map_origin.head<2>() - p.origin.head<2>();
-  const auto admits = [&](const math::SearchNode& n) {
-    if (standing_bits && !(math::window_value(stand, n.level, n.i, n.j, n.l) & standing_bits)) return false;
-    if (region) {
-      const double w = static_cast<double>(1 << n.level) * cell;
-      // The nearest point of the block of leaf translations [i, i + 2^k - 1] * cell.
-      const double x0 = n.i * cell, y0 = n.j * cell;
-      const double dx = std::max({x0 - centre.x(), 0.0, centre.x() - (x0 + w - cell)});
-      const double dy = std::max({y0 - centre.y(), 0.0, centre.y() - (y0 + w - cell)});
-      if (dx * dx + dy * dy > q.radius * q.radius) return false;
-    }
-    return true;
-  };
+  math::SearchLimits limits;
+  limits.standing_bits = standing_bits;
+  limits.region = region;
+  limits.cx = centre.x();
+  limits.cy = centre.y();
+  limits.radius = region ? q.radius : 0.0;
+  limits.cell = cell;
+  const auto admits = [&](const math::SearchNode& n) { return math::node_admitted(stand, limits, n); };
   st.prepare_ms = detail::ms_since(t0);
 
   // The branch and bound.
@@ -385,8 +381,11 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     return std::max<std::uint32_t>({1, ratio, full});
   };
 
+  double scoring_ms = 0.0;  // of bound_ms, the scorer's (the rest: the host's queue)
   const auto score_batch = [&]() {
+    const auto ts = std::chrono::steady_clock::now();
     scorer->score(batch, bounds);
+    scoring_ms += detail::ms_since(ts);
     st.nodes_scored += batch.size();
     ++st.batches;
     for (std::size_t b = 0; b < batch.size(); ++b) {
@@ -405,35 +404,44 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     if (batch.size() >= batch_nodes) score_batch();
   });
   if (!batch.empty()) score_batch();
+  // Best first: the parents of highest bound, a batch of them at a time, branched where
+  // the scorer stands (PyramidScorer::expand), whose survivors come back: leaves offered,
+  // the rest queued. The threshold only rises, so a child that passed the batch's threshold
+  // is checked again against the current one, which is what a one-by-one search would do.
+  std::vector<math::SearchNode> parents;
+  const std::size_t batch_parents = std::max<std::size_t>(1, batch_nodes / 8);
   while (!heap.empty()) {
     if (st.nodes_scored >= o.max_nodes) {
       st.truncated = true;
       break;
     }
-    // Children of the nodes of highest bound, until the batch is full.
-    while (!heap.empty() && batch.size() + 8 <= batch_nodes) {
-      const std::uint32_t limit = threshold();
+    parents.clear();
+    const std::uint32_t limit = threshold();
+    while (!heap.empty() && parents.size() < batch_parents) {
       if (heap.all_below(limit)) {
         heap.clear();  // the rest bound even lower
         break;
       }
       const Entry e = heap.peek();
       heap.pop();
-      if (e.bound < limit) continue;
-      const int below = e.node.level - 1;
-      const int w = 1 << below;
-      for (int d = 0; d < 8; ++d) {
-        math::SearchNode c = e.node;
-        c.level = static_cast<std::uint16_t>(below);
-        c.i += (d & 1) * w;
-        c.j += ((d >> 1) & 1) * w;
-        c.l += ((d >> 2) & 1) * w;
-        if (c.i >= p.nx || c.j >= p.ny || c.l >= p.nz) continue;
-        if (admits(c)) batch.push_back(c);
+      if (e.bound >= limit) parents.push_back(e.node);
+    }
+    if (parents.empty()) break;
+    const auto ts = std::chrono::steady_clock::now();
+    const detail::PyramidScorer::Expansion grown = scorer->expand(parents, limits, limit, batch, bounds);
+    scoring_ms += detail::ms_since(ts);
+    st.nodes_scored += grown.scored;
+    st.leaves_scored += grown.leaves;
+    ++st.batches;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      if (bounds[b] < threshold()) continue;
+      if (batch[b].level == 0) {
+        offer(bounds[b], batch[b]);
+      } else {
+        heap.push(Entry{bounds[b], batch[b]});
       }
     }
-    if (batch.empty()) break;
-    score_batch();
+    batch.clear();
   }
   st.bound_ms = detail::ms_since(tb);
   if (kept.empty()) {
@@ -490,9 +498,9 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   aligned.leveled = result.leveled;
   aligned.time_ms = detail::ms_since(t0);
   detail::log().debug("global search: {} points, {} yaws of {:.2f} deg, {} top nodes, {} scored ({} leaves, {} batches) "
-                      "in {:.1f} ms, {} candidates aligned in {:.1f} ms; NVTL {:.4f}{}",
+                      "in {:.1f} ms ({:.1f} ms scoring), {} candidates aligned in {:.1f} ms; NVTL {:.4f}{}",
                       st.points, st.yaws, st.yaw_step_deg, st.top_nodes, st.nodes_scored, st.leaves_scored, st.batches,
-                      st.bound_ms, hypotheses.size(), aligned.global.align_ms, aligned.best.nvtl,
+                      st.bound_ms, scoring_ms, hypotheses.size(), aligned.global.align_ms, aligned.best.nvtl,
                       aligned.ambiguous ? ", ambiguous" : "");
   return aligned;
 }

@@ -11,7 +11,8 @@ namespace {
 
 class CpuPyramidScorer final : public PyramidScorer {
  public:
-  CpuPyramidScorer(const ScorePyramid& pyramid, ThreadPool* pool) : view_(pyramid.view()), pool_(pool) {}
+  CpuPyramidScorer(const ScorePyramid& pyramid, ThreadPool* pool)
+      : view_(pyramid.view()), standing_(pyramid.standing_view()), pool_(pool) {}
 
   void set_points(const std::vector<std::int32_t>& offsets, int points, int yaws) override {
     offsets_ = offsets;
@@ -38,9 +39,62 @@ class CpuPyramidScorer final : public PyramidScorer {
     }
   }
 
+  Expansion expand(const std::vector<math::SearchNode>& parents, const math::SearchLimits& limits,
+                   std::uint32_t threshold, std::vector<math::SearchNode>& children,
+                   std::vector<std::uint32_t>& bounds) override {
+    // Runs of parents per task, each with its own survivors, joined in run order.
+    constexpr std::size_t kRun = 16;
+    const std::size_t runs = (parents.size() + kRun - 1) / kRun;
+    parts_.resize(std::max(parts_.size(), runs));
+    const auto run = [&](std::size_t r) {
+      Part& part = parts_[r];
+      part.nodes.clear();
+      part.bounds.clear();
+      part.count = {};
+      const std::size_t end = std::min(parents.size(), (r + 1) * kRun);
+      for (std::size_t n = r * kRun; n < end; ++n) {
+        const std::int32_t* o =
+            offsets_.data() + static_cast<std::size_t>(parents[n].yaw) * 3 * static_cast<std::size_t>(points_);
+        for (int d = 0; d < 8; ++d) {
+          const math::SearchNode c = math::child_node(parents[n], d);
+          if (!math::child_searched(view_, standing_, limits, c)) continue;
+          const std::uint32_t b = math::node_bound(view_, o, 0, points_, 1, c);
+          ++part.count.scored;
+          part.count.leaves += c.level == 0;
+          if (b >= threshold) {
+            part.nodes.push_back(c);
+            part.bounds.push_back(b);
+          }
+        }
+      }
+    };
+    if (pool_ && runs > 1) {
+      pool_->parallel_for(runs, run);
+    } else {
+      for (std::size_t r = 0; r < runs; ++r) run(r);
+    }
+    children.clear();
+    bounds.clear();
+    Expansion total;
+    for (std::size_t r = 0; r < runs; ++r) {
+      const Part& part = parts_[r];
+      children.insert(children.end(), part.nodes.begin(), part.nodes.end());
+      bounds.insert(bounds.end(), part.bounds.begin(), part.bounds.end());
+      total.scored += part.count.scored;
+      total.leaves += part.count.leaves;
+    }
+    return total;
+  }
+
  private:
-  math::PyramidView view_;
+  struct Part {
+    std::vector<math::SearchNode> nodes;
+    std::vector<std::uint32_t> bounds;
+    Expansion count;
+  };
+  math::PyramidView view_, standing_;
   ThreadPool* pool_;
+  std::vector<Part> parts_;  // expand()'s survivors per run of parents, kept for their capacity
   std::vector<std::int32_t> offsets_;
   int points_ = 0;
 };

@@ -22,6 +22,20 @@ class PyramidScorer {
   virtual void set_points(const std::vector<std::int32_t>& offsets, int points, int yaws) = 0;
   /// bounds[n] = math::node_bound of nodes[n] over every point, at the node's yaw.
   virtual void score(const std::vector<math::SearchNode>& nodes, std::vector<std::uint32_t>& bounds) = 0;
+
+  /// How many children an expand() scored, and how many of them were leaves.
+  struct Expansion {
+    std::size_t scored = 0, leaves = 0;
+  };
+  /// The branching step of the search, where the scorer stands: the children of each
+  /// parent (math::child_node d = 0..7, those math::child_searched under `limits`) are
+  /// scored, and those whose bound is at least `threshold` come back in `children` and
+  /// `bounds`, in the order parent by parent, d by d. Only the survivors cross to the host:
+  /// on a city map most children bound below the threshold, and handling each of them on the
+  /// host had cost several times the GPU's scoring.
+  virtual Expansion expand(const std::vector<math::SearchNode>& parents, const math::SearchLimits& limits,
+                           std::uint32_t threshold, std::vector<math::SearchNode>& children,
+                           std::vector<std::uint32_t>& bounds) = 0;
 };
 
 /// Scores on the host, `pool` sharing out the nodes (null: the calling thread alone).

@@ -14,6 +14,7 @@
 
 #include "../../src/ndt/pyramid_scorer.hpp"
 #include "../../src/ndt/score_pyramid.hpp"
+#include "../../src/thread_pool.hpp"
 #include "../support/test_support.hpp"
 
 #include <Eigen/Geometry>
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -33,10 +35,17 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr double kDeg = kPi / 180.0;
 
 struct Outcome {
-  int right = 0, wrong = 0, ambiguous = 0, not_found = 0;
+  int right = 0, off = 0, wrong = 0, ambiguous = 0, not_found = 0;
 };
 
-// Right: within 10 cm and 1 deg of the truth; wrong: verdict found anywhere else.
+std::string describe(const Outcome& o) {
+  return fmt::format("right {}, off {}, wrong {}, ambiguous {}, not found {}", o.right, o.off, o.wrong, o.ambiguous,
+                     o.not_found);
+}
+
+// Right: found within 10 cm and 1 deg of the truth; off: found at the right place (within
+// 1 m and 5 deg) but not that close, the NDT alignment's own accuracy; wrong: found
+// anywhere else, the worst failure.
 void count(Outcome& out, const InitialPoseResult& r, const Eigen::Matrix4d& truth, double nvtl_threshold = 2.3) {
   const std::string state = found_state(verdict(r, nvtl_threshold));
   const Eigen::Matrix4d est = pose_to_matrix(r.best.pose);
@@ -45,7 +54,7 @@ void count(Outcome& out, const InitialPoseResult& r, const Eigen::Matrix4d& trut
                                                        truth.topLeftCorner<3, 3>())).angle();
   const bool right = err < 0.10 && ang < 1.0 * kDeg;
   if (state == "found") {
-    (right ? out.right : out.wrong)++;
+    (right ? out.right : err < 1.0 && ang < 5.0 * kDeg ? out.off : out.wrong)++;
   } else if (state == "ambiguous") {
     ++out.ambiguous;
   } else {
@@ -104,6 +113,108 @@ TEST_CASE("global search: a node's bound is at least each of its leaves' scores"
   CHECK(checked > 20);  // the nodes met the map, not only empty space
 }
 
+namespace {
+
+// Random parents (levels 1 and up) over a pyramid, some of them hanging over its edges.
+std::vector<math::SearchNode> random_parents(const detail::ScorePyramid& p, int count, int yaws, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<math::SearchNode> nodes;
+  for (int k = 0; k < count; ++k) {
+    math::SearchNode n;
+    n.level = static_cast<std::uint16_t>(1 + rng() % static_cast<std::uint64_t>(p.level_count - 1));
+    n.i = static_cast<int>(rng() % static_cast<std::uint64_t>(p.nx + 8)) - 4;
+    n.j = static_cast<int>(rng() % static_cast<std::uint64_t>(p.ny + 8)) - 4;
+    n.l = static_cast<int>(rng() % static_cast<std::uint64_t>(p.nz + 8)) - 4;
+    n.yaw = static_cast<std::uint16_t>(rng() % static_cast<std::uint64_t>(yaws));
+    nodes.push_back(n);
+  }
+  return nodes;
+}
+
+// What expand() must give: each parent's children d = 0..7 that are searched, scored one
+// by one, those at or above the threshold.
+struct Expanded {
+  std::vector<math::SearchNode> children;
+  std::vector<std::uint32_t> bounds;
+  std::size_t scored = 0, leaves = 0;
+};
+Expanded expand_one_by_one(detail::PyramidScorer& scorer, const detail::ScorePyramid& p,
+                           const std::vector<math::SearchNode>& parents, const math::SearchLimits& limits,
+                           std::uint32_t threshold) {
+  std::vector<math::SearchNode> all;
+  for (const math::SearchNode& n : parents) {
+    for (int d = 0; d < 8; ++d) {
+      const math::SearchNode c = math::child_node(n, d);
+      if (math::child_searched(p.view(), p.standing_view(), limits, c)) all.push_back(c);
+    }
+  }
+  std::vector<std::uint32_t> bounds;
+  scorer.score(all, bounds);
+  Expanded e;
+  e.scored = all.size();
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    e.leaves += all[k].level == 0;
+    if (bounds[k] >= threshold) {
+      e.children.push_back(all[k]);
+      e.bounds.push_back(bounds[k]);
+    }
+  }
+  return e;
+}
+
+bool same_nodes(const std::vector<math::SearchNode>& a, const std::vector<math::SearchNode>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const math::SearchNode& x, const math::SearchNode& y) {
+           return x.i == y.i && x.j == y.j && x.l == y.l && x.yaw == y.yaw && x.level == y.level;
+         });
+}
+
+}  // namespace
+
+TEST_CASE("global search: a branching step keeps the children that scoring each would keep, in order",
+          "[unit][global_search]") {
+  sim::WorldSettings ws;
+  ws.seed = 3;
+  ws.size = 60.0;
+  const sim::World world(sim::generate_scene(ws));
+  sim::MapSettings ms;
+  ms.voxel = 0.5;
+  const VoxelMap voxels = VoxelMap::build(sim::sample_map(world, ms), voxel_map_options(autoware_preset()));
+  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
+  std::mt19937_64 rng(7);
+  std::vector<std::int32_t> offsets;
+  const int points = 40, yaws = 3;
+  for (int k = 0; k < points * yaws * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 21) - 10);
+  const std::vector<math::SearchNode> parents = random_parents(p, 400, yaws, 11);
+  detail::ThreadPool pool(2);
+  auto alone = detail::make_cpu_pyramid_scorer(p, nullptr);
+  auto shared = detail::make_cpu_pyramid_scorer(p, &pool);
+  alone->set_points(offsets, points, yaws);
+  shared->set_points(offsets, points, yaws);
+  math::SearchLimits open, disc, standing;
+  disc.region = true;
+  disc.cx = 20.0;
+  disc.cy = 25.0;
+  disc.radius = 12.0;
+  standing.standing_bits = 0b0110;
+  for (const math::SearchLimits& limits : {open, disc, standing}) {
+    for (const std::uint32_t threshold : {1u, 255u * 10u}) {
+      CAPTURE(limits.region, int{limits.standing_bits}, threshold);
+      const Expanded want = expand_one_by_one(*alone, p, parents, limits, threshold);
+      for (detail::PyramidScorer* scorer : {alone.get(), shared.get()}) {
+        std::vector<math::SearchNode> children;
+        std::vector<std::uint32_t> bounds;
+        const detail::PyramidScorer::Expansion got = scorer->expand(parents, limits, threshold, children, bounds);
+        CHECK(got.scored == want.scored);
+        CHECK(got.leaves == want.leaves);
+        CHECK(same_nodes(children, want.children));
+        CHECK(bounds == want.bounds);
+      }
+      CHECK(want.scored > 0);
+      if (threshold > 1) CHECK(want.children.size() < want.scored);  // the threshold removed some
+    }
+  }
+}
+
 TEST_CASE("global search: options are checked, naming the field", "[unit][global_search]") {
   GlobalSearchOptions o;
   o.cell = 0.0;
@@ -141,14 +252,14 @@ namespace {
 
 // A place of the simulator, its map, and scans along its drive: the search must never be
 // confident where the place repeats itself.
-void check_repeated_place(sim::Place place, double length, int scans) {
+void check_repeated_place(sim::Place place, double length, int scans, Backend backend = Backend::Cpu) {
   sim::PlaceSettings ps;
   ps.place = place;
   ps.length = length;
   const sim::World world(sim::generate_place(ps));
   sim::MapSettings ms;
   ms.voxel = 0.25;
-  Aligner aligner(autoware_preset(), test::on_cpu(2));
+  Aligner aligner(autoware_preset(), test::on(backend));
   aligner.set_target(sim::sample_map(world, ms));
   InitialPoseSearch search(aligner);
   const std::vector<sim::TrajectorySample> drive = sim::place_drive(ps, 60, 5.0);
@@ -170,7 +281,7 @@ void check_repeated_place(sim::Place place, double length, int scans) {
     }
     if (state == "ambiguous") CHECK(r.candidates.size() >= 2);
   }
-  INFO("right " << out.right << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  INFO(describe(out));
   CHECK(found_wrong_place == 0);
   CHECK(out.ambiguous == scans);  // every place has a twin a pitch away (3 of 3 measured on each)
 }
@@ -219,7 +330,7 @@ TEST_CASE("global search: every BALM odd scan found in its map with no pose", "[
   NDTCU_REQUIRE_DATA(data, "balm_os0");
   const Outcome out = real_queries(data / "balm_os0", "map_even_frames_0-58_voxel0.1.pcd", "odd_scans_1hz.txt", 1,
                                    Backend::Cpu);
-  INFO("right " << out.right << ", wrong " << out.wrong << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  INFO(describe(out));
   // Measured (2 cores): 29 of 30 within 10 cm and 1 deg; scan 25 stops unconverged (not taken).
   CHECK(out.wrong == 0);
   CHECK(out.right >= 28);  // 95% of 30 is 28.5: at least 28 here, 29 measured
@@ -230,12 +341,13 @@ TEST_CASE("global search: Livox Avia queries found in their map with no pose", "
   // Every third of the 114 queries (38): about a minute on 2 cores.
   const Outcome out = real_queries(data / "livox_avia_hku_mb", "map_keyframes_3mod4_voxel0.05.pcd", "queries_2s.txt",
                                    3, Backend::Cpu);
-  INFO("right " << out.right << ", wrong " << out.wrong << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
-  CHECK(out.right * 100 >= 90 * (out.right + out.wrong + out.ambiguous + out.not_found));
+  INFO(describe(out));
+  CHECK(out.right * 100 >= 90 * (out.right + out.off + out.wrong + out.ambiguous + out.not_found));
   // A found pose more than 10 cm off: the NDT refinement's own accuracy at 2 m voxels on
-  // this set (11-12 cm on 3 of the 114; see the global search notes in BENCHMARK.md); none
-  // at a wrong place.
-  CHECK(out.wrong <= 1);
+  // this set (11-12 cm or 1.0 deg on 4 of the 114; see the global search notes in
+  // BENCHMARK.md); none at a wrong place.
+  CHECK(out.off <= 1);
+  CHECK(out.wrong == 0);
 }
 
 TEST_CASE("global search: the CUDA scorer gives the CPU's bounds and verdicts", "[gpu][global_search]") {
@@ -267,10 +379,33 @@ TEST_CASE("global search: the CUDA scorer gives the CPU's bounds and verdicts", 
   gpu->score(nodes, b);
   CHECK(a == b);
   CHECK(std::count_if(a.begin(), a.end(), [](std::uint32_t v) { return v > 0; }) > 100);
+  // The branching step: the same survivors, in the same order, with and without limits.
+  const std::vector<math::SearchNode> parents = random_parents(p, 3000, yaws, 13);
+  math::SearchLimits open, limited;
+  limited.region = true;
+  limited.cx = p.nx * 0.5;
+  limited.cy = p.ny * 0.5;
+  limited.radius = 15.0;
+  limited.standing_bits = 0b0111;
+  for (const math::SearchLimits& limits : {open, limited}) {
+    for (const std::uint32_t threshold : {1u, 255u * 20u}) {
+      std::vector<math::SearchNode> on_cpu, on_cuda;
+      std::vector<std::uint32_t> cpu_bounds, cuda_bounds;
+      const auto x = cpu->expand(parents, limits, threshold, on_cpu, cpu_bounds);
+      const auto y = gpu->expand(parents, limits, threshold, on_cuda, cuda_bounds);
+      CAPTURE(limits.region, threshold, on_cpu.size(), on_cuda.size());
+      CHECK(x.scored == y.scored);
+      CHECK(x.leaves == y.leaves);
+      CHECK(same_nodes(on_cpu, on_cuda));
+      CHECK(cpu_bounds == cuda_bounds);
+      CHECK(x.scored > 0);
+    }
+  }
   // The whole search on CUDA: the CPU's verdicts on BALM.
   const Outcome on_gpu = real_queries(data / "balm_os0", "map_even_frames_0-58_voxel0.1.pcd", "odd_scans_1hz.txt", 1,
                                       Backend::Cuda);
-  INFO("right " << on_gpu.right << ", wrong " << on_gpu.wrong << ", ambiguous " << on_gpu.ambiguous);
+  std::printf("BALM on CUDA: %s\n", describe(on_gpu).c_str());
+  INFO(describe(on_gpu));
   CHECK(on_gpu.wrong == 0);
   CHECK(on_gpu.right >= 28);
 }
@@ -377,11 +512,46 @@ Outcome search_city(const City& c, Backend backend) {
 
 TEST_CASE("global search: a 200 m simulated city, scans at random poses found with no pose",
           "[unit][global_search][sim][heavy]") {
-  // 4-7 s a search on 2 CPU cores (3-5M nodes). The issue's 500 m city with 50 scans is not
-  // passed yet (44 found, 1 found at a wrong place on an H200: BENCHMARK.md).
+  // 4-7 s a search on 2 CPU cores (3-5M nodes). The 500 m city of 50 scans runs on CUDA
+  // (below): minutes a search here.
   const City c = make_city(200.0, 4, 11);
   const Outcome out = search_city(c, Backend::Cpu);
-  INFO("right " << out.right << ", wrong " << out.wrong << ", ambiguous " << out.ambiguous << ", not found " << out.not_found);
+  INFO(describe(out));
   CHECK(out.wrong == 0);
   CHECK(out.right == 4);
+}
+
+// The cases above on CUDA, where the larger ones fit: the search's verdicts must be the
+// CPU's (the bounds are, bit for bit: the test above).
+TEST_CASE("global search on CUDA: repeated places are ambiguous, never a confident pick", "[gpu][global_search]") {
+  NDTCU_REQUIRE_GPU();
+  check_repeated_place(sim::Place::HouseRow, 300.0, 3, Backend::Cuda);
+  check_repeated_place(sim::Place::ParallelCorridors, 150.0, 3, Backend::Cuda);
+}
+
+TEST_CASE("global search on CUDA: 50 scans at random poses in a 500 m city", "[gpu][global_search]") {
+  NDTCU_REQUIRE_GPU();
+  // 1-3 s a search on an H200 (BENCHMARK.md): 49 of 50 found right, one not converged.
+  const City c = make_city(500.0, 50, 21);
+  const Outcome out = search_city(c, Backend::Cuda);
+  std::printf("%s\n", describe(out).c_str());
+  INFO(describe(out));
+  CHECK(out.wrong == 0);
+  CHECK(out.right >= 48);
+}
+
+TEST_CASE("global search on CUDA: every Livox Avia query found in its map with no pose", "[gpu][global_search]") {
+  NDTCU_REQUIRE_GPU();
+  NDTCU_REQUIRE_DATA(data, "livox_avia_hku_mb");
+  const Outcome out = real_queries(data / "livox_avia_hku_mb", "map_keyframes_3mod4_voxel0.05.pcd", "queries_2s.txt",
+                                   1, Backend::Cuda);
+  std::printf("%s\n", describe(out).c_str());
+  INFO(describe(out));
+  const int all = out.right + out.off + out.wrong + out.ambiguous + out.not_found;
+  CHECK(all == 114);
+  // The CPU's figures (BENCHMARK.md): 108 right, 2 ambiguous, 4 found 10-12 cm or 1.0 deg
+  // off at the right place, none elsewhere.
+  CHECK(out.right * 100 >= 94 * all);
+  CHECK(out.off <= 4);
+  CHECK(out.wrong == 0);
 }

@@ -2,11 +2,13 @@
 // Autoware's ndt_scan_matcher in its topics and parameters).
 //
 // The node is rclpy; everything it does per message is here, in one call with the GIL
-// released: the serialized sensor_msgs/PointCloud2 (the bytes a raw subscription hands over)
-// decoded by the rosbag reader's decoder (rosbag::decode_point_cloud2, every field layout a
-// bag may hold), the checks of the message, the prediction from the EKF's poses, the
-// Localizer's frame, the pose moved from the sensor to the base frame, and points_aligned
-// serialized for a raw publish (rosbag::encode_point_cloud2). No point passes through Python.
+// released: the serialized sensor_msgs/PointCloud2 (the bytes a raw subscription hands over,
+// kept newest first in a slot of one: MessageSlot) decoded by the rosbag reader's decoder
+// (rosbag::decode_point_cloud2, every field layout a bag may hold), the checks of the
+// message, the prediction from the EKF's poses, the Localizer's frame, the pose moved from
+// the sensor to the base frame, and ndt_pose, ndt_pose_with_covariance and points_aligned
+// serialized for a raw publish (rosbag::encode_pose_stamped, ...). No point passes through
+// Python, and no message is built there on the way to ndt_pose.
 //
 // The settings are those of `ndtcu localize`: the node's arguments are parsed by the same
 // options (apps/localize/options.cpp), Autoware's ndt_scan_matcher.param.yaml is its --config
@@ -183,7 +185,7 @@ class PoseBuffer {
   std::deque<BufferedPose> poses_;
 };
 
-// What the node does with one PointCloud2 message (ScanMatcher::frame).
+// What the node does with one PointCloud2 message (ScanMatcher::frame, next_frame in Python).
 struct FrameOutcome {
   /// Why the message was not localized ("" when it was): a message the decoder refused, a
   /// frame id or stamp that does not fit, no pose to start from, an empty cloud.
@@ -226,8 +228,6 @@ struct InitialRequest {
 
 // Autoware's validation.initial_pose_timeout_sec when the file has none.
 constexpr double kDefaultPoseTimeoutS = 1.0;
-
-}  // namespace
 
 /// The node's work (see the file comment). Its frame and its pose inputs may be called from
 /// two threads: the frame holds the localizer, the inputs only their buffers.
@@ -602,8 +602,6 @@ class ScanMatcher {
   PoseBuffer ekf_, regularization_;
   std::optional<InitialRequest> initial_request_;
 };
-
-namespace {
 
 // The steady clock (CLOCK_MONOTONIC, as Python's time.monotonic_ns) in nanoseconds.
 std::int64_t steady_ns() {

@@ -139,9 +139,9 @@ class ScanMatcherNode:
             self.log.warning(problem)
             self._diagnose("ndt_align_service_status", msgs.WARN, problem, values)
         else:
-            self.log.info("initialpose: the next scan searches about it")
-            self._diagnose("ndt_align_service_status", msgs.OK, "initial pose taken; searching at the next scan",
-                           values)
+            self.log.info("initialpose: taken; the next scan starts from it (a search about it, as its covariance "
+                          "or --init-radius says)")
+            self._diagnose("ndt_align_service_status", msgs.OK, "initial pose taken for the next scan", values)
 
     def _on_trigger(self, request, response):
         self.active = bool(request.data)

@@ -380,10 +380,9 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
     fail(name, "truncated: the LZF block declares " + std::to_string(compressed) + " compressed bytes but only " +
                    std::to_string(body.size() - 8) + " follow");
   }
-  if (compressed < body.size() - 8) {
-    fail(name, std::to_string(body.size() - 8 - compressed) + " bytes follow the LZF block of " +
-                   std::to_string(compressed) + " bytes its header declares");
-  }
+  // Bytes after the LZF block are read past, as PCL's reader does: files PCL wrote carry
+  // them (the room_scan pair of PCL's own tutorial data: 3911 bytes after its block), so
+  // refusing them would refuse real scans. A plain binary body must end with its points.
   if (uncompressed != payload) {
     fail(name, "corrupt binary_compressed header: uncompressed size " + std::to_string(uncompressed) +
                    " disagrees with " + std::to_string(h.points) + " points x " + std::to_string(h.point_step) +

@@ -526,11 +526,13 @@ TEST_CASE("bad input: rows or bytes beyond what the header declares, values thei
   // PCD: a row more than POINTS, bytes after the binary or compressed body.
   expect_io_error("extra_row.pcd", "FIELDS x y z\nWIDTH 1\nPOINTS 1\nDATA ascii\n1 2 3\n4 5 6\n",
                   "line 6: a row after the 1 points the header declares");
-  for (const char* enc : {"binary", "binary_compressed"}) {
-    CAPTURE(enc);
-    expect_io_error(std::string("trailing_") + enc + ".pcd", make_pcd(xyz_spec(enc, 4)) + "junk",
-                    enc == std::string("binary") ? "4 bytes follow the 4 points of 12 bytes the header declares"
-                                                 : "4 bytes follow the LZF block");
+  expect_io_error("trailing_binary.pcd", make_pcd(xyz_spec("binary", 4)) + "junk",
+                  "4 bytes follow the 4 points of 12 bytes the header declares");
+  {
+    // After an LZF block, bytes are read past as PCL reads them: files PCL wrote carry them.
+    const std::string path = (ndtcu::test::temp_dir("bad_input_trailing_lzf") / "trailing.pcd").string();
+    ndtcu::test::write_bytes(path, make_pcd(xyz_spec("binary_compressed", 4)) + "junk");
+    CHECK(read_point_cloud(path).size() == 4u);
   }
   // Ascii values outside their integer type: an int8 of 300, a uint8 of -1, a fraction.
   expect_io_error("int8.pcd", "FIELDS x y z\nSIZE 4 4 1\nTYPE F F I\nWIDTH 1\nDATA ascii\n1 2 300\n",

@@ -27,7 +27,7 @@ def base(sample, **extra):
     ({"map": "missing.pcd"}, r"runs\[0\] \(s\): map: .*missing.pcd: no such file or folder"),
     ({"reference": "nope.txt"}, r"runs\[0\] \(s\): reference: .*nope.txt: no such file or folder"),
     ({"settings": {"voxle": 0.5}}, r"runs\[0\] \(s\): settings.voxle: unknown option"),
-    ({"settings": {"voxel": -1}}, r"runs\[0\] \(s\): settings.voxel: --voxel: value -1 is below 0$"),
+    ({"settings": {"voxel": -1}}, r"runs\[0\] \(s\): settings.voxel: --voxel: value -1 must be >= 0$"),
     ({"settings": {"max_iterations": "many"}}, r"runs\[0\] \(s\): settings.max-iterations: .*many"),
     ({"settings": {"recovery": "pray"}}, r"runs\[0\] \(s\): settings.recovery: .*pray"),
     ({"settings": {"init-from": "absent_tum.txt"}}, r"settings.init-from: .*absent_tum.txt: no such file"),

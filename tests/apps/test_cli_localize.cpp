@@ -27,23 +27,7 @@ namespace {
 
 using test::CliRun;
 
-// The build's paths: compile definitions of every test file, or asked from
-// support/test_paths.cpp where only that file has them.
-#ifdef NDTCU_SOURCE_DIR
-fs::path source_dir() { return NDTCU_SOURCE_DIR; }
-fs::path python_dir() {
-#ifdef NDTCU_PYTHON_DIR
-  return NDTCU_PYTHON_DIR;
-#else
-  return {};
-#endif
-}
-#else
-using test::python_dir;
-using test::source_dir;
-#endif
-
-const fs::path kSample = source_dir() / "data" / "sample";
+const fs::path kSample = test::source_dir() / "data" / "sample";
 
 std::string sample(const std::string& name) { return (kSample / name).string(); }
 
@@ -200,7 +184,7 @@ TEST_CASE("frames.csv quotes file names as RFC 4180 says and keeps formulas out 
   }
   // Plotted when a Python that imports matplotlib and the built package is there.
   std::optional<ScopedEnv> python_path;
-  if (!python_dir().empty()) python_path.emplace("PYTHONPATH", python_dir().string());
+  if (!test::python_dir().empty()) python_path.emplace("PYTHONPATH", test::python_dir().string());
   std::vector<std::string> args = localize_args(dir / "run", {"--scans", scans.string(), "--init-from", sample("poses_tum.txt")});
   args.erase(std::find(args.begin(), args.end(), "--no-plot"));
   const CliRun r = test::run_ndtcu(args);

@@ -376,6 +376,9 @@ class Signals:
     def __init__(self):
         self.active = threading.current_thread() is threading.main_thread()
         self.saved = {}
+        # The last signal caught: Interrupted raised inside Ray's calls can come back out of
+        # them as a plain KeyboardInterrupt, without its signum.
+        self.caught = None
 
     def __enter__(self):
         if self.active:
@@ -390,6 +393,7 @@ class Signals:
 
     def arm(self):
         def interrupt(signum, frame):
+            self.caught = signum
             raise Interrupted(signum)
 
         self._set(interrupt)
@@ -557,7 +561,7 @@ def _run(m, out, signals, started, fault, address, gpus_per_run, cpus_per_run, m
         # Ray's task manager before the report is written. Nothing a task does reaches DIR:
         # its files come back to this driver, which writes them.
         signals.hold()
-        interrupted = getattr(e, "signum", signal.SIGINT)
+        interrupted = getattr(e, "signum", None) or signals.caught or signal.SIGINT
         bar.finish()
         left = len(m.runs) - len(records)
         sys.stderr.write(f"fleet: interrupted ({signal.Signals(interrupted).name}); {left} run(s) not finished. "

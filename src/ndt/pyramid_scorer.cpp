@@ -86,6 +86,48 @@ class CpuPyramidScorer final : public PyramidScorer {
     return total;
   }
 
+  void push(const std::vector<ScoredNode>& nodes) override { stack_.insert(stack_.end(), nodes.begin(), nodes.end()); }
+  void defer(const std::vector<ScoredNode>& nodes) override { store_.insert(store_.end(), nodes.begin(), nodes.end()); }
+  std::size_t stacked() const override { return stack_.size(); }
+  std::size_t deferred() const override { return store_.size(); }
+  void clear_stack() override {
+    stack_.clear();
+    store_.clear();
+  }
+
+  Expansion step(std::size_t max_parents, const math::SearchLimits& limits, std::uint32_t threshold, std::uint32_t floor,
+                 std::vector<ScoredNode>& leaves) override {
+    const std::size_t count = std::min(max_parents, stack_.size());
+    popped_.clear();
+    for (std::size_t k = stack_.size() - count; k < stack_.size(); ++k) {
+      if (stack_[k].bound >= threshold) popped_.push_back(stack_[k].node);
+    }
+    stack_.resize(stack_.size() - count);
+    const Expansion grown = expand(popped_, limits, threshold, children_, bounds_);
+    leaves.clear();
+    const std::size_t first = stack_.size();
+    for (std::size_t k = 0; k < children_.size(); ++k) {
+      const ScoredNode n{children_[k], bounds_[k]};
+      (n.node.level == 0 ? leaves : n.bound >= floor ? stack_ : store_).push_back(n);
+    }
+    sort_from(first);
+    return grown;
+  }
+
+  void restock(std::uint32_t floor, std::uint32_t threshold) override {
+    const std::size_t first = stack_.size();
+    std::size_t kept = 0;
+    for (const ScoredNode& n : store_) {
+      if (n.bound >= floor) {
+        stack_.push_back(n);
+      } else if (n.bound >= threshold) {
+        store_[kept++] = n;
+      }
+    }
+    store_.resize(kept);
+    sort_from(first);
+  }
+
  private:
   struct Part {
     std::vector<math::SearchNode> nodes;
@@ -95,6 +137,15 @@ class CpuPyramidScorer final : public PyramidScorer {
   math::PyramidView view_, standing_;
   ThreadPool* pool_;
   std::vector<Part> parts_;  // expand()'s survivors per run of parents, kept for their capacity
+  // The stack's nodes from `first` on, in ascending order of their bounds (stable).
+  void sort_from(std::size_t first) {
+    std::stable_sort(stack_.begin() + static_cast<std::ptrdiff_t>(first), stack_.end(),
+                     [](const ScoredNode& a, const ScoredNode& b) { return a.bound < b.bound; });
+  }
+
+  std::vector<ScoredNode> stack_, store_;  // step()'s nodes
+  std::vector<math::SearchNode> popped_, children_;
+  std::vector<std::uint32_t> bounds_;
   std::vector<std::int32_t> offsets_;
   int points_ = 0;
 };

@@ -14,6 +14,12 @@ namespace ndtcu::detail {
 
 class ThreadPool;
 
+/// A node and its bound, as expand() and step() hand them over (20 bytes).
+struct ScoredNode {
+  math::SearchNode node;
+  std::uint32_t bound = 0;
+};
+
 class PyramidScorer {
  public:
   virtual ~PyramidScorer() = default;
@@ -36,6 +42,33 @@ class PyramidScorer {
   virtual Expansion expand(const std::vector<math::SearchNode>& parents, const math::SearchLimits& limits,
                            std::uint32_t threshold, std::vector<math::SearchNode>& children,
                            std::vector<std::uint32_t>& bounds) = 0;
+
+  /// The rest of the search, where the scorer stands: a stack of nodes to expand depth
+  /// first and a store of deferred ones. `nodes` go onto the stack in their order (the last
+  /// comes off first).
+  virtual void push(const std::vector<ScoredNode>& nodes) = 0;
+  /// `nodes` go into the store, after those already there.
+  virtual void defer(const std::vector<ScoredNode>& nodes) = 0;
+  /// Nodes on the stack, and in the store.
+  virtual std::size_t stacked() const = 0;
+  virtual std::size_t deferred() const = 0;
+  /// Empties the stack and the store.
+  virtual void clear_stack() = 0;
+  /// One step down: the last min(max_parents, stacked()) nodes come off the stack; those
+  /// whose own bound is below `threshold` (it rose since they were pushed) are dropped, the
+  /// others expanded as expand() expands them at `threshold`. Of the surviving children that
+  /// are not leaves, those of bound at least `floor` go onto the stack in ascending order of
+  /// their bounds (among equal bounds in expand()'s order), so the next step takes the best
+  /// of them first, and the others into the store in expand()'s order; the surviving leaves
+  /// come back in `leaves` in expand()'s order. Only the leaves and the counts cross to the
+  /// host: a city's search scores hundreds of millions of nodes, and a host queue of them had
+  /// cost several times the scoring.
+  virtual Expansion step(std::size_t max_parents, const math::SearchLimits& limits, std::uint32_t threshold,
+                         std::uint32_t floor, std::vector<ScoredNode>& leaves) = 0;
+  /// The store's nodes of bound at least `floor` go onto the stack (in ascending order of
+  /// their bounds, among equal bounds in the store's order), those below `threshold` are
+  /// dropped, the others stay in order.
+  virtual void restock(std::uint32_t floor, std::uint32_t threshold) = 0;
 };
 
 /// Scores on the host, `pool` sharing out the nodes (null: the calling thread alone).

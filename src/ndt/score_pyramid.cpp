@@ -20,8 +20,11 @@ namespace ndtcu::detail {
 namespace {
 
 // A cell counts as holding a surface (for where a sensor stands) when its centre's
-// likelihood is at least this: within about 1.2 standard deviations of a voxel's mean.
-constexpr std::uint8_t kOccupied = 128;
+// likelihood is at least this: within about 1.7 standard deviations of a voxel's mean.
+// A flat ground voxel is thin, and the cells' centres lie anywhere across it: on a
+// simulated city the ground's largest value in a column was 94-176 (one in ten below 110),
+// so half of that (128) left a third of the street's columns with no surface at all.
+constexpr std::uint8_t kOccupied = 64;
 // Windows at the top level: at most this many over the map's x-y extent (8 x 8): the
 // search scores all of them for every yaw before it branches.
 constexpr long kTopWindows = 64;
@@ -194,8 +197,32 @@ ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, s
       const bool above = z + 1 < p.nz && level0[at + plane] >= kOccupied;
       tops = ((tops << 1) | (here && !above ? 1u : 0u)) & 0xffu;
       stand0[at] = static_cast<std::uint8_t>(tops);
-      ++p.standing_histogram[tops];
     }
+  }
+  // A sensor stands above the floor around it as well as the one under it (a hole in the
+  // map under the sensor, a column whose surface fell below kOccupied): each cell takes the
+  // bits of its 3 x 3 neighbourhood in x-y.
+  if (with_standing) {
+    std::vector<std::uint8_t> row(static_cast<std::size_t>(p.nx));
+    for (int pass = 0; pass < 2; ++pass) {
+      const int n_along = pass == 0 ? p.nx : p.ny;
+      const std::size_t step = pass == 0 ? 1 : static_cast<std::size_t>(p.nx);
+      const int lines = pass == 0 ? p.ny * p.nz : p.nx * p.nz;
+      row.resize(static_cast<std::size_t>(n_along));
+      for (int line = 0; line < lines; ++line) {
+        // pass 0: a row along x (line = z * ny + y); pass 1: a column along y (line = z * nx + x).
+        const std::size_t first = pass == 0 ? static_cast<std::size_t>(line) * static_cast<std::size_t>(p.nx)
+                                            : static_cast<std::size_t>(line / p.nx) * plane + static_cast<std::size_t>(line % p.nx);
+        for (int a = 0; a < n_along; ++a) row[static_cast<std::size_t>(a)] = stand0[first + static_cast<std::size_t>(a) * step];
+        for (int a = 0; a < n_along; ++a) {
+          std::uint8_t v = row[static_cast<std::size_t>(a)];
+          if (a > 0) v = static_cast<std::uint8_t>(v | row[static_cast<std::size_t>(a - 1)]);
+          if (a + 1 < n_along) v = static_cast<std::uint8_t>(v | row[static_cast<std::size_t>(a + 1)]);
+          stand0[first + static_cast<std::size_t>(a) * step] = v;
+        }
+      }
+    }
+    for (std::size_t at = 0; at < stride; ++at) ++p.standing_histogram[stand0[at]];
   }
 
   std::vector<std::uint8_t> scratch;

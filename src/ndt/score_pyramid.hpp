@@ -28,8 +28,9 @@ struct ScorePyramid {
   /// The likelihood pyramid, level after level (nx * ny * nz bytes each, x fastest).
   std::vector<std::uint8_t> levels;
   /// The standing pyramid: bit h of level k at cell a is set when some cell of the window
-  /// a .. a + 2^k - 1 lies h cells above the top of a mapped surface in its column (any
-  /// such top within kFloorHeights - 1 cells below it), h < kFloorHeights.
+  /// a .. a + 2^k - 1 lies h cells above the top of a mapped surface in its column or in
+  /// a column beside it (x-y within one cell; any such top within kFloorHeights - 1 cells
+  /// below it), h < kFloorHeights.
   std::vector<std::uint8_t> standing;
   /// Level-0 cells per standing value (how many leaves a set of heights admits).
   std::array<std::size_t, 256> standing_histogram{};

@@ -27,6 +27,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 namespace {
 
@@ -215,6 +216,131 @@ TEST_CASE("global search: a branching step keeps the children that scoring each 
   }
 }
 
+namespace {
+
+// The leaves under `parents` that are searched and score at least `threshold`, each scored
+// alone (every leaf of every parent's block, no bound used).
+std::vector<detail::ScoredNode> leaves_one_by_one(const detail::ScorePyramid& p, const std::vector<std::int32_t>& offsets,
+                                                  int points, const std::vector<math::SearchNode>& parents,
+                                                  const math::SearchLimits& limits, std::uint32_t threshold) {
+  std::vector<detail::ScoredNode> out;
+  for (const math::SearchNode& n : parents) {
+    const int w = 1 << n.level;
+    for (int dz = 0; dz < w; ++dz) {
+      for (int dy = 0; dy < w; ++dy) {
+        for (int dx = 0; dx < w; ++dx) {
+          math::SearchNode leaf = n;
+          leaf.level = 0;
+          leaf.i += dx;
+          leaf.j += dy;
+          leaf.l += dz;
+          if (!math::child_searched(p.view(), p.standing_view(), limits, leaf)) continue;
+          const std::int32_t* o = offsets.data() + static_cast<std::size_t>(leaf.yaw) * 3 * static_cast<std::size_t>(points);
+          const std::uint32_t b = math::node_bound(p.view(), o, 0, points, 1, leaf);
+          if (b >= threshold) out.push_back(detail::ScoredNode{leaf, b});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+bool same_scored(std::vector<detail::ScoredNode> a, std::vector<detail::ScoredNode> b, bool sort) {
+  const auto key = [](const detail::ScoredNode& x) { return std::make_tuple(x.node.yaw, x.node.l, x.node.j, x.node.i, x.bound); };
+  if (sort) {
+    std::sort(a.begin(), a.end(), [&](const auto& x, const auto& y) { return key(x) < key(y); });
+    std::sort(b.begin(), b.end(), [&](const auto& x, const auto& y) { return key(x) < key(y); });
+  }
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [&](const auto& x, const auto& y) {
+           return key(x) == key(y) && x.node.level == y.node.level;
+         });
+}
+
+// Runs the search's bands from the parents down (floors falling by a tenth from `top`):
+// restock(), then step() until the stack is empty; the leaves in the order they came back.
+std::vector<detail::ScoredNode> descend(detail::PyramidScorer& scorer, const std::vector<math::SearchNode>& parents,
+                                        const math::SearchLimits& limits, std::uint32_t threshold, std::uint32_t top,
+                                        std::size_t per_step, std::size_t& scored) {
+  std::vector<detail::ScoredNode> store;
+  for (const math::SearchNode& n : parents) store.push_back(detail::ScoredNode{n, top});
+  scorer.defer(store);
+  std::vector<detail::ScoredNode> all, leaves;
+  scored = 0;
+  for (double floor = top; scorer.deferred() > 0; floor *= 0.9) {
+    const std::uint32_t band = std::max(threshold, static_cast<std::uint32_t>(floor));
+    scorer.restock(band, threshold);
+    while (scorer.stacked() > 0) {
+      scored += scorer.step(per_step, limits, threshold, band, leaves).scored;
+      all.insert(all.end(), leaves.begin(), leaves.end());
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("global search: the depth-first descent finds every leaf at or above the threshold, and no other",
+          "[unit][global_search]") {
+  sim::WorldSettings ws;
+  ws.seed = 3;
+  ws.size = 60.0;
+  const sim::World world(sim::generate_scene(ws));
+  sim::MapSettings ms;
+  ms.voxel = 0.5;
+  const VoxelMap voxels = VoxelMap::build(sim::sample_map(world, ms), voxel_map_options(autoware_preset()));
+  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
+  std::mt19937_64 rng(17);
+  std::vector<std::int32_t> offsets;
+  const int points = 40, yaws = 3;
+  for (int k = 0; k < points * yaws * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 21) - 10);
+  // Parents of levels 1-3 (blocks of up to 512 leaves, each scored alone below).
+  std::vector<math::SearchNode> parents;
+  for (math::SearchNode n : random_parents(p, 300, yaws, 19)) {
+    n.level = static_cast<std::uint16_t>(1 + n.level % 3);
+    parents.push_back(n);
+  }
+  detail::ThreadPool pool(2);
+  auto scorer = detail::make_cpu_pyramid_scorer(p, &pool);
+  scorer->set_points(offsets, points, yaws);
+  math::SearchLimits open, standing;
+  standing.standing_bits = 0b0110;
+  for (const math::SearchLimits& limits : {open, standing}) {
+    // Thresholds at the scores of the leaves' median and 90th percentile.
+    std::vector<std::uint32_t> scores;
+    for (const detail::ScoredNode& leaf : leaves_one_by_one(p, offsets, points, parents, limits, 1)) scores.push_back(leaf.bound);
+    REQUIRE(scores.size() > 100);
+    std::sort(scores.begin(), scores.end());
+    for (const std::uint32_t threshold : {scores[scores.size() / 2], scores[scores.size() * 9 / 10]}) {
+      CAPTURE(int{limits.standing_bits}, threshold);
+      const std::vector<detail::ScoredNode> want = leaves_one_by_one(p, offsets, points, parents, limits, threshold);
+      std::size_t scored = 0;
+      const std::vector<detail::ScoredNode> got = descend(*scorer, parents, limits, threshold, scores.back(), 7, scored);
+      CHECK(same_scored(got, want, true));
+      CHECK(!want.empty());
+      CHECK(scorer->stacked() == 0);
+      CHECK(scorer->deferred() == 0);
+      // The bounds pruned: fewer nodes scored than the leaves below the parents.
+      std::size_t below = 0;
+      for (const math::SearchNode& n : parents) below += std::size_t{1} << (3 * n.level);
+      CHECK(scored < below);
+    }
+  }
+  // A parent whose own bound is below the threshold is dropped unexpanded.
+  scorer->push({detail::ScoredNode{parents.front(), 10u}});
+  std::vector<detail::ScoredNode> leaves;
+  CHECK(scorer->step(16, open, 11u, 11u, leaves).scored == 0);
+  CHECK(leaves.empty());
+  CHECK(scorer->stacked() == 0);
+  // The store: at or above the floor to the stack, best last; below the threshold dropped.
+  const math::SearchNode n = parents.front();
+  scorer->defer({{n, 5u}, {n, 30u}, {n, 12u}, {n, 50u}, {n, 20u}});
+  scorer->restock(20u, 10u);
+  CHECK(scorer->stacked() == 3);
+  CHECK(scorer->deferred() == 1);
+  scorer->clear_stack();
+  CHECK(scorer->stacked() + scorer->deferred() == 0);
+}
+
 TEST_CASE("global search: options are checked, naming the field", "[unit][global_search]") {
   GlobalSearchOptions o;
   o.cell = 0.0;
@@ -401,6 +527,44 @@ TEST_CASE("global search: the CUDA scorer gives the CPU's bounds and verdicts", 
       CHECK(x.scored > 0);
     }
   }
+  // The depth-first descent: the same leaves in the same order, the same counts, with the
+  // threshold rising between steps as a search raises it.
+  std::vector<std::uint32_t> met;  // the random nodes' bounds that met the map, the scale of thresholds
+  for (const std::uint32_t v : a) {
+    if (v > 0) met.push_back(v);
+  }
+  std::sort(met.begin(), met.end());
+  const std::uint32_t low = met[met.size() / 4];
+  for (const math::SearchLimits& limits : {open, limited}) {
+    std::vector<detail::ScoredNode> store;
+    for (const math::SearchNode& n : parents) store.push_back(detail::ScoredNode{n, 4u * low + (n.i & 7)});
+    cpu->defer(store);
+    gpu->defer(store);
+    std::uint32_t threshold = low;
+    std::size_t steps = 0, leaves = 0, bands = 0;
+    std::vector<detail::ScoredNode> on_cpu, on_cuda;
+    for (double floor = 4.0 * low; cpu->deferred() > 0 || gpu->deferred() > 0; floor *= 0.8, ++bands) {
+      const std::uint32_t band = std::max(threshold, static_cast<std::uint32_t>(floor));
+      cpu->restock(band, threshold);
+      gpu->restock(band, threshold);
+      REQUIRE(cpu->deferred() == gpu->deferred());
+      while (cpu->stacked() > 0 || gpu->stacked() > 0) {
+        REQUIRE(cpu->stacked() == gpu->stacked());
+        const auto x = cpu->step(900, limits, threshold, band, on_cpu);
+        const auto y = gpu->step(900, limits, threshold, band, on_cuda);
+        CAPTURE(limits.region, steps, threshold, band);
+        REQUIRE(x.scored == y.scored);
+        REQUIRE(x.leaves == y.leaves);
+        REQUIRE(same_scored(on_cpu, on_cuda, false));
+        REQUIRE(cpu->deferred() == gpu->deferred());
+        leaves += on_cpu.size();
+        threshold += low / 16u * static_cast<std::uint32_t>(++steps % 2);
+      }
+    }
+    CHECK(steps > 3);
+    CHECK(bands > 1);
+    CHECK(leaves > 0);
+  }
   // The whole search on CUDA: the CPU's verdicts on BALM.
   const Outcome on_gpu = real_queries(data / "balm_os0", "map_even_frames_0-58_voxel0.1.pcd", "odd_scans_1hz.txt", 1,
                                       Backend::Cuda);
@@ -512,7 +676,7 @@ Outcome search_city(const City& c, Backend backend) {
 
 TEST_CASE("global search: a 200 m simulated city, scans at random poses found with no pose",
           "[unit][global_search][sim][heavy]") {
-  // 4-7 s a search on 2 CPU cores (3-5M nodes). The 500 m city of 50 scans runs on CUDA
+  // 4-9 s a search on 2 CPU cores (4-9M nodes). The 500 m city of 50 scans runs on CUDA
   // (below): minutes a search here.
   const City c = make_city(200.0, 4, 11);
   const Outcome out = search_city(c, Backend::Cpu);
@@ -531,7 +695,7 @@ TEST_CASE("global search on CUDA: repeated places are ambiguous, never a confide
 
 TEST_CASE("global search on CUDA: 50 scans at random poses in a 500 m city", "[gpu][global_search]") {
   NDTCU_REQUIRE_GPU();
-  // 1-3 s a search on an H200 (BENCHMARK.md): 49 of 50 found right, one not converged.
+  // 0.1-0.15 s a search on an H200 (BENCHMARK.md): 49 of 50 found right, one not converged.
   const City c = make_city(500.0, 50, 21);
   const Outcome out = search_city(c, Backend::Cuda);
   std::printf("%s\n", describe(out).c_str());

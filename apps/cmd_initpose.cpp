@@ -83,6 +83,14 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
   cmd->add_option("--search-points", o.global_search.points, "--global: scan points the bounds sum")
       ->capture_default_str()
       ->check(CLI::Range(16, 65536));
+  cmd->add_option("--tilt", o.global_search.tilt_deg,
+                  "--global: 6-DoF, roll and pitch searched within this many degrees of the leveled attitude "
+                  "(0: 4-DoF)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 30.0));
+  cmd->add_option("--tilt-step", o.global_search.tilt_step_deg, "--global: spacing of the --tilt grid (deg)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 15.0));
   cmd->add_option("--up", o.gravity_up,
                   "--global: the scan's up direction x,y,z in its own frame (an IMU's gravity reversed); default: "
                   "the normal of the scan's ground plane")
@@ -281,6 +289,7 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
                    {"points", g.points},
                    {"yaws", g.yaws},
                    {"yaw_step_deg", g.yaw_step_deg},
+                   {"tilts", g.tilts},
                    {"levels", g.levels},
                    {"top_nodes", g.top_nodes},
                    {"nodes_scored", g.nodes_scored},
@@ -331,9 +340,10 @@ std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
                      run.scan_points_read, run.map_points, run.map_points_read, b.target_voxels);
   if (run.global) {
     const GlobalSearchStats& g = r.global;
-    out += fmt::format("  global      {} points x {} yaws ({:.2f} deg) at {} m cells{}{}: {} nodes bounded ({} leaves; a "
+    out += fmt::format("  global      {} points x {} yaws ({:.2f} deg){} at {} m cells{}{}: {} nodes bounded ({} leaves; a "
                        "sweep scores {}), {} candidates aligned\n",
-                       g.points, g.yaws, g.yaw_step_deg, o.global_search.cell,
+                       g.points, g.yaws, g.yaw_step_deg,
+                       g.tilts > 1 ? fmt::format(" x {} tilts", g.tilts) : std::string(), o.global_search.cell,
                        g.standing ? fmt::format(", standing {:.2f} m above a floor", g.sensor_height) : std::string(),
                        run.query.around ? fmt::format(", within {} m of --around", run.query.radius) : std::string(),
                        g.nodes_scored, g.leaves_scored, g.brute_force_leaves, r.coarse_hypotheses);

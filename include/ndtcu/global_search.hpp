@@ -6,7 +6,8 @@
 /// of leaf cells (1 m) and its sliding-window maxima, and a pyramid of where a sensor can
 /// stand (heights above a mapped floor). A search levels the scan (roll and pitch from its
 /// ground plane, or from a gravity direction the caller gives), thins it, and runs a
-/// branch and bound over the sensor's x, y, z and yaw: a node is a yaw and a block of 2^k
+/// branch and bound over the sensor's x, y, z and yaw (and roll and pitch about the leveled
+/// attitude, with GlobalSearchOptions::tilt_deg): a node is an attitude and a block of 2^k
 /// leaf translations, its bound the sum of the scan points' window maxima (it is at least
 /// the score of every leaf below it). The search runs best first in bands of bounds where
 /// the aligner's backend stands (the CUDA kernels, or the CPU's threads): the waiting nodes
@@ -85,6 +86,14 @@ struct GlobalSearchOptions {
   /// The baseline the branch and bound is measured against: every admitted leaf (position
   /// and yaw) scored, no bound used; the same candidates and alignment follow.
   bool exhaustive = false;
+  /// 6-DoF: roll and pitch searched as well, on a grid of tilt_step_deg within a disc of
+  /// this many degrees about the leveled attitude (the ground plane's or the query's up);
+  /// 0: 4-DoF (x, y, z and yaw). For a scan whose up is known only roughly (no ground in
+  /// view, an IMU's gravity off by a few degrees): the cost grows with the tilts (21 for 4
+  /// deg at 2 deg). The candidates' NDT alignment is 6-DoF either way.
+  double tilt_deg = 0.0;
+  /// Spacing of the tilts (deg).
+  double tilt_step_deg = 2.0;
   /// Tolerance (m) of the standing height.
   double standing_tolerance = 1.0;
   /// Cells of one pyramid level at most (the pyramid holds 2 bytes per cell and level):

@@ -116,6 +116,7 @@ struct GlobalSearchStats {
   std::size_t points = 0;          ///< scan points the bounds summed
   std::size_t yaws = 0;            ///< yaws searched
   double yaw_step_deg = 0.0;       ///< their spacing
+  std::size_t tilts = 1;           ///< roll-pitch attitudes per yaw (1: 4-DoF)
   int levels = 0;                  ///< levels of the pyramid
   std::size_t top_nodes = 0;       ///< nodes of the top level (all of them scored)
   std::size_t nodes_scored = 0;    ///< nodes whose bound was computed, leaves included

@@ -97,6 +97,12 @@ void validate(const GlobalSearchOptions& o) {
     fail("standing_tolerance", o.standing_tolerance, "must be finite and >= 0 (m)");
   }
   if (o.max_cells < 1) fail("max_cells", 0.0, "must be >= 1");
+  if (!(std::isfinite(o.tilt_deg) && o.tilt_deg >= 0.0 && o.tilt_deg <= 30.0)) {
+    fail("tilt_deg", o.tilt_deg, "must lie in [0, 30] (deg; 0: 4-DoF)");
+  }
+  if (!(std::isfinite(o.tilt_step_deg) && o.tilt_step_deg >= 0.5 && o.tilt_step_deg <= 15.0)) {
+    fail("tilt_step_deg", o.tilt_step_deg, "must lie in [0.5, 15] (deg)");
+  }
   validate(o.refine);
 }
 
@@ -254,19 +260,43 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   step_deg = 360.0 / yaws;
   st.yaws = static_cast<std::size_t>(yaws);
   st.yaw_step_deg = step_deg;
-  const int n_pts = static_cast<int>(pts.size());
-  std::vector<std::int32_t> offsets(static_cast<std::size_t>(yaws) * static_cast<std::size_t>(n_pts) * 3);
-  for (int k = 0; k < yaws; ++k) {
-    const double c = std::cos(k * step_deg * kDeg), s = std::sin(k * step_deg * kDeg);
-    for (int i = 0; i < n_pts; ++i) {
-      const Eigen::Vector3d& x = pts[static_cast<std::size_t>(i)];
-      std::int32_t* out = offsets.data() + (static_cast<std::size_t>(k) * static_cast<std::size_t>(n_pts) + static_cast<std::size_t>(i)) * 3;
-      out[0] = static_cast<std::int32_t>(std::floor((c * x.x() - s * x.y()) / cell));
-      out[1] = static_cast<std::int32_t>(std::floor((s * x.x() + c * x.y()) / cell));
-      out[2] = static_cast<std::int32_t>(std::floor(x.z() / cell));
+  // The attitudes about the leveled one (6-DoF: roll and pitch on a grid within a disc of
+  // tilt_deg; 4-DoF: the leveled one alone). A node's rotation index r is tilt r / yaws and
+  // yaw r % yaws.
+  std::vector<Eigen::Matrix3d> tilts{Eigen::Matrix3d::Identity()};
+  if (o.tilt_deg > 0.0) {
+    const int n = static_cast<int>(std::floor(o.tilt_deg / o.tilt_step_deg + 1e-9));
+    for (int a = -n; a <= n; ++a) {
+      for (int b = -n; b <= n; ++b) {
+        if ((a == 0 && b == 0) || std::hypot(a, b) * o.tilt_step_deg > o.tilt_deg + 1e-9) continue;
+        tilts.push_back((Eigen::AngleAxisd(a * o.tilt_step_deg * kDeg, Eigen::Vector3d::UnitX()) *
+                         Eigen::AngleAxisd(b * o.tilt_step_deg * kDeg, Eigen::Vector3d::UnitY())).toRotationMatrix());
+      }
     }
   }
-  scorer->set_points(offsets, n_pts, yaws);
+  st.tilts = tilts.size();
+  const std::size_t rotation_count = tilts.size() * static_cast<std::size_t>(yaws);
+  if (rotation_count > 65535) {
+    throw Error(fmt::format("global search: {} tilts x {} yaws make {} attitudes, more than 65535; raise "
+                            "GlobalSearchOptions::tilt_step_deg or yaw_step_deg",
+                            tilts.size(), yaws, rotation_count));
+  }
+  const int rotations = static_cast<int>(rotation_count);
+  const auto rotation = [&](int r) -> Eigen::Matrix3d {
+    return Eigen::AngleAxisd((r % yaws) * step_deg * kDeg, Eigen::Vector3d::UnitZ()).toRotationMatrix() *
+           tilts[static_cast<std::size_t>(r / yaws)];
+  };
+  const int n_pts = static_cast<int>(pts.size());
+  std::vector<std::int32_t> offsets(rotation_count * static_cast<std::size_t>(n_pts) * 3);
+  for (int r = 0; r < rotations; ++r) {
+    const Eigen::Matrix3d rot = rotation(r);
+    for (int i = 0; i < n_pts; ++i) {
+      const Eigen::Vector3d x = rot * pts[static_cast<std::size_t>(i)];
+      std::int32_t* out = offsets.data() + (static_cast<std::size_t>(r) * static_cast<std::size_t>(n_pts) + static_cast<std::size_t>(i)) * 3;
+      for (int a = 0; a < 3; ++a) out[a] = static_cast<std::int32_t>(std::floor(x(a) / cell));
+    }
+  }
+  scorer->set_points(offsets, n_pts, rotations);
 
   // Where the sensor may stand: heights above a floor of the map near its own.
   std::uint8_t standing_bits = 0;
@@ -315,7 +345,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
       const double area = static_cast<double>(p.nx) * p.ny * cell * cell;
       leaves *= std::min(1.0, kPi * q.radius * q.radius / area);
     }
-    st.brute_force_leaves = static_cast<std::size_t>(leaves * yaws);
+    st.brute_force_leaves = static_cast<std::size_t>(leaves * rotations);
   }
   // The top level's nodes (every leaf, for the exhaustive baseline), in batches.
   const int first_level = o.exhaustive ? 0 : top;
@@ -324,7 +354,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     for (int l = 0; l < p.nz; l += wfirst) {
       for (int j = 0; j < p.ny; j += wfirst) {
         for (int i = 0; i < p.nx; i += wfirst) {
-          for (int k = 0; k < yaws; ++k) {
+          for (int k = 0; k < rotations; ++k) {
             math::SearchNode n;
             n.i = i;
             n.j = j;
@@ -346,7 +376,8 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   const std::size_t keep = std::max(o.candidates, o.screen_leaves);
   const double same_yaw = kSameYawDeg / step_deg;
   const auto same_place = [&](const math::SearchNode& a, const math::SearchNode& b) {
-    double dyaw = std::abs(static_cast<double>(a.yaw) - static_cast<double>(b.yaw));
+    // Any tilts: the alignment brings a place's attitudes together.
+    double dyaw = std::abs(static_cast<double>(a.yaw % yaws) - static_cast<double>(b.yaw % yaws));
     dyaw = std::min(dyaw, yaws - dyaw);
     return std::abs(a.i - b.i) <= kSameCells && std::abs(a.j - b.j) <= kSameCells && std::abs(a.l - b.l) <= kSameCells &&
            dyaw <= same_yaw;
@@ -490,7 +521,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   std::vector<Pose6> hypotheses;
   for (const Leaf& k : kept) {
     Eigen::Matrix4d t = Eigen::Matrix4d::Identity();
-    t.topLeftCorner<3, 3>() = Eigen::AngleAxisd(k.node.yaw * step_deg * kDeg, Eigen::Vector3d::UnitZ()).toRotationMatrix() * level;
+    t.topLeftCorner<3, 3>() = rotation(k.node.yaw) * level;
     t.topRightCorner<3, 1>() = map_origin + p.origin + Eigen::Vector3d(k.node.i, k.node.j, k.node.l) * cell;
     hypotheses.push_back(matrix_to_pose(t));
   }

@@ -38,6 +38,7 @@ void define_initial_pose(nb::module_& m) {
       .def_ro("points", &GlobalSearchStats::points)
       .def_ro("yaws", &GlobalSearchStats::yaws)
       .def_ro("yaw_step_deg", &GlobalSearchStats::yaw_step_deg)
+      .def_ro("tilts", &GlobalSearchStats::tilts, "roll-pitch attitudes per yaw (1: 4-DoF)")
       .def_ro("levels", &GlobalSearchStats::levels)
       .def_ro("top_nodes", &GlobalSearchStats::top_nodes)
       .def_ro("nodes_scored", &GlobalSearchStats::nodes_scored)
@@ -126,7 +127,7 @@ void define_initial_pose(nb::module_& m) {
       .def(
           "__init__",
           [](PyInitialPoseSearch* self, PyAligner& aligner, double cell, std::size_t candidates, std::size_t points,
-             double yaw_step_deg, double prune_ratio, bool standing) {
+             double yaw_step_deg, double prune_ratio, bool standing, double tilt_deg, double tilt_step_deg) {
             GlobalSearchOptions o;
             o.cell = cell;
             o.candidates = candidates;
@@ -134,6 +135,8 @@ void define_initial_pose(nb::module_& m) {
             o.yaw_step_deg = yaw_step_deg;
             o.prune_ratio = prune_ratio;
             o.standing = standing;
+            o.tilt_deg = tilt_deg;
+            o.tilt_step_deg = tilt_step_deg;
             Working working(aligner.mutex);
             new (self) PyInitialPoseSearch{&aligner, InitialPoseSearch(aligner, o)};
           },
@@ -141,6 +144,7 @@ void define_initial_pose(nb::module_& m) {
           "aligner"_a, "cell"_a = GlobalSearchOptions{}.cell, "candidates"_a = GlobalSearchOptions{}.candidates,
           "points"_a = GlobalSearchOptions{}.points, "yaw_step_deg"_a = GlobalSearchOptions{}.yaw_step_deg,
           "prune_ratio"_a = GlobalSearchOptions{}.prune_ratio, "standing"_a = GlobalSearchOptions{}.standing,
+          "tilt_deg"_a = GlobalSearchOptions{}.tilt_deg, "tilt_step_deg"_a = GlobalSearchOptions{}.tilt_step_deg,
           nb::keep_alive<1, 2>())
       .def(
           "find",

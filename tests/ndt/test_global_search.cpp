@@ -462,6 +462,61 @@ TEST_CASE("global search: every BALM odd scan found in its map with no pose", "[
   CHECK(out.right >= 28);  // 95% of 30 is 28.5: at least 28 here, 29 measured
 }
 
+TEST_CASE("global search, 6-DoF: roll and pitch searched where the up direction is off by degrees",
+          "[data][global_search]") {
+  NDTCU_REQUIRE_DATA(data, "balm_os0");
+  const std::filesystem::path dir = data / "balm_os0";
+  Aligner aligner(autoware_preset(), test::on_cpu(2));
+  aligner.set_target(read_point_cloud((dir / "map_even_frames_0-58_voxel0.1.pcd").string()));
+  InitialPoseSearch four(aligner);
+  GlobalSearchOptions o;
+  o.tilt_deg = 8.0;
+  o.tilt_step_deg = 2.0;
+  InitialPoseSearch six(aligner, o);
+  const Trajectory ref = read_trajectory((dir / "poses_tum.txt").string());
+  std::ifstream in(dir / "odd_scans_1hz.txt");
+  std::string line;
+  int n = 0, tried = 0;
+  while (std::getline(in, line) && tried < 2) {
+    std::istringstream ls(line);
+    std::string path;
+    double t = 0.0;
+    if (line.empty() || line[0] == '#' || !(ls >> path >> t) || n++ % 12 != 5) continue;
+    ++tried;
+    const auto match = std::find_if(ref.begin(), ref.end(), [t](const StampedPose& p) { return std::abs(p.time - t) < 1e-3; });
+    REQUIRE(match != ref.end());
+    const Eigen::Matrix4d truth = match->pose.matrix();
+    const PointCloud scan = voxel_downsample(read_point_cloud((dir / path).string()), 1.0);
+    // The true up in the scan's frame, turned 8 deg about a horizontal axis of the scan:
+    // an IMU's gravity that far off.
+    const Eigen::Vector3d up = truth.topLeftCorner<3, 3>().transpose() * Eigen::Vector3d::UnitZ();
+    const Eigen::Vector3d axis = up.cross(Eigen::Vector3d::UnitX()).normalized();
+    GlobalSearchQuery q;
+    q.up = Eigen::AngleAxisd(8.0 * kDeg, axis) * up;
+    const InitialPoseResult r4 = four.find(scan, q);
+    const InitialPoseResult r6 = six.find(scan, q);
+    CAPTURE(path, r4.global.best_leaf_score, r6.global.best_leaf_score);
+    CHECK(r4.global.tilts == 1);
+    CHECK(r6.global.tilts == 49);  // (a, b) with a^2 + b^2 <= 16: steps of 2 deg within 8 deg
+    // An attitude within a step of the true one: the points fit the map's likelihood better.
+    CHECK(r6.global.best_leaf_score > r4.global.best_leaf_score + 0.02);
+    Outcome out;
+    count(out, r6, truth);
+    CHECK(out.right == 1);
+  }
+  CHECK(tried == 2);
+  // Too many attitudes for a node's index: refused, naming the options.
+  GlobalSearchOptions fine;
+  fine.tilt_deg = 30.0;
+  fine.tilt_step_deg = 0.5;
+  fine.yaw_step_deg = 1.0;
+  InitialPoseSearch too_fine(aligner, fine);
+  const PointCloud scan = voxel_downsample(read_point_cloud((dir / "scans" / "001.pcd").string()), 1.0);
+  CHECK_THROWS_WITH(too_fine.find(scan), Catch::Matchers::Contains("tilt_step_deg"));
+  o.tilt_deg = 31.0;
+  CHECK_THROWS_WITH(validate(o), Catch::Matchers::Contains("tilt_deg"));
+}
+
 TEST_CASE("global search: Livox Avia queries found in their map with no pose", "[data][global_search][heavy]") {
   NDTCU_REQUIRE_DATA(data, "livox_avia_hku_mb");
   // Every third of the 114 queries (38): about a minute on 2 cores.

@@ -499,6 +499,19 @@ def test_global_search_equals_cli(sample, cli, truth_poses, backend):
     assert [c.xyzrpy.tolist() for c in r.candidates] == [c["xyzrpy"] for c in j["candidates"]]
     assert r.search.nodes_scored == j["search"]["nodes_scored"] > 0
     assert r.search.nodes_scored < r.search.brute_force_leaves
+    assert r.search.tilts == j["search"]["tilts"] == 1
+    # 6-DoF, as `--tilt 2 --tilt-step 2`: five attitudes per yaw, the same place.
+    out6 = subprocess.run(
+        [cli, "--json", "initpose", "--map", map_path, "--scan", scan_path, "--backend", backend, "--global",
+         "--tilt", "2", "--tilt-step", "2"], check=True, capture_output=True, text=True).stdout
+    j6 = json.loads(out6)
+    r6 = ndtcu.InitialPoseSearch(aligner, tilt_deg=2.0, tilt_step_deg=2.0).find(scan)
+    assert r6.search.tilts == j6["search"]["tilts"] == 5
+    assert r6.xyzrpy.tolist() == j6["xyzrpy"]
+    assert r6.status() == "found"
+    assert np.linalg.norm(r6.transform[:3, 3] - truth_poses[SCAN][:3, 3]) < 0.25
+    with pytest.raises(ndtcu.Error, match="tilt_deg"):
+        ndtcu.InitialPoseSearch(aligner, tilt_deg=45.0)
     # A region that leaves the scan's place out finds nothing there.
     far = r.xyzrpy.copy()
     far[0] += 500.0

@@ -94,6 +94,8 @@ class Listener:
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.points = self.node.create_publisher(PointCloud2, "points_raw", qos)
         self.ekf = self.node.create_publisher(PoseWithCovarianceStamped, "ekf_pose_with_covariance", qos)
+        self.regularization = self.node.create_publisher(PoseWithCovarianceStamped,
+                                                         "regularization_pose_with_covariance", qos)
         self.initialpose = self.node.create_publisher(PoseWithCovarianceStamped, "initialpose", qos)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
@@ -226,6 +228,21 @@ def matrix(position, quaternion):
                  [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]]
     t[:3, 3] = position
     return t
+
+
+def pose_with_covariance_msg(pose, stamp_ns, covariance, frame_id="map"):
+    """A geometry_msgs/PoseWithCovarianceStamped of a 4x4 pose at `stamp_ns` (ns), with a 6x6
+    covariance."""
+    from ndtcu.ros2.play import quaternion_xyzw
+
+    m = PoseWithCovarianceStamped()
+    m.header.frame_id = frame_id
+    m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    m.pose.pose.position.x, m.pose.pose.position.y, m.pose.pose.position.z = (float(v) for v in pose[:3, 3])
+    o = m.pose.pose.orientation
+    o.x, o.y, o.z, o.w = (float(v) for v in quaternion_xyzw(pose[:3, :3]))
+    m.pose.covariance = [float(v) for v in np.asarray(covariance, dtype=np.float64).reshape(36)]
+    return m
 
 
 def pose_matrix(pose):

@@ -66,6 +66,9 @@ class ScanMatcherNode:
         self.localized = 0   # localized (valid or not)
         self.published = 0   # ndt_pose published
         self.skipping = 0    # frames in a row not published (Autoware's skipping_publish_num)
+        self.map_updates = 0  # tiled map updates swapped in (map_path a folder of tiles)
+        # Autoware's ndt.regularization: whether regularization_pose_with_covariance is used.
+        self.regularization = matcher.settings.regularization_scale_factor > 0.0
         self._stopping = False
 
         pub = node.create_publisher
@@ -100,11 +103,13 @@ class ScanMatcherNode:
     def _on_points(self, raw):
         self.matcher.submit(raw)
 
-    def _pose_input(self, msg, topic, status, add):
-        """An EKF or regularization pose: in the map frame, checked and buffered; a
-        diagnostic and a log line when it is refused."""
+    def _pose_input(self, msg, topic, status, add, taken, values=()):
+        """An EKF or regularization pose: in the map frame, checked and buffered. Each gets its
+        status, as in Autoware's node: OK (`taken`) when buffered, so that a status after a
+        refused pose clears the WARN; a WARN and a log line when refused."""
         problem = None
-        if msg.header.frame_id != self.map_frame:
+        expected_frame = msg.header.frame_id == self.map_frame
+        if not expected_frame:
             problem = (f"{topic}: frame_id '{msg.header.frame_id}' is not the map frame '{self.map_frame}'; the pose "
                        "is not used")
         else:
@@ -112,18 +117,24 @@ class ScanMatcherNode:
                 add(msgs.stamp_ns(msg.header.stamp), msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
             except Exception as e:  # ndtcu.Error naming the topic: not a pose, a stamp going backwards
                 problem = str(e)
+        values = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("frame_id", msg.header.frame_id),
+                  ("is_expected_frame_id", expected_frame), ("is_ok", problem is None), *values]
         if problem:
             self.log.warning(problem)
-            self._diagnose(status, msgs.WARN, problem, [
-                ("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("frame_id", msg.header.frame_id),
-                ("is_ok", False)])
+            self._diagnose(status, msgs.WARN, problem, values)
+        else:
+            self._diagnose(status, msgs.OK, taken, values)
 
     def _on_ekf(self, msg):
-        self._pose_input(msg, "ekf_pose_with_covariance", "initial_pose_subscriber_status", self.matcher.add_prediction)
+        self._pose_input(msg, "ekf_pose_with_covariance", "initial_pose_subscriber_status", self.matcher.add_prediction,
+                         "taken: the prediction of the scans about its stamp")
 
     def _on_regularization(self, msg):
+        taken = ("taken: the prediction and regularization centre of the scans about its stamp that no EKF pose covers"
+                 if self.regularization else
+                 "taken, not used: the regularization is off (ndt.regularization.enable in the parameter file)")
         self._pose_input(msg, "regularization_pose_with_covariance", "regularization_pose_subscriber_status",
-                         self.matcher.add_regularization)
+                         self.matcher.add_regularization, taken, [("is_regularization_enabled", self.regularization)])
 
     def _on_initialpose(self, msg):
         problem = None
@@ -197,6 +208,7 @@ class ScanMatcherNode:
         r = f.result
         valid = r.valid
         self.localized += 1
+        self.map_updates += int(f.map_swaps)
         stamp = msgs.time_msg(f.stamp_ns)
         if valid:
             self.published += 1
@@ -272,6 +284,7 @@ class ScanMatcherNode:
             ("dropped_scan_count", self.dropped),
             ("refused_scan_count", self.refused),
             ("published_pose_count", self.published),
+            ("map_update_count", self.map_updates),
             ("decode_time_ms", f.decode_ms),
             ("preprocess_time_ms", f.preprocess_ms),
             ("align_time_ms", float(r.align_ms)),

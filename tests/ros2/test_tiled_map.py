@@ -1,0 +1,118 @@
+"""map_path a folder of Autoware's tiles (pointcloud_map_metadata.yaml), made from the sample
+map by `ndtcu map tile`: the node loads and streams it as `ndtcu localize --map DIR` does,
+and every frame of the sample bag is published with the pose of the single PCD map.
+
+formats.md ("Tiled maps") says what a tiled map guarantees: tiles of a multiple of the NDT
+resolution hold the whole map's voxels bit for bit, and with scans no longer than the loaded
+radius minus the update distance, the streamed tiles give the whole map's poses. So the poses
+are compared exactly (the TUM lines `ndtcu localize` writes on the single PCD), not within a
+tolerance."""
+import json
+import subprocess
+
+import numpy as np
+
+from conftest import (SAMPLE, Process, init_arg, localize_cli, pose_with_covariance_msg, scan_stamp_ns, start_node,
+                      tum_line, truth, wait_until)
+
+import ndtcu
+
+FRAMES = 10
+# 10 m tiles: a multiple of the parameter file's 2 m resolution, so no voxel spans two tiles.
+TILE_SIZE_M = 10
+# The sample map is some 100 m x 80 m: within the parameter file's map_radius (150 m) of any
+# pose, every tile is loaded about the first one. To stream, the scans are cropped to 20 m
+# and the tiles kept within 22 m, updated every 2 m: a 6 m drive then takes its updates (one
+# frame of it finds the map in hand short of the tiles its scan reaches and waits for the
+# update, as `localize` on it reports, so at least one is swapped in whatever the timing),
+# and the scans never reach past the loaded tiles (20 <= 22 - 2).
+STREAM_ARGS = ["--max-range", "20", "--map-radius", "22", "--map-update-distance", "2"]
+
+
+def make_tiles(cli, out):
+    subprocess.run([cli, "-q", "map", "tile", str(SAMPLE / "map.pcd"), "--tile-size", str(TILE_SIZE_M), "--out",
+                    str(out)], check=True, timeout=60)
+    assert (out / "pointcloud_map_metadata.yaml").is_file()
+    assert len(list(out.glob("*.pcd"))) > 20  # a map of tiles, not one
+    return out
+
+
+def play(bag, tmp_path, node):
+    p = Process("ndtcu.ros2.play", [bag, "--rate", "0", "--wait", "20"], tmp_path / "play.log")
+    assert p.wait(120) == 0, p.log()
+    assert f"{FRAMES} scans, {FRAMES} answered" in p.log(), (p.log(), node.log())
+
+
+def test_tiles_give_the_single_maps_poses(listener, tmp_path, cli, bags):
+    """Every tile loaded about --init: the node's poses are `localize --map map.pcd`'s."""
+    tiles = make_tiles(cli, tmp_path / "tiles")
+    bag = bags["sample_mcap"]["path"]
+    expected, _ = localize_cli(cli, bag, tmp_path / "cli", init_arg())
+    assert len(expected) == FRAMES
+    node = start_node(listener, tmp_path, [init_arg()], map_path=tiles)
+    try:
+        play(bag, tmp_path, node)
+        assert wait_until(lambda: len(listener.statuses()) >= FRAMES, 10), node.log()
+    finally:
+        rc = node.stop()
+    log = node.log()
+    assert rc == 0, log
+    # The tiles joined: the single map's points and voxels.
+    single = json.loads((tmp_path / "cli" / "summary.json").read_text())["map"]
+    assert f"map {tiles}: {single['points']} points, {single['voxels']} voxels" in log, (single, log)
+
+    poses = listener.messages("ndt_pose")
+    assert len(poses) == FRAMES, log
+    for k, p in enumerate(poses):
+        line = tum_line(p.header.stamp, p.pose)
+        assert line == expected[line.split()[0]], f"frame {k}: node on tiles {line} against localize on map.pcd"
+    statuses = listener.statuses()
+    assert len(statuses) == FRAMES
+    for level, message, values in statuses:
+        assert level == b"\x00" and values["is_converged"] == "true", (message, values)
+        assert values["map_update_count"] == "0", values  # all of it loaded at the start
+    assert len(listener.messages("ndt_pose_with_covariance")) == FRAMES
+
+
+def test_tiles_streamed_about_the_first_pose(listener, tmp_path, cli, bags):
+    """No --init: the tiles are loaded about the first pose the node gets (an initialpose),
+    then streamed as the pose moves; the poses are `localize --map map.pcd`'s with the same
+    --max-range."""
+    tiles = make_tiles(cli, tmp_path / "tiles")
+    bag = bags["sample_mcap_zstd"]["path"]
+    expected, _ = localize_cli(cli, bag, tmp_path / "cli", init_arg(), "--max-range", "20")
+    assert len(expected) == FRAMES
+    node = start_node(listener, tmp_path, STREAM_ARGS, map_path=tiles)
+    try:
+        assert "tiles, loaded about the first pose" in node.log(), node.log()
+        # The bag's first scan before any pose: refused, and no map yet.
+        listener.points.publish(ndtcu.BagReader(str(bag)).read_point_cloud2_cdr("/points", 0))
+        assert wait_until(lambda: len(listener.statuses()) == 1, 20), node.log()
+        level, message, values = listener.statuses()[0]
+        assert level == b"\x01" and values["refused"] == "no_initial_pose", (message, values)
+        assert values["is_set_map_points"] == "false", values
+
+        # The first scan's true pose as an initialpose with no uncertainty: taken as it is.
+        align = "ndt_scan_matcher: ndt_align_service_status"
+        listener.initialpose.publish(pose_with_covariance_msg(truth()[0][1], scan_stamp_ns(0), np.zeros((6, 6))))
+        assert wait_until(lambda: len(listener.statuses(align)) == 1, 10), node.log()
+        assert listener.statuses(align)[0][0] == b"\x00", listener.statuses(align)
+
+        play(bag, tmp_path, node)
+        assert wait_until(lambda: len(listener.statuses()) >= FRAMES + 1, 10), node.log()
+    finally:
+        rc = node.stop()
+    log = node.log()
+    assert rc == 0, log
+
+    poses = listener.messages("ndt_pose")
+    assert len(poses) == FRAMES, log
+    for k, p in enumerate(poses):
+        line = tum_line(p.header.stamp, p.pose)
+        assert line == expected[line.split()[0]], f"frame {k}: node on streamed tiles {line} against map.pcd's"
+    statuses = listener.statuses()[1:]
+    assert len(statuses) == FRAMES
+    for level, message, values in statuses:
+        assert level == b"\x00" and values["is_converged"] == "true", (message, values)
+    # The map moved with the pose.
+    assert int(statuses[-1][2]["map_update_count"]) >= 1, statuses[-1]

@@ -65,25 +65,39 @@ void count(Outcome& out, const InitialPoseResult& r, const Eigen::Matrix4d& trut
                             err, ang / kDeg, r.best.nvtl, r.ambiguity_nvtl));
 }
 
-}  // namespace
-
-TEST_CASE("global search: a node's bound is at least each of its leaves' scores", "[unit][global_search]") {
-  // A small world's map, the pyramid, random nodes at every level against all their leaves.
+// The pyramid of a small simulated world's map (60 m), as the unit cases below search it.
+detail::ScorePyramid small_world_pyramid() {
   sim::WorldSettings ws;
   ws.seed = 3;
   ws.size = 60.0;
   const sim::World world(sim::generate_scene(ws));
   sim::MapSettings ms;
   ms.voxel = 0.5;
-  const PointCloud map = sim::sample_map(world, ms);
-  const VoxelMap voxels = VoxelMap::build(map, voxel_map_options(autoware_preset()));
-  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
+  const VoxelMap voxels = VoxelMap::build(sim::sample_map(world, ms), voxel_map_options(autoware_preset()));
+  return detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
+}
+
+// Random leaf-0 cells of `points` points under `yaws` yaws (PyramidScorer::set_points's
+// layout), each axis within +-spread cells.
+std::vector<std::int32_t> random_offsets(int points, int yaws, int spread, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> offsets;
+  for (int k = 0; k < points * yaws * 3; ++k) {
+    offsets.push_back(static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(2 * spread + 1)) - spread);
+  }
+  return offsets;
+}
+
+}  // namespace
+
+TEST_CASE("global search: a node's bound is at least each of its leaves' scores", "[unit][global_search]") {
+  // A small world's map, the pyramid, random nodes at every level against all their leaves.
+  const detail::ScorePyramid p = small_world_pyramid();
   REQUIRE(p.level_count >= 3);
   const math::PyramidView view = p.view();
-  std::mt19937_64 rng(5);
-  std::vector<std::int32_t> offsets;
   const int points = 40;
-  for (int k = 0; k < points * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 21) - 10);
+  const std::vector<std::int32_t> offsets = random_offsets(points, 1, 10, 5);
+  std::mt19937_64 rng(5);
   int checked = 0;
   for (int trial = 0; trial < 200; ++trial) {
     math::SearchNode n;
@@ -173,18 +187,9 @@ bool same_nodes(const std::vector<math::SearchNode>& a, const std::vector<math::
 
 TEST_CASE("global search: a branching step keeps the children that scoring each would keep, in order",
           "[unit][global_search]") {
-  sim::WorldSettings ws;
-  ws.seed = 3;
-  ws.size = 60.0;
-  const sim::World world(sim::generate_scene(ws));
-  sim::MapSettings ms;
-  ms.voxel = 0.5;
-  const VoxelMap voxels = VoxelMap::build(sim::sample_map(world, ms), voxel_map_options(autoware_preset()));
-  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
-  std::mt19937_64 rng(7);
-  std::vector<std::int32_t> offsets;
+  const detail::ScorePyramid p = small_world_pyramid();
   const int points = 40, yaws = 3;
-  for (int k = 0; k < points * yaws * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 21) - 10);
+  const std::vector<std::int32_t> offsets = random_offsets(points, yaws, 10, 7);
   const std::vector<math::SearchNode> parents = random_parents(p, 400, yaws, 11);
   detail::ThreadPool pool(2);
   auto alone = detail::make_cpu_pyramid_scorer(p, nullptr);
@@ -281,18 +286,9 @@ std::vector<detail::ScoredNode> descend(detail::PyramidScorer& scorer, const std
 
 TEST_CASE("global search: the depth-first descent finds every leaf at or above the threshold, and no other",
           "[unit][global_search]") {
-  sim::WorldSettings ws;
-  ws.seed = 3;
-  ws.size = 60.0;
-  const sim::World world(sim::generate_scene(ws));
-  sim::MapSettings ms;
-  ms.voxel = 0.5;
-  const VoxelMap voxels = VoxelMap::build(sim::sample_map(world, ms), voxel_map_options(autoware_preset()));
-  const detail::ScorePyramid p = detail::build_score_pyramid(voxels, 1.0, 0, 100'000'000, nullptr);
-  std::mt19937_64 rng(17);
-  std::vector<std::int32_t> offsets;
+  const detail::ScorePyramid p = small_world_pyramid();
   const int points = 40, yaws = 3;
-  for (int k = 0; k < points * yaws * 3; ++k) offsets.push_back(static_cast<std::int32_t>(rng() % 21) - 10);
+  const std::vector<std::int32_t> offsets = random_offsets(points, yaws, 10, 17);
   // Parents of levels 1-3 (blocks of up to 512 leaves, each scored alone below).
   std::vector<math::SearchNode> parents;
   for (math::SearchNode n : random_parents(p, 300, yaws, 19)) {

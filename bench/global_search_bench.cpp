@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
   app.add_option("--yaw-step", go.yaw_step_deg, "yaw step (deg; 0: from the scan)")->capture_default_str();
   app.add_option("--ground-share", go.max_ground_share, "largest share of ground points")->capture_default_str();
   app.add_option("--max-point-range", go.max_point_range, "points farther are not used (m)")->capture_default_str();
+  app.add_option("--tilt", go.tilt_deg, "6-DoF: roll and pitch within this many degrees (0: 4-DoF)")->capture_default_str();
+  app.add_option("--tilt-step", go.tilt_step_deg, "spacing of the tilts (deg)")->capture_default_str();
   bool standing = false;
   app.add_flag("--standing", standing, "search only standing heights above a floor");
   app.add_option("--screen-leaves", go.screen_leaves, "leaves ranked by the NDT score")->capture_default_str();

@@ -90,7 +90,9 @@ struct GlobalSearchOptions {
   /// this many degrees about the leveled attitude (the ground plane's or the query's up);
   /// 0: 4-DoF (x, y, z and yaw). For a scan whose up is known only roughly (no ground in
   /// view, an IMU's gravity off by a few degrees): the cost grows with the tilts (21 for 4
-  /// deg at 2 deg). The candidates' NDT alignment is 6-DoF either way.
+  /// deg at 2 deg: BALM's median 4.1 -> 33 ms on an H200), and where the leveling is right
+  /// the tilts cost places (BALM 30 -> 28 found; Livox 108 -> 109). The candidates' NDT
+  /// alignment is 6-DoF either way.
   double tilt_deg = 0.0;
   /// Spacing of the tilts (deg).
   double tilt_step_deg = 2.0;

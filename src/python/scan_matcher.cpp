@@ -248,7 +248,7 @@ class ScanMatcher {
     if (init_pose) initial = init_option_pose();
     if (!is_tiled_map(options_.map) || init_pose) load_map(initial);
     if (init_pose) {
-      start(initial, options_.init_radius, options_.init_yaw_range, "--init");
+      start(initial, options_.init_radius, options_.init_yaw_range);
     } else if (!options_.init.empty()) {
       if (!map_loaded_) {
         throw Error("--init global: a tiled map is loaded about a pose; give --init x,y,z,roll,pitch,yaw or a map file");
@@ -257,6 +257,7 @@ class ScanMatcher {
       localizer_->set_initial_global();
       start_source_ = "global search";
       searching_ = true;
+      from_start_ = true;
     }
   }
 
@@ -385,15 +386,16 @@ class ScanMatcher {
 
   // Tracking starts from T_map_sensor `pose`: exactly there, or with a search within
   // `radius` (m) and `yaw_range_deg` of it.
-  void start(const Eigen::Matrix4d& pose, double radius, double yaw_range_deg, const char* source) {
+  void start(const Eigen::Matrix4d& pose, double radius, double yaw_range_deg) {
     searching_ = radius > 0.0;
     if (searching_) {
       localizer_->set_initial_region(pose, radius, yaw_range_deg);
       start_source_ = "initial search";
     } else {
       localizer_->set_initial_pose(pose);
-      start_source_ = source;
+      start_source_ = "initial pose";
     }
+    from_start_ = true;
   }
 
   void add_pose(PoseBuffer& buffer, std::int64_t stamp_ns, const Vector7d& xyzq, const Matrix6d& covariance,
@@ -419,7 +421,7 @@ class ScanMatcher {
       const double sigma = std::sqrt(std::max(r.covariance(0, 0), r.covariance(1, 1)));
       radius = sigma < 0.01 / 3.0 ? 0.0 : std::min(50.0, std::max(1.0, 3.0 * sigma));
     }
-    start(sensor, radius, options_.init_yaw_range, "initial pose");
+    start(sensor, radius, options_.init_yaw_range);
   }
 
   // A finished map update goes in between two frames (localize's take_map_update, without
@@ -496,8 +498,9 @@ class ScanMatcher {
       if (!localizer_->initialized() && ekf) {
         if (!map_loaded_) load_map(ekf->pose * base_sensor_);
         localizer_->set_initial_pose(ekf->pose * base_sensor_);
-        start_source_ = "ekf";
+        start_source_ = "initial pose";
         searching_ = false;
+        from_start_ = true;
       }
     } catch (const Error& e) {
       return refuse(out, "localizer", std::string("initial pose: ") + e.what());
@@ -510,7 +513,8 @@ class ScanMatcher {
 
     // The prediction: the EKF's pose at the scan's stamp (moved to the sensor), or with
     // Autoware's regularization and no EKF pose, the GNSS pose (the regularization is about
-    // the prediction); else the localizer's constant velocity, as localize without odometry.
+    // the prediction); else the localizer's own: until it takes a pose, the one it was started
+    // at (or the search about it), then its constant velocity, as localize without odometry.
     // A search under way (an initialpose) runs from its own region.
     const BufferedPose* prior = searching_ ? nullptr : ekf ? &*ekf : regularization ? &*regularization : nullptr;
     std::optional<std::pair<Eigen::Matrix4d, Matrix6d>> predicted;
@@ -519,7 +523,7 @@ class ScanMatcher {
       predicted.emplace(sensor, moved_covariance(matrix_to_pose(prior->pose), base_sensor_, prior->covariance));
       out.prediction_source = prior == &*ekf ? "ekf" : "regularization";
     } else {
-      out.prediction_source = searching_ ? start_source_ : "motion model";
+      out.prediction_source = from_start_ ? start_source_ : "motion model";
     }
 
     try {
@@ -549,6 +553,8 @@ class ScanMatcher {
     out.prediction_covariance = moved_covariance(matrix_to_pose(r.prediction), sensor_base_, r.prediction_covariance);
     out.trace.reserve(r.alignment.trace.size());
     for (const IterationTrace& it : r.alignment.trace) out.trace.push_back(pose_to_matrix(it.pose) * sensor_base_);
+    // The motion model took the pose (valid or degenerate): later frames predict from it.
+    if (r.valid || r.status == FrameStatus::Degenerate) from_start_ = false;
     if (!r.valid) return;
     out.pose_msg = rosbag::encode_pose_stamped(out.info.stamp_ns, map_frame_, out.pose);
     out.pose_with_covariance_msg = rosbag::encode_pose_with_covariance_stamped(
@@ -596,7 +602,10 @@ class ScanMatcher {
   std::optional<std::int64_t> last_stamp_ns_;
   std::optional<Eigen::Vector2d> last_xy_, before_last_xy_;
   bool searching_ = false;             // a search (initialpose, --init-radius, --init global) runs until a frame is valid
-  std::string start_source_ = "none";  // what the localizer started from
+  // The localizer has taken no pose since its start: it predicts from start_source_
+  // ("initial pose", "initial search", "global search").
+  bool from_start_ = false;
+  std::string start_source_ = "none";
 
   std::mutex inputs_;  // the pose topics' buffers and the waiting initialpose
   PoseBuffer ekf_, regularization_;

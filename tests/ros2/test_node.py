@@ -67,6 +67,9 @@ def test_poses_are_localize_poses(listener, tmp_path, cli, bags, bag_name):
         for key in ("local_optimal_solution_oscillation_num", "execution_time", "localizability_condition",
                     "frame_status", "sensor_points_delay_time_sec"):
             assert key in values
+    # The first frame is aligned from --init as given, the later ones from the motion model.
+    sources = [values["prediction_source"] for _, _, values in statuses]
+    assert sources == ["initial pose"] + ["motion model"] * (FRAMES - 1), sources
 
     # The pose with its covariance (the parameter file's covariance_estimation_type 0: Autoware's
     # fixed output_pose_covariance), and the debug scalars, per frame.

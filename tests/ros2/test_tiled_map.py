@@ -71,6 +71,8 @@ def test_tiles_give_the_single_maps_poses(listener, tmp_path, cli, bags):
     for level, message, values in statuses:
         assert level == b"\x00" and values["is_converged"] == "true", (message, values)
         assert values["map_update_count"] == "0", values  # all of it loaded at the start
+    sources = [values["prediction_source"] for _, _, values in statuses]
+    assert sources == ["initial pose"] + ["motion model"] * (FRAMES - 1), sources  # --init as given
     assert len(listener.messages("ndt_pose_with_covariance")) == FRAMES
 
 
@@ -114,5 +116,8 @@ def test_tiles_streamed_about_the_first_pose(listener, tmp_path, cli, bags):
     assert len(statuses) == FRAMES
     for level, message, values in statuses:
         assert level == b"\x00" and values["is_converged"] == "true", (message, values)
+    # The initialpose had no uncertainty: the first frame is aligned from it as it is.
+    sources = [values["prediction_source"] for _, _, values in statuses]
+    assert sources == ["initial pose"] + ["motion model"] * (FRAMES - 1), sources
     # The map moved with the pose.
     assert int(statuses[-1][2]["map_update_count"]) >= 1, statuses[-1]

@@ -398,6 +398,33 @@ class ScanMatcher {
     from_start_ = true;
   }
 
+  // The map about T_map_sensor `sensor`, where tracking is about to start: loaded the first
+  // time; a tiled map loaded again about it, as a start there loads it
+  // (TiledMapStreamer::load: the tiles within --map-radius read, those beyond dropped, a
+  // running update superseded). The updates follow accepted poses only, so without this a
+  // start beyond the tiles in hand would align on none of its places and no pose would
+  // ever move them. The map keeps the scene's typical NVTL (Localizer::update_map: the
+  // same map's next version). Returns 1 when a loaded map was replaced.
+  int load_map_about(const Eigen::Matrix4d& sensor) {
+    if (!map_loaded_) {
+      load_map(sensor);
+      return 0;
+    }
+    if (!map_.streamer) return 0;
+    const Eigen::Vector2d xy = sensor.topRightCorner<2, 1>();
+    std::shared_ptr<const VoxelMap> next;
+    try {
+      next = map_.streamer->load(xy);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} (--map-radius around the initial pose)", e.what()));
+    }
+    if (next) localizer_->update_map(std::move(next));  // else published: the localizer follows the tiles
+    // The pose jumped: no extrapolation from the poses before it (take_map_update).
+    last_xy_ = xy;
+    before_last_xy_.reset();
+    return 1;
+  }
+
   void add_pose(PoseBuffer& buffer, std::int64_t stamp_ns, const Vector7d& xyzq, const Matrix6d& covariance,
                 const char* what) {
     BufferedPose p;
@@ -408,20 +435,21 @@ class ScanMatcher {
     buffer.add(p, what);
   }
 
-  // An initialpose, taken: the map about it (a tiled map not loaded yet), then the search
-  // about it: within --init-radius when given, else within three standard deviations of
-  // its position's covariance (at most 50 m: the search's limit), over --init-yaw-range
-  // (the full circle by default, as Autoware's initial pose estimation samples yaw); a
-  // covariance under 1 cm takes the pose as it is.
-  void take_initial_request(const InitialRequest& r) {
+  // An initialpose, taken: the map about it (load_map_about), then the search about it:
+  // within --init-radius when given, else within three standard deviations of its
+  // position's covariance (at most 50 m: the search's limit), over --init-yaw-range (the
+  // full circle by default, as Autoware's initial pose estimation samples yaw); a
+  // covariance under 1 cm takes the pose as it is. Returns the map updates swapped in.
+  int take_initial_request(const InitialRequest& r) {
     const Eigen::Matrix4d sensor = r.pose * base_sensor_;
-    if (!map_loaded_) load_map(sensor);
+    const int swaps = load_map_about(sensor);
     double radius = options_.init_radius;
     if (radius <= 0.0) {
       const double sigma = std::sqrt(std::max(r.covariance(0, 0), r.covariance(1, 1)));
       radius = sigma < 0.01 / 3.0 ? 0.0 : std::min(50.0, std::max(1.0, 3.0 * sigma));
     }
     start(sensor, radius, options_.init_yaw_range);
+    return swaps;
   }
 
   // A finished map update goes in between two frames (localize's take_map_update, without
@@ -492,8 +520,9 @@ class ScanMatcher {
         regularization = regularization_.at(stamp, pose_timeout_s_);
       }
     }
+    int swaps = 0;
     try {
-      if (request) take_initial_request(*request);
+      if (request) swaps = take_initial_request(*request);
       // Autoware's node starts from the EKF's pose; so does this one without an initial pose.
       if (!localizer_->initialized() && ekf) {
         if (!map_loaded_) load_map(ekf->pose * base_sensor_);
@@ -530,7 +559,7 @@ class ScanMatcher {
       t = std::chrono::steady_clock::now();
       const PointCloud filtered = localizer_->preprocess(cloud);
       out.preprocess_ms = ms_between(t, std::chrono::steady_clock::now());
-      out.map_swaps = take_map_update();
+      out.map_swaps = swaps + take_map_update();
       t = std::chrono::steady_clock::now();
       out.result = predicted ? localizer_->localize_preprocessed(filtered, stamp_seconds(stamp), predicted->first,
                                                                  predicted->second)

@@ -5,6 +5,8 @@ import numpy as np
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from std_srvs.srv import SetBool
 
+from ndtcu.ros2.play import quaternion_xyzw
+
 from conftest import (SCAN_MATCHING, cloud_msg, init_arg, pose_matrix, sample_scan, scan_stamp_ns, start_node,
                       truth, wait_until)
 
@@ -57,7 +59,9 @@ def test_bad_input(listener, tmp_path):
     try:
         scan0, scan1, scan3 = sample_scan(0), sample_scan(1), sample_scan(3)
         t = [scan_stamp_ns(k) for k in range(4)]
-        s.localized(cloud_msg(scan0, t[0]))
+        values = s.localized(cloud_msg(scan0, t[0]))
+        # The scan's stamp in nanoseconds, as Autoware's node writes topic_time_stamp.
+        assert values["topic_time_stamp"] == str(t[0]), values
 
         # Messages whose layout lies: each refused by the decoder, naming the field.
         short_row = cloud_msg(scan1, t[1])
@@ -88,16 +92,18 @@ def test_bad_input(listener, tmp_path):
 
         # Poses in another frame than the map's, or that are no pose.
         ekf_status = "ndt_scan_matcher: initial_pose_subscriber_status"
-        level, message, _ = s.answer(listener.ekf, pose_msg("odom", t[2], (0.0, 0.0, 0.0)), ekf_status)
+        level, message, values = s.answer(listener.ekf, pose_msg("odom", t[2], (0.0, 0.0, 0.0)), ekf_status)
         assert level == b"\x01" and "frame_id 'odom'" in message
+        assert values["topic_time_stamp"] == str(t[2]) and values["is_activated"] == "true", values
         level, message, _ = s.answer(listener.ekf, pose_msg("map", t[2], (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 2.0)),
                                      ekf_status)
         assert level == b"\x01" and "quaternion has length 2" in message
         level, message, _ = s.answer(listener.ekf, pose_msg("map", t[2], (np.nan, 0.0, 0.0)), ekf_status)
         assert level == b"\x01" and "not finite" in message
         align_status = "ndt_scan_matcher: ndt_align_service_status"
-        level, message, _ = s.answer(listener.initialpose, pose_msg("odom", t[2], (0.0, 0.0, 0.0)), align_status)
-        assert level == b"\x01" and "frame_id 'odom'" in message
+        level, message, values = s.answer(listener.initialpose, pose_msg("odom", t[2], (0.0, 0.0, 0.0)),
+                                          align_status)
+        assert level == b"\x01" and "frame_id 'odom'" in message and values["topic_time_stamp"] == str(t[2])
         assert wait_until(lambda: "initialpose: frame_id 'odom'" in node.log(), 5.0), node.log()
 
         # trigger_node_srv: deactivated, a scan is not localized; activated, the next is.
@@ -108,9 +114,18 @@ def test_bad_input(listener, tmp_path):
             assert wait_until(future.done, 10.0) and future.result().success
         level, message, values = s.answer(listener.points, cloud_msg(sample_scan(2), t[2]))
         assert level == b"\x01" and values["is_activated"] == "false", message
+        # An EKF pose while deactivated is dropped, as Autoware's node drops it: a WARN
+        # "Node is not activated." with is_activated false, and the next scan is not predicted
+        # from it (this one would predict scan 3: its true pose at its stamp).
+        p3 = truth()[3][1]
+        level, message, values = s.answer(listener.ekf, pose_msg("map", t[3], p3[:3, 3], quaternion_xyzw(p3[:3, :3])),
+                                          ekf_status)
+        assert (level, message) == (b"\x01", "Node is not activated."), (message, values)
+        assert values == {"topic_time_stamp": str(t[3]), "is_activated": "false"}, values
         future = client.call_async(SetBool.Request(data=True))
         assert wait_until(future.done, 10.0) and future.result().success
-        s.localized(cloud_msg(scan3, t[3]))
+        values = s.localized(cloud_msg(scan3, t[3]))
+        assert values["prediction_source"] == "motion model", values
         assert node.proc.poll() is None
     finally:
         rc = node.stop()

@@ -56,8 +56,10 @@ def test_poses_are_localize_poses(listener, tmp_path, cli, bags, bag_name):
     # One scan_matching_status per frame, with localize's numbers.
     statuses = listener.statuses(SCAN_MATCHING)
     assert len(statuses) == FRAMES, statuses
-    for (level, message, values), row in zip(statuses, frames):
+    for (level, message, values), row, p in zip(statuses, frames, poses):
         assert level == b"\x00", message
+        # The scan's stamp in nanoseconds, as Autoware's node writes topic_time_stamp.
+        assert values["topic_time_stamp"] == str(p.header.stamp.sec * 1_000_000_000 + p.header.stamp.nanosec)
         assert values["is_converged"] == "true" and values["frame_check"] == "passed"
         assert int(values["iteration_num"]) == int(row["iterations"])
         assert f"{float(values['nearest_voxel_transformation_likelihood']):.6f}" == row["nvtl"]

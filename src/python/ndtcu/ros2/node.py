@@ -103,10 +103,18 @@ class ScanMatcherNode:
     def _on_points(self, raw):
         self.matcher.submit(raw)
 
-    def _pose_input(self, msg, topic, status, add, taken, values=()):
+    def _pose_input(self, msg, topic, status, add, taken, values=(), activated=None):
         """An EKF or regularization pose: in the map frame, checked and buffered. Each gets its
         status, as in Autoware's node: OK (`taken`) when buffered, so that a status after a
-        refused pose clears the WARN; a WARN and a log line when refused."""
+        refused pose clears the WARN; a WARN and a log line when refused. `activated` (the EKF
+        pose's only, as in Autoware's node): False drops the pose with a WARN and no log line,
+        as Autoware's callback does while the node is deactivated."""
+        stamp = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp))]
+        if activated is not None:
+            stamp.append(("is_activated", activated))
+            if not activated:
+                self._diagnose(status, msgs.WARN, "Node is not activated.", stamp)
+                return
         problem = None
         expected_frame = msg.header.frame_id == self.map_frame
         if not expected_frame:
@@ -117,7 +125,7 @@ class ScanMatcherNode:
                 add(msgs.stamp_ns(msg.header.stamp), msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
             except Exception as e:  # ndtcu.Error naming the topic: not a pose, a stamp going backwards
                 problem = str(e)
-        values = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("frame_id", msg.header.frame_id),
+        values = [*stamp, ("frame_id", msg.header.frame_id),
                   ("is_expected_frame_id", expected_frame), ("is_ok", problem is None), *values]
         if problem:
             self.log.warning(problem)
@@ -127,7 +135,7 @@ class ScanMatcherNode:
 
     def _on_ekf(self, msg):
         self._pose_input(msg, "ekf_pose_with_covariance", "initial_pose_subscriber_status", self.matcher.add_prediction,
-                         "taken: the prediction of the scans about its stamp")
+                         "taken: the prediction of the scans about its stamp", activated=self.active)
 
     def _on_regularization(self, msg):
         taken = ("taken: the prediction and regularization centre of the scans about its stamp that no EKF pose covers"
@@ -145,7 +153,7 @@ class ScanMatcherNode:
                 self.matcher.request_initial_pose(msgs.xyzq(msg.pose.pose), msgs.covariance(msg.pose.covariance))
             except Exception as e:  # ndtcu.Error naming initialpose
                 problem = str(e)
-        values = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp) / 1e9), ("is_succeed_service", problem is None)]
+        values = [("topic_time_stamp", msgs.stamp_ns(msg.header.stamp)), ("is_succeed_service", problem is None)]
         if problem:
             self.log.warning(problem)
             self._diagnose("ndt_align_service_status", msgs.WARN, problem, values)
@@ -253,7 +261,7 @@ class ScanMatcherNode:
         loc = a.localizability
         condition = loc.get("condition")
         self._diagnose("scan_matching_status", level, "; ".join(why) or "OK", [
-            ("topic_time_stamp", f.stamp_ns / 1e9),
+            ("topic_time_stamp", int(f.stamp_ns)),
             ("sensor_points_size", f.points_in_message),
             ("sensor_points_delay_time_sec", self.node.get_clock().now().nanoseconds / 1e9 - f.stamp_ns / 1e9),
             ("is_succeed_transform_sensor_points", True),
@@ -300,7 +308,7 @@ class ScanMatcherNode:
         self.refused += 1
         self.log.warning(f.refused)
         self._diagnose("scan_matching_status", msgs.WARN, f.refused, [
-            ("topic_time_stamp", f.stamp_ns / 1e9),
+            ("topic_time_stamp", int(f.stamp_ns)),
             ("sensor_points_size", f.points_in_message),
             ("is_succeed_transform_sensor_points", f.refused_as != "frame_id"),
             ("is_activated", True),

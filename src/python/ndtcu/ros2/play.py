@@ -108,11 +108,11 @@ class Answers:
             for kv in s.values:
                 if kv.key == "topic_time_stamp":
                     with self._cond:
-                        self._stamps.add(round(float(kv.value) * 1e6))  # microseconds: the text's precision
+                        self._stamps.add(int(kv.value))  # nanoseconds, as Autoware's node writes it
                         self._cond.notify_all()
 
     def wait(self, stamp_ns, timeout):
-        key = round(stamp_ns / 1e3)
+        key = int(stamp_ns)
         deadline = time.monotonic() + timeout
         with self._cond:
             while key not in self._stamps:

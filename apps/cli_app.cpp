@@ -32,6 +32,7 @@ std::unique_ptr<CliApp> make_cli_app() {
       {"localize", add_localize(app, cli->global)},
       {"initpose", add_initpose(app, cli->global)},
       {"map", add_map(app, cli->global)},
+      {"eval", add_eval(app, cli->global)},
   };
   require_finite_numbers(app);
   return cli;

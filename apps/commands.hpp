@@ -21,5 +21,6 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global);
 Command add_localize(CLI::App& app, const GlobalOptions& global);
 Command add_initpose(CLI::App& app, const GlobalOptions& global);
 Command add_map(CLI::App& app, const GlobalOptions& global);
+Command add_eval(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace ndtcu::cli

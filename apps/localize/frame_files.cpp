@@ -1,6 +1,7 @@
 // `ndtcu localize`: the row of frames.csv for one frame.
 #include "localize/frame_files.hpp"
 
+#include <ndtcu/covariance_calibration.hpp>
 #include <ndtcu/localizability.hpp>
 
 #include <fmt/format.h>
@@ -35,6 +36,12 @@ std::string csv_text(std::string text) {
 }
 
 }  // namespace
+
+std::string covariance6_header() {
+  std::string header;
+  for (const std::string& name : covariance6_columns()) header += (header.empty() ? "" : ",") + name;
+  return header;
+}
 
 std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* result, const StampedPose* reference,
                            std::optional<double> error_m) {
@@ -117,6 +124,18 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
                        std::isnan(result->refinement_m) ? std::string() : fmt::format("{:.4f}", result->refinement_m));
   } else {
     row += ",,";
+  }
+  // The frame's full pose covariance (LocalizationResult::covariance: [x y z roll pitch yaw],
+  // m and rad, map frame), its 21 upper-triangle entries row by row (kCovariance6Columns):
+  // the accepted alignment's for a valid frame, the remapped one for a degenerate frame;
+  // empty for skipped and lost frames and where there is none. `ndtcu eval covariance`
+  // reads them.
+  const bool has_covariance6 = result && result->status != FrameStatus::Lost &&
+                               (result->valid ? result->alignment.covariance_valid : !result->covariance.isZero());
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i; j < 6; ++j) {
+      row += has_covariance6 ? fmt::format(",{:.6e}", result->covariance(i, j)) : std::string(",");
+    }
   }
   return row + "\n";
 }

@@ -18,6 +18,10 @@ namespace ndtcu::cli::localize {
 inline const std::vector<std::string> kLocalizeOutputs = {"summary.json",       "frames.csv", "trajectory_tum.txt",
                                                    "trajectory_kitti.txt", "trajectory.png", "frames.png"};
 
+// The names of frames.csv's last 21 columns, the upper triangle of the frame's 6x6 pose
+// covariance row by row: cov_x_x,cov_x_y,...,cov_yaw_yaw (see frames_csv_row).
+std::string covariance6_header();
+
 // The row of frames.csv for one frame: `result` null for a skipped frame, `reference` the
 // matched reference pose, `error_m` the frame's ATE.
 std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* result, const StampedPose* reference,
@@ -39,7 +43,8 @@ class FrameFiles {
                       "iterations_total,evaluations,tp,nvtl,converged,read_ms,preprocess_ms,align_ms,total_ms,x,y,z,"
                       "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy,stage,hypotheses,"
                       "screened,ambiguity_nvtl,ambiguous,weakest_ratio,weak_directions,degenerate,weak_x,weak_y,weak_z,"
-                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop,decided_by,mahalanobis2,refined,refinement_m\n");
+                      "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop,decided_by,mahalanobis2,refined,refinement_m," +
+                  covariance6_header() + "\n");
   }
 
   void frame(const std::string& row) {

@@ -2,6 +2,9 @@
 // reference, the plots and the text summary.
 #include "localize/report.hpp"
 
+#include "covariance_report.hpp"
+
+#include <ndtcu/covariance_calibration.hpp>
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/output_file.hpp>
 #include <ndtcu/text.hpp>
@@ -276,6 +279,12 @@ std::string add_evaluation(nlohmann::json& j, const LocalizeRun& run, Progress& 
                                               "segments\n",
                                               r.segment_m, r.translation_percent, r.rotation_deg_per_m, r.pairs);
     }
+    // How honest the reported covariance was: read back from frames.csv (in place before the
+    // summary), as `ndtcu eval covariance` reads it, so that the two give the same figures.
+    const LocalizeRunCalibration cal = calibrate_localize_run((fs::path(o.out) / "frames.csv").string(), in.reference,
+                                                              t.frame_count, o.max_time_difference);
+    j["covariance_calibration"] = covariance_calibration_json(cal.calibration);
+    eval_text += covariance_calibration_text(cal.calibration, "  ");
     if (ate.pairs == 0 && !t.estimate.empty()) {
       progress.message(fmt::format("ndtcu: warning: no localized scan matches a pose of {} (matching by {})",
                                    o.reference, in.matching));

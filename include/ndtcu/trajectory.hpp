@@ -107,6 +107,10 @@ class TimeAssociation {
   std::size_t r_ = 0;  // the reference pose nearest the previous time
 };
 
+/// The index of the pose of `trajectory` (in time order) nearest `time`, if one lies within
+/// `max_time_difference` s of it (the earlier of two equally near).
+std::optional<std::size_t> nearest_in_time(const Trajectory& trajectory, double time, double max_time_difference);
+
 /// What sort_reference() found in a reference trajectory's stamps.
 struct ReferenceCheck {
   /// Poses whose stamp lies before the stamp of the pose above them in the file. The

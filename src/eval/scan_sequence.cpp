@@ -267,22 +267,7 @@ std::vector<std::optional<std::size_t>> reference_matches(const std::vector<Scan
     return match;
   }
   // Nearest reference time; the reference is in time order, the scans need not be.
-  for (std::size_t k = 0; k < scans.size(); ++k) {
-    const double t = scans[k].time;
-    auto it = std::lower_bound(reference.begin(), reference.end(), t,
-                               [](const StampedPose& p, double v) { return p.time < v; });
-    std::optional<std::size_t> best;
-    double gap = max_time_difference;
-    for (auto c : {it, it == reference.begin() ? reference.end() : std::prev(it)}) {
-      if (c == reference.end()) continue;
-      const double d = std::abs(c->time - t);
-      if (d <= gap) {
-        gap = d;
-        best = static_cast<std::size_t>(c - reference.begin());
-      }
-    }
-    match[k] = best;
-  }
+  for (std::size_t k = 0; k < scans.size(); ++k) match[k] = nearest_in_time(reference, scans[k].time, max_time_difference);
   return match;
 }
 

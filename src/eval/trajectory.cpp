@@ -249,6 +249,23 @@ std::vector<RpeStats> relative_pose_error(const Trajectory& estimate, const Traj
   return out;
 }
 
+std::optional<std::size_t> nearest_in_time(const Trajectory& trajectory, double time, double max_time_difference) {
+  auto it = std::lower_bound(trajectory.begin(), trajectory.end(), time,
+                             [](const StampedPose& p, double v) { return p.time < v; });
+  std::optional<std::size_t> best;
+  double gap = max_time_difference;
+  // The pose at or after `time`, then the one before it (which wins a tie).
+  for (auto c : {it, it == trajectory.begin() ? trajectory.end() : std::prev(it)}) {
+    if (c == trajectory.end()) continue;
+    const double d = std::abs(c->time - time);
+    if (d <= gap) {
+      gap = d;
+      best = static_cast<std::size_t>(c - trajectory.begin());
+    }
+  }
+  return best;
+}
+
 std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& t, double time, double max_gap) {
   if (t.empty() || !std::isfinite(time) || time < t.front().time || time > t.back().time) return std::nullopt;
   // The first pose at or after `time`.

@@ -281,8 +281,11 @@ std::string add_evaluation(nlohmann::json& j, const LocalizeRun& run, Progress& 
     }
     // How honest the reported covariance was: read back from frames.csv (in place before the
     // summary), as `ndtcu eval covariance` reads it, so that the two give the same figures.
+    // The three most over-confident frames (`ndtcu eval covariance --worst N` lists more).
+    CovarianceCalibrationOptions cal_options;
+    cal_options.worst = 3;
     const LocalizeRunCalibration cal = calibrate_localize_run((fs::path(o.out) / "frames.csv").string(), in.reference,
-                                                              t.frame_count, o.max_time_difference);
+                                                              t.frame_count, o.max_time_difference, cal_options);
     j["covariance_calibration"] = covariance_calibration_json(cal.calibration);
     eval_text += covariance_calibration_text(cal.calibration, "  ");
     if (ate.pairs == 0 && !t.estimate.empty()) {

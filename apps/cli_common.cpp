@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -89,6 +90,10 @@ nlohmann::json describe_json(const CloudInfo& info, const PointCloud& cloud) {
   j["file_bytes"] = info.file_bytes;
   j["xyz_double"] = info.xyz_double;
   j["intensity_field"] = info.intensity_field.empty() ? nlohmann::json(nullptr) : json_text(info.intensity_field);
+  j["time_field"] = info.time_field.empty() ? nlohmann::json(nullptr) : json_text(info.time_field);
+  j["time_unit"] = info.time_field.empty() ? nlohmann::json(nullptr) : nlohmann::json(to_string(info.time_unit));
+  j["time_absolute"] = info.time_absolute;
+  j["time_dropped"] = info.time_dropped.empty() ? nlohmann::json(nullptr) : json_text(info.time_dropped);
   auto& fields = j["fields"] = nlohmann::json::array();
   for (const auto& f : info.fields) {
     fields.push_back({{"name", json_text(f.name)}, {"type", json_text(std::string(1, f.type))}, {"size", f.size}, {"count", f.count}});
@@ -119,6 +124,15 @@ std::string describe_text(const CloudInfo& info, const PointCloud& cloud) {
   if (info.height > 1) out += fmt::format("  layout     organized {} x {}\n", info.width, info.height);
   out += fmt::format("  fields     {}\n", fields);
   out += fmt::format("  intensity  {}\n", info.intensity_field.empty() ? "none" : printable(info.intensity_field));
+  if (!info.time_field.empty()) {
+    out += fmt::format("  time       {} ({}{}, span {:.6f} s)\n", printable(info.time_field), to_string(info.time_unit),
+                       info.time_absolute ? ", absolute stamps made relative to the earliest" : "",
+                       cloud.has_time() ? static_cast<double>(*std::max_element(cloud.time.begin(), cloud.time.end()) -
+                                                              *std::min_element(cloud.time.begin(), cloud.time.end()))
+                                        : 0.0);
+  } else if (!info.time_dropped.empty()) {
+    out += fmt::format("  time       dropped: {}\n", printable(info.time_dropped));
+  }
   if (!cloud.origin.isZero()) {
     out += fmt::format("  origin     {} {} {} (subtracted; coordinates kept relative)\n", cloud.origin.x(),
                        cloud.origin.y(), cloud.origin.z());

@@ -51,6 +51,20 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
       ->required();
   cmd->add_option("--topic", o.topic,
                   "with --scans BAG: the sensor_msgs/PointCloud2 topic to read (default: the bag's only one)");
+  cmd->add_option("--point-time", o.point_time,
+                  "the scans' per-point time field: FIELD:UNIT (UNIT s, ms, us, ns or auto), FIELD, `auto` (the "
+                  "first of t, time, timestamp, time_stamp, offset_time; unit from its type) or `none`")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        if (text == "auto") return std::string();
+        ReadOptions scratch;
+        try {
+          parse_point_time(text, scratch);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      });
   auto* init =
       cmd->add_option("--init", o.init,
                       "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "

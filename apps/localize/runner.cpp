@@ -95,17 +95,18 @@ class FrameLoop {
     files_.frame(frames_csv_row(scan, nullptr, matched, std::nullopt));
   }
 
-  // Reads scan k of a rosbag's topic (empty for files: the prefetcher reads them itself).
+  // Reads scan k: a message of a rosbag's topic, or a file, with the per-point time
+  // --point-time asks for.
   ScanPrefetcher::Reader scan_reader() const {
-    ScanPrefetcher::Reader read_scan;
+    ReadOptions ro;
+    ro.read_intensity = false;  // NDT uses geometry only
+    if (o_.point_time != "auto") parse_point_time(o_.point_time, ro);
     if (in_.bag) {
-      read_scan = [bag = in_.bag, bag_topic = in_.bag_topic](std::size_t k, const ScanEntry&) {
-        ReadOptions ro;
-        ro.read_intensity = false;  // NDT uses geometry only, as for files
+      return [ro, bag = in_.bag, bag_topic = in_.bag_topic](std::size_t k, const ScanEntry&) {
         return bag->read_point_cloud(bag_topic, k, ro);
       };
     }
-    return read_scan;
+    return [ro](std::size_t, const ScanEntry& entry) { return read_point_cloud(entry.path, ro); };
   }
 
   // The filter the readers run (none when it runs in line, before each alignment).

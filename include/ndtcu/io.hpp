@@ -37,6 +37,16 @@ enum class OriginPolicy {
   Fixed,
 };
 
+/// Unit of a per-point time field. `Auto` detects it from the field's type and values
+/// (docs/formats.md, "Per-point time").
+enum class TimeUnit { Auto, Seconds, Milliseconds, Microseconds, Nanoseconds };
+
+/// The widest span (s) of per-point times a scan may have, and how far (s) relative times
+/// may lie from the scan's stamp: a spinning LiDAR sweeps in 0.05-0.2 s (5-20 Hz), a Livox
+/// integrates 0.1 s, so a second is beyond any sweep. Times outside it are reported and
+/// dropped.
+inline constexpr double kMaxPointTimeSpan = 1.0;
+
 /// Options for reading a point cloud.
 struct ReadOptions {
   OriginPolicy origin_policy = OriginPolicy::Auto;  ///< how the origin is chosen
@@ -45,7 +55,23 @@ struct ReadOptions {
   /// float32 resolves about 1 mm at 1e4 m, so beyond it millimetres would be lost.
   double auto_origin_threshold = 1.0e4;
   bool read_intensity = true;  ///< read an intensity field when the file has one
+  /// Read a per-point time field when the file has one (PointCloud::time).
+  bool read_time = true;
+  /// The time field to read; empty: the first of `t`, `time`, `timestamp`, `time_stamp`,
+  /// `offset_time` the file has. A named field the file lacks is an IoError.
+  std::string time_field{};
+  /// Unit of the time field's values; Auto: nanoseconds for integer fields, seconds for
+  /// floating-point ones (absolute stamps: by their magnitude).
+  TimeUnit time_unit = TimeUnit::Auto;
 };
+
+/// Sets `options`' time fields from a `--point-time` value: `FIELD:UNIT` (UNIT one of s,
+/// ms, us, ns, auto), `FIELD` (unit detected), or `none` (times not read). Throws Error
+/// naming the value otherwise.
+void parse_point_time(const std::string& text, ReadOptions& options);
+
+/// Name of a time unit ("auto", "s", "ms", "us", "ns").
+const char* to_string(TimeUnit unit);
 
 /// One field (PCD) or vertex property (PLY) as the file declares it.
 struct FieldInfo {
@@ -71,6 +97,15 @@ struct CloudInfo {
   std::uint64_t out_of_range = 0;
   bool xyz_double = false;               ///< x, y, z stored as float64
   std::string intensity_field;           ///< the field read as intensity, empty if none
+  /// The field read as per-point time, empty if none (also when its times were dropped).
+  std::string time_field{};
+  /// Unit the time field's values were read in (Auto when there is none).
+  TimeUnit time_unit = TimeUnit::Auto;
+  /// True when the times were absolute stamps, made relative to their earliest.
+  bool time_absolute = false;
+  /// Why the times of the field were dropped (implausible), empty when they were kept or
+  /// the file had none.
+  std::string time_dropped;
   std::uint64_t file_bytes = 0;          ///< size of the file
 };
 
@@ -117,7 +152,7 @@ void write_point_cloud(const std::string& path, const PointCloud& cloud,
 /// lie), as the overload above, without intensities.
 void write_point_cloud(const std::string& path, PointCloudView cloud, const WriteOptions& options = {});
 
-/// Writes a PCD file with fields x y z [intensity].
+/// Writes a PCD file with fields x y z [intensity] [t] (t: float32 seconds, PointCloud::time).
 void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options = {});
 
 /// Writes a KITTI `.bin` file (float32 x y z intensity, world coordinates); throws IoError

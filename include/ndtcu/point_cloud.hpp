@@ -17,6 +17,12 @@ struct PointCloud {
   std::vector<Eigen::Vector3f> points;
   /// Per-point intensity; empty when the source had none, otherwise `points.size()` long.
   std::vector<float> intensity;
+  /// Per-point time in seconds relative to the scan's reference time (when the sensor took
+  /// each point during its sweep; negative before the reference). Empty when the source had
+  /// none or its times were implausible (see docs/formats.md, "Per-point time"), otherwise
+  /// `points.size()` long. float32 resolves about 7 ns at 0.1 s, far below a point's
+  /// motion.
+  std::vector<float> time;
   /// Offset (metres, double) that was subtracted from every point; zero for sensor-frame
   /// scans.
   Eigen::Vector3d origin = Eigen::Vector3d::Zero();
@@ -29,6 +35,10 @@ struct PointCloud {
   bool has_intensity() const noexcept { return !points.empty() && intensity.size() == points.size(); }
   /// The intensities when has_intensity(), else null (what the filters take with a view).
   const float* intensity_or_null() const noexcept { return has_intensity() ? intensity.data() : nullptr; }
+  /// True when `time` holds one value per point.
+  bool has_time() const noexcept { return !points.empty() && time.size() == points.size(); }
+  /// The times when has_time(), else null (what the filters take with a view).
+  const float* time_or_null() const noexcept { return has_time() ? time.data() : nullptr; }
   /// World coordinates of point `i` (origin added back, in double).
   Eigen::Vector3d world(std::size_t i) const { return origin + points[i].cast<double>(); }
 };
@@ -36,7 +46,7 @@ struct PointCloud {
 /// A read-only view of points somewhere else: a PointCloud's, or float32 xyz triples in the
 /// caller's own buffer (a numpy array, a ROS message's data), used without copying them.
 /// What a view points to must outlive every call it is given to and must not be written
-/// while such a call runs; a view holds no intensities (the calls that take one only read
+/// while such a call runs; a view holds no intensities nor times (the calls that take one only read
 /// coordinates). Made from a PointCloud implicitly, so a function taking a view takes a
 /// PointCloud unchanged; a view of a temporary cloud is valid until the end of the full
 /// expression, as for any reference.

@@ -109,6 +109,10 @@ struct PointCloud2Info {
   std::uint64_t non_finite = 0;         ///< points dropped: x, y or z NaN or infinite
   std::uint64_t out_of_range = 0;       ///< points dropped: beyond float32's range
   std::string intensity_field;          ///< field read as intensity, empty if none
+  std::string time_field;               ///< field read as per-point time, empty if none or dropped
+  TimeUnit time_unit = TimeUnit::Auto;  ///< unit the time field was read in
+  bool time_absolute = false;           ///< the times were absolute stamps (made relative to the earliest)
+  std::string time_dropped;             ///< why the times were dropped (implausible), empty otherwise
   bool big_endian_cdr = false;          ///< ROS 2: the CDR encapsulation was big endian
 };
 
@@ -141,15 +145,17 @@ OdometryMessage decode_odometry(std::string_view bytes, MessageEncoding encoding
 bool is_bag_path(const std::string& path);
 
 /// Decodes one serialized sensor_msgs/PointCloud2. x, y, z of any PointField type (float
-/// or integer) and an intensity field if present; any point_step, padding, row_step and
+/// or integer), an intensity field and a per-point time field (ReadOptions::time_field,
+/// docs/formats.md) if present; any point_step, padding, row_step and
 /// height; is_bigendian honoured; non-finite points dropped and counted. `context` names
 /// the message in errors (e.g. "bag.mcap: topic /points: message 3"). Throws IoError.
 PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding, const std::string& context,
                                const ReadOptions& options = {}, PointCloud2Info* info = nullptr);
 
 /// Serializes `cloud` as one sensor_msgs/msg/PointCloud2 in little-endian CDR, stamped
-/// `stamp_ns` in `frame_id`: one row, fields x y z (float32) and intensity (float32) when the
-/// cloud has it, world coordinates (origin added), is_dense. The bytes McapBagWriter stores
+/// `stamp_ns` in `frame_id`: one row, fields x y z (float32), intensity (float32) and t
+/// (float32 seconds, PointCloud::time) when the cloud has them, world coordinates (origin
+/// added), is_dense. The bytes McapBagWriter stores
 /// and a ROS 2 publisher sends (the node publishes them without a Python message).
 std::string encode_point_cloud2(std::int64_t stamp_ns, const std::string& frame_id, const PointCloud& cloud);
 

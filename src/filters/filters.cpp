@@ -114,31 +114,39 @@ struct CellPoint {
 };
 
 // Centroids of runs of equal cells, in the order of `order` (indices into cloud).
-// `intensity`: one per point of `cloud`, or null (none).
+// `intensity`, `time`: one per point of `cloud`, or null (none). A centroid's time is the
+// mean of its points' times, as its intensity is theirs: the moment the sensor saw the
+// middle of the cell (within a cell the points of one sweep are close in time, except in
+// the cells where the sweep begins and ends).
 template <typename Key, typename It>
-void emit_centroids(PointCloudView cloud, const float* intensity, It begin, It end, Key key_of, PointCloud& out) {
+void emit_centroids(PointCloudView cloud, const float* intensity, const float* time, It begin, It end, Key key_of,
+                    PointCloud& out) {
   const bool with_intensity = intensity != nullptr;
+  const bool with_time = time != nullptr;
   for (It run = begin; run != end;) {
     It stop = run;
     Eigen::Vector3f sum = Eigen::Vector3f::Zero();
     float isum = 0.f;
+    double tsum = 0.0;  // in double: a mean of 10^5 times keeps its nanoseconds
     std::size_t n = 0;
     while (stop != end && key_of(*stop) == key_of(*run)) {
       const std::size_t i = stop->cloud_point_index;
       sum += cloud[i];  // pcl::CentroidPoint accumulates x y z in float
       if (with_intensity) isum += intensity[i];
+      if (with_time) tsum += time[i];
       ++n;
       ++stop;
     }
     out.points.push_back(sum / static_cast<float>(n));
     if (with_intensity) out.intensity.push_back(isum / static_cast<float>(n));
+    if (with_time) out.time.push_back(static_cast<float>(tsum / static_cast<double>(n)));
     run = stop;
   }
 }
 
 }  // namespace
 
-PointCloud detail::downsample_points(PointCloudView cloud, const float* intensity, double leaf) {
+PointCloud detail::downsample_points(PointCloudView cloud, const float* intensity, const float* time, double leaf) {
   detail::check_voxel_leaf(leaf);
   PointCloud out;
   out.origin = cloud.origin;
@@ -169,7 +177,7 @@ PointCloud detail::downsample_points(PointCloudView cloud, const float* intensit
     // centroid may differ from PCL's in the last float bit.
     std::stable_sort(index.begin(), index.end());
 #endif
-    emit_centroids(cloud, intensity, index.begin(), index.end(), [](const CellPoint& c) { return c.idx; }, out);
+    emit_centroids(cloud, intensity, time, index.begin(), index.end(), [](const CellPoint& c) { return c.idx; }, out);
     return out;
   }
   // The 64-bit lattice: points within a cell in input order.
@@ -184,11 +192,13 @@ PointCloud detail::downsample_points(PointCloudView cloud, const float* intensit
   }
   std::stable_sort(keyed.begin(), keyed.end(),
                    [](const WideCellPoint& a, const WideCellPoint& b) { return a.idx < b.idx; });
-  emit_centroids(cloud, intensity, keyed.begin(), keyed.end(), [](const WideCellPoint& c) { return c.idx; }, out);
+  emit_centroids(cloud, intensity, time, keyed.begin(), keyed.end(), [](const WideCellPoint& c) { return c.idx; },
+                 out);
   return out;
 }
 
-PointCloud detail::crop_points(PointCloudView cloud, const float* intensity, double min_range, double max_range) {
+PointCloud detail::crop_points(PointCloudView cloud, const float* intensity, const float* time, double min_range,
+                               double max_range) {
   detail::check_crop_range(min_range, max_range);
   PointCloud out;
   out.origin = cloud.origin;
@@ -200,21 +210,24 @@ PointCloud detail::crop_points(PointCloudView cloud, const float* intensity, dou
     if (math::within_range(o.x(), o.y(), o.z(), p.x(), p.y(), p.z(), lo2, hi2)) {
       out.points.push_back(p);
       if (with_intensity) out.intensity.push_back(intensity[i]);
+      if (time) out.time.push_back(time[i]);
     }
   }
   return out;
 }
 
 PointCloud voxel_downsample(const PointCloud& cloud, double leaf) {
-  return detail::downsample_points(cloud, cloud.intensity_or_null(), leaf);
+  return detail::downsample_points(cloud, cloud.intensity_or_null(), cloud.time_or_null(), leaf);
 }
-PointCloud voxel_downsample(PointCloudView cloud, double leaf) { return detail::downsample_points(cloud, nullptr, leaf); }
+PointCloud voxel_downsample(PointCloudView cloud, double leaf) {
+  return detail::downsample_points(cloud, nullptr, nullptr, leaf);
+}
 
 PointCloud crop_range(const PointCloud& cloud, double min_range, double max_range) {
-  return detail::crop_points(cloud, cloud.intensity_or_null(), min_range, max_range);
+  return detail::crop_points(cloud, cloud.intensity_or_null(), cloud.time_or_null(), min_range, max_range);
 }
 PointCloud crop_range(PointCloudView cloud, double min_range, double max_range) {
-  return detail::crop_points(cloud, nullptr, min_range, max_range);
+  return detail::crop_points(cloud, nullptr, nullptr, min_range, max_range);
 }
 
 }  // namespace ndtcu

@@ -9,11 +9,12 @@
 
 namespace ndtcu::detail {
 
-/// voxel_downsample and crop_range of points where they lie, with `intensity` (one per
-/// point) or none (null): the one implementation behind the PointCloud and view overloads
-/// and the localizer's CPU preprocessing.
-PointCloud downsample_points(PointCloudView cloud, const float* intensity, double leaf);
-PointCloud crop_points(PointCloudView cloud, const float* intensity, double min_range, double max_range);
+/// voxel_downsample and crop_range of points where they lie, with `intensity` and `time`
+/// (one per point each) or none (null): the one implementation behind the PointCloud and
+/// view overloads and the localizer's CPU preprocessing.
+PointCloud downsample_points(PointCloudView cloud, const float* intensity, const float* time, double leaf);
+PointCloud crop_points(PointCloudView cloud, const float* intensity, const float* time, double min_range,
+                       double max_range);
 
 /// Throws Error unless `leaf` is positive and finite (voxel_downsample's rule).
 void check_voxel_leaf(double leaf);

@@ -1,4 +1,5 @@
 #include "cloud_builder.hpp"
+#include "point_time.hpp"
 
 #include "../log.hpp"
 
@@ -74,10 +75,12 @@ void CloudBuilder::settle_origin() {
     if (doubles) cloud_.points.push_back(r.cast<float>());
     else cloud_.points[kept] = r.cast<float>();
     if (with_intensity_) cloud_.intensity[kept] = cloud_.intensity[i];
+    if (with_time_) times_[kept] = times_[i];
     ++kept;
   }
   cloud_.points.resize(kept);
   if (with_intensity_) cloud_.intensity.resize(kept);
+  if (with_time_) times_.resize(kept);
   std::vector<Eigen::Vector3d>().swap(world_);
 }
 
@@ -142,6 +145,10 @@ PointCloud CloudBuilder::finish(const std::string& name, bool xyz_double, CloudI
     info->non_finite = non_finite_;
     info->out_of_range = out_of_range_;
     info->xyz_double = xyz_double;
+  }
+  if (with_time_) {
+    settle_point_times(times_, time_kind_, time_field_, options_.time_unit, name, cloud_.time, info);
+    std::vector<double>().swap(times_);
   }
   cloud_.points.shrink_to_fit();
   cloud_.intensity.shrink_to_fit();

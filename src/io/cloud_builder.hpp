@@ -1,6 +1,8 @@
 #pragma once
-// Shared by every reader: turns x y z (double) and intensity into a PointCloud,
+// Shared by every reader: turns x y z (double), intensity and time into a PointCloud,
 // applying the origin policy and dropping non-finite points and points float32 cannot hold.
+#include "bytes.hpp"
+
 #include <ndtcu/io.hpp>
 
 #include <algorithm>
@@ -23,13 +25,23 @@ class CloudBuilder {
   /// can hold.
   CloudBuilder(const ReadOptions& options, bool with_intensity, std::uint64_t expected_points);
 
-  void add(double x, double y, double z, double intensity) {
+  /// Keeps a per-point time from now on: the values add() is given, read from `field` of
+  /// type `kind` (settled into seconds, or dropped as implausible, by finish()). Call it
+  /// before the first add().
+  void keep_time(const std::string& field, ScalarKind kind) {
+    with_time_ = true;
+    time_field_ = field;
+    time_kind_ = kind;
+    times_.reserve(cloud_.points.capacity());
+  }
+
+  void add(double x, double y, double z, double intensity, double time = 0.0) {
     if (!(std::isfinite(x) && std::isfinite(y) && std::isfinite(z))) {
       ++non_finite_;
       return;
     }
     if (origin_known_) {
-      add_relative(x - cloud_.origin.x(), y - cloud_.origin.y(), z - cloud_.origin.z(), intensity);
+      add_relative(x - cloud_.origin.x(), y - cloud_.origin.y(), z - cloud_.origin.z(), intensity, time);
       return;
     }
     // OriginPolicy::Auto: the origin is a median of all the points, known at finish(). Until
@@ -46,15 +58,18 @@ class CloudBuilder {
       largest_ = std::max(largest_, std::max({std::abs(x), std::abs(y), std::abs(z)}));
     }
     add_intensity(intensity);
+    if (with_time_) times_.push_back(time);
   }
 
   /// add() of `count` points of float32 x y z (and intensity, when the builder keeps it) in
   /// the host's byte order, one every `step` bytes from `first`, the fields at byte offsets
-  /// `x`, `y`, `z` and `intensity`: the same cloud as add() of each, read without a call and
+  /// `x`, `y`, `z` and `intensity` (and the time at `time`, of type `time_kind`, when the
+  /// builder keeps it): the same cloud as add() of each, read without a call and
   /// a round trip through double per point (OriginPolicy::Auto with float32 points so far,
   /// the case of a LiDAR message: its 100,000 points in a third of the time).
   void add_float_points(const char* first, std::uint64_t count, std::size_t step, std::uint32_t x, std::uint32_t y,
-                        std::uint32_t z, std::uint32_t intensity) {
+                        std::uint32_t z, std::uint32_t intensity, std::uint32_t time = 0,
+                        ScalarKind time_kind = ScalarKind::F32) {
     const auto at = [](const char* p) {
       float v;
       std::memcpy(&v, p, sizeof v);
@@ -63,7 +78,8 @@ class CloudBuilder {
     if (origin_known_ || !world_.empty()) {
       for (std::uint64_t i = 0; i < count; ++i) {
         const char* p = first + i * step;
-        add(at(p + x), at(p + y), at(p + z), with_intensity_ ? at(p + intensity) : 0.0f);
+        add(at(p + x), at(p + y), at(p + z), with_intensity_ ? at(p + intensity) : 0.0f,
+            with_time_ ? load_scalar(p + time, time_kind) : 0.0);
       }
       return;
     }
@@ -73,6 +89,8 @@ class CloudBuilder {
     std::size_t kept = cloud_.points.size();
     cloud_.points.resize(kept + count);
     if (with_intensity_) cloud_.intensity.resize(kept + count);
+    std::size_t timed = times_.size();
+    if (with_time_) times_.resize(timed + count);
     for (std::uint64_t i = 0; i < count; ++i) {
       const char* p = first + i * step;
       const float fx = at(p + x), fy = at(p + y), fz = at(p + z);
@@ -83,10 +101,12 @@ class CloudBuilder {
       cloud_.points[kept] = Eigen::Vector3f(fx, fy, fz);
       largest = std::max(largest, std::max({std::abs(fx), std::abs(fy), std::abs(fz)}));
       if (with_intensity_) cloud_.intensity[kept] = at(p + intensity);  // a float: add_intensity() keeps it
+      if (with_time_) times_[timed++] = load_scalar(p + time, time_kind);
       ++kept;
     }
     cloud_.points.resize(kept);
     if (with_intensity_) cloud_.intensity.resize(kept);
+    if (with_time_) times_.resize(timed);
     largest_ = std::max(largest_, static_cast<double>(largest));
   }
 
@@ -95,7 +115,7 @@ class CloudBuilder {
   PointCloud finish(const std::string& name, bool xyz_double, CloudInfo* info);
 
  private:
-  void add_relative(double rx, double ry, double rz, double intensity) {
+  void add_relative(double rx, double ry, double rz, double intensity, double time) {
     // Beyond float32's range a coordinate cannot be stored (and the conversion would be
     // undefined): the point is dropped, and counted apart from the non-finite ones (its
     // coordinates are finite numbers, just too large).
@@ -105,6 +125,7 @@ class CloudBuilder {
     }
     cloud_.points.emplace_back(static_cast<float>(rx), static_cast<float>(ry), static_cast<float>(rz));
     add_intensity(intensity);
+    if (with_time_) times_.push_back(time);
   }
 
   void add_intensity(double intensity) {
@@ -125,6 +146,10 @@ class CloudBuilder {
 
   ReadOptions options_;
   bool with_intensity_;
+  bool with_time_ = false;
+  std::string time_field_;                // keep_time(): the field the times come from
+  ScalarKind time_kind_ = ScalarKind::F64;
+  std::vector<double> times_;             // the times as read, one per point kept
   bool origin_known_ = false;
   std::uint64_t non_finite_ = 0;
   std::uint64_t out_of_range_ = 0;

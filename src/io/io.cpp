@@ -114,21 +114,30 @@ PointCloud read_point_cloud(const std::string& path, const ReadOptions& options,
 
 namespace {
 
-// The PCD writer: the points of `cloud`, with `intensity` (one a point) when not null.
-void write_pcd_points(const std::string& path, PointCloudView cloud, const float* intensity,
+// The PCD writer: the points of `cloud`, with `intensity` and `time` (one a point each)
+// when not null. The time is field `t`, float32 seconds: what the readers take back as
+// seconds relative to the scan's reference time.
+void write_pcd_points(const std::string& path, PointCloudView cloud, const float* intensity, const float* time,
                       const WriteOptions& options) {
   const bool world_double = options.world_double_when_offset && !cloud.origin.isZero();
   const bool with_intensity = intensity != nullptr && !cloud.empty();
+  const bool with_time = time != nullptr && !cloud.empty();
   const std::size_t n = cloud.size();
   const int xyz_size = world_double ? 8 : 4;
   const char* encoding = options.pcd_encoding == PcdEncoding::Ascii    ? "ascii"
                        : options.pcd_encoding == PcdEncoding::Binary ? "binary"
                                                                      : "binary_compressed";
   std::string header = "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\n";
-  header += with_intensity ? "FIELDS x y z intensity\n" : "FIELDS x y z\n";
+  header += std::string("FIELDS x y z") + (with_intensity ? " intensity" : "") + (with_time ? " t" : "") + "\n";
   std::string sz = std::to_string(xyz_size);
-  header += "SIZE " + sz + " " + sz + " " + sz + (with_intensity ? " 4\n" : "\n");
-  header += with_intensity ? "TYPE F F F F\nCOUNT 1 1 1 1\n" : "TYPE F F F\nCOUNT 1 1 1\n";
+  const int extra = (with_intensity ? 1 : 0) + (with_time ? 1 : 0);
+  header += "SIZE " + sz + " " + sz + " " + sz;
+  for (int k = 0; k < extra; ++k) header += " 4";
+  header += "\nTYPE F F F";
+  for (int k = 0; k < extra; ++k) header += " F";
+  header += "\nCOUNT 1 1 1";
+  for (int k = 0; k < extra; ++k) header += " 1";
+  header += "\n";
   header += "WIDTH " + std::to_string(n) + "\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS " + std::to_string(n) +
             "\nDATA " + encoding + "\n";
 
@@ -153,7 +162,11 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
         else append_number(text, cloud[i][a]);
         text += ' ';
       }
-      if (with_intensity) append_number(text, intensity[i]);
+      if (with_intensity) {
+        append_number(text, intensity[i]);
+        text += ' ';
+      }
+      if (with_time) append_number(text, time[i]);
       else text.pop_back();
       text += '\n';
       if (text.size() > (1 << 20)) {
@@ -165,7 +178,7 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
     out.commit();
     return;
   }
-  const std::size_t step = 3 * xyz_size + (with_intensity ? 4 : 0);
+  const std::size_t step = 3 * xyz_size + 4 * static_cast<std::size_t>(extra);
   std::vector<char> body(n * step);
   const bool field_major = options.pcd_encoding == PcdEncoding::BinaryCompressed;
   // Binary: point after point. Compressed: field after field (x of all points, then y...).
@@ -184,6 +197,7 @@ void write_pcd_points(const std::string& path, PointCloudView cloud, const float
       }
     }
     if (with_intensity) put(i, &intensity[i], 4, 3 * xyz_size);
+    if (with_time) put(i, &time[i], 4, 3 * xyz_size + (with_intensity ? 4 : 0));
   }
   if (!field_major) {
     out.write(body.data(), body.size());
@@ -250,10 +264,10 @@ void write_kitti_points(const std::string& path, PointCloudView cloud, const flo
   out.commit();
 }
 
-void write_points(const std::string& path, PointCloudView cloud, const float* intensity,
+void write_points(const std::string& path, PointCloudView cloud, const float* intensity, const float* time,
                   const WriteOptions& options) {
   switch (format_from_path(path)) {
-    case FileFormat::Pcd: return write_pcd_points(path, cloud, intensity, options);
+    case FileFormat::Pcd: return write_pcd_points(path, cloud, intensity, time, options);
     case FileFormat::KittiBin: return write_kitti_points(path, cloud, intensity, options);
     case FileFormat::Ply: throw IoError(path, "writing PLY is not supported; write .pcd or .bin");
   }
@@ -262,7 +276,7 @@ void write_points(const std::string& path, PointCloudView cloud, const float* in
 }  // namespace
 
 void write_pcd(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
-  write_pcd_points(path, cloud, cloud.intensity_or_null(), options);
+  write_pcd_points(path, cloud, cloud.intensity_or_null(), cloud.time_or_null(), options);
 }
 
 void write_kitti_bin(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
@@ -270,11 +284,11 @@ void write_kitti_bin(const std::string& path, const PointCloud& cloud, const Wri
 }
 
 void write_point_cloud(const std::string& path, const PointCloud& cloud, const WriteOptions& options) {
-  write_points(path, cloud, cloud.intensity_or_null(), options);
+  write_points(path, cloud, cloud.intensity_or_null(), cloud.time_or_null(), options);
 }
 
 void write_point_cloud(const std::string& path, PointCloudView cloud, const WriteOptions& options) {
-  write_points(path, cloud, nullptr, options);
+  write_points(path, cloud, nullptr, nullptr, options);
 }
 
 }  // namespace ndtcu

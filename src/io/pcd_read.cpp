@@ -5,6 +5,7 @@
 // sizes.
 #include "bytes.hpp"
 #include "cloud_builder.hpp"
+#include "point_time.hpp"
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/text.hpp>
@@ -189,6 +190,7 @@ PcdHeader parse_header(std::string_view bytes, const std::string& name) {
 struct Channels {
   const PcdField* xyz[3] = {nullptr, nullptr, nullptr};
   const PcdField* intensity = nullptr;
+  const PcdField* time = nullptr;  // the per-point time, when read
 };
 
 Channels find_channels(const PcdHeader& h, const std::string& name, const ReadOptions& options) {
@@ -214,6 +216,10 @@ Channels find_channels(const PcdHeader& h, const std::string& name, const ReadOp
     for (const auto& f : h.fields) have += (have.empty() ? "" : " ") + f.name;
     fail(name, "PCD has no field " + missing + " (fields: " + have + ")");
   }
+  std::vector<detail::TimeFieldCandidate> candidates;
+  for (const auto& f : h.fields) candidates.push_back({f.name, f.kind, f.count});
+  const int time = detail::choose_time_field(candidates, options, name);
+  if (time >= 0) c.time = &h.fields[static_cast<std::size_t>(time)];
   // A coordinate is one value: of x with COUNT 3, which would be the point's x?
   for (int a = 0; a < 3; ++a) {
     if (c.xyz[a]->count != 1) {
@@ -241,14 +247,15 @@ bool is_double(const Channels& c) {
 }
 
 // Point-interleaved bytes (binary) or field-major bytes (decompressed binary_compressed):
-// value of field f for point k lives at base(f) + k * stride(f).
+// value of field f for point k lives at base(f) + k * stride(f). Fields x, y, z, intensity,
+// time.
 struct Layout {
-  const char* base[4];
-  std::uint64_t stride[4];
-  ScalarKind kind[4];
+  const char* base[5];
+  std::uint64_t stride[5];
+  ScalarKind kind[5];
 };
 
-void read_values(const Layout& l, std::uint64_t n, bool with_intensity, detail::CloudBuilder& out) {
+void read_values(const Layout& l, std::uint64_t n, bool with_intensity, bool with_time, detail::CloudBuilder& out) {
   // The common case (float32 x y z) gets its own loop so the type switch stays out of it.
   bool all_f32 = l.kind[0] == ScalarKind::F32 && l.kind[1] == ScalarKind::F32 && l.kind[2] == ScalarKind::F32;
   for (std::uint64_t k = 0; k < n; ++k) {
@@ -259,7 +266,8 @@ void read_values(const Layout& l, std::uint64_t n, bool with_intensity, detail::
       for (int a = 0; a < 3; ++a) v[a] = detail::load_scalar(l.base[a] + k * l.stride[a], l.kind[a]);
     }
     double intensity = with_intensity ? detail::load_scalar(l.base[3] + k * l.stride[3], l.kind[3]) : 0.0;
-    out.add(v[0], v[1], v[2], intensity);
+    double time = with_time ? detail::load_scalar(l.base[4] + k * l.stride[4], l.kind[4]) : 0.0;
+    out.add(v[0], v[1], v[2], intensity, time);
   }
 }
 
@@ -271,8 +279,8 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, st
   detail::LineReader lines(body);
   std::string_view line;
   std::vector<std::string_view> tok;
-  std::uint64_t want[4] = {c.xyz[0]->first_value, c.xyz[1]->first_value, c.xyz[2]->first_value,
-                           c.intensity ? c.intensity->first_value : 0};
+  std::uint64_t want[5] = {c.xyz[0]->first_value, c.xyz[1]->first_value, c.xyz[2]->first_value,
+                           c.intensity ? c.intensity->first_value : 0, c.time ? c.time->first_value : 0};
   std::uint64_t done = 0;
   std::size_t line_no = first_line - 1;
   while (done < h.points && lines.next(line)) {
@@ -291,9 +299,10 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, st
                                                       : std::to_string(tok.size())) +
                      " values; the fields need " + std::to_string(h.values_per_point) + " on each line");
     }
-    double v[4] = {0, 0, 0, 0};
-    const PcdField* read[4] = {c.xyz[0], c.xyz[1], c.xyz[2], c.intensity};
-    for (int a = 0; a < (c.intensity ? 4 : 3); ++a) {
+    double v[5] = {0, 0, 0, 0, 0};
+    const PcdField* read[5] = {c.xyz[0], c.xyz[1], c.xyz[2], c.intensity, c.time};
+    for (int a = 0; a < 5; ++a) {
+      if (!read[a]) continue;
       if (!detail::parse_double(tok[want[a]], v[a])) {
         fail(name, "line " + std::to_string(line_no) + ": ascii point " + std::to_string(done) + ": '" +
                        std::string(tok[want[a]].substr(0, 40)) + "' is not a number");
@@ -303,7 +312,7 @@ void read_ascii(const PcdHeader& h, const Channels& c, std::string_view body, st
                        read[a]->name + "': " + detail::kind_refusal(tok[want[a]], read[a]->kind));
       }
     }
-    out.add(v[0], v[1], v[2], v[3]);
+    out.add(v[0], v[1], v[2], v[3], v[4]);
     ++done;
   }
   if (done < h.points) {
@@ -333,12 +342,19 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
   fill_info(info, h, c);
   std::string_view body = bytes.substr(h.body_offset);
   bool with_intensity = c.intensity != nullptr;
+  const bool with_time = c.time != nullptr;
+  // The builder for `expected` points, keeping the time when it is read.
+  const auto builder = [&](std::uint64_t expected) {
+    detail::CloudBuilder b(options, with_intensity, expected);
+    if (with_time) b.keep_time(c.time->name, c.time->kind);
+    return b;
+  };
 
   if (h.data == "ascii") {
     // Each ascii point takes at least two bytes per value ("0 "), so the body bounds the
     // reservation whatever POINTS claims.
     std::uint64_t can_hold = body.size() / std::max<std::uint64_t>(1, 2 * h.values_per_point - 1) + 1;
-    detail::CloudBuilder out(options, with_intensity, std::min(h.points, can_hold));
+    detail::CloudBuilder out = builder(std::min(h.points, can_hold));
     read_ascii(h, c, body, detail::line_number(bytes, h.body_offset), name, out);
     return out.finish(name, is_double(c), info);
   }
@@ -361,14 +377,14 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
                      std::to_string(payload) + " bytes)");
     }
     Layout l{};
-    for (int a = 0; a < 4; ++a) {
-      const PcdField* f = a < 3 ? c.xyz[a] : (c.intensity ? c.intensity : c.xyz[0]);
+    for (int a = 0; a < 5; ++a) {
+      const PcdField* f = a < 3 ? c.xyz[a] : a == 3 ? (c.intensity ? c.intensity : c.xyz[0]) : (c.time ? c.time : c.xyz[0]);
       l.base[a] = body.data() + f->offset;
       l.stride[a] = h.point_step;
       l.kind[a] = f->kind;
     }
-    detail::CloudBuilder out(options, with_intensity, h.points);
-    read_values(l, h.points, with_intensity, out);
+    detail::CloudBuilder out = builder(h.points);
+    read_values(l, h.points, with_intensity, with_time, out);
     return out.finish(name, is_double(c), info);
   }
 
@@ -406,14 +422,14 @@ PointCloud parse_pcd(std::string_view bytes, const std::string& name, const Read
   // Field-major layout: field i occupies points * (size * count) bytes after the fields
   // before it.
   Layout l{};
-  for (int a = 0; a < 4; ++a) {
-    const PcdField* f = a < 3 ? c.xyz[a] : (c.intensity ? c.intensity : c.xyz[0]);
+  for (int a = 0; a < 5; ++a) {
+    const PcdField* f = a < 3 ? c.xyz[a] : a == 3 ? (c.intensity ? c.intensity : c.xyz[0]) : (c.time ? c.time : c.xyz[0]);
     l.base[a] = raw.data() + f->offset * h.points;
     l.stride[a] = f->count * static_cast<std::uint64_t>(f->size);
     l.kind[a] = f->kind;
   }
-  detail::CloudBuilder out(options, with_intensity, h.points);
-  read_values(l, h.points, with_intensity, out);
+  detail::CloudBuilder out = builder(h.points);
+  read_values(l, h.points, with_intensity, with_time, out);
   return out.finish(name, is_double(c), info);
 }
 

@@ -3,6 +3,7 @@
 // other property and element is skipped, list properties included.
 #include "bytes.hpp"
 #include "cloud_builder.hpp"
+#include "point_time.hpp"
 
 #include <ndtcu/io.hpp>
 #include <ndtcu/text.hpp>
@@ -277,10 +278,11 @@ PlyHeader read_header(std::string_view bytes, const std::string& name) {
   return h;
 }
 
-/// Which vertex properties are x, y, z and the intensity (-1: none read).
+/// Which vertex properties are x, y, z, the intensity and the time (-1: none read).
 struct VertexFields {
   int xyz[3] = {-1, -1, -1};
   int intensity = -1;
+  int time = -1;
 };
 
 VertexFields vertex_fields(const PlyElement& vertex, const std::string& name, const ReadOptions& options) {
@@ -311,6 +313,9 @@ VertexFields vertex_fields(const PlyElement& vertex, const std::string& name, co
   for (int a = 0; a < 3; ++a) {
     if (f.xyz[a] < 0) fail(name, std::string("PLY vertex element has no property ") + axis[a]);
   }
+  std::vector<detail::TimeFieldCandidate> candidates;
+  for (const auto& p : vertex.properties) candidates.push_back({p.name, p.kind, p.is_list ? 0u : 1u});
+  f.time = detail::choose_time_field(candidates, options, name);
   return f;
 }
 
@@ -356,10 +361,10 @@ void skip_element(Body& body, const PlyElement& e, PlyFormat format, const std::
 /// Fixed-size binary records: the wanted properties read straight from their offsets.
 void read_fixed_vertices(Body& body, const PlyElement& vertex, std::uint64_t record, const VertexFields& f,
                          const std::string& name, detail::CloudBuilder& out) {
-  std::uint64_t offsets[4] = {0, 0, 0, 0};
-  ScalarKind kinds[4] = {ScalarKind::F32, ScalarKind::F32, ScalarKind::F32, ScalarKind::F32};
-  const int wanted[4] = {f.xyz[0], f.xyz[1], f.xyz[2], f.intensity};
-  for (int w = 0; w < 4; ++w) {
+  std::uint64_t offsets[5] = {0, 0, 0, 0, 0};
+  ScalarKind kinds[5] = {ScalarKind::F32, ScalarKind::F32, ScalarKind::F32, ScalarKind::F32, ScalarKind::F32};
+  const int wanted[5] = {f.xyz[0], f.xyz[1], f.xyz[2], f.intensity, f.time};
+  for (int w = 0; w < 5; ++w) {
     std::uint64_t off = 0;
     for (int i = 0; i < static_cast<int>(vertex.properties.size()); ++i) {
       if (i == wanted[w]) {
@@ -379,8 +384,9 @@ void read_fixed_vertices(Body& body, const PlyElement& vertex, std::uint64_t rec
   for (std::uint64_t k = 0; k < vertex.count; ++k) {
     const char* r = base + k * record;
     double value = f.intensity >= 0 ? detail::load_scalar(r + offsets[3], kinds[3], swap) : 0.0;
+    double time = f.time >= 0 ? detail::load_scalar(r + offsets[4], kinds[4], swap) : 0.0;
     out.add(detail::load_scalar(r + offsets[0], kinds[0], swap), detail::load_scalar(r + offsets[1], kinds[1], swap),
-            detail::load_scalar(r + offsets[2], kinds[2], swap), value);
+            detail::load_scalar(r + offsets[2], kinds[2], swap), value, time);
   }
   body.skip_binary(vertex.count * record, "a vertex");  // past them: what follows is checked
 }
@@ -397,7 +403,8 @@ void read_vertices_in_turn(Body& body, const PlyElement& vertex, const VertexFie
       else values[i] = body.value(p.kind, "a vertex", &p.name);
     }
     body.end_record();
-    out.add(values[f.xyz[0]], values[f.xyz[1]], values[f.xyz[2]], f.intensity >= 0 ? values[f.intensity] : 0.0);
+    out.add(values[f.xyz[0]], values[f.xyz[1]], values[f.xyz[2]], f.intensity >= 0 ? values[f.intensity] : 0.0,
+            f.time >= 0 ? values[f.time] : 0.0);
   }
 }
 
@@ -432,6 +439,9 @@ PointCloud parse_ply(std::string_view bytes, const std::string& name, const Read
                    " bytes follow the header");
   }
   detail::CloudBuilder out(options, fields.intensity >= 0, std::min(vertex.count, can_hold));
+  if (fields.time >= 0) {
+    out.keep_time(vertex.properties[fields.time].name, vertex.properties[fields.time].kind);
+  }
   std::uint64_t record = 0;
   if (format != PlyFormat::Ascii && fixed_size(vertex, record)) {
     read_fixed_vertices(body, vertex, record, fields, name, out);

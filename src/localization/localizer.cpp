@@ -378,7 +378,7 @@ PointCloud Localizer::preprocess_points(PointCloudView scan, const float* intens
   std::optional<PointCloud> cropped;
   const auto filter = [&](double leaf) {
     if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, s, leaf);
-    if (!cropped) cropped = detail::crop_points(scan, intensity, s.min_range, s.max_range);
+    if (!cropped) cropped = detail::crop_points(scan, intensity, nullptr, s.min_range, s.max_range);
     return leaf > 0.0 ? voxel_downsample(*cropped, leaf) : *cropped;
   };
   double leaf = s.voxel_leaf;

@@ -125,15 +125,19 @@ std::string encode_pose_with_covariance_stamped(std::int64_t stamp_ns, const std
 
 std::string encode_point_cloud2(std::int64_t time_ns, const std::string& frame_id, const PointCloud& cloud) {
   const bool with_intensity = cloud.has_intensity();
-  const std::uint32_t step = with_intensity ? 16 : 12;
+  const bool with_time = cloud.has_time();
+  // Fields in order: x y z, then intensity and t when the cloud has them (float32 each).
+  std::vector<const char*> names = {"x", "y", "z"};
+  if (with_intensity) names.push_back("intensity");
+  if (with_time) names.push_back("t");
+  const auto count = static_cast<std::uint32_t>(names.size());
+  const std::uint32_t step = 4 * count;
   CdrBuffer b;
   b.put(static_cast<std::int32_t>(time_ns / 1000000000));
   b.put(static_cast<std::uint32_t>(time_ns % 1000000000));
   b.str(frame_id);
   b.put(std::uint32_t{1});                                 // height
   b.put(static_cast<std::uint32_t>(cloud.size()));         // width
-  const char* names[] = {"x", "y", "z", "intensity"};
-  const std::uint32_t count = with_intensity ? 4 : 3;
   b.put(count);
   for (std::uint32_t f = 0; f < count; ++f) {
     b.str(names[f]);
@@ -148,8 +152,10 @@ std::string encode_point_cloud2(std::int64_t time_ns, const std::string& frame_i
   b.bytes.reserve(b.bytes.size() + step * cloud.size() + 1);
   for (std::size_t i = 0; i < cloud.size(); ++i) {
     const Eigen::Vector3d w = cloud.world(i);
-    float v[4] = {static_cast<float>(w.x()), static_cast<float>(w.y()), static_cast<float>(w.z()),
-                  with_intensity ? cloud.intensity[i] : 0.0f};
+    float v[5] = {static_cast<float>(w.x()), static_cast<float>(w.y()), static_cast<float>(w.z()), 0.0f, 0.0f};
+    std::uint32_t k = 3;
+    if (with_intensity) v[k++] = cloud.intensity[i];
+    if (with_time) v[k++] = cloud.time[i];
     b.bytes.append(reinterpret_cast<const char*>(v), step);
   }
   b.put(std::uint8_t{1});  // is_dense: only finite points are stored in a PointCloud

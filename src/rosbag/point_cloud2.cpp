@@ -8,6 +8,7 @@
 
 #include "io/bytes.hpp"
 #include "io/cloud_builder.hpp"
+#include "io/point_time.hpp"
 
 #include <algorithm>
 
@@ -119,7 +120,16 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
       }
     }
   }
-  for (const Field* f : {axis[0], axis[1], axis[2], intensity}) {
+  const Field* time = nullptr;
+  {
+    std::vector<ndtcu::detail::TimeFieldCandidate> candidates;
+    for (const auto& f : fields) {
+      candidates.push_back({f.info.name, f.kind, static_cast<std::uint64_t>(std::max(f.info.count, 0))});
+    }
+    const int t = ndtcu::detail::choose_time_field(candidates, options, context);
+    if (t >= 0) time = &fields[static_cast<std::size_t>(t)];
+  }
+  for (const Field* f : {axis[0], axis[1], axis[2], intensity, time}) {
     if (f && (f->offset > out.point_step || static_cast<std::uint32_t>(f->info.size) > out.point_step - f->offset)) {
       throw IoError(context, "field '" + f->info.name + "' at offset " + std::to_string(f->offset) + " (" +
                                  std::to_string(f->info.size) + " bytes) lies outside point_step " +
@@ -142,6 +152,7 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
   // The message's byte order against this host's (little endian).
   const bool swap_points = out.is_bigendian;
   ndtcu::detail::CloudBuilder builder(options, intensity != nullptr, out.points_in_message);
+  if (time) builder.keep_time(time->info.name, time->kind);
   const auto is_f32 = [](const Field* f) { return !f || f->kind == ndtcu::detail::ScalarKind::F32; };
   if (!swap_points && is_f32(axis[0]) && is_f32(axis[1]) && is_f32(axis[2]) && is_f32(intensity)) {
     // What drivers publish (float32 fields in the host's order): the builder reads each
@@ -149,7 +160,8 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
     // machine).
     for (std::uint64_t r = 0; r < height; ++r) {
       builder.add_float_points(data.data() + r * out.row_step, width, out.point_step, axis[0]->offset,
-                               axis[1]->offset, axis[2]->offset, intensity ? intensity->offset : 0);
+                               axis[1]->offset, axis[2]->offset, intensity ? intensity->offset : 0,
+                               time ? time->offset : 0, time ? time->kind : ndtcu::detail::ScalarKind::F32);
     }
   } else {
     for (std::uint64_t r = 0; r < height; ++r) {
@@ -160,7 +172,8 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
                     ndtcu::detail::load_scalar(p + axis[1]->offset, axis[1]->kind, swap_points),
                     ndtcu::detail::load_scalar(p + axis[2]->offset, axis[2]->kind, swap_points),
                     intensity ? ndtcu::detail::load_scalar(p + intensity->offset, intensity->kind, swap_points)
-                              : 0.0);
+                              : 0.0,
+                    time ? ndtcu::detail::load_scalar(p + time->offset, time->kind, swap_points) : 0.0);
       }
     }
   }
@@ -170,6 +183,10 @@ PointCloud decode_point_cloud2(std::string_view bytes, MessageEncoding encoding,
   out.non_finite = ci.non_finite;
   out.out_of_range = ci.out_of_range;
   out.intensity_field = intensity ? intensity->info.name : std::string();
+  out.time_field = ci.time_field;
+  out.time_unit = ci.time_unit;
+  out.time_absolute = ci.time_absolute;
+  out.time_dropped = ci.time_dropped;
   return cloud;
 }
 

@@ -606,3 +606,101 @@ TEST_CASE("rosbag: a chunk is decompressed to exactly the size it declares, neit
     }
   }
 }
+
+TEST_CASE("rosbag: per-point time from PointCloud2, each sensor's field and unit; implausible ones reported",
+          "[rosbag][unit]") {
+  // ROS 1 by hand: x y z float32 and one time field `name` of PointField `datatype`, whose
+  // value for point i is value(i) (written as that type).
+  auto make = [](const std::string& name, std::uint8_t datatype, int n, double (*value)(int)) {
+    const std::uint32_t size = datatype == 8 ? 8 : 4;
+    const std::uint32_t step = 12 + size;
+    Msg m;
+    m.put<std::uint32_t>(0);
+    m.put<std::uint32_t>(100);  // stamp 100 s
+    m.put<std::uint32_t>(0);
+    m.str("lidar");
+    m.put<std::uint32_t>(1);
+    m.put<std::uint32_t>(static_cast<std::uint32_t>(n));
+    m.put<std::uint32_t>(4);
+    const char* axes[] = {"x", "y", "z"};
+    for (std::uint32_t f = 0; f < 3; ++f) {
+      m.str(axes[f]);
+      m.put<std::uint32_t>(4 * f);
+      m.put<std::uint8_t>(7);
+      m.put<std::uint32_t>(1);
+    }
+    m.str(name);
+    m.put<std::uint32_t>(12);
+    m.put<std::uint8_t>(datatype);
+    m.put<std::uint32_t>(1);
+    m.put<std::uint8_t>(0);
+    m.put<std::uint32_t>(step);
+    m.put<std::uint32_t>(step * static_cast<std::uint32_t>(n));
+    m.put<std::uint32_t>(step * static_cast<std::uint32_t>(n));
+    for (int i = 0; i < n; ++i) {
+      m.put<float>(static_cast<float>(i));
+      m.put<float>(1.0f);
+      m.put<float>(2.0f);
+      if (datatype == 6) m.put<std::uint32_t>(static_cast<std::uint32_t>(value(i)));
+      else if (datatype == 7) m.put<float>(static_cast<float>(value(i)));
+      else m.put<double>(value(i));
+    }
+    m.put<std::uint8_t>(1);
+    return m.b;
+  };
+  struct Case {
+    const char* name;
+    std::uint8_t datatype;  // 6 UINT32, 7 FLOAT32, 8 FLOAT64
+    double (*value)(int);
+    TimeUnit unit;
+    bool absolute;
+  };
+  const Case cases[] = {
+      {"t", 6, [](int i) { return i * 1e6; }, TimeUnit::Nanoseconds, false},            // Ouster
+      {"offset_time", 6, [](int i) { return i * 1e6; }, TimeUnit::Nanoseconds, false},  // Livox
+      {"time", 7, [](int i) { return i * 1e-3; }, TimeUnit::Seconds, false},            // Velodyne
+      {"timestamp", 8, [](int i) { return 1.7e9 + i * 1e-3; }, TimeUnit::Seconds, true},  // Hesai
+      {"time_stamp", 8, [](int i) { return i * 1e-3; }, TimeUnit::Seconds, false},      // Autoware
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.name);
+    PointCloud2Info info;
+    const PointCloud c = decode_point_cloud2(make(k.name, k.datatype, 50, k.value), MessageEncoding::Ros1, "m", {}, &info);
+    REQUIRE(c.has_time());
+    CHECK(info.time_field == k.name);
+    CHECK(info.time_unit == k.unit);
+    CHECK(info.time_absolute == k.absolute);
+    for (int i = 0; i < 50; ++i) CHECK(double(c.time[i]) == Approx(i * 1e-3).margin(1e-6));
+  }
+  // All zero: the points are read, the times dropped and the reason kept.
+  PointCloud2Info info;
+  const PointCloud zero =
+      decode_point_cloud2(make("t", 6, 50, [](int) { return 0.0; }), MessageEncoding::Ros1, "bag: topic /p: message 4",
+                          {}, &info);
+  CHECK(zero.size() == 50);
+  CHECK_FALSE(zero.has_time());
+  CHECK(info.time_field.empty());
+  CHECK_THAT(info.time_dropped, Catch::Contains("every point has the same time"));
+  // A field named by --point-time that the message lacks: an error naming the message.
+  ReadOptions o;
+  parse_point_time("ring:ns", o);
+  CHECK_THROWS_WITH(decode_point_cloud2(make("t", 6, 5, [](int i) { return i * 1.0; }), MessageEncoding::Ros1,
+                                        "bag: topic /p: message 4", o),
+                    Catch::Contains("bag: topic /p: message 4") && Catch::Contains("no time field 'ring'"));
+
+  // ROS 2: the writer's field t (float32 seconds) through CDR and an MCAP bag, bit for bit.
+  PointCloud cloud = small_cloud(40, 0.0f);
+  for (std::size_t i = 0; i < cloud.size(); ++i) cloud.time.push_back(0.0025f * static_cast<float>(i));
+  const PointCloud back = decode_point_cloud2(encode_point_cloud2(5, "lidar", cloud), MessageEncoding::Cdr, "cdr", {}, &info);
+  CHECK(info.time_field == "t");
+  CHECK(back.time == cloud.time);
+  CHECK(back.intensity == cloud.intensity);
+  const fs::path dir = test::temp_dir("rosbag_point_time") / "bag";
+  {
+    McapBagWriter w(dir.string(), "/points", "lidar");
+    w.write(1'000'000'000, cloud);
+    w.close();
+  }
+  const BagReader reader(dir.string());
+  CHECK(reader.read_point_cloud("/points", 0).time == cloud.time);
+}

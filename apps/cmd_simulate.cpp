@@ -33,6 +33,7 @@ struct SimulateOptions {
   int frames = 50;
   double rate = 10.0;        // given or the scenario's
   std::string scenario = "drive";
+  double sweep_time = 0.0;  // seconds a scan's sweep takes (0: instantaneous scans)
   double kidnap_distance = 20.0;  // the kidnap scenario's jump (m)
   double world_size = 200.0;
   std::string origin = "0,0,0";
@@ -165,8 +166,16 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                   "               away on another street (or the other lane) and drives on;\n"
                   "               poses_tum.txt has the jump\n"
                   "  rough-start  the plain drive, plus initial_pose_rough.txt: the first pose 3 m and\n"
-                  "               30 deg off, as a start for localize --init-from or initpose --around")
+                  "               30 deg off, as a start for localize --init-from or initpose --around\n"
+                  "  fast         10 Hz at 20-25 m/s, a tight turn (radius 4 m, 9 m/s^2 across, about\n"
+                  "               100 deg/s) at every intersection: for --sweep-time")
       ->check(CLI::IsMember(sim::scenario_names()))
+      ->capture_default_str();
+  cmd->add_option("--sweep-time", o->sweep_time,
+                  "seconds a scan's sweep takes (0 to 0.5, at most 1 / --rate): each point is taken at its own time "
+                  "along the drive (by azimuth; avia: in emission order), in the sensor frame of that time, its time "
+                  "written as field t (float32 s from the sweep's start); the poses are those at each sweep's start. "
+                  "0: every scan at one instant")
       ->capture_default_str();
   auto* kidnap_distance =
       cmd->add_option("--kidnap-distance", o->kidnap_distance,
@@ -240,6 +249,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     s.threads = o->threads;
     s.map.threads = o->threads;
     s.map_tile_size = o->map_tile_size;
+    s.sweep_time = o->sweep_time;
     if (o->bench) {
       sim::validate(s);
       return run_bench(s, o->bench_scans, o->map_points > 0, global.json);

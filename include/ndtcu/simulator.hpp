@@ -278,7 +278,10 @@ Eigen::Vector3d ray_direction(const LidarModel& model, int ring, int column, std
 
 /// One simulated revolution.
 struct Scan {
-  PointCloud cloud;                  ///< sensor frame, with intensity (0 to 255)
+  /// Sensor frame, with intensity (0 to 255); a sweep (cast_sweep()) also with each point's
+  /// time from the sweep's start (PointCloud::time), each point in the sensor frame of its
+  /// own time, as a sensor writes them.
+  PointCloud cloud;
   std::vector<std::uint16_t> ring;   ///< ring of each point
   std::vector<std::uint32_t> column; ///< column of each point
   std::size_t rays = 0;              ///< rays cast (returns plus misses, dropouts, too-near hits)
@@ -291,6 +294,25 @@ struct Scan {
 /// 255 * reflectivity * |cos(incidence)|. The scan is instantaneous (no motion skew).
 Scan cast_scan(const World& world, const LidarModel& model, const Eigen::Isometry3d& scene_from_sensor,
                std::uint64_t seed, std::uint64_t frame, unsigned threads = 0);
+
+/// The longest sweep (s) the simulator makes: a 2 Hz sensor.
+inline constexpr double kMaxSweepTime = 0.5;
+
+/// The time (s from the sweep's start) at which a sensor fires column `column` of a sweep
+/// of `sweep_time` seconds: by azimuth for a spinning sensor (column c of C at
+/// sweep_time * c / C), in emission order for the rosette (its ray c, the same formula).
+/// Exactly the time cast_sweep() gives the column's points.
+double column_time(const LidarModel& model, int column, double sweep_time);
+
+/// As cast_scan(), with the sensor moving during the sweep: column c (spinning: every ring
+/// at one azimuth; rosette: ray c) is cast from `column_poses[c]` (T_scene_sensor at
+/// column_time(model, c, sweep_time); `model.columns` poses) and its points are in the
+/// sensor frame of that pose, their time column_time(model, c, sweep_time). The same
+/// noise and dropout as cast_scan(): with every pose the same, the same points. Throws
+/// Error when the pose count is not the column count or the sweep time is outside
+/// [0, kMaxSweepTime].
+Scan cast_sweep(const World& world, const LidarModel& model, const std::vector<Eigen::Isometry3d>& column_poses,
+                double sweep_time, std::uint64_t seed, std::uint64_t frame, unsigned threads = 0);
 
 // ---------------------------------------------------------------------------------------
 // Trajectory
@@ -348,6 +370,32 @@ struct TrajectorySample {
 /// Poses are at times frame / rate_hz. Throws Error when the scene has no road network,
 /// or when no street lies at the kidnap distance.
 std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& settings);
+
+/// The drive of generate_trajectory(), continuous in time: its pose at each frame and at
+/// any moment of the sweep that starts there (what a moving sensor sees during a scan).
+class Drive {
+ public:
+  /// Lays out the drive (as generate_trajectory() does; the same errors). `world` must
+  /// outlive the Drive.
+  Drive(const World& world, const TrajectorySettings& settings);
+  /// Moves a drive.
+  Drive(Drive&&) noexcept;
+  /// Moves a drive.
+  Drive& operator=(Drive&&) noexcept;
+  /// Frees the drive.
+  ~Drive();
+  /// The pose `offset` seconds after frame `frame`'s time (frame / rate_hz); at offset 0
+  /// exactly generate_trajectory()'s sample `frame`. Throws Error for a frame outside
+  /// [0, frames) or an offset outside [0, kMaxSweepTime]. After a kidnap frame's time the
+  /// frame before it goes on along its own street (the jump happens between sweeps).
+  TrajectorySample at(int frame, double offset = 0.0) const;
+  /// Frames of the drive (TrajectorySettings::frames).
+  int frames() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // ---------------------------------------------------------------------------------------
 // Degenerate and repeated places
@@ -514,9 +562,10 @@ enum class Scenario {
   StopAndGo,   ///< 1 Hz, hard stops, 4 s standing still, hard starts
   Kidnap,      ///< 1 Hz, the sensor jumps kidnap_distance (20 m) to another street at the middle frame
   RoughStart,  ///< the plain drive, plus a start pose 3 m and 30 deg off (initial_pose_rough.txt)
+  Fast,        ///< 10 Hz at 20-25 m/s on the straights, a turn at every intersection, tight and hard
 };
 
-/// "drive", "turns", "stop-and-go", "kidnap", "rough-start" (in Scenario's order).
+/// "drive", "turns", "stop-and-go", "kidnap", "rough-start", "fast" (in Scenario's order).
 const std::vector<std::string>& scenario_names();
 /// The scenario of a name of scenario_names(); throws Error naming --scenario and listing them.
 Scenario scenario_from_string(const std::string& name);
@@ -549,6 +598,12 @@ struct SimulationSettings {
   /// many metres, Autoware's layout; write_tiled_map(), never whole in memory) instead of
   /// map.pcd (--map-tile-size).
   double map_tile_size = 0.0;
+  /// Seconds a scan's sweep takes (--sweep-time, 0 to kMaxSweepTime and at most the frame
+  /// period): 0 makes every scan at one instant (no motion distortion); above 0 each point
+  /// is taken at its own time along the drive (cast_sweep()), written as field `t`
+  /// (float32 seconds from the sweep's start), and the pose of a scan is the sensor's pose
+  /// at the sweep's start, its reference time.
+  double sweep_time = 0.0;
 };
 
 /// Sets `scenario` and what it changes in `settings` (set trajectory.frames first: the
@@ -567,6 +622,11 @@ struct SimulationSettings {
 ///   away (20 m; set it after this call, as --kidnap-distance does) on another street (or the
 ///   other direction of its own) and drives on from there.
 /// - RoughStart: rate 10 Hz, the plain drive, with rough_start (3 m, 30 deg).
+/// - Fast: rate 10 Hz, what motion distortion is measured on: 20-25 m/s cruise on the
+///   straights (the drive starts at its cruise speed), a turn at every intersection where
+///   one is possible, turn radius 4 m (the right lane 2.5 m), cornering at 9 m/s^2 (4.7 m/s
+///   and 108 deg/s through a right turn), accelerating at 4 and braking at 8 m/s^2. With
+///   --sweep-time 0.1 a scan's points are up to 2.5 m or 11 deg apart in the sensor's motion.
 /// A rate given afterwards (--rate) replaces the scenario's.
 void apply_scenario(SimulationSettings& settings, Scenario scenario);
 

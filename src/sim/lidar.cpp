@@ -183,8 +183,17 @@ Eigen::Vector3d ray_direction(const LidarModel& m, int ring, int column, std::ui
   return {std::cos(el) * std::cos(az), std::cos(el) * std::sin(az), std::sin(el)};
 }
 
-Scan cast_scan(const World& world, const LidarModel& m, const Eigen::Isometry3d& scene_from_sensor, std::uint64_t seed,
-               std::uint64_t frame, unsigned threads) {
+double column_time(const LidarModel& m, int column, double sweep_time) {
+  return sweep_time * column / m.columns;
+}
+
+namespace {
+
+// cast_scan() and cast_sweep(): column c cast from `poses[c]` (`poses` holds one pose per
+// column), or from `poses[0]` for every column (`one_pose`); times of each column's points
+// from `sweep_time` when `timed`.
+Scan cast_columns(const World& world, const LidarModel& m, const Eigen::Isometry3d* poses, bool one_pose, bool timed,
+                  double sweep_time, std::uint64_t seed, std::uint64_t frame, unsigned threads) {
   validate(m);
   const bool rosette = m.pattern == ScanPattern::Rosette;
   const int rings = rosette ? 1 : static_cast<int>(m.ring_elevations_deg.size());
@@ -203,8 +212,6 @@ Scan cast_scan(const World& world, const LidarModel& m, const Eigen::Isometry3d&
     cos_az[static_cast<std::size_t>(c)] = std::cos(az);
     sin_az[static_cast<std::size_t>(c)] = std::sin(az);
   }
-  const Eigen::Matrix3d rotation = scene_from_sensor.linear();
-  const Eigen::Vector3d origin = scene_from_sensor.translation();
 
   // Each ray writes only its own slot, so the work split cannot change the result.
   std::vector<Eigen::Vector3f> points(rays);
@@ -216,6 +223,9 @@ Scan cast_scan(const World& world, const LidarModel& m, const Eigen::Isometry3d&
     for (int task = next_task++; task < tasks; task = next_task++) {
       const int c_end = std::min(columns, (task + 1) * kColumnsPerTask);
       for (int c = task * kColumnsPerTask; c < c_end; ++c) {
+        const Eigen::Isometry3d& scene_from_sensor = poses[one_pose ? 0 : c];
+        const Eigen::Matrix3d rotation = scene_from_sensor.linear();
+        const Eigen::Vector3d origin = scene_from_sensor.translation();
         for (int r = 0; r < rings; ++r) {
           const std::size_t i = static_cast<std::size_t>(c) * static_cast<std::size_t>(rings) + static_cast<std::size_t>(r);
           const Eigen::Vector3d dir_sensor =
@@ -256,6 +266,7 @@ Scan cast_scan(const World& world, const LidarModel& m, const Eigen::Isometry3d&
   const std::size_t n = static_cast<std::size_t>(std::count(valid.begin(), valid.end(), 1));
   scan.cloud.points.reserve(n);
   scan.cloud.intensity.reserve(n);
+  if (timed) scan.cloud.time.reserve(n);
   scan.ring.reserve(n);
   scan.column.reserve(n);
   for (std::size_t i = 0; i < rays; ++i) {
@@ -264,8 +275,29 @@ Scan cast_scan(const World& world, const LidarModel& m, const Eigen::Isometry3d&
     scan.cloud.intensity.push_back(intensity[i]);
     scan.ring.push_back(static_cast<std::uint16_t>(i % static_cast<std::size_t>(rings)));
     scan.column.push_back(static_cast<std::uint32_t>(i / static_cast<std::size_t>(rings)));
+    if (timed) scan.cloud.time.push_back(static_cast<float>(column_time(m, static_cast<int>(scan.column.back()), sweep_time)));
   }
   return scan;
+}
+
+}  // namespace
+
+Scan cast_scan(const World& world, const LidarModel& m, const Eigen::Isometry3d& scene_from_sensor, std::uint64_t seed,
+               std::uint64_t frame, unsigned threads) {
+  return cast_columns(world, m, &scene_from_sensor, true, false, 0.0, seed, frame, threads);
+}
+
+Scan cast_sweep(const World& world, const LidarModel& m, const std::vector<Eigen::Isometry3d>& column_poses,
+                double sweep_time, std::uint64_t seed, std::uint64_t frame, unsigned threads) {
+  validate(m);
+  if (column_poses.size() != static_cast<std::size_t>(m.columns)) {
+    throw Error("cast_sweep: " + std::to_string(column_poses.size()) + " poses for " + std::to_string(m.columns) +
+                " columns (one pose per column)");
+  }
+  if (!(sweep_time >= 0.0 && sweep_time <= kMaxSweepTime)) {
+    throw Error("sweep time (--sweep-time) must be in [0, " + num(kMaxSweepTime) + "] s, got " + num(sweep_time));
+  }
+  return cast_columns(world, m, column_poses.data(), false, true, sweep_time, seed, frame, threads);
 }
 
 }  // namespace ndtcu::sim

@@ -33,15 +33,17 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Points 0, n, 2n, ... of `cloud`, intensities with them.
+// Points 0, n, 2n, ... of `cloud`, intensities and times with them.
 PointCloud every_nth_point(const PointCloud& cloud, std::size_t n) {
   PointCloud out;
   const bool with_intensity = cloud.intensity.size() == cloud.points.size();
+  const bool with_time = cloud.has_time();
   out.origin = cloud.origin;
   out.points.reserve(cloud.points.size() / n + 1);
   for (std::size_t i = 0; i < cloud.points.size(); i += n) {
     out.points.push_back(cloud.points[i]);
     if (with_intensity) out.intensity.push_back(cloud.intensity[i]);
+    if (with_time) out.time.push_back(cloud.time[i]);
   }
   return out;
 }
@@ -87,7 +89,7 @@ double rotation_angle(const Eigen::Matrix3d& r) { return Eigen::AngleAxisd(r).an
 }  // namespace
 
 const std::vector<std::string>& scenario_names() {
-  static const std::vector<std::string> names{"drive", "turns", "stop-and-go", "kidnap", "rough-start"};
+  static const std::vector<std::string> names{"drive", "turns", "stop-and-go", "kidnap", "rough-start", "fast"};
   return names;
 }
 
@@ -132,6 +134,15 @@ void apply_scenario(SimulationSettings& settings, Scenario scenario) {
       settings.rough_start = true;
       settings.rough_start_offset = 3.0;
       settings.rough_start_yaw_deg = 30.0;
+      break;
+    case Scenario::Fast:
+      t.always_turn = true;
+      t.min_speed = 20.0;
+      t.max_speed = 25.0;
+      t.turn_radius = 4.0;
+      t.lateral_accel = 9.0;  // a sports car's grip, short of the 10 m/s^2 limit
+      t.accel = 4.0;
+      t.brake = 8.0;  // hard braking into every turn
       break;
   }
 }
@@ -217,6 +228,12 @@ void validate(const SimulationSettings& s) {
     throw Error("threads (--threads) must be at most " + std::to_string(kMaxThreads) + " (0: one per hardware thread), got " +
                 std::to_string(s.threads));
   }
+  // A sweep longer than the frame period would take one scan's points during the next.
+  if (!(s.sweep_time >= 0.0 && s.sweep_time <= kMaxSweepTime && s.sweep_time * s.trajectory.rate_hz <= 1.0)) {
+    throw Error(fmt::format("sweep time (--sweep-time) must be 0 to {:g} s and at most the frame period (1 / {:g} Hz), "
+                            "got {:g} s",
+                            kMaxSweepTime, s.trajectory.rate_hz, s.sweep_time));
+  }
   if (!(s.map_tile_size == 0.0 || (s.map_tile_size >= 1.0 && s.map_tile_size <= 10000.0))) {
     throw Error("map tile size (--map-tile-size) must be 0 (one map.pcd) or 1 to 10000 m, got " +
                 fmt::format("{:g}", s.map_tile_size));
@@ -278,16 +295,31 @@ void write_map(const World& world, const MapSettings& map_settings, const Simula
   }
 }
 
-/// Casts and writes every scan; returns the true poses (T_world_sensor) and fills the
-/// summary's scan counts.
-std::vector<TimedPose> write_scans(const World& world, const LidarModel& lidar, const std::vector<TrajectorySample>& trajectory,
-                                   const SimulationSettings& settings, std::uint64_t noise_seed, const fs::path& scans_dir,
-                                   const WriteOptions& write, SimulationSummary& summary) {
+/// Scan `frame`: at one instant (the frame's pose), or with a sweep, each column from the
+/// pose of the drive at its own time.
+Scan make_scan(const World& world, const LidarModel& lidar, const Drive& drive, const TrajectorySample& pose, int frame,
+               const SimulationSettings& settings, std::uint64_t noise_seed) {
+  const auto f = static_cast<std::uint64_t>(frame);
+  if (settings.sweep_time == 0.0) return cast_scan(world, lidar, pose.scene_from_sensor, noise_seed, f, settings.threads);
+  std::vector<Eigen::Isometry3d> column_poses(static_cast<std::size_t>(lidar.columns));
+  for (int c = 0; c < lidar.columns; ++c) {
+    column_poses[static_cast<std::size_t>(c)] =
+        drive.at(frame, column_time(lidar, c, settings.sweep_time)).scene_from_sensor;
+  }
+  return cast_sweep(world, lidar, column_poses, settings.sweep_time, noise_seed, f, settings.threads);
+}
+
+/// Casts and writes every scan; returns the true poses (T_world_sensor: at each sweep's
+/// start) and fills the summary's scan counts.
+std::vector<TimedPose> write_scans(const World& world, const LidarModel& lidar, const Drive& drive,
+                                   const std::vector<TrajectorySample>& trajectory, const SimulationSettings& settings,
+                                   std::uint64_t noise_seed, const fs::path& scans_dir, const WriteOptions& write,
+                                   SimulationSummary& summary) {
   const Eigen::Isometry3d world_from_scene_frame = world_from_scene(world.scene());
   std::vector<TimedPose> poses;
   summary.scan_points_min = std::numeric_limits<std::size_t>::max();
   for (std::size_t f = 0; f < trajectory.size(); ++f) {
-    Scan scan = cast_scan(world, lidar, trajectory[f].scene_from_sensor, noise_seed, f, settings.threads);
+    Scan scan = make_scan(world, lidar, drive, trajectory[f], static_cast<int>(f), settings, noise_seed);
     if (settings.keep_every > 1) scan.cloud = every_nth_point(scan.cloud, settings.keep_every);
     write_pcd((scans_dir / fmt::format("{:06d}.pcd", f)).string(), scan.cloud, write);
     summary.scan_points_min = std::min(summary.scan_points_min, scan.cloud.size());
@@ -377,7 +409,17 @@ nlohmann::ordered_json world_description(const SimulationSettings& settings, con
                  {"dropout", lidar.dropout},
                  {"scan_points_requested", settings.scan_points},
                  {"intensity", "255 * reflectivity * |cos(incidence)|"},
-                 {"motion_distortion", false}};
+                 {"motion_distortion", settings.sweep_time > 0.0}};
+  if (settings.sweep_time > 0.0) {
+    j["sensor"]["sweep_time_s"] = settings.sweep_time;
+    j["sensor"]["point_time"] = {
+        {"field", "t"},
+        {"unit", "s"},
+        {"reference", "sweep start: the scan's pose and stamp"},
+        {"order", lidar.pattern == ScanPattern::Rosette ? "emission order: ray c at sweep_time * c / rays"
+                                                        : "azimuth: column c at sweep_time * c / columns"},
+        {"points", "each in the sensor frame of its own time"}};
+  }
   if (lidar.pattern == ScanPattern::Rosette) j["sensor"]["fov_deg"] = lidar.fov_deg;
   if (settings.keep_every > 1) j["sensor"]["keep_every"] = settings.keep_every;
   const TrajectorySettings& ts = trajectory_settings;
@@ -416,7 +458,8 @@ nlohmann::ordered_json world_description(const SimulationSettings& settings, con
               {"encoding", encoding_name(settings.encoding)}};
   j["scans"] = {{"folder", "scans"},
                 {"count", summary.frames},
-                {"fields", {"x", "y", "z", "intensity"}},
+                {"fields", settings.sweep_time > 0.0 ? nlohmann::ordered_json{"x", "y", "z", "intensity", "t"}
+                                                     : nlohmann::ordered_json{"x", "y", "z", "intensity"}},
                 {"points_min", summary.scan_points_min},
                 {"points_max", summary.scan_points_max},
                 {"points_total", summary.scan_points_total},
@@ -460,7 +503,9 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
            scene.contents.buildings, scene.contents.trees, scene.contents.vehicles, summary.primitives,
            summary.seconds_world);
 
-  const std::vector<TrajectorySample> trajectory = generate_trajectory(world, trajectory_settings);
+  const Drive drive(world, trajectory_settings);
+  std::vector<TrajectorySample> trajectory;
+  for (int f = 0; f < drive.frames(); ++f) trajectory.push_back(drive.at(f));
   const LidarModel lidar =
       sized_lidar(world, settings.lidar, settings.scan_points, trajectory.front(), noise_seed, settings.threads);
   summary.columns = lidar.columns;
@@ -474,7 +519,7 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
 
   const auto t_scans = Clock::now();
   const std::vector<TimedPose> poses =
-      write_scans(world, lidar, trajectory, settings, noise_seed, scans_dir, write, summary);
+      write_scans(world, lidar, drive, trajectory, settings, noise_seed, scans_dir, write, summary);
   summary.seconds_scans = seconds_since(t_scans);
   log.debug("sim: {} scans ({} to {} points) in {:.2f} s", summary.frames, summary.scan_points_min,
            summary.scan_points_max, summary.seconds_scans);

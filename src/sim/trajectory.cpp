@@ -386,7 +386,27 @@ void validate(const TrajectorySettings& s) {
   }
 }
 
-std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& s) {
+struct Drive::Impl {
+  const World* world = nullptr;
+  TrajectorySettings s;
+  Timeline drive;
+  int until = 0;  // the first frame of the second drive (frames: none)
+  // The second drive, after the kidnap: its time t0 passes the landing point, `landed`
+  // metres along its lane; `distance_before` metres were driven up to frame until - 1.
+  Timeline drive2;
+  double t0 = 0.0, landed = 0.0, distance_before = 0.0;
+
+  // sample_at() on `d` at time `t`, from the sample at or before it (at least `start`).
+  TrajectorySample sample(const Timeline& d, std::size_t start, double t, int frame) const {
+    const auto after = std::upper_bound(d.time.begin() + static_cast<std::ptrdiff_t>(start), d.time.end(), t);
+    std::size_t i = after == d.time.begin() + static_cast<std::ptrdiff_t>(start)
+                        ? start
+                        : static_cast<std::size_t>(after - d.time.begin()) - 1;
+    return sample_at(*world, d, s, t, frame, i);
+  }
+};
+
+Drive::Drive(const World& world, const TrajectorySettings& s) : impl_(std::make_unique<Impl>()) {
   validate(s);
   const RoadNetwork& roads = world.scene().roads;
   if (roads.nodes.empty() || roads.edges.empty()) {
@@ -395,27 +415,26 @@ std::vector<TrajectorySample> generate_trajectory(const World& world, const Traj
   if (!(roads.lane_offset >= 0.0 && roads.lane_offset < 0.5 * s.turn_radius)) {
     throw Error("road network: lane offset " + num(roads.lane_offset) + " m must be in [0, turn radius / 2)");
   }
+  Impl& m = *impl_;
+  m.world = &world;
+  m.s = s;
   Rng rng(detail::hash4(s.seed, detail::kStreamRoute, 0));
   const double duration = (s.frames - 1) / s.rate_hz;
   // The car never exceeds max_speed, so this much centre line always suffices; the extra
-  // covers the start and the lane offset's shortening of left turns. Stops take time, not
-  // distance.
+  // covers the start and the lane offset's shortening of left turns (and the last sweep:
+  // kMaxSweepTime at max_speed is at most 20 m). Stops take time, not distance.
   const double needed = kStartSkip + duration * s.max_speed + 30.0;
   const std::vector<int> route = make_route(roads, rng, needed, s.always_turn);
   std::vector<double> cruise(route.size());
   for (double& v : cruise) v = rng.uniform(s.min_speed, s.max_speed);
-  const Timeline drive = make_timeline(roads, route, cruise, s, kStartSkip, s.start_at_rest);
-
-  std::vector<TrajectorySample> samples;
-  samples.reserve(static_cast<std::size_t>(s.frames));
-  const int until = s.kidnap_frame > 0 ? s.kidnap_frame : s.frames;
-  std::size_t i = drive.first;
-  for (int f = 0; f < until; ++f) samples.push_back(sample_at(world, drive, s, f / s.rate_hz, f, i));
-  if (until == s.frames) return samples;
+  m.drive = make_timeline(roads, route, cruise, s, kStartSkip, s.start_at_rest);
+  m.until = s.kidnap_frame > 0 ? s.kidnap_frame : s.frames;
+  if (m.until == s.frames) return;
 
   // The kidnap: from frame kidnap_frame on, a second drive that starts on another street,
   // exactly kidnap_distance (horizontally) from the last pose before it.
-  const double t_before = (until - 1) / s.rate_hz;
+  const Timeline& drive = m.drive;
+  const double t_before = (m.until - 1) / s.rate_hz;
   std::size_t j = drive.first;
   while (j + 1 < drive.pos.size() && drive.time[j + 1] <= t_before) ++j;
   const double uj = t_before <= drive.depart[j] ? 0.0 : (t_before - drive.depart[j]) / (drive.time[j + 1] - drive.depart[j]);
@@ -423,29 +442,51 @@ std::vector<TrajectorySample> generate_trajectory(const World& world, const Traj
   const double heading = drive.path[j].heading + uj * wrap_angle(drive.path[j + 1].heading - drive.path[j].heading);
   Rng kidnap_rng(detail::hash4(s.seed, detail::kStreamKidnap, 0));
   const Landing landing = kidnap_landing(roads, s, from, heading, kidnap_rng);
-  const double rest = (s.frames - until) / s.rate_hz;
+  const double rest = (s.frames - m.until) / s.rate_hz;
   const std::vector<int> route2 =
       make_route(roads, kidnap_rng, landing.along + rest * s.max_speed + 30.0, s.always_turn, landing.street);
   std::vector<double> cruise2(route2.size());
   for (double& v : cruise2) v = kidnap_rng.uniform(s.min_speed, s.max_speed);
-  const Timeline drive2 = make_timeline(roads, route2, cruise2, s, landing.along, false);  // it goes on at speed
+  m.drive2 = make_timeline(roads, route2, cruise2, s, landing.along, false);  // it goes on at speed
   // Time 0 of the second drive is where its lane passes the landing point: between the
   // samples around it, in proportion to the distance (on the straight the positions are
   // on one line, so the interpolated position is the landing point).
+  const Timeline& drive2 = m.drive2;
   std::size_t k = 0;
   while (k + 2 < drive2.dist.size() && drive2.dist[k + 1] <= landing.along) ++k;
   const double w = (landing.along - drive2.dist[k]) / (drive2.dist[k + 1] - drive2.dist[k]);
-  const double t0 = drive2.depart[k] + w * (drive2.time[k + 1] - drive2.depart[k]);
-  const double distance_before = samples.back().distance;
-  std::size_t i2 = k;
-  for (int f = until; f < s.frames; ++f) {
-    TrajectorySample sample = sample_at(world, drive2, s, t0 + (f - until) / s.rate_hz, f, i2);
-    sample.time = f / s.rate_hz;
-    // Metres driven: the jump is not driven.
-    sample.distance = distance_before + sample.distance - (drive2.dist[k] + w * (drive2.dist[k + 1] - drive2.dist[k]) -
-                                                           drive2.dist[drive2.first]);
-    samples.push_back(sample);
+  m.t0 = drive2.depart[k] + w * (drive2.time[k + 1] - drive2.depart[k]);
+  m.landed = drive2.dist[k] + w * (drive2.dist[k + 1] - drive2.dist[k]) - drive2.dist[drive2.first];
+  m.distance_before = at(m.until - 1).distance;
+}
+
+Drive::Drive(Drive&&) noexcept = default;
+Drive& Drive::operator=(Drive&&) noexcept = default;
+Drive::~Drive() = default;
+
+int Drive::frames() const noexcept { return impl_->s.frames; }
+
+TrajectorySample Drive::at(int frame, double offset) const {
+  const Impl& m = *impl_;
+  if (frame < 0 || frame >= m.s.frames || !(offset >= 0.0 && offset <= kMaxSweepTime)) {
+    throw Error("trajectory: no pose at frame " + std::to_string(frame) + " + " + num(offset) + " s (frames 0 to " +
+                std::to_string(m.s.frames - 1) + ", offsets 0 to " + num(kMaxSweepTime) + " s)");
   }
+  // (An offset of 0 adds nothing: frame times are those of the drive without sweeps, bit
+  // for bit.)
+  if (frame < m.until) return m.sample(m.drive, m.drive.first, frame / m.s.rate_hz + offset, frame);
+  TrajectorySample sample = m.sample(m.drive2, 0, m.t0 + (frame - m.until) / m.s.rate_hz + offset, frame);
+  sample.time = frame / m.s.rate_hz + offset;
+  // Metres driven: the jump is not driven.
+  sample.distance = m.distance_before + sample.distance - m.landed;
+  return sample;
+}
+
+std::vector<TrajectorySample> generate_trajectory(const World& world, const TrajectorySettings& s) {
+  const Drive drive(world, s);
+  std::vector<TrajectorySample> samples;
+  samples.reserve(static_cast<std::size_t>(s.frames));
+  for (int f = 0; f < s.frames; ++f) samples.push_back(drive.at(f));
   return samples;
 }
 

@@ -57,8 +57,8 @@ nlohmann::json covariance_calibration_json(const CovarianceCalibration& c) {
 }
 
 std::string covariance_calibration_text(const CovarianceCalibration& c, const std::string& indent) {
-  if (c.frames == 0) return indent + "covariance  none: no frame with a reference pose reported a covariance\n";
-  std::string text = indent + "covariance  x-y: " + nees_line(c.xy) + "\n";
+  if (c.frames == 0) return indent + "calibration none: no frame with a reference pose reported a covariance\n";
+  std::string text = indent + "calibration x-y: " + nees_line(c.xy) + "\n";
   text += indent + "            6-D: " + nees_line(c.pose) + "\n";
   std::string axes;
   for (int a = 0; a < 6; ++a) {

@@ -37,6 +37,15 @@ void define_cloud(nb::module_& m) {
                             nb::rv_policy::reference_internal, nb::cast(&c, nb::rv_policy::reference));
           },
           "(N,) float32 intensities, or None when the file had none")
+      .def_prop_ro(
+          "time",
+          [](PointCloud& c) -> nb::object {
+            if (!c.has_time()) return nb::none();
+            return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<1>>(c.time.data(), {c.time.size()}, nb::handle()),
+                            nb::rv_policy::reference_internal, nb::cast(&c, nb::rv_policy::reference));
+          },
+          "(N,) float32 per-point times (s from the scan's reference time; docs/formats.md, Per-point time), or "
+          "None when the file had none or they were implausible")
       .def("world_points", [](const PointCloud& c) {
         Eigen::Matrix<double, Eigen::Dynamic, 3, Eigen::RowMajor> w(static_cast<Eigen::Index>(c.size()), 3);
         for (std::size_t i = 0; i < c.size(); ++i) w.row(static_cast<Eigen::Index>(i)) = c.world(i).transpose();

@@ -32,6 +32,20 @@ def test_read_point_cloud(sample):
     assert np.all(np.isfinite(pts))
 
 
+def test_point_time(tmp_path):
+    """Per-point time comes as float32 seconds (an Ouster-like uint32 `t` in nanoseconds),
+    None when the file has none, and None when the times are implausible (all zero)."""
+    header = ("VERSION 0.7\nFIELDS x y z t\nSIZE 4 4 4 4\nTYPE F F F U\nCOUNT 1 1 1 1\nWIDTH 3\nHEIGHT 1\n"
+              "POINTS 3\nDATA ascii\n")
+    (tmp_path / "t.pcd").write_text(header + "1 0 0 0\n2 0 0 50000000\n3 0 0 99000000\n")
+    cloud = ndtcu.read_point_cloud(str(tmp_path / "t.pcd"))
+    assert cloud.time.dtype == np.float32
+    assert cloud.time.tolist() == [0.0, np.float32(0.05), np.float32(0.099)]
+    (tmp_path / "zero.pcd").write_text(header + "1 0 0 0\n2 0 0 0\n3 0 0 0\n")
+    assert ndtcu.read_point_cloud(str(tmp_path / "zero.pcd")).time is None
+    assert ndtcu.PointCloud(np.zeros((2, 3), np.float32)).time is None
+
+
 def test_write_point_cloud(sample, tmp_path):
     """An array is written as the PointCloud of the same points and origin 0 is (PCD and
     KITTI .bin), and reads back to the same points; a PointCloud keeps its intensities."""

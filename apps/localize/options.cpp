@@ -61,7 +61,9 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
         try {
           parse_point_time(text, scratch);
         } catch (const Error& e) {
-          return std::string(e.what());
+          // CLI11 names the option itself: the message without its own "--point-time ".
+          const std::string what = e.what(), prefix = "--point-time ";
+          return what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
         }
         return std::string();
       });

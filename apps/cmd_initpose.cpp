@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -31,6 +32,7 @@ struct InitPoseOptions {
   bool global = false;
   GlobalSearchOptions global_search;
   double scan_voxel = 1.0, map_voxel = 0.0, nvtl_threshold = 2.3;
+  double refine_ratio = 0.5;  // --global: the found pose polished at this times the resolution (0: off)
   InitialPoseOptions search;
   TpeOptions tpe;
   NdtOptions ndt;
@@ -74,9 +76,15 @@ ConfigurableOptions add_initpose_options(CLI::App* cmd, InitPoseOptions& o) {
   cmd->add_flag("--global", o.global,
                 "search the whole map with no pose (branch and bound over x, y, z and yaw on the map's likelihood "
                 "pyramid, then NDT alignment of the best distinct places); --around and --radius limit it to a region");
-  cmd->add_option("--cell", o.global_search.cell, "--global: leaf step of the positions and pyramid cell (m)")
+  cmd->add_option("--cell", o.global_search.cell,
+                  "--global: leaf step of the positions and pyramid cell (m); 0: 1 m, or 2 m on a map whose extent "
+                  "holds more than 1e8 cells of 1 m")
       ->capture_default_str()
-      ->check(CLI::Range(0.05, 10.0));
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--refine-ratio", o.refine_ratio,
+                  "--global: the found pose polished against the map's voxels at this times the resolution (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--candidates", o.global_search.candidates, "--global: distinct places aligned by NDT")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -162,7 +170,7 @@ struct InitPoseRun {
   double pyramid_ms = 0.0;
   std::size_t pyramid_bytes = 0;
   std::size_t map_points = 0, map_points_read = 0, scan_points = 0, scan_points_read = 0;
-  double load_ms = 0.0, map_ms = 0.0;
+  double load_ms = 0.0, map_ms = 0.0, fine_map_ms = 0.0;
   InitialPoseResult result;
 };
 
@@ -239,6 +247,16 @@ InitPoseRun run_initpose(InitPoseOptions& o, const ConfigurableOptions& given) {
     InitialPoseSearch search(aligner, o.global_search);
     run.pyramid_ms = ms_since(t0);
     run.pyramid_bytes = search.memory_bytes();
+    std::optional<Aligner> fine;
+    if (o.refine_ratio > 0.0) {
+      t0 = std::chrono::steady_clock::now();
+      AlignSettings fs = s;
+      fs.resolution = o.refine_ratio * s.resolution;
+      fine.emplace(fs, run.execution);
+      fine->set_target(map);
+      run.fine_map_ms = ms_since(t0);
+      search.set_fine(&*fine);
+    }
     run.result = search.find(scan, run.query);
   } else {
     // TPE keeps Autoware's semantics: its prior is around --around's roll and pitch.
@@ -284,7 +302,10 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   j["around"] = o.around.empty() ? nlohmann::json(nullptr) : pose_json(around);
   if (run.global) {
     const GlobalSearchStats& g = r.global;
-    j["search"] = {{"cell", o.global_search.cell},
+    j["refined"] = r.refined;
+    j["refinement_m"] = r.refinement_m;
+    j["refine_ratio"] = o.refine_ratio;
+    j["search"] = {{"cell", g.cell},
                    {"region_radius", run.query.around ? nlohmann::json(run.query.radius) : nlohmann::json(nullptr)},
                    {"points", g.points},
                    {"yaws", g.yaws},
@@ -325,6 +346,7 @@ nlohmann::json initpose_json(const InitPoseOptions& o, const InitPoseRun& run) {
   j["map_points_read"] = run.map_points_read;
   j["load_ms"] = run.load_ms;
   j["map_build_ms"] = run.map_ms;
+  if (run.global) j["fine_map_build_ms"] = run.fine_map_ms;
   j["settings"] = ndt_settings_json(o.ndt.preset, s, run.execution, o.ndt.config);
   return j;
 }
@@ -343,13 +365,18 @@ std::string initpose_text(const InitPoseOptions& o, const InitPoseRun& run) {
     out += fmt::format("  global      {} points x {} yaws ({:.2f} deg){} at {} m cells{}{}: {} nodes bounded ({} leaves; a "
                        "sweep scores {}), {} candidates aligned\n",
                        g.points, g.yaws, g.yaw_step_deg,
-                       g.tilts > 1 ? fmt::format(" x {} tilts", g.tilts) : std::string(), o.global_search.cell,
+                       g.tilts > 1 ? fmt::format(" x {} tilts", g.tilts) : std::string(), g.cell,
                        g.standing ? fmt::format(", standing {:.2f} m above a floor", g.sensor_height) : std::string(),
                        run.query.around ? fmt::format(", within {} m of --around", run.query.radius) : std::string(),
                        g.nodes_scored, g.leaves_scored, g.brute_force_leaves, r.coarse_hypotheses);
     out += fmt::format("  pyramid     built in {:.1f} ms, {:.0f} MB; bound {:.1f} ms, alignment {:.1f} ms{}\n",
                        run.pyramid_ms, static_cast<double>(run.pyramid_bytes) / 1e6, g.bound_ms, g.align_ms,
                        g.truncated ? " (stopped at the node limit)" : "");
+    if (o.refine_ratio > 0.0) {
+      out += fmt::format("  refined     at {} m voxels (map built in {:.1f} ms): {}, moved {:.3f} m\n",
+                         o.refine_ratio * run.settings.resolution, run.fine_map_ms,
+                         r.refined ? "pose taken" : "pose kept (no finer alignment settled close by)", r.refinement_m);
+    }
   } else if (run.tpe) {
     out += fmt::format("  tpe         {} startup particles (one batch) + {} proposed (batches of {}) = {} hypotheses "
                        "aligned\n",

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -83,6 +84,7 @@ std::vector<Query> read_queries(const std::string& list, const std::string& refe
 int main(int argc, char** argv) {
   CLI::App app("Global localization benchmark: every query found with no pose, counted and timed");
   std::string map_path, list, reference, json_out, backend = "auto", lidar = "hdl32";
+  double refine_ratio = 0.5;
   double scan_voxel = 1.0, sim_size = 0.0, nvtl_threshold = 2.3, map_voxel = 0.0;
   int queries = 50, repeat = 1;
   std::uint64_t seed = 1;
@@ -100,7 +102,9 @@ int main(int argc, char** argv) {
   app.add_option("--map-voxel", map_voxel, "voxel filter of the map (m; 0: none)")->capture_default_str();
   app.add_option("--backend", backend, "cpu, cuda or auto")->capture_default_str();
   app.add_option("--nvtl-threshold", nvtl_threshold, "found from this NVTL")->capture_default_str();
-  app.add_option("--cell", go.cell, "leaf cell (m)")->capture_default_str();
+  app.add_option("--cell", go.cell, "leaf cell (m; 0: chosen from the map)")->capture_default_str();
+  app.add_option("--refine-ratio", refine_ratio, "the found pose polished at this times the resolution (0: off)")
+      ->capture_default_str();
   app.add_option("--points", go.points, "points of the bounds")->capture_default_str();
   app.add_option("--candidates", go.candidates, "candidates aligned")->capture_default_str();
   app.add_option("--prune-ratio", go.prune_ratio, "prune below this share of the best leaf")->capture_default_str();
@@ -125,6 +129,7 @@ int main(int argc, char** argv) {
     ex.backend = backend == "cpu" ? Backend::Cpu : backend == "cuda" ? Backend::Cuda : Backend::Auto;
     Aligner aligner(autoware_preset(), ex);
     std::vector<Query> qs;
+    PointCloud map;
     const auto t_load = std::chrono::steady_clock::now();
     if (sim_size > 0) {
       sim::WorldSettings ws;
@@ -137,7 +142,7 @@ int main(int argc, char** argv) {
       // A 1 km city at the default density would need more samples than the simulator
       // makes: 40 per m^2 there, still 6 points per 0.25 m voxel face.
       if (sim_size > 700.0) ms.density = 40.0;
-      PointCloud map = sim::sample_map(world, ms);
+      map = sim::sample_map(world, ms);
       std::printf("simulated city %.0f m: %zu map points\n", sim_size, map.size());
       aligner.set_target(map);
       const sim::LidarModel model = sim::lidar_preset(lidar);
@@ -165,23 +170,32 @@ int main(int argc, char** argv) {
         qs.push_back(std::move(q));
       }
     } else {
-      PointCloud map = read_point_cloud(map_path);
+      map = read_point_cloud(map_path);
       if (map_voxel > 0) map = voxel_downsample(map, map_voxel);
       aligner.set_target(map);
       qs = read_queries(list, reference, scan_voxel);
     }
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     InitialPoseSearch search(aligner, go);
-    std::printf("backend %s, %zu queries (loaded in %.1f s), pyramid built in %.1f ms, %.0f MB\n",
-                to_string(aligner.backend()), qs.size(), load_s, search.build_ms(),
+    std::printf("backend %s, %zu queries (loaded in %.1f s), pyramid of %g m cells built in %.1f ms, %.0f MB\n",
+                to_string(aligner.backend()), qs.size(), load_s, search.cell(), search.build_ms(),
                 static_cast<double>(search.memory_bytes()) / 1e6);
+    std::optional<Aligner> fine;
+    if (refine_ratio > 0.0) {
+      AlignSettings fs = autoware_preset();
+      fs.resolution *= refine_ratio;
+      fine.emplace(fs, ex);
+      fine->set_target(map);
+      search.set_fine(&*fine);
+    }
+    map = PointCloud();
     std::unique_ptr<InitialPoseSearch> baseline;
     if (exhaustive) {
       GlobalSearchOptions bo = go;
       bo.exhaustive = true;
       baseline = std::make_unique<InitialPoseSearch>(aligner, bo);
     }
-    int found_right = 0, found_wrong = 0, ambiguous = 0, not_found = 0;
+    int found_right = 0, found_off = 0, found_wrong = 0, ambiguous = 0, not_found = 0, refined = 0;
     std::vector<double> times, bound_times, base_times;
     nlohmann::json rows = nlohmann::json::array();
     for (const Query& q : qs) {
@@ -197,9 +211,13 @@ int main(int argc, char** argv) {
       const double err = (est.topRightCorner<3, 1>() - q.truth.topRightCorner<3, 1>()).norm();
       const double ang = Eigen::AngleAxisd(Eigen::Matrix3d(est.topLeftCorner<3, 3>().transpose() *
                                                            q.truth.topLeftCorner<3, 3>())).angle() / kDeg;
+      // Right: within 10 cm and 1 deg; off: the right place, not that close (within 1 m and
+      // 5 deg); wrong: another place.
       const bool right = err < 0.10 && ang < 1.0;
+      const bool off = !right && err < 1.0 && ang < 5.0;
       const std::string state = found_state(v);
-      if (state == "found") (right ? found_right : found_wrong)++;
+      if (state == "found") (right ? found_right : off ? found_off : found_wrong)++;
+      if (r.refined) ++refined;
       else if (state == "ambiguous") ++ambiguous;
       else ++not_found;
       times.push_back(t_ms);
@@ -222,10 +240,11 @@ int main(int argc, char** argv) {
                       {"nodes", r.global.nodes_scored}, {"leaves", r.global.leaves_scored},
                       {"brute_force_leaves", r.global.brute_force_leaves}, {"points", r.global.points}, {"sensor_height", r.global.sensor_height},
                       {"standing", r.global.standing},
-                      {"yaws", r.global.yaws}, {"exhaustive_ms", base_ms}});
+                      {"yaws", r.global.yaws}, {"refined", r.refined}, {"exhaustive_ms", base_ms}});
     }
-    std::printf("\n%zu queries: found %d (right), ambiguous %d, not found %d, FOUND WRONG %d\n", qs.size(), found_right,
-                ambiguous, not_found, found_wrong);
+    std::printf("\n%zu queries: found %d (right), found %d off (the right place, beyond 10 cm or 1 deg), ambiguous %d, "
+                "not found %d, FOUND WRONG %d; %d poses refined at the finer voxels\n",
+                qs.size(), found_right, found_off, ambiguous, not_found, found_wrong, refined);
     std::printf("search time median %.1f ms, p95 %.1f ms (branch and bound median %.1f ms)\n", percentile(times, 0.5),
                 percentile(times, 0.95), percentile(bound_times, 0.5));
     if (baseline) {

@@ -113,6 +113,7 @@ struct PoseCandidate {
 
 /// Where the branch and bound of a search spent its work.
 struct GlobalSearchStats {
+  double cell = 0.0;               ///< leaf step and pyramid cell (m)
   std::size_t points = 0;          ///< scan points the bounds summed
   std::size_t yaws = 0;            ///< yaws searched
   double yaw_step_deg = 0.0;       ///< their spacing
@@ -168,6 +169,10 @@ struct InitialPoseResult {
   std::vector<PoseCandidate> candidates;
   /// What the global search's branch and bound did (InitialPoseSearch; zero otherwise).
   GlobalSearchStats global;
+  /// The best pose is the finer map's (InitialPoseSearch::set_fine): it was polished there.
+  bool refined = false;
+  /// How far the finer map's alignment moved the best pose (m; 0 when none ran).
+  double refinement_m = 0.0;
 };
 
 /// What a search's result means for a caller who must not take a wrong pose.

@@ -77,7 +77,9 @@ void validate(const GlobalSearchOptions& o) {
   const auto fail = [](const char* field, double value, const char* rule) {
     throw Error(fmt::format("GlobalSearchOptions::{} = {}: {}", field, value, rule));
   };
-  if (!(std::isfinite(o.cell) && o.cell >= 0.05 && o.cell <= 10.0)) fail("cell", o.cell, "must lie in [0.05, 10] (m)");
+  if (!(std::isfinite(o.cell) && (o.cell == 0.0 || (o.cell >= 0.05 && o.cell <= 10.0)))) {
+    fail("cell", o.cell, "must be 0 (chosen from the map) or lie in [0.05, 10] (m)");
+  }
   if (o.levels < 0 || o.levels > 9) fail("levels", o.levels, "must lie in [0, 9] (0: chosen from the map)");
   if (!(std::isfinite(o.yaw_step_deg) && o.yaw_step_deg >= 0.0 && o.yaw_step_deg <= 45.0)) {
     fail("yaw_step_deg", o.yaw_step_deg, "must lie in [0, 45] (deg; 0: chosen from the scan)");
@@ -116,6 +118,7 @@ const char* found_state(InitialPoseVerdict v) {
 
 struct InitialPoseSearch::Impl {
   Aligner* aligner = nullptr;
+  Aligner* fine = nullptr;  // set_fine()
   GlobalSearchOptions options;
   detail::ScorePyramid pyramid;
   Eigen::Vector3d map_origin = Eigen::Vector3d::Zero();
@@ -126,6 +129,7 @@ struct InitialPoseSearch::Impl {
   double build_ms = 0.0;
 
   InitialPoseResult find(PointCloudView scan, const GlobalSearchQuery& q);
+  void polish(PointCloudView scan, InitialPoseResult& r) const;
 };
 
 InitialPoseSearch::InitialPoseSearch(Aligner& aligner, const GlobalSearchOptions& options)
@@ -144,7 +148,11 @@ InitialPoseSearch::InitialPoseSearch(Aligner& aligner, const GlobalSearchOptions
   m.map_origin = map->origin();
   const int threads = detail::resolve_thread_count(aligner.execution().threads);
   if (threads > 1) m.pool = std::make_unique<detail::ThreadPool>(threads);
-  m.pyramid = detail::build_score_pyramid(*map, options.cell, options.levels, options.max_cells, m.pool.get(),
+  // The cell: the options', or 1 m unless the map's extent at 1 m holds more than
+  // kAutoCellLimit cells, then 2 m (GlobalSearchOptions::cell).
+  double cell = options.cell;
+  if (cell == 0.0) cell = detail::score_pyramid_cells(*map, 1.0) > kAutoCellLimit ? 2.0 : 1.0;
+  m.pyramid = detail::build_score_pyramid(*map, cell, options.levels, options.max_cells, m.pool.get(),
                                           options.standing);
   if (aligner.backend() == Backend::Cuda) {
     m.scorer = detail::make_cuda_pyramid_scorer(m.pyramid, aligner.execution().cuda_stream, aligner.execution().device);
@@ -169,6 +177,8 @@ InitialPoseSearch::InitialPoseSearch(InitialPoseSearch&&) noexcept = default;
 InitialPoseSearch& InitialPoseSearch::operator=(InitialPoseSearch&&) noexcept = default;
 
 const GlobalSearchOptions& InitialPoseSearch::options() const noexcept { return impl_->options; }
+double InitialPoseSearch::cell() const noexcept { return impl_->pyramid.cell; }
+void InitialPoseSearch::set_fine(Aligner* fine) { impl_->fine = fine; }
 double InitialPoseSearch::build_ms() const noexcept { return impl_->build_ms; }
 std::size_t InitialPoseSearch::memory_bytes() const noexcept { return impl_->pyramid.memory_bytes(); }
 
@@ -237,6 +247,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
     every_kth(structure, n_struct, pts);
     every_kth(flat, n_flat, pts);
   }
+  st.cell = cell;
   st.points = pts.size();
   st.levels = p.level_count;
   if (pts.size() < kMinPoints) {
@@ -558,6 +569,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
   const auto ta = std::chrono::steady_clock::now();
   InitialPoseResult aligned = search_hypotheses(*aligner, scan, hypotheses, refine);
   aligned.global = st;
+  polish(scan, aligned);
   aligned.global.align_ms = detail::ms_since(ta);
   aligned.leveled = result.leveled;
   aligned.time_ms = detail::ms_since(t0);
@@ -567,6 +579,30 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
                       st.bound_ms, scoring_ms, hypotheses.size(), aligned.global.align_ms, aligned.best.nvtl,
                       aligned.ambiguous ? ", ambiguous" : "");
   return aligned;
+}
+
+// The best pose aligned once more on the finer map (set_fine), from where the candidates'
+// alignment left it, and taken when that settled close by.
+void InitialPoseSearch::Impl::polish(PointCloudView scan, InitialPoseResult& r) const {
+  if (!fine || !r.best.converged) return;
+  constexpr int kContinuations = 2;
+  AlignResult f = fine->align(scan, r.best.transform);
+  for (int c = 0; c < kContinuations && f.reason == StopReason::MaxIterations; ++c) {
+    const int before = f.iterations;
+    f = fine->align(scan, f.transform);
+    f.iterations += before;
+  }
+  if (!f.converged || !f.transform.allFinite()) return;
+  const double moved = (f.transform.topRightCorner<3, 1>() - r.best.transform.topRightCorner<3, 1>()).norm();
+  const Eigen::Matrix3d turn = f.transform.topLeftCorner<3, 3>() * r.best.transform.topLeftCorner<3, 3>().transpose();
+  const double angle = Eigen::AngleAxisd(turn).angle();
+  r.refinement_m = moved;
+  // Half of the points met a finer voxel, as verdict() asks of the found pose.
+  if (moved > 0.5 * fine->settings().resolution || angle > 2.0 * kDeg || 2 * f.matched_points < f.source_points) return;
+  r.best.transform = f.transform;
+  r.best.pose = f.pose;
+  if (!r.candidates.empty()) r.candidates.front().pose = f.pose;
+  r.refined = true;
 }
 
 }  // namespace ndtcu

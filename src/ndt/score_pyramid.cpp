@@ -75,6 +75,43 @@ void pool_level(std::vector<std::uint8_t>& data, std::size_t stride, int nx, int
 
 }  // namespace
 
+namespace {
+
+// The grid of `map` at `cell` metres: its origin (a multiple of the cell) and the cells per
+// axis (as doubles), covering the voxels' means with a margin of two cells and half a voxel,
+// where the likelihood of the outermost voxels fades.
+struct GridExtent {
+  Eigen::Vector3d origin = Eigen::Vector3d::Zero();
+  Eigen::Vector3d lo = Eigen::Vector3d::Zero(), hi = Eigen::Vector3d::Zero();
+  double count[3] = {0.0, 0.0, 0.0};
+};
+
+GridExtent grid_extent(const VoxelMap& map, double cell) {
+  GridExtent g;
+  Eigen::Vector3d lo = Eigen::Vector3d::Constant(std::numeric_limits<double>::infinity());
+  Eigen::Vector3d hi = -lo;
+  for (std::size_t v = 0; v < map.size(); ++v) {
+    for (int a = 0; a < 3; ++a) {
+      lo(a) = std::min(lo(a), map.mean(a)[v]);
+      hi(a) = std::max(hi(a), map.mean(a)[v]);
+    }
+  }
+  const double margin = 2.0 * cell + 0.5 * map.resolution();
+  g.lo = lo.array() - margin;
+  g.hi = hi.array() + margin;
+  g.origin = (g.lo / cell).array().floor().matrix() * cell;
+  for (int a = 0; a < 3; ++a) g.count[a] = std::ceil((g.hi(a) - g.origin(a)) / cell);
+  return g;
+}
+
+}  // namespace
+
+double score_pyramid_cells(const VoxelMap& map, double cell) {
+  if (map.empty()) return 0.0;
+  const GridExtent g = grid_extent(map, cell);
+  return g.count[0] * g.count[1] * g.count[2];
+}
+
 ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, std::size_t max_cells, ThreadPool* pool,
                                  bool with_standing) {
   if (!(std::isfinite(cell) && cell > 0.0)) throw Error(fmt::format("global search: cell {} m must be > 0", cell));
@@ -82,28 +119,17 @@ ScorePyramid build_score_pyramid(const VoxelMap& map, double cell, int levels, s
   ScorePyramid p;
   p.cell = cell;
   const std::size_t nv = map.size();
-  Eigen::Vector3d lo = Eigen::Vector3d::Constant(std::numeric_limits<double>::infinity());
-  Eigen::Vector3d hi = -lo;
-  for (std::size_t v = 0; v < nv; ++v) {
-    for (int a = 0; a < 3; ++a) {
-      lo(a) = std::min(lo(a), map.mean(a)[v]);
-      hi(a) = std::max(hi(a), map.mean(a)[v]);
-    }
-  }
-  // A margin of two cells and half a voxel: the likelihood of the outermost voxels fades there.
-  const double margin = 2.0 * cell + 0.5 * map.resolution();
-  lo.array() -= margin;
-  hi.array() += margin;
-  p.origin = (lo / cell).array().floor().matrix() * cell;
+  const GridExtent g = grid_extent(map, cell);
+  p.origin = g.origin;
   double cells = 1.0;
   int n[3];
   for (int a = 0; a < 3; ++a) {
-    const double count = std::ceil((hi(a) - p.origin(a)) / cell);
+    const double count = g.count[a];
     cells *= count;
     if (!(count < 1e7) || !(cells <= static_cast<double>(max_cells))) {
       throw Error(fmt::format("global search: the map's extent {:.0f} x {:.0f} x {:.0f} m at a cell of {} m needs more "
                               "than {} cells per level (GlobalSearchOptions::max_cells); use a larger cell",
-                              hi(0) - lo(0), hi(1) - lo(1), hi(2) - lo(2), cell, max_cells));
+                              g.hi(0) - g.lo(0), g.hi(1) - g.lo(1), g.hi(2) - g.lo(2), cell, max_cells));
     }
     n[a] = static_cast<int>(count);
   }

@@ -45,6 +45,11 @@ struct ScorePyramid {
   std::size_t memory_bytes() const { return levels.size() + standing.size(); }
 };
 
+/// Cells of one level of the grid build_score_pyramid() makes for `map` at `cell` metres
+/// (its voxels' means' extent with the margin), as a double: a large map's count need not
+/// fit the grid's limits.
+double score_pyramid_cells(const VoxelMap& map, double cell);
+
 /// Builds the pyramids of `map` with leaf cells of `cell` metres: level 0 holds, per cell,
 /// 255 times the largest over the map's voxels of exp(-q' (S + (cell/2)^2 I)^-1 q / 2), q
 /// from the voxel's mean to the cell's centre and S its covariance (the voxel's Gaussian

@@ -23,6 +23,7 @@ static Pose6 around_arg(nb::handle around) {
 struct PyInitialPoseSearch {
   PyAligner* aligner;
   InitialPoseSearch search;
+  PyAligner* fine = nullptr;  // InitialPoseSearch::set_fine's, kept alive as well
 };
 
 void define_initial_pose(nb::module_& m) {
@@ -35,6 +36,7 @@ void define_initial_pose(nb::module_& m) {
       .def_ro("angle_deg", &PoseCandidate::angle_deg, "deg from the best candidate")
       .def_ro("distinct", &PoseCandidate::distinct, "a place distinct from the best's");
   nb::class_<GlobalSearchStats>(m, "GlobalSearchStats", "What a global search's branch and bound did.")
+      .def_ro("cell", &GlobalSearchStats::cell, "leaf step and pyramid cell (m)")
       .def_ro("points", &GlobalSearchStats::points)
       .def_ro("yaws", &GlobalSearchStats::yaws)
       .def_ro("yaw_step_deg", &GlobalSearchStats::yaw_step_deg)
@@ -81,6 +83,8 @@ void define_initial_pose(nb::module_& m) {
       .def_ro("ambiguous", &InitialPoseResult::ambiguous)
       .def_ro("leveled_from_ground", &InitialPoseResult::leveled)
       .def_ro("candidates", &InitialPoseResult::candidates, "the refined places, best first (PoseCandidate)")
+      .def_ro("refined", &InitialPoseResult::refined, "the pose is the finer map's (InitialPoseSearch's `fine`)")
+      .def_ro("refinement_m", &InitialPoseResult::refinement_m, "how far the finer map's alignment moved the pose (m)")
       .def_ro("search", &InitialPoseResult::global, "the global search's counts and times (GlobalSearchStats)")
       .def(
           "verdict",
@@ -127,7 +131,10 @@ void define_initial_pose(nb::module_& m) {
       .def(
           "__init__",
           [](PyInitialPoseSearch* self, PyAligner& aligner, double cell, std::size_t candidates, std::size_t points,
-             double yaw_step_deg, double prune_ratio, bool standing, double tilt_deg, double tilt_step_deg) {
+             double yaw_step_deg, double prune_ratio, bool standing, double tilt_deg, double tilt_step_deg,
+             PyAligner* fine) {
+            if (fine == &aligner) throw Error("InitialPoseSearch: `fine` must be another Aligner (the map at a finer resolution)");
+            if (fine && !fine->has_target()) throw Error("InitialPoseSearch: the `fine` aligner has no map (set_target first)");
             GlobalSearchOptions o;
             o.cell = cell;
             o.candidates = candidates;
@@ -138,14 +145,17 @@ void define_initial_pose(nb::module_& m) {
             o.tilt_deg = tilt_deg;
             o.tilt_step_deg = tilt_step_deg;
             Working working(aligner.mutex);
-            new (self) PyInitialPoseSearch{&aligner, InitialPoseSearch(aligner, o)};
+            new (self) PyInitialPoseSearch{&aligner, InitialPoseSearch(aligner, o), fine};
+            self->search.set_fine(fine);
           },
           // The keywords' defaults are the library's (GlobalSearchOptions{}).
           "aligner"_a, "cell"_a = GlobalSearchOptions{}.cell, "candidates"_a = GlobalSearchOptions{}.candidates,
           "points"_a = GlobalSearchOptions{}.points, "yaw_step_deg"_a = GlobalSearchOptions{}.yaw_step_deg,
           "prune_ratio"_a = GlobalSearchOptions{}.prune_ratio, "standing"_a = GlobalSearchOptions{}.standing,
           "tilt_deg"_a = GlobalSearchOptions{}.tilt_deg, "tilt_step_deg"_a = GlobalSearchOptions{}.tilt_step_deg,
-          nb::keep_alive<1, 2>())
+          "fine"_a = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 11>(),
+          "`cell` 0 chooses 1 m or, on a large map, 2 m (ndtcu/global_search.hpp); `fine`: an Aligner of the same map "
+          "at a finer resolution (e.g. half) that polishes the found pose (InitialPoseResult.refined).")
       .def(
           "find",
           [](PyInitialPoseSearch& s, nb::handle scan, std::optional<Eigen::Vector3d> up, nb::handle around,
@@ -159,6 +169,8 @@ void define_initial_pose(nb::module_& m) {
               q.radius = *radius;
             }
             Working working(s.aligner->mutex);
+            std::unique_lock<std::mutex> fine_lock;
+            if (s.fine) fine_lock = std::unique_lock<std::mutex>(s.fine->mutex);
             InitialPoseResult r = s.search.find(c.view(), q);
             attach_pose_covariance(*s.aligner, c.view(), r.best);  // AlignSettings.pose_covariance
             return r;

@@ -504,10 +504,15 @@ def test_global_search_equals_cli(sample, cli, truth_poses, backend):
     j = json.loads(out)
     aligner = ndtcu.Aligner(backend=backend)
     aligner.set_target(ndtcu.read_point_cloud(map_path))
-    search = ndtcu.InitialPoseSearch(aligner)
+    # The CLI polishes the found pose at half the resolution (--refine-ratio 0.5).
+    fine = ndtcu.Aligner(backend=backend, resolution=1.0)
+    fine.set_target(ndtcu.read_point_cloud(map_path))
+    search = ndtcu.InitialPoseSearch(aligner, fine=fine)
     scan = ndtcu.voxel_downsample(ndtcu.read_point_cloud(scan_path), 1.0)
     r = search.find(scan)
     assert r.status() == j["status"] == "found"
+    assert r.refined == j["refined"]
+    assert r.search.cell == j["search"]["cell"] == 1.0
     assert r.xyzrpy.tolist() == j["xyzrpy"]
     assert np.linalg.norm(r.transform[:3, 3] - truth_poses[SCAN][:3, 3]) < 0.25
     assert [c.xyzrpy.tolist() for c in r.candidates] == [c["xyzrpy"] for c in j["candidates"]]
@@ -519,7 +524,7 @@ def test_global_search_equals_cli(sample, cli, truth_poses, backend):
         [cli, "--json", "initpose", "--map", map_path, "--scan", scan_path, "--backend", backend, "--global",
          "--tilt", "2", "--tilt-step", "2"], check=True, capture_output=True, text=True).stdout
     j6 = json.loads(out6)
-    r6 = ndtcu.InitialPoseSearch(aligner, tilt_deg=2.0, tilt_step_deg=2.0).find(scan)
+    r6 = ndtcu.InitialPoseSearch(aligner, tilt_deg=2.0, tilt_step_deg=2.0, fine=fine).find(scan)
     assert r6.search.tilts == j6["search"]["tilts"] == 5
     assert r6.xyzrpy.tolist() == j6["xyzrpy"]
     assert r6.status() == "found"

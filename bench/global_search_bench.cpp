@@ -217,9 +217,9 @@ int main(int argc, char** argv) {
       const bool off = !right && err < 1.0 && ang < 5.0;
       const std::string state = found_state(v);
       if (state == "found") (right ? found_right : off ? found_off : found_wrong)++;
-      if (r.refined) ++refined;
       else if (state == "ambiguous") ++ambiguous;
       else ++not_found;
+      if (r.refined) ++refined;
       times.push_back(t_ms);
       bound_times.push_back(r.global.bound_ms);
       double base_ms = std::nan("");

@@ -79,8 +79,11 @@ struct GlobalSearchOptions {
   double prune_ratio = 0.8;
   /// Nodes scored per batch of the top level (a GPU launch, or the CPU's share-out); a
   /// step of the search expands this many parents on CUDA (8 times as many children), an
-  /// eighth of it (at most 256) on the CPU.
-  std::size_t batch_nodes = 32768;
+  /// eighth of it (at most 256) on the CPU. 131,072, not 32,768: fewer, fuller steps on
+  /// an H200 took the 1 km simulated city from 106 to 96 ms and the 500 m city from 107 to
+  /// 98 ms (median), BALM from 5.0 to 4.3 ms and the Livox set from 9.3 to 9.2 ms, with
+  /// the same verdicts (BENCHMARK.md).
+  std::size_t batch_nodes = 131072;
   /// A search scores at most this many nodes; beyond it the search stops with the
   /// candidates it has (InitialPoseResult::global.truncated says so).
   std::size_t max_nodes = 200'000'000;

@@ -499,16 +499,9 @@ class Localizer::Impl::FrameAttempts {
   std::optional<AlignResult> finer(const Eigen::Matrix4d& from, int continuations = 0) {
     if (!m.fine) return std::nullopt;
     const auto t0 = std::chrono::steady_clock::now();
-    AlignResult r = m.fine->align(filtered, from);
+    const AlignResult r = detail::align_continued(*m.fine, filtered, from, continuations);
     out.iterations_total += r.iterations;
     out.evaluations += r.timings.evaluations;
-    for (int c = 0; c < continuations && detail::has_pose(r) && r.reason == StopReason::MaxIterations; ++c) {
-      const int before = r.iterations;
-      r = m.fine->align(filtered, r.transform);
-      out.iterations_total += r.iterations;
-      out.evaluations += r.timings.evaluations;
-      r.iterations += before;
-    }
     out.align_ms += detail::ms_since(t0);
     if (!detail::has_pose(r)) return std::nullopt;
     return r;

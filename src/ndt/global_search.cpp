@@ -585,13 +585,7 @@ InitialPoseResult InitialPoseSearch::Impl::find(PointCloudView scan, const Globa
 // alignment left it, and taken when that settled close by.
 void InitialPoseSearch::Impl::polish(PointCloudView scan, InitialPoseResult& r) const {
   if (!fine || !r.best.converged) return;
-  constexpr int kContinuations = 2;
-  AlignResult f = fine->align(scan, r.best.transform);
-  for (int c = 0; c < kContinuations && f.reason == StopReason::MaxIterations; ++c) {
-    const int before = f.iterations;
-    f = fine->align(scan, f.transform);
-    f.iterations += before;
-  }
+  const AlignResult f = detail::align_continued(*fine, scan, r.best.transform, 2);
   if (!f.converged || !f.transform.allFinite()) return;
   const double moved = (f.transform.topRightCorner<3, 1>() - r.best.transform.topRightCorner<3, 1>()).norm();
   const Eigen::Matrix3d turn = f.transform.topLeftCorner<3, 3>() * r.best.transform.topLeftCorner<3, 3>().transpose();

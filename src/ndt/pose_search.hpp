@@ -35,6 +35,21 @@ inline PointCloudView thinned(PointCloudView scan, std::size_t limit, PointCloud
   return storage;
 }
 
+/// aligner.align(scan, from), gone on from where it stopped up to `continuations` times
+/// while it runs out of iterations (a pose from a coarser map may need more than one budget
+/// on a finer one): iterations and evaluations are those of all the calls.
+inline AlignResult align_continued(Aligner& aligner, PointCloudView scan, const Eigen::Matrix4d& from,
+                                   int continuations) {
+  AlignResult r = aligner.align(scan, from);
+  for (int c = 0; c < continuations && r.reason == StopReason::MaxIterations && r.transform.allFinite(); ++c) {
+    const int iterations = r.iterations, evaluations = r.timings.evaluations;
+    r = aligner.align(scan, r.transform);
+    r.iterations += iterations;
+    r.timings.evaluations += evaluations;
+  }
+  return r;
+}
+
 /// a ranks above b: a higher NVTL; a NaN NVTL never ranks above a number.
 inline bool nvtl_ranks_above(const AlignResult& a, const AlignResult& b) {
   if (std::isnan(a.nvtl)) return false;

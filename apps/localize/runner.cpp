@@ -202,6 +202,13 @@ class FrameLoop {
                                     "the trajectory",
                                     scan.index, fs::path(scan.entry.path).filename().string(), r.attempts,
                                     r.attempts == 1 ? "" : "s", lost_reason(r, ls_)));
+      if (ls_.global_search_interval == 0 && r.decided_by != FrameCheck::TooFewPoints && !global_hinted_) {
+        global_hinted_ = true;
+        progress_.message(
+            "ndtcu: note: lost frames are searched for within --max-search-radius only; "
+            "--global-search-interval N also searches the whole map on the first lost frame and every N-th after it "
+            "(tens of milliseconds a search on a GPU; on a CPU, seconds to minutes on a large map)");
+      }
     } else if (r.status == FrameStatus::Recovered) {
       ++t_.recovered;
     } else if (r.status == FrameStatus::Degenerate) {
@@ -257,6 +264,7 @@ class FrameLoop {
   Eigen::Matrix<double, 6, 6> chain_covariance_ = Eigen::Matrix<double, 6, 6>::Zero();
   double chain_time_ = 0.0;
   bool have_chain_ = false;
+  bool global_hinted_ = false;  // the note on --global-search-interval given (once a run)
   // The last two localized frames' x-y positions (map_covers_next_scan).
   std::optional<Eigen::Vector2d> last_xy_, before_last_xy_;
   const bool filter_in_line_;

@@ -2,6 +2,7 @@
 
 #include <ndtcu/cuda_device.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/result.hpp>
 #include <ndtcu/simulator.hpp>
 #include <ndtcu/text.hpp>
 
@@ -310,7 +311,6 @@ constexpr double kMinPriorSigma = 1e-150, kMaxPriorSigma = 1e150;
 }  // namespace
 
 Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::string>& sigmas, const std::string& option) {
-  static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
   if (sigmas.size() != 6) {
     throw Error(fmt::format("{}: expected 6 standard deviations (x,y,z,roll,pitch,yaw; m, rad), got {}", option,
                             sigmas.size()));
@@ -328,14 +328,14 @@ Eigen::Matrix<double, 6, 6> information_from_sigmas(const std::vector<std::strin
     }
     if (used != text.size() || text.empty() || !std::isfinite(sigma) || !(sigma > 0.0)) {
       throw Error(fmt::format("{}: {} standard deviation '{}' (must be a finite number > 0, or inf for none)", option,
-                              kNames[i], text));
+                              kPoseEntryNames[i], text));
     }
     // The prior weighs 1/sigma^2: beyond these bounds that is 0 (1e300 held nothing, and
     // the error said --prior-sigma was missing) or infinite.
     if (!(sigma >= kMinPriorSigma && sigma <= kMaxPriorSigma)) {
       throw Error(fmt::format("{}: {} standard deviation '{}' is out of range: it must lie in [{:g}, {:g}] (its "
                               "weight 1/sigma^2 is {} beyond), or be inf for a direction the prior does not hold",
-                              option, kNames[i], text, kMinPriorSigma, kMaxPriorSigma,
+                              option, kPoseEntryNames[i], text, kMinPriorSigma, kMaxPriorSigma,
                               sigma > kMaxPriorSigma ? "0" : "infinite"));
     }
     info(i, i) = 1.0 / (sigma * sigma);

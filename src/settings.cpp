@@ -152,14 +152,13 @@ void validate(const AlignSettings& s) {
 namespace detail {
 
 void check_pose_matrix(const Eigen::Matrix<double, 6, 6>& m, const std::string& what) {
-  static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
   if (!m.allFinite()) throw Error(what + " has an entry that is not finite");
   const double largest = m.cwiseAbs().maxCoeff();
   for (int i = 0; i < 6; ++i) {
     for (int j = i + 1; j < 6; ++j) {
       if (std::abs(m(i, j) - m(j, i)) > 1e-9 * largest) {
-        throw Error(fmt::format("{} is not symmetric ({},{} is {}, {},{} is {})", what, kNames[i], kNames[j], m(i, j),
-                                kNames[j], kNames[i], m(j, i)));
+        throw Error(fmt::format("{} is not symmetric ({},{} is {}, {},{} is {})", what, kPoseEntryNames[i], kPoseEntryNames[j], m(i, j),
+                                kPoseEntryNames[j], kPoseEntryNames[i], m(j, i)));
       }
     }
   }
@@ -174,10 +173,9 @@ void check_pose_matrix(const Eigen::Matrix<double, 6, 6>& m, const std::string& 
 }  // namespace detail
 
 void validate(const PosePrior& prior) {
-  static const char* const kNames[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
   for (int i = 0; i < 6; ++i) {
     if (!std::isfinite(prior.pose(i))) {
-      throw Error(fmt::format("invalid prior: pose {} is {} (must be finite)", kNames[i], prior.pose(i)));
+      throw Error(fmt::format("invalid prior: pose {} is {} (must be finite)", kPoseEntryNames[i], prior.pose(i)));
     }
   }
   detail::check_pose_matrix(prior.information, "invalid prior: the information matrix");

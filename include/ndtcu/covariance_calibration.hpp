@@ -25,9 +25,6 @@
 
 namespace ndtcu {
 
-/// The names of a pose's six entries, in Pose6's order.
-inline constexpr std::array<const char*, 6> kPoseEntryNames = {"x", "y", "z", "roll", "pitch", "yaw"};
-
 /// The frames.csv column names of a frame's 6x6 pose covariance, its upper triangle row by
 /// row: cov_x_x, cov_x_y, ..., cov_x_yaw, cov_y_y, ..., cov_yaw_yaw (21 names).
 std::vector<std::string> covariance6_columns();

@@ -8,6 +8,7 @@
 
 #include <Eigen/Core>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,6 +18,9 @@ namespace ndtcu {
 
 /// 6-vector pose [x y z roll pitch yaw] (m, rad), T = Translation * Rx(roll) * Ry(pitch) * Rz(yaw).
 using Pose6 = Eigen::Matrix<double, 6, 1>;
+
+/// The names of a pose's six entries, in Pose6's order.
+inline constexpr std::array<const char*, 6> kPoseEntryNames = {"x", "y", "z", "roll", "pitch", "yaw"};
 
 /// Why the iterations stopped.
 enum class StopReason {

@@ -292,11 +292,10 @@ namespace {
 // Throws Error naming the first hypothesis with a non-finite entry.
 void check_guesses(const std::vector<Pose6>& guesses, const std::string& what) {
   if (guesses.empty()) throw Error(what + ": the guess list is empty");
-  static const char* const kEntry[6] = {"x", "y", "z", "roll", "pitch", "yaw"};
   for (std::size_t k = 0; k < guesses.size(); ++k) {
     for (int i = 0; i < 6; ++i) {
       if (!std::isfinite(guesses[k](i))) {
-        throw Error(what + ": hypothesis " + std::to_string(k) + " has a non-finite " + kEntry[i] + " (" +
+        throw Error(what + ": hypothesis " + std::to_string(k) + " has a non-finite " + kPoseEntryNames[i] + " (" +
                     ndtcu::number_text(guesses[k](i)) + ")");
       }
     }

@@ -3,6 +3,7 @@
 
 #include <ndtcu/covariance_calibration.hpp>
 #include <ndtcu/localizability.hpp>
+#include <ndtcu/pose_covariance.hpp>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,9 @@ std::string csv_text(std::string text) {
   }
   return quoted + '"';
 }
+
+// Whether the frame ran an alignment (not one lost before any: too few points).
+bool ran_alignment(const LocalizationResult& r) { return r.decided_by != FrameCheck::TooFewPoints; }
 
 }  // namespace
 
@@ -73,10 +77,13 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
     row += ",,,";
   }
   row += error_m ? csv_number(*error_m) : "";
-  // The x-y covariance of the accepted pose (m^2, map frame, as Autoware's estimator gives
-  // it); empty for skipped and lost frames and where there is none.
-  if (result && result->valid && result->alignment.covariance_valid) {
-    const Eigen::Matrix2d& c = result->alignment.covariance_xy;
+  // The x-y covariance of the frame's pose (m^2, map frame): the x-y block of its
+  // calibrated covariance (LocalizationResult::covariance); empty for skipped, lost and
+  // degenerate frames and where there is none.
+  const bool has_covariance_xy = result && (result->valid || result->status == FrameStatus::Uncertain) &&
+                                 result->alignment.covariance_valid;
+  if (has_covariance_xy) {
+    const Eigen::Matrix2d c = result->covariance.topLeftCorner<2, 2>();
     row += fmt::format(",{:.6e},{:.6e},{:.6e}", c(0, 0), c(0, 1), c(1, 1));
   } else {
     row += ",,,";
@@ -136,6 +143,21 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
     for (int j = i; j < 6; ++j) {
       row += has_covariance6 ? fmt::format(",{:.6e}", result->covariance(i, j)) : std::string(",");
     }
+  }
+  // The points that found a voxel at the accepted alignment (the sparsity term's N), the
+  // largest position standard deviation of the frame's covariance (m; the bound's
+  // LocalizerSettings::max_position_sigma) and the term of the calibrated covariance that
+  // dominated it (none, laplace, sparsity, residual, disagreement); empty where no
+  // alignment or no covariance.
+  if (result && ran_alignment(*result)) {
+    row += fmt::format(",{}", result->alignment.matched_points);
+  } else {
+    row += ",";
+  }
+  if (has_covariance6) {
+    row += fmt::format(",{:.6f},{}", max_position_sigma(result->covariance), to_string(result->covariance_term));
+  } else {
+    row += ",,";
   }
   return row + "\n";
 }

@@ -184,6 +184,30 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
                   "degrees of freedom; 0 = no gate)")
       ->capture_default_str()
       ->check(non_negative_number());
+  cmd->add_option("--covariance-sparsity", o.covariance_sparsity,
+                  "the calibrated covariance's sparsity floor: position sigma T x --resolution and angle sigma R "
+                  "rad, each over sqrt(matched points), as T,R (0,0: no floor)")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
+  check_number_range(
+      cmd->add_option("--covariance-residual-scale", o.covariance_residual_scale,
+                      "the calibrated covariance's residual term: the Laplace estimate times this and the residuals' "
+                      "mean squared Mahalanobis distance, as the NVTL gives it (0: none)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_residual_scale"));
+  check_number_range(
+      cmd->add_option("--covariance-hypothesis-temperature", o.covariance_hypothesis_temperature,
+                      "the calibrated covariance's rival term: softmax temperature (NVTL) weighing a search's best "
+                      "distinct rival against the accepted pose (0: left out)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_hypothesis_temperature"));
+  check_number_range(
+      cmd->add_option("--max-position-sigma", o.max_position_sigma,
+                      "a frame whose calibrated covariance gives a position sigma above this (m) is uncertain, not "
+                      "valid: counted apart, not in the trajectory (0: no bound)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("max_position_sigma"));
   check_number_range(
       cmd->add_option("--max-prediction-scale", o.max_prediction_scale,
                       "largest step of the constant-velocity prediction, in multiples of the last inter-frame motion "
@@ -349,6 +373,11 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.degeneracy_margin = o.degeneracy_margin;
   ls.refine_ratio = o.refine_ratio;
   ls.gate_chi2 = o.gate_chi2;
+  ls.covariance_sparsity_translation = o.covariance_sparsity[0];
+  ls.covariance_sparsity_rotation = o.covariance_sparsity[1];
+  ls.covariance_residual_scale = o.covariance_residual_scale;
+  ls.covariance_hypothesis_temperature = o.covariance_hypothesis_temperature;
+  ls.max_position_sigma = o.max_position_sigma;
   ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;
   ls.regularization_scale_factor = regularization_scale(o.regularization, config ? &*config : nullptr);

@@ -46,6 +46,12 @@ struct LocalizeOptions {
   std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};
   std::vector<double> motion_sigma = {kDefaults.motion_translation_sigma, kDefaults.motion_rotation_sigma};
   double gate_chi2 = kDefaults.gate_chi2;
+  // The calibrated covariance (LocalizerSettings::covariance_*) and its bound.
+  std::vector<double> covariance_sparsity = {kDefaults.covariance_sparsity_translation,
+                                             kDefaults.covariance_sparsity_rotation};
+  double covariance_residual_scale = kDefaults.covariance_residual_scale;
+  double covariance_hypothesis_temperature = kDefaults.covariance_hypothesis_temperature;
+  double max_position_sigma = kDefaults.max_position_sigma;
   double max_prediction_scale = kDefaults.max_prediction_scale;
   double search_step_size = kDefaults.search_step_size;
   double heading_search_step = kDefaults.heading_search_step_deg;
@@ -73,6 +79,8 @@ inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
     {"motion_translation_sigma", "--motion-sigma"},
     {"motion_rotation_sigma", "--motion-sigma"},
     {"regularization_scale_factor", "--regularization"},
+    {"covariance_sparsity_translation", "--covariance-sparsity"},
+    {"covariance_sparsity_rotation", "--covariance-sparsity"},
 };
 
 /// The `localize` option that sets the LocalizerSettings field `field`.

@@ -62,6 +62,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
   j["lost"] = t.lost;
   j["recovered"] = t.recovered;
   j["degenerate"] = t.degenerate;
+  j["uncertain"] = t.uncertain;
   j["refined"] = t.refined;
   j["skipped"] = t.skipped;
   j["odometry"] = in.odometry ? nlohmann::json{{"file", json_text(o.odometry.empty() ? o.scans : o.odometry)},
@@ -77,7 +78,8 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
   j["align_ms"] = stats_json(t.align_ms);
   j["iterations"] = stats_json(t.iterations);
   j["points_per_scan"] = stats_json(t.points);
-  // sigma_x, sigma_y: square roots of the diagonal of covariance_xy (map frame).
+  // sigma_x, sigma_y: square roots of the x and y variances of the frames' calibrated
+  // covariance (map frame).
   j["pose_covariance"] = {{"mode", to_string(s.pose_covariance)},
                           {"frames_with_covariance", t.sigma_x.size()},
                           {"sigma_x_m", stats_json(t.sigma_x)},
@@ -365,8 +367,8 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
   } else {
     std::string text = fmt::format("{} scans -> {} (map {}: {} points, {} voxels at {} m)\n", o.scans, o.out, o.map,
                                    run.map.points, run.map.voxel_count, s.resolution);
-    text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} skipped of {}\n",
-                        t.localized, t.recovered, t.lost, t.degenerate, t.skipped, t.done);
+    text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} uncertain, {} skipped of {}\n",
+                        t.localized, t.recovered, t.lost, t.degenerate, t.uncertain, t.skipped, t.done);
     if (!j["odometry"].is_null()) {
       text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", t.odometry_used,
                           run.inputs.odometry_source, t.odometry_missing);

@@ -64,7 +64,7 @@ std::string lost_reason(const LocalizationResult& r, const LocalizerSettings& ls
 /// What the frame loop counted, and what it keeps for the summary.
 struct FrameTally {
   std::size_t frame_count = 0;  // the scans listed
-  std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0, degenerate = 0;
+  std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0, degenerate = 0, uncertain = 0;
   std::size_t refined = 0;  // valid frames whose pose is the refinement's
   // The success rate: frames with a reference pose, and those of them localized within
   // kSuccessRadius of it (lost and skipped frames count as failures).

@@ -213,6 +213,8 @@ class FrameLoop {
       ++t_.recovered;
     } else if (r.status == FrameStatus::Degenerate) {
       ++t_.degenerate;
+    } else if (r.status == FrameStatus::Uncertain) {
+      ++t_.uncertain;
     }
     t_.refined += r.refined ? 1 : 0;
     t_.latency.push_back(static_cast<float>(scan.read_ms + scan.preprocess_ms + r.align_ms));
@@ -225,9 +227,9 @@ class FrameLoop {
   // map's next centre and the evaluation; returns its error against `matched`, if any.
   std::optional<double> record_pose(const LocalizationResult& r, const PreparedScan& scan, const StampedPose* matched) {
     const AlignResult& a = r.alignment;
-    if (a.covariance_valid) {
-      t_.sigma_x.push_back(static_cast<float>(std::sqrt(std::max(0.0, a.covariance_xy(0, 0)))));
-      t_.sigma_y.push_back(static_cast<float>(std::sqrt(std::max(0.0, a.covariance_xy(1, 1)))));
+    if (a.covariance_valid) {  // the frame's calibrated covariance
+      t_.sigma_x.push_back(static_cast<float>(std::sqrt(std::max(0.0, r.covariance(0, 0)))));
+      t_.sigma_y.push_back(static_cast<float>(std::sqrt(std::max(0.0, r.covariance(1, 1)))));
       t_.covariance_ms.push_back(static_cast<float>(a.timings.covariance_ms));
     }
     StampedPose p;

@@ -120,7 +120,9 @@ NDTCU_ENUM_VALUES(Recovery, recovery_from_string, Recovery::None, Recovery::Last
 NDTCU_ENUM_VALUES(FrameCheck, frame_check_from_string, FrameCheck::Passed, FrameCheck::DegeneracyProbe,
                   FrameCheck::TooFewPoints, FrameCheck::NoPose, FrameCheck::NotConverged, FrameCheck::MatchedRatio,
                   FrameCheck::Nvtl, FrameCheck::TypicalNvtl, FrameCheck::MahalanobisGate, FrameCheck::Ambiguous,
-                  FrameCheck::ProbeFoundBetter);
+                  FrameCheck::ProbeFoundBetter, FrameCheck::CovarianceBound);
+NDTCU_ENUM_VALUES(CovarianceTerm, covariance_term_from_string, CovarianceTerm::None, CovarianceTerm::Laplace,
+                  CovarianceTerm::Sparsity, CovarianceTerm::Residual, CovarianceTerm::Disagreement);
 NDTCU_ENUM_VALUES(FrameStage, frame_stage_from_string, FrameStage::None, FrameStage::Prediction,
                   FrameStage::Continuation, FrameStage::LastGood, FrameStage::Probe, FrameStage::HeadingSearch,
                   FrameStage::RotationSearch, FrameStage::PositionSearch, FrameStage::WideSearch,
@@ -246,6 +248,20 @@ struct FieldList<LocalizerSettings> {
     v(make_field("prediction_prior", &S::prediction_prior, "align the first attempt and its retries with the prediction as a pose prior"));
     v(make_field("regularization_scale_factor", &S::regularization_scale_factor,
             "Autoware's GNSS regularization about the prediction (0: off)", range_at_least(0.0)));
+    v(make_field("covariance_sparsity_translation", &S::covariance_sparsity_translation,
+                 "calibrated covariance: position floor, resolutions over sqrt(matched points) (0: none)",
+                 range_closed(0.0, 100.0)));
+    v(make_field("covariance_sparsity_rotation", &S::covariance_sparsity_rotation,
+                 "calibrated covariance: angle floor, rad over sqrt(matched points) (0: none)", range_closed(0.0, 100.0)));
+    v(make_field("covariance_residual_scale", &S::covariance_residual_scale,
+                 "calibrated covariance: Laplace times this and the residuals' mean squared Mahalanobis distance (0: none)",
+                 range_closed(0.0, 100.0)));
+    v(make_field("covariance_hypothesis_temperature", &S::covariance_hypothesis_temperature,
+                 "calibrated covariance: softmax temperature (NVTL) weighing the search's best rival (0: left out)",
+                 range_closed(0.0, 10.0)));
+    v(make_field("max_position_sigma", &S::max_position_sigma,
+                 "a frame whose calibrated position sigma exceeds this (m) is uncertain, not valid (0: no bound)",
+                 range_closed(0.0, 1000.0)));
   }
 };
 

@@ -21,6 +21,7 @@
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
+#include <ndtcu/pose_covariance.hpp>
 #include <ndtcu/settings.hpp>
 
 #include <Eigen/Core>
@@ -300,6 +301,27 @@ struct LocalizerSettings {
   /// the prediction (from localize()'s own prediction when given, e.g. odometry), in the
   /// first attempt and its retries.
   double regularization_scale_factor = 0.0;
+  /// The frame's reported covariance (LocalizationResult::covariance) is the accepted
+  /// alignment's estimate (align.pose_covariance, Laplace by default; kept as
+  /// alignment.covariance) calibrated by calibrated_pose_covariance(): plus a floor from the
+  /// scan's sparsity, a term from its residuals, and the disagreement between the accepted
+  /// pose and the refinement at refine_ratio (when it ran) or the search's best distinct rival
+  /// (when a search gave the pose). LocalizationResult::covariance_term says which dominated.
+  /// The sparsity floor in position, in resolutions over sqrt(matched points) (0: none) ...
+  double covariance_sparsity_translation = CalibratedCovarianceSettings{}.sparsity_translation;
+  /// ... and in the angles, radians over sqrt(matched points) (0: none).
+  double covariance_sparsity_rotation = CalibratedCovarianceSettings{}.sparsity_rotation;
+  /// The residual term's scale (0: none; see CalibratedCovariance::residual).
+  double covariance_residual_scale = CalibratedCovarianceSettings{}.residual_scale;
+  /// The softmax temperature (NVTL) weighing the search's best distinct rival against the
+  /// accepted pose (0: the rival is left out).
+  double covariance_hypothesis_temperature = CalibratedCovarianceSettings{}.hypothesis_temperature;
+  /// A frame that passes every other check but whose calibrated covariance gives a position
+  /// standard deviation above this (m; the largest, max_position_sigma()) is not valid but
+  /// FrameStatus::Uncertain (decided_by FrameCheck::CovarianceBound); 0: no bound. 0.2 m is
+  /// about twice the largest a right frame of the real sets reports (0.10 m, a Livox Avia
+  /// frame of 264 matched points 5 cm off; BALM at 1 Hz at most 0.02 m).
+  double max_position_sigma = 0.2;
 };
 
 /// Most cells along one axis of the scan's voxel-filter lattice (LocalizerSettings::
@@ -335,9 +357,13 @@ enum class FrameStatus {
   /// along the weak directions it is the motion model's guess. The motion model goes on
   /// from it.
   Degenerate,
+  /// Every check passed, but the frame's calibrated covariance exceeds
+  /// LocalizerSettings::max_position_sigma: the pose is the alignment's, and the motion model
+  /// goes on from it with that covariance, but it is not valid.
+  Uncertain,
 };
 
-/// "tracked", "recovered", "lost", "degenerate".
+/// "tracked", "recovered", "lost", "degenerate", "uncertain".
 const char* to_string(FrameStatus status);
 
 /// Which check decided a frame (LocalizationResult::decided_by).
@@ -355,6 +381,9 @@ enum class FrameCheck {
   /// "probe found better": every score check passed, but a degeneracy probe scored more
   /// than degeneracy_margin above the pose (not the optimum, see degeneracy_probe_m).
   ProbeFoundBetter,
+  /// "covariance bound": every check passed, but the calibrated covariance exceeds
+  /// LocalizerSettings::max_position_sigma (the frame is Uncertain).
+  CovarianceBound,
 };
 
 /// The check's name as frames.csv, JSON and Python write it ("passed", "nvtl", ...).
@@ -435,12 +464,19 @@ struct LocalizationResult {
   std::size_t points_used = 0;      ///< points after the range crop and voxel filter
   double preprocess_ms = 0.0;       ///< crop and filter time inside localize() (0 if done before)
   double align_ms = 0.0;            ///< wall time of all attempts
-  /// Pose covariance of the accepted alignment, in [x y z roll pitch yaw] order, by
-  /// settings.align.pose_covariance (Laplace by default: (-H)^-1 of the NDT score's Hessian);
-  /// the same as alignment.covariance, whose covariance_xy, covariance_mode and
-  /// covariance_valid say more. Zero for lost frames, for None, and for Laplace when H is
-  /// not negative definite. Its time is alignment.timings.covariance_ms (not in align_ms).
+  /// The frame's pose covariance, in [x y z roll pitch yaw] order (m, rad): the accepted
+  /// alignment's estimate by settings.align.pose_covariance (Laplace by default: (-H)^-1 of
+  /// the NDT score's Hessian, kept unchanged as alignment.covariance, whose covariance_xy,
+  /// covariance_mode and covariance_valid say more) calibrated by
+  /// calibrated_pose_covariance() with the settings' covariance_* constants; for a
+  /// degenerate frame, remapped (see FrameStatus::Degenerate) from the alignment's own
+  /// estimate along the held directions (the calibration was fitted on valid frames). Zero for lost frames, for
+  /// None, and for Laplace when H is not negative definite. Its time is
+  /// alignment.timings.covariance_ms (not in align_ms).
   Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
+  /// Which term of the calibrated covariance was largest (CovarianceTerm::None without one;
+  /// Laplace for a degenerate frame, whose held part is the alignment's own estimate).
+  CovarianceTerm covariance_term = CovarianceTerm::None;
 };
 
 /// Tracks a sensor in a fixed map, one scan at a time. Not thread-safe (one call at a

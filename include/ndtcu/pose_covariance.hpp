@@ -43,9 +43,102 @@
 
 #include <Eigen/Core>
 
+#include <cstddef>
+#include <string>
 #include <vector>
 
 namespace ndtcu {
+
+/// The terms of a calibrated pose covariance (calibrated_pose_covariance), and which of them
+/// dominated a frame's (LocalizationResult::covariance_term).
+enum class CovarianceTerm {
+  None,          ///< "none": no covariance (lost frames, or no Laplace estimate)
+  Laplace,       ///< "laplace": (-H)^-1 of the NDT score, as estimated
+  Sparsity,      ///< "sparsity": the floor from the matched point count
+  Residual,      ///< "residual": the Laplace estimate scaled by the residuals' spread
+  Disagreement,  ///< "disagreement": between resolutions or between the two best hypotheses
+};
+
+/// "none", "laplace", "sparsity", "residual", "disagreement".
+const char* to_string(CovarianceTerm term);
+/// The CovarianceTerm named by to_string(); throws Error naming the value and the choices.
+CovarianceTerm covariance_term_from_string(const std::string& name);
+
+/// The constants of calibrated_pose_covariance. The defaults were fitted by the Gaussian
+/// likelihood of the errors on half of the real frames and one simulated drive, and checked
+/// on the rest (docs/library.md, "The calibrated covariance").
+struct CalibratedCovarianceSettings {
+  /// Sparsity floor in position: a standard deviation of this many resolutions over
+  /// sqrt(matched points) in x, y and z (0: no floor; 0.3 with 2 m voxels and 500 matched
+  /// points is 2.7 cm). Fitted to 0: with the residual term in, a floor in position made
+  /// the fit's likelihood no better.
+  double sparsity_translation = 0.0;
+  /// Sparsity floor in roll, pitch and yaw: this many radians over sqrt(matched points)
+  /// (fitted: 0.0037, 0.17 mrad at 500 points).
+  double sparsity_rotation = 0.0037;
+  /// The residual term: the Laplace estimate times this and the points' mean squared
+  /// Mahalanobis distance to their voxel, as the NVTL gives it (0: no term). Fitted: 2.5,
+  /// so a right pose (NVTL 3.0-3.3 in 2 m voxels, m2 2.0-2.8) reports 6-8 times the Laplace
+  /// variance.
+  double residual_scale = 2.5;
+  /// The two best hypotheses' weights, Autoware's softmax of their NVTL at this temperature.
+  double hypothesis_temperature = 0.05;
+};
+
+/// What a calibrated covariance is made from: one alignment's Laplace estimate and fit, and
+/// what else the frame knows.
+struct CovarianceEvidence {
+  /// The Laplace covariance (-H)^-1 and whether it is one (-H positive definite).
+  Eigen::Matrix<double, 6, 6> laplace = Eigen::Matrix<double, 6, 6>::Zero();
+  bool laplace_valid = false;
+  double resolution = 2.0;      ///< the map's voxel size (m)
+  double outlier_ratio = 0.55;  ///< the score's outlier ratio (with resolution: d1, d2)
+  std::size_t matched_points = 0;  ///< scan points with a voxel at the pose
+  double nvtl = 0.0;               ///< NVTL at the pose
+  /// Mean squared distance of a point from a rotation axis through the sensor (m^2), which
+  /// makes rotations comparable with translations when the dominant term is chosen
+  /// (2/3 E|x|^2; 0: translations only).
+  double rotation_arm2 = 0.0;
+  /// The pose at another resolution minus this pose ([x y z roll pitch yaw], angles
+  /// wrapped), when the frame has one (LocalizerSettings::refine_ratio): the two optima disagree by it.
+  bool has_resolution_gap = false;
+  Pose6 resolution_gap = Pose6::Zero();
+  /// The best distinct rival hypothesis minus this pose, and its NVTL below this pose's,
+  /// when a search found one.
+  bool has_rival = false;
+  Pose6 rival_gap = Pose6::Zero();
+  double rival_nvtl_drop = 0.0;
+};
+
+/// A calibrated covariance, its terms and the dominant one.
+struct CalibratedCovariance {
+  bool valid = false;  ///< false without a Laplace estimate (every matrix zero then)
+  /// laplace + sparsity + residual + disagreement ([x y z roll pitch yaw], m and rad).
+  Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
+  Eigen::Matrix<double, 6, 6> laplace = Eigen::Matrix<double, 6, 6>::Zero();    ///< (-H)^-1
+  /// diag((a r)^2 / N x3, b^2 / N x3): a = sparsity_translation, b = sparsity_rotation, r the
+  /// resolution, N the matched points.
+  Eigen::Matrix<double, 6, 6> sparsity = Eigen::Matrix<double, 6, 6>::Zero();
+  /// residual_scale x m2 x laplace, m2 the mean squared Mahalanobis distance the NVTL implies:
+  /// m2 = -2 ln(NVTL / -d1) / d2 (a point at its voxel's mean scores -d1).
+  Eigen::Matrix<double, 6, 6> residual = Eigen::Matrix<double, 6, 6>::Zero();
+  /// g g' / 4 for the gap g to the other resolution's pose (the two weighed alike), plus
+  /// w (1 - w) h h' for the gap h to the rival, w = its softmax weight against this pose at
+  /// hypothesis_temperature (the spread of two poses weighed w and 1 - w).
+  Eigen::Matrix<double, 6, 6> disagreement = Eigen::Matrix<double, 6, 6>::Zero();
+  double mean_squared_mahalanobis = 0.0;  ///< m2 above
+  /// The term of largest trace(W T), W = diag(1, 1, 1, arm2, arm2, arm2) (None when not valid).
+  CovarianceTerm dominant = CovarianceTerm::None;
+};
+
+/// The calibrated covariance of `evidence` (see CalibratedCovariance for each term). Throws
+/// Error for settings that are negative or not finite.
+CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& evidence,
+                                                const CalibratedCovarianceSettings& settings = {});
+
+/// The largest position standard deviation (m) a 6x6 covariance gives: the square root of
+/// the largest eigenvalue of its x-y-z block (LocalizerSettings::max_position_sigma).
+double max_position_sigma(const Eigen::Matrix<double, 6, 6>& covariance);
 
 /// Autoware's covariance_estimation parameters (ndt_scan_matcher.param.yaml), the defaults
 /// being Autoware's.

@@ -14,6 +14,8 @@
 #include "../nvtx.hpp"
 
 #include <chrono>
+#include <optional>
+#include <utility>
 
 namespace ndtcu {
 
@@ -252,16 +254,59 @@ class Localizer::Impl::FrameAttempts {
       out.pose = out.alignment.transform;
       // The covariance of the accepted alignment only (settings.align.pose_covariance).
       attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
-      out.covariance = out.alignment.covariance;
       refine();
+      // The frame's covariance: the estimate calibrated (LocalizerSettings::covariance_*),
+      // and held to the bound (max_position_sigma).
+      const CalibratedCovariance c = calibrated();
+      out.covariance = c.valid ? c.covariance : out.alignment.covariance;
+      out.covariance_term = c.dominant;
+      const double bound = m.settings.max_position_sigma;
+      if (c.valid && bound > 0.0 && !(max_position_sigma(out.covariance) <= bound)) {
+        out.valid = false;
+        out.status = FrameStatus::Uncertain;
+        out.decided_by = FrameCheck::CovarianceBound;
+        detail::log().debug("localizer: frame at t={} uncertain: position sigma {:.3f} m above {} m ({} term)", time,
+                            max_position_sigma(out.covariance), bound, to_string(c.dominant));
+      }
+      // The motion model goes on from an uncertain frame too, with its covariance (the
+      // next prediction's covariance, and so the gate, widen with it).
       m.advance(out.pose, time, out.covariance);
-      m.typical_nvtl = std::isnan(m.typical_nvtl) ? out.alignment.nvtl : 0.8 * m.typical_nvtl + 0.2 * out.alignment.nvtl;
+      if (out.valid) {
+        m.typical_nvtl = std::isnan(m.typical_nvtl) ? out.alignment.nvtl : 0.8 * m.typical_nvtl + 0.2 * out.alignment.nvtl;
+      }
     } else {
       lose();
     }
   }
 
  private:
+  // The calibrated covariance of the accepted alignment (out.alignment, its estimate
+  // attached): its fit, the scan's spread about the sensor, the refinement's gap and the
+  // search's rival (calibrated_pose_covariance).
+  CalibratedCovariance calibrated() const {
+    const AlignResult& a = out.alignment;
+    CovarianceEvidence e;
+    e.laplace = a.covariance;
+    e.laplace_valid = a.covariance_valid;
+    e.resolution = m.settings.align.resolution;
+    e.outlier_ratio = m.settings.align.outlier_ratio;
+    e.matched_points = a.matched_points;
+    e.nvtl = a.nvtl;
+    // 2/3 E|x|^2: a point's squared distance from a rotation axis through the sensor,
+    // averaged over the axes.
+    e.rotation_arm2 = 2.0 / 3.0 * point_moments(filtered.points, filtered.size()).second.trace();
+    if (resolution_gap) {
+      e.has_resolution_gap = true;
+      e.resolution_gap = *resolution_gap;
+    }
+    if (rival) {
+      e.has_rival = true;
+      e.rival_gap = rival->first;
+      e.rival_nvtl_drop = rival->second;
+    }
+    return calibrated_pose_covariance(e, m.calibration());
+  }
+
   // Guesses within 1 mm and 1e-4 rad of one already tried are skipped: they would give
   // the same result.
   bool already_tried(const Eigen::Matrix4d& guess) const {
@@ -296,6 +341,7 @@ class Localizer::Impl::FrameAttempts {
     // to the probe.
     const bool scores = m.accept(r) && m.typical(r.nvtl) && !(gated && predicted.mahalanobis2(r) > m.settings.gate_chi2);
     const bool ok = scores && probe_holds(r);
+    if (ok) rival.reset();  // this pose is no search's winner
     if (ok || !have_best || (detail::has_pose(r) && (!detail::has_pose(best) || r.nvtl > best.nvtl))) {
       best = std::move(r);
       have_best = true;
@@ -321,6 +367,12 @@ class Localizer::Impl::FrameAttempts {
       if (probe_holds(found.best)) {
         best = found.best;
         best_beaten = false;
+        // The best distinct rival, weighed in the frame's covariance (its disagreement term).
+        if (found.has_rival && std::isfinite(found.ambiguity_nvtl)) {
+          rival.emplace(detail::wrapped(found.rival_pose - found.best.pose), found.best.nvtl - found.ambiguity_nvtl);
+        } else {
+          rival.reset();
+        }
         return true;
       }
       // The winner stopped short of a better pose nearby: one alignment from there.
@@ -454,13 +506,20 @@ class Localizer::Impl::FrameAttempts {
     // along the others. Without a prediction covariance (no good pose yet), each weak
     // direction gets the probe's step instead: the scan cannot tell poses that far apart.
     attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
+    // The held directions keep the alignment's own estimate, not the calibrated one: the
+    // calibration's constants were fitted on valid frames in the map's voxels, while a
+    // degenerate frame is held by the prediction and refined against finer ones. On the
+    // simulator's tunnel (200 trials, refined; tests/localization/test_prediction.cpp) the
+    // six-direction NEES is 5.96 with the Laplace estimate, 1.64 (far too wide) calibrated.
+    const Eigen::Matrix<double, 6, 6>& aligned = out.alignment.covariance;
+    out.covariance_term = out.alignment.covariance_valid ? CovarianceTerm::Laplace : CovarianceTerm::None;
     Eigen::Matrix<double, 6, 6> p = Eigen::Matrix<double, 6, 6>::Zero();
     for (const auto& b : basis) p += b * (g * b).transpose();
     const Eigen::Matrix<double, 6, 6> held = Eigen::Matrix<double, 6, 6>::Identity() - p;
     if (predicted.has_covariance) {
-      out.covariance = held * out.alignment.covariance * held.transpose() + p * predicted.covariance * p.transpose();
+      out.covariance = held * aligned * held.transpose() + p * predicted.covariance * p.transpose();
     } else {
-      out.covariance = out.alignment.covariance;
+      out.covariance = aligned;
       for (int i = 0; i < kProbeDirections; ++i) {
         if (!probe.weak[i]) continue;
         const Eigen::Matrix<double, 6, 1> d = 1.5 * m.settings.degeneracy_probe_m * probe.directions.col(i);
@@ -486,6 +545,8 @@ class Localizer::Impl::FrameAttempts {
     const std::optional<AlignResult> r = finer(out.pose);
     if (!r) return;
     out.refinement_m = translation_gap(out.pose, r->transform);
+    // The two resolutions' optima: their gap enters the covariance (its disagreement term).
+    if (settled(*r)) resolution_gap = detail::wrapped(r->pose - out.alignment.pose);
     if (settled(*r) && out.refinement_m <= 0.5 * m.fine_resolution() &&
         rotation_gap(out.pose, r->transform) <= 2.0 * detail::kPi / 180.0) {
       out.pose = r->transform;
@@ -554,6 +615,11 @@ class Localizer::Impl::FrameAttempts {
   // degenerate, its probes 0.26 above it; the frames after it, predicted from it, were lost.
   Probe probe;
   std::optional<Eigen::Matrix4d> better;
+  // The accepted search winner's best distinct rival: its pose minus the winner's and its
+  // NVTL below the winner's (none when the pose is no search's winner).
+  std::optional<std::pair<Pose6, double>> rival;
+  // The refinement's pose minus the accepted alignment's (refine_ratio; none without one).
+  std::optional<Pose6> resolution_gap;
 };
 
 LocalizationResult Localizer::localize_frame(PointCloudView filtered, double time, const Eigen::Matrix4d* given,

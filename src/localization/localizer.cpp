@@ -193,6 +193,7 @@ const char* to_string(FrameStatus status) {
     case FrameStatus::Recovered: return "recovered";
     case FrameStatus::Lost: return "lost";
     case FrameStatus::Degenerate: return "degenerate";
+    case FrameStatus::Uncertain: return "uncertain";
   }
   return "?";
 }
@@ -210,6 +211,7 @@ const char* to_string(FrameCheck check) {
     case FrameCheck::MahalanobisGate: return "mahalanobis gate";
     case FrameCheck::Ambiguous: return "ambiguous";
     case FrameCheck::ProbeFoundBetter: return "probe found better";
+    case FrameCheck::CovarianceBound: return "covariance bound";
   }
   return "?";
 }

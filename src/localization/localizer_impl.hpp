@@ -205,6 +205,16 @@ struct Localizer::Impl {
 
   bool accept(const AlignResult& r) const { return failed_check(r) == FrameCheck::Passed; }
 
+  // The constants of the frames' calibrated covariance (LocalizerSettings::covariance_*).
+  CalibratedCovarianceSettings calibration() const {
+    CalibratedCovarianceSettings c;
+    c.sparsity_translation = settings.covariance_sparsity_translation;
+    c.sparsity_rotation = settings.covariance_sparsity_rotation;
+    c.residual_scale = settings.covariance_residual_scale;
+    c.hypothesis_temperature = settings.covariance_hypothesis_temperature;
+    return c;
+  }
+
   // The constant-velocity prediction's covariance at `time`: the last pose's covariance
   // plus standard deviations of motion_*_sigma per second since it (one frame gap, or 1 s,
   // when the stamps do not increase). With one good pose only there is no velocity, and

@@ -48,7 +48,9 @@ void define_localizer_settings(nb::module_& m) {
       .def_ro("points_used", &LocalizationResult::points_used)
       .def_ro("preprocess_ms", &LocalizationResult::preprocess_ms)
       .def_ro("align_ms", &LocalizationResult::align_ms)
-      .def_prop_ro("covariance", [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.covariance); });
+      .def_prop_ro("covariance", [](const LocalizationResult& r) { return Eigen::Matrix<double, 6, 6>(r.covariance); })
+      .def_prop_ro("covariance_term",
+                   [](const LocalizationResult& r) { return std::string(to_string(r.covariance_term)); });
 }
 
 void define_localizer(nb::module_& m) {

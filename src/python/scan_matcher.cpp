@@ -582,8 +582,8 @@ class ScanMatcher {
     out.prediction_covariance = moved_covariance(matrix_to_pose(r.prediction), sensor_base_, r.prediction_covariance);
     out.trace.reserve(r.alignment.trace.size());
     for (const IterationTrace& it : r.alignment.trace) out.trace.push_back(pose_to_matrix(it.pose) * sensor_base_);
-    // The motion model took the pose (valid or degenerate): later frames predict from it.
-    if (r.valid || r.status == FrameStatus::Degenerate) from_start_ = false;
+    // The motion model took the pose (valid, degenerate or uncertain): later frames predict from it.
+    if (r.valid || r.status == FrameStatus::Degenerate || r.status == FrameStatus::Uncertain) from_start_ = false;
     if (!r.valid) return;
     out.pose_msg = rosbag::encode_pose_stamped(out.info.stamp_ns, map_frame_, out.pose);
     out.pose_with_covariance_msg = rosbag::encode_pose_with_covariance_stamped(

@@ -69,7 +69,7 @@ TEST_CASE("a frame's check and stage are enums named as frames.csv writes them",
   // The names frames.csv, the JSON summary and Python have always written.
   const std::vector<std::string> checks = {"passed", "degeneracy probe", "too few points", "no pose",
                                            "not converged", "matched ratio", "nvtl", "typical nvtl",
-                                           "mahalanobis gate", "ambiguous", "probe found better"};
+                                           "mahalanobis gate", "ambiguous", "probe found better", "covariance bound"};
   const std::vector<std::string> stages = {"none", "prediction", "continuation", "last-good", "probe",
                                            "heading search", "rotation search", "position search",
                                            "wide search", "initial search", "global search"};

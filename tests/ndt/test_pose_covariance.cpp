@@ -419,13 +419,151 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
     INFO(to_string(mode) << ": NVTL " << out.alignment.nvtl);
     REQUIRE(out.valid);
     CHECK(out.alignment.covariance_mode == mode);
-    CHECK(out.covariance == out.alignment.covariance);
+    // The frame's covariance is the alignment's estimate (kept unchanged there) calibrated
+    // with the localizer's constants.
+    CovarianceEvidence e;
+    e.laplace = out.alignment.covariance;
+    e.laplace_valid = out.alignment.covariance_valid;
+    e.resolution = ls.align.resolution;
+    e.outlier_ratio = ls.align.outlier_ratio;
+    e.matched_points = out.alignment.matched_points;
+    e.nvtl = out.alignment.nvtl;
+    const CalibratedCovariance expected = calibrated_pose_covariance(e);
     if (mode == PoseCovariance::Laplace) {
-      CHECK(relative_gap(out.covariance, (-out.alignment.hessian).inverse()) < 1e-9);
+      CHECK(relative_gap(out.alignment.covariance, (-out.alignment.hessian).inverse()) < 1e-9);
+      CHECK(relative_gap(out.covariance, expected.covariance) < 1e-12);
+      CHECK(out.covariance_term != CovarianceTerm::None);
     } else if (mode == PoseCovariance::None) {
       CHECK(out.covariance.isZero(0.0));
+      CHECK(out.covariance_term == CovarianceTerm::None);
     } else {
       CHECK(out.alignment.covariance_xy(0, 0) > 0.0);
+      CHECK(relative_gap(out.covariance, expected.covariance) < 1e-12);
     }
   }
+}
+
+namespace {
+
+// A Laplace covariance of sigmas 1 cm in position and 1 mrad in the angles, and the
+// evidence of a scan of `matched` points at NVTL `nvtl` in 2 m voxels.
+CovarianceEvidence evidence(std::size_t matched, double nvtl) {
+  CovarianceEvidence e;
+  e.laplace.diagonal() << 1e-4, 1e-4, 1e-4, 1e-6, 1e-6, 1e-6;
+  e.laplace(0, 1) = e.laplace(1, 0) = 2e-5;
+  e.laplace_valid = true;
+  e.resolution = 2.0;
+  e.outlier_ratio = 0.55;
+  e.matched_points = matched;
+  e.nvtl = nvtl;
+  e.rotation_arm2 = 100.0;  // points about 12 m from the sensor
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("Calibrated covariance: each term by its formula, their sum, the dominant one", "[unit][pose_covariance]") {
+  CalibratedCovarianceSettings s;
+  s.sparsity_translation = 0.3;
+  s.sparsity_rotation = 0.03;
+  s.residual_scale = 2.0;
+  s.hypothesis_temperature = 0.05;
+  // NVTL -d1 exp(-d2 m2 / 2) of m2 = 3 (r = 2: d1 = -4.196518, d2 = 0.248479, DESIGN.md).
+  const double d1 = -4.196518, d2 = 0.248479;
+  const double nvtl = -d1 * std::exp(-d2 * 3.0 / 2.0);
+  CovarianceEvidence e = evidence(400, nvtl);
+  SECTION("sparsity: diag((a r)^2 / N, b^2 / N)") {
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    REQUIRE(c.valid);
+    Matrix6d expected = Matrix6d::Zero();
+    expected.diagonal() << 0.36 / 400, 0.36 / 400, 0.36 / 400, 9e-4 / 400, 9e-4 / 400, 9e-4 / 400;
+    CHECK((c.sparsity - expected).cwiseAbs().maxCoeff() < 1e-15);
+    CHECK(c.laplace == e.laplace);
+  }
+  SECTION("residual: scale x m2 x Laplace, m2 from the NVTL") {
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    CHECK(c.mean_squared_mahalanobis == Approx(3.0).epsilon(1e-5));  // d1, d2 quoted to 6-7 digits
+    CHECK(relative_gap(c.residual, 2.0 * 3.0 * e.laplace) < 1e-5);
+    // A fit at or above -d1 (every point at its voxel's mean) has no residual term.
+    e.nvtl = 4.2;
+    CHECK(calibrated_pose_covariance(e, s).residual.isZero(0.0));
+  }
+  SECTION("disagreement: g g' / 4 between resolutions, w (1 - w) h h' for the rival") {
+    e.has_resolution_gap = true;
+    e.resolution_gap = make_pose(0.04, -0.02, 0.0, 0.0, 0.0, 0.002);
+    e.has_rival = true;
+    e.rival_gap = make_pose(3.0, 1.0, 0.0, 0.0, 0.0, 0.1);
+    e.rival_nvtl_drop = 0.4;
+    const double w = 1.0 / (1.0 + std::exp(0.4 / 0.05));
+    const Matrix6d expected = 0.25 * e.resolution_gap * e.resolution_gap.transpose() +
+                              w * (1.0 - w) * e.rival_gap * e.rival_gap.transpose();
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    CHECK(relative_gap(c.disagreement, expected) < 1e-12);
+    // The rival left out at temperature 0.
+    s.hypothesis_temperature = 0.0;
+    const CalibratedCovariance without = calibrated_pose_covariance(e, s);
+    CHECK(relative_gap(without.disagreement, 0.25 * e.resolution_gap * e.resolution_gap.transpose()) < 1e-12);
+  }
+  SECTION("the sum, symmetric, never below the Laplace estimate") {
+    e.has_resolution_gap = true;
+    e.resolution_gap = make_pose(0.04, -0.02, 0.01, 0.001, 0.0, 0.002);
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    CHECK(relative_gap(c.covariance, c.laplace + c.sparsity + c.residual + c.disagreement) < 1e-15);
+    CHECK(c.covariance == c.covariance.transpose());
+    const Eigen::SelfAdjointEigenSolver<Matrix6d> gap(c.covariance - c.laplace);
+    CHECK(gap.eigenvalues().minCoeff() >= -1e-18);
+  }
+  SECTION("the dominant term: by trace with rotations weighed by the points' arm") {
+    // Residual 6x Laplace: the largest here.
+    CHECK(calibrated_pose_covariance(e, s).dominant == CovarianceTerm::Residual);
+    // Few points: the floor (0.36 / 10 m^2 per axis).
+    e.matched_points = 10;
+    CHECK(calibrated_pose_covariance(e, s).dominant == CovarianceTerm::Sparsity);
+    // A refinement 0.5 m away.
+    e.matched_points = 400;
+    e.has_resolution_gap = true;
+    e.resolution_gap = make_pose(0.5, 0.5, 0.0, 0.0, 0.0, 0.0);
+    CHECK(calibrated_pose_covariance(e, s).dominant == CovarianceTerm::Disagreement);
+    // No other term: the Laplace estimate.
+    CalibratedCovarianceSettings none;
+    none.sparsity_translation = none.sparsity_rotation = none.residual_scale = 0.0;
+    e.has_resolution_gap = false;
+    const CalibratedCovariance raw = calibrated_pose_covariance(e, none);
+    CHECK(raw.dominant == CovarianceTerm::Laplace);
+    CHECK(raw.covariance == e.laplace);
+  }
+  SECTION("no Laplace estimate: nothing reported; bad constants refused") {
+    e.laplace_valid = false;
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    CHECK_FALSE(c.valid);
+    CHECK(c.covariance.isZero(0.0));
+    CHECK(c.dominant == CovarianceTerm::None);
+    s.residual_scale = -1.0;
+    CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("residual_scale"));
+    s.residual_scale = std::nan("");
+    CHECK_THROWS_AS(calibrated_pose_covariance(e, s), Error);
+  }
+}
+
+TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term names", "[unit][pose_covariance]") {
+  // The fitted constants (docs/library.md, "The calibrated covariance").
+  const CalibratedCovarianceSettings d;
+  CHECK(d.sparsity_translation == 0.0);
+  CHECK(d.sparsity_rotation == 0.0037);
+  CHECK(d.residual_scale == 2.5);
+  CHECK(d.hypothesis_temperature == 0.05);
+  const LocalizerSettings ls;
+  CHECK(ls.covariance_residual_scale == d.residual_scale);
+  CHECK(ls.max_position_sigma == 0.2);
+  // max_position_sigma: the largest standard deviation of the x-y-z block, whatever its axes.
+  Matrix6d c = Matrix6d::Zero();
+  c.diagonal() << 0.01, 0.04, 0.0025, 1.0, 1.0, 1.0;  // the angles do not count
+  CHECK(max_position_sigma(c) == Approx(0.2).epsilon(1e-12));
+  c(0, 1) = c(1, 0) = 0.02;  // x and y correlated: eigenvalues of [[0.01 0.02] [0.02 0.04]] are 0 and 0.05
+  CHECK(max_position_sigma(c) == Approx(std::sqrt(0.05)).epsilon(1e-12));
+  for (CovarianceTerm t : {CovarianceTerm::None, CovarianceTerm::Laplace, CovarianceTerm::Sparsity,
+                           CovarianceTerm::Residual, CovarianceTerm::Disagreement}) {
+    CHECK(covariance_term_from_string(to_string(t)) == t);
+  }
+  CHECK_THROWS_WITH(covariance_term_from_string("floor"), Catch::Matchers::Contains("sparsity"));
 }

@@ -25,9 +25,9 @@ expect 0 "compression lz4 \([0-9]+ chunks?\).*/notes +std_msgs/String +10 +ros1 
 expect 0 '"compression": "zstd \(per message\)",.*"format": "ros2_sqlite3",.*"messages": 10, +"name": "/points", +"point_cloud2": true' -- \
   --json info "$bags/sample_sqlite3_zstd"
 common="--map $sample/map.pcd --reference $sample/poses_tum.txt --init-from $sample/poses_tum.txt --threads 2 --backend cpu --no-plot"
-expect 0 "10 localized, 0 recovered, 0 lost, 0 degenerate, 0 skipped of 10" -- localize --scans "$sample/scans" $common --out "$work/folder"
+expect 0 "10 localized, 0 recovered, 0 lost, 0 degenerate, 0 uncertain, 0 skipped of 10" -- localize --scans "$sample/scans" $common --out "$work/folder"
 for bag in sample_mcap_zstd sample_ros1_bz2.bag sample_sqlite3; do
-  expect 0 "10 localized, 0 recovered, 0 lost, 0 degenerate, 0 skipped of 10" -- localize --scans "$bags/$bag" $common --out "$work/$bag"
+  expect 0 "10 localized, 0 recovered, 0 lost, 0 degenerate, 0 uncertain, 0 skipped of 10" -- localize --scans "$bags/$bag" $common --out "$work/$bag"
   cmp "$work/folder/trajectory_tum.txt" "$work/$bag/trajectory_tum.txt" ||
     fail "$bag: trajectory differs from the folder's"
   echo "ok: $bag gives the folder's trajectory ($(wc -l < "$work/$bag/trajectory_tum.txt") poses)"

@@ -1,0 +1,167 @@
+// The localizer's calibrated covariance (LocalizationResult::covariance) against exact truth
+// on the simulator and against the reference poses of the real sets, measured with the
+// machinery of `ndtcu eval covariance` (calibrate_covariance: NEES, chi-square bounds,
+// ellipses), not a second copy of it.
+#include "../support/test_support.hpp"
+#include "localizer_settings.hpp"
+
+#include <ndtcu/covariance_calibration.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The frame's error against `truth` and the covariance it reported, as `ndtcu eval
+// covariance` reads them from frames.csv (the x-y block of the calibrated covariance).
+CovarianceSample sample_of(std::size_t frame, const LocalizationResult& r, const Eigen::Matrix4d& truth) {
+  CovarianceSample s;
+  s.frame = frame;
+  s.status = to_string(r.status);
+  s.error = pose_error(r.pose, truth);
+  s.covariance = r.covariance;
+  s.covariance_xy = Eigen::Matrix2d(r.covariance.topLeftCorner<2, 2>());
+  return s;
+}
+
+struct Run {
+  std::vector<CovarianceSample> samples;  // the frames with a pose and a covariance
+  int frames = 0, valid = 0, lost = 0, uncertain = 0;
+};
+
+// Localizes `scans` in `map` from the first reference pose with the default settings (CPU, 2
+// threads); each frame with a pose is compared with its reference pose.
+Run localize(const PointCloud& map, std::vector<ScanEntry> scans, const Trajectory& reference) {
+  const std::vector<std::optional<std::size_t>> match = match_to_reference(scans, reference);
+  Localizer localizer(test::cpu_localizer_settings(), test::on_cpu(2));
+  localizer.set_map(map);
+  REQUIRE(match.front());
+  localizer.set_initial_pose(reference[*match.front()].pose.matrix());
+  Run run;
+  for (std::size_t k = 0; k < scans.size(); ++k) {
+    const LocalizationResult r = localizer.localize(read_point_cloud(scans[k].path), scans[k].time);
+    ++run.frames;
+    run.valid += r.valid;
+    run.lost += r.status == FrameStatus::Lost;
+    run.uncertain += r.status == FrameStatus::Uncertain;
+    REQUIRE(match[k]);
+    if (r.status != FrameStatus::Lost && !r.covariance.isZero(0.0)) {
+      run.samples.push_back(sample_of(k, r, reference[*match[k]].pose.matrix()));
+    }
+  }
+  return run;
+}
+
+// A drive of `frames` scans at 10 Hz in a 150 m world (map voxelized to 0.2 m) by `sensor`
+// with `columns`, simulated into a folder of its own and localized.
+Run simulated_drive(const std::string& sensor, int columns, double noise, std::uint64_t seed, int frames) {
+  const fs::path dir = test::temp_dir("covariance_" + sensor + "_" + std::to_string(seed));
+  sim::SimulationSettings s;
+  s.world.seed = seed;
+  s.world.size = 150.0;
+  s.lidar = sim::lidar_preset(sensor);
+  s.lidar.columns = columns;
+  if (noise > 0.0) s.lidar.range_noise_sigma = noise;
+  s.map.voxel = 0.2;
+  s.trajectory.frames = frames;
+  s.threads = 2;
+  s.map.threads = 2;
+  sim::simulate(s, dir.string());
+  const std::vector<ScanEntry> scans = list_scans((dir / "scans").string());
+  const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
+  REQUIRE(scans.size() == static_cast<std::size_t>(frames));
+  return localize(read_point_cloud((dir / "map.pcd").string()), scans, truth);
+}
+
+void print(const char* label, const Run& run, const CovarianceCalibration& c) {
+  std::printf("%s: %d frames, %d valid, %d lost, %d uncertain; 6-D NEES mean %.2f (95%% bounds %.2f-%.2f), within "
+              "99%% %.1f%%; x-y NEES mean %.2f; %zu more than 10 cm off, %zu of them with sigma under 3 cm\n",
+              label, run.frames, run.valid, run.lost, run.uncertain, c.pose.mean, c.pose.mean_low95, c.pose.mean_high95,
+              100.0 * c.pose.within99, c.xy.mean, c.far, c.far_confident);
+}
+
+}  // namespace
+
+// Exact truth: 240 frames of four drives, a sparse 16-ring sensor with 3 cm range noise and
+// a dense 64-ring one, two seeds each (none of them among the sequences the constants were
+// fitted on: docs/library.md, "The calibrated covariance"). The mean 6-D NEES of an honest
+// covariance lies within the chi-square 95% bounds of 240 x 6 degrees of freedom over 240
+// (5.57-6.45). Measured: 2.85 (the four drives 3.02, 4.40, 1.95, 2.02), 98.3% within the
+// 99% ellipse: on these drives the covariance is about twice too wide. The constants that
+// hold BALM's and the dense HDL-64's errors (the fit's likelihood over all of its sets) are
+// wider than these drives need, and no one set of the three constants met both (fitted on
+// the Livox set and two drives alone, the residual scale is 0.93 and BALM's frames fall to
+// 87% within the 99% ellipse). So this holds the side a filter cannot survive: the mean is
+// not above the upper bound (not over-confident), and 95% of the frames lie within the
+// 99% ellipse.
+// [heavy]: four simulated drives of 60 frames (about 20 s on 2 cores).
+TEST_CASE("the calibrated covariance on the simulator: 240 frames, not over-confident, 95% within the 99% ellipse",
+          "[unit][sim][heavy]") {
+  std::vector<CovarianceSample> all;
+  for (std::uint64_t seed : {21, 22}) {
+    for (const auto& [sensor, columns, noise] :
+         {std::tuple<const char*, int, double>{"vlp16", 900, 0.03}, {"os1-64", 512, 0.0}}) {
+      const Run run = simulated_drive(sensor, columns, noise, seed, 60);
+      const CovarianceCalibration c = calibrate_covariance(run.samples);
+      print((std::string(sensor) + " seed " + std::to_string(seed)).c_str(), run, c);
+      CHECK(run.lost == 0);
+      CHECK(run.uncertain == 0);
+      all.insert(all.end(), run.samples.begin(), run.samples.end());
+    }
+  }
+  REQUIRE(all.size() == 240);
+  const CovarianceCalibration c = calibrate_covariance(all);
+  std::printf("simulator, all: 6-D NEES mean %.2f (95%% bounds %.2f-%.2f), within 99%% %.1f%%\n", c.pose.mean,
+              c.pose.mean_low95, c.pose.mean_high95, 100.0 * c.pose.within99);
+  CHECK(c.pose.invalid == 0);
+  CHECK(c.pose.mean <= c.pose.mean_high95);
+  CHECK(c.pose.within99 >= 0.95);
+  CHECK(c.far_confident == 0);
+}
+
+// The real sets with the defaults: the error inside the 99% ellipse (6-D) on at least 95% of
+// the frames, no frame more than 10 cm off reporting a sigma under 3 cm along its error, and
+// no right frame lost or refused by the bound.
+TEST_CASE("the calibrated covariance on the Livox Avia set: the 99% ellipse holds at least 95% of the frames",
+          "[data]") {
+  NDTCU_REQUIRE_DATA(dir, "livox_avia_hku_mb");
+  const fs::path livox = dir / "livox_avia_hku_mb";
+  const std::vector<ScanEntry> scans = list_scans((livox / "queries_2s.txt").string());
+  const Trajectory reference = read_trajectory((livox / "poses_tum.txt").string());
+  const Run run = localize(read_point_cloud((livox / "map_keyframes_3mod4_voxel0.05.pcd").string()), scans, reference);
+  const CovarianceCalibration c = calibrate_covariance(run.samples);
+  print("livox_avia_hku_mb", run, c);
+  CHECK(run.lost == 0);
+  CHECK(run.uncertain == 0);
+  REQUIRE(c.pose.frames == 114);
+  CHECK(c.pose.within99 >= 0.95);
+  CHECK(c.far_confident == 0);
+}
+
+TEST_CASE("the calibrated covariance on BALM at 1 Hz: the 99% ellipse holds at least 95% of the frames",
+          "[data]") {
+  NDTCU_REQUIRE_DATA(dir, "balm_os0");
+  const fs::path balm = dir / "balm_os0";
+  const std::vector<ScanEntry> scans = list_scans((balm / "odd_scans_1hz.txt").string());
+  const Trajectory reference = read_trajectory((balm / "poses_tum.txt").string());
+  const Run run = localize(read_point_cloud((balm / "map_even_frames_0-58_voxel0.1.pcd").string()), scans, reference);
+  const CovarianceCalibration c = calibrate_covariance(run.samples);
+  print("balm_os0 1 Hz", run, c);
+  CHECK(run.lost == 0);
+  CHECK(run.uncertain == 0);
+  REQUIRE(c.pose.frames == 30);
+  CHECK(c.pose.within99 >= 0.95);
+  CHECK(c.far_confident == 0);
+}

@@ -137,6 +137,8 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
       row += has_covariance6 ? fmt::format(",{:.6e}", result->covariance(i, j)) : std::string(",");
     }
   }
+  // Whether the scan's points were moved to its reference time (--deskew); empty when skipped.
+  row += result ? (result->deskewed ? ",1" : ",0") : ",";
   return row + "\n";
 }
 

@@ -2,8 +2,8 @@
 /// \file
 /// Scan-to-map localization: one scan in, one pose and a validity verdict out.
 ///
-/// Per scan the Localizer (1) crops by range and voxel-downsamples the scan (unless it was
-/// preprocessed already; on the GPU when the aligner runs on CUDA, see
+/// Per scan the Localizer (1) de-skews (LocalizerSettings::deskew), crops by range and
+/// voxel-downsamples the scan (unless it was preprocessed already; on the GPU when the aligner runs on CUDA, see
 /// LocalizerSettings::gpu_preprocess), (2) predicts the pose from the last two good poses
 /// (constant velocity, scaled by the time stamps), (3) aligns the scan to the map with NDT
 /// from that prediction, (4) checks the result (NVTL threshold, Autoware's 2.3 by default,

@@ -90,7 +90,7 @@ TEST_CASE("de-skew: exp of the twist reproduces the motion it was taken from, an
   }
 }
 
-TEST_CASE("de-skew: the simulator's fast drive, each point moved to the sweep's start within 2 mm",
+TEST_CASE("de-skew: the simulator's fast drive, points moved to the sweep's start 26 times closer",
           "[unit][localization][sim]") {
   sim::SimulationSettings s;
   s.world.seed = 1;

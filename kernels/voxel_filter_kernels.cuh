@@ -2,6 +2,7 @@
 // The kernels of the CUDA scan filter (src/cuda/cuda_filter.cu launches them and says
 // what each step does): the range crop with the kept points' bounds, the cell keys, the
 // points gathered in cell order, and the cells' centroids.
+#include "deskew.hpp"
 #include "voxel_grid_math.hpp"
 
 #include <cub/block/block_reduce.cuh>
@@ -74,6 +75,41 @@ __global__ void __launch_bounds__(kBlock) box_kernel(const Box* __restrict__ blo
   for (int k = threadIdx.x; k < blocks; k += kBlock) b = merge(b, block_boxes[k]);
   const Box r = BoxReduce(storage).Reduce(b, merge);
   if (threadIdx.x == 0) summary->box = r;
+}
+
+/// Each point moved to the scan's reference time by `twist` (math::deskew_point, the
+/// function the CPU preprocessing calls), in place, before the crop.
+__global__ void __launch_bounds__(kBlock)
+    deskew_kernel(float3* __restrict__ points, const float* __restrict__ time, int n, math::Twist twist) {
+  const int i = blockIdx.x * kBlock + threadIdx.x;
+  if (i >= n) return;
+  float3 p = points[i];
+  math::deskew_point(twist, time[i], p.x, p.y, p.z);
+  points[i] = p;
+}
+
+/// One value per point gathered by index (the times in kept or in sorted order).
+__global__ void __launch_bounds__(kBlock)
+    gather_channel_kernel(const float* __restrict__ values, const std::uint32_t* __restrict__ index, int count,
+                          float* __restrict__ out) {
+  const int j = blockIdx.x * kBlock + threadIdx.x;
+  if (j >= count) return;
+  out[j] = values[index[j]];
+}
+
+/// One thread per cell: the mean of its sorted values (times), summed in order in double
+/// as the CPU filter sums a cell's times (emit_centroids), rounded to float once.
+__global__ void __launch_bounds__(kBlock)
+    channel_mean_kernel(const float* __restrict__ sorted_values, const std::uint32_t* __restrict__ run_start,
+                        const Summary* __restrict__ summary, int kept, float* __restrict__ out) {
+  const int r = blockIdx.x * kBlock + threadIdx.x;
+  const int leaves = summary->leaves;
+  if (r >= leaves) return;
+  const int begin = static_cast<int>(run_start[r]);
+  const int end = r + 1 < leaves ? static_cast<int>(run_start[r + 1]) : kept;
+  double s = 0.0;
+  for (int k = begin; k < end; ++k) s = math::add_rn(s, static_cast<double>(sorted_values[k]));
+  out[r] = static_cast<float>(math::div_rn(s, static_cast<double>(end - begin)));
 }
 
 /// The kept points themselves, in input order (crop only).

@@ -159,6 +159,8 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   } else {
     row += ",,";
   }
+  // Whether the scan's points were moved to its reference time (--deskew); empty when skipped.
+  row += result ? (result->deskewed ? ",1" : ",0") : ",";
   return row + "\n";
 }
 

@@ -67,6 +67,13 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
         }
         return std::string();
       });
+  cmd->add_option("--deskew", o.deskew,
+                  "move each point of a scan with per-point times to the scan's reference time before the filter: "
+                  "off, auto (constant-velocity when the scan has times), constant-velocity (the motion between the "
+                  "last two good poses), odometry (the motion --odometry or --odometry-topic gives to the frame's "
+                  "time; needs one of them); frames.csv: deskewed")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "auto", "constant-velocity", "odometry"}));
   auto* init =
       cmd->add_option("--init", o.init,
                       "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "
@@ -352,6 +359,10 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.min_scan_points = o.min_scan_points;
   ls.min_frame_points = o.min_frame_points;
   ls.gpu_preprocess = !o.cpu_preprocess;
+  ls.deskew = deskew_from_string(o.deskew);
+  if (ls.deskew == Deskew::Odometry && o.odometry.empty() && o.odometry_topic.empty()) {
+    throw Error("--deskew odometry needs the odometry: give --odometry FILE (TUM) or --odometry-topic TOPIC");
+  }
   ls.nvtl_threshold = o.nvtl_threshold;
   ls.reject_max_iterations = !o.accept_max_iterations;
   ls.recovery_attempts = o.recovery_attempts;

@@ -64,6 +64,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
   j["degenerate"] = t.degenerate;
   j["uncertain"] = t.uncertain;
   j["refined"] = t.refined;
+  j["deskewed"] = t.deskewed;
   j["skipped"] = t.skipped;
   j["odometry"] = in.odometry ? nlohmann::json{{"file", json_text(o.odometry.empty() ? o.scans : o.odometry)},
                                                {"topic", o.odometry_topic.empty() ? nlohmann::json(nullptr)
@@ -172,6 +173,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"min_scan_points", ls.min_scan_points},
                    {"min_frame_points", ls.min_frame_points},
                    {"gpu_preprocess", ls.gpu_preprocess},
+                   {"deskew", to_string(ls.deskew)},
                    {"preprocess", to_string(localizer.preprocess_backend())},
                    {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},
@@ -383,6 +385,10 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
                           t.map_coverage_waits);
     }
     const LocalizerSettings& ls = run.settings.localizer;
+    if (ls.deskew != Deskew::Off) {
+      text += fmt::format("  deskew      {} of {} aligned frames de-skewed (--deskew {})\n", t.deskewed,
+                          t.done - t.skipped, to_string(ls.deskew));
+    }
     if (localizer.refines()) {
       text += fmt::format("  refined     {} of {} localized frames at {} m (--refine-ratio {})\n", t.refined, t.localized,
                           number_text(ls.refine_ratio * s.resolution), number_text(ls.refine_ratio));

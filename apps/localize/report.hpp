@@ -66,6 +66,7 @@ struct FrameTally {
   std::size_t frame_count = 0;  // the scans listed
   std::size_t done = 0, localized = 0, lost = 0, recovered = 0, skipped = 0, degenerate = 0, uncertain = 0;
   std::size_t refined = 0;  // valid frames whose pose is the refinement's
+  std::size_t deskewed = 0;  // frames whose scan was de-skewed (--deskew)
   // The success rate: frames with a reference pose, and those of them localized within
   // kSuccessRadius of it (lost and skipped frames count as failures).
   std::size_t judged = 0, within = 0, accepted_wrong = 0;

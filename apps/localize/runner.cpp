@@ -44,8 +44,10 @@ class FrameLoop {
         // filtering overlaps the alignments. With --gpu-filter-in-line this thread filters each
         // scan just before aligning it instead: no filter kernels run during an alignment
         // (BALM on an H100, three runs each: alignment p95 1.30-1.44 ms in line, 1.35-1.45 ms
-        // on the readers).
-        filter_in_line_(localizer.preprocess_backend() == Backend::Cuda && o.gpu_filter_in_line) {}
+        // on the readers). With --deskew the scan is filtered in line too: its de-skew needs
+        // the motion known only once the frame before is localized.
+        filter_in_line_((localizer.preprocess_backend() == Backend::Cuda && o.gpu_filter_in_line) ||
+                        ls.deskew != Deskew::Off) {}
 
   // Every scan in order, until the last or until `interrupt` notes a signal.
   void run(const InterruptWatch& interrupt) {
@@ -217,6 +219,7 @@ class FrameLoop {
       ++t_.uncertain;
     }
     t_.refined += r.refined ? 1 : 0;
+    t_.deskewed += r.deskewed ? 1 : 0;
     t_.latency.push_back(static_cast<float>(scan.read_ms + scan.preprocess_ms + r.align_ms));
     t_.align_ms.push_back(static_cast<float>(r.align_ms));
     t_.iterations.push_back(static_cast<float>(r.alignment.iterations));

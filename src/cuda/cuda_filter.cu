@@ -3,6 +3,8 @@
 //
 // Per call, on the filter's own stream:
 //   1. upload xyz (AoS, as the cloud stores it) and intensities from pinned staging;
+//   1b. with times and a twist, deskew_kernel moves each point to the scan's reference time
+//      (math::deskew_point, the CPU preprocessing's function);
 //   2. crop_kernel: each point's range test (math::within_range, the CPU's arithmetic) as
 //      a flag, and per block the bounds of the kept points; box_kernel reduces the blocks;
 //   3. DeviceSelect::Flagged compacts the kept point indices, order kept;
@@ -20,6 +22,8 @@
 //      (input order: a fixed order, so the same scan gives the same bits every run) and
 //      divides by the count, as the CPU does;
 //   9. read back the cell count (synchronization 2), then the centroids (3).
+// Times, when given, follow the points: gathered in sorted order and averaged per cell in
+// double (gather_channel_kernel, channel_mean_kernel), as the CPU filter averages them.
 // Leaf 0 (crop only) stops after step 4 and reads back the kept points in input order.
 // A cell's sum is one thread's loop: cheap for the localizer's leaves, but a leaf of tens of
 // metres puts thousands of points in one loop; a fixed-order tree per cell would shorten
@@ -72,6 +76,7 @@ struct CudaScanFilter::Impl {
   struct Buffers {
     DeviceBuffer<float3> points, sorted_points, out_points;
     DeviceBuffer<float> intensity, sorted_intensity, out_intensity;
+    DeviceBuffer<float> time, sorted_time, out_time;  // per-point times, when the scan has them
     DeviceBuffer<unsigned char> flags;  // range flags, then cell-start flags
     DeviceBuffer<std::uint32_t> kept_index, sorted_index, run_start;
     DeviceBuffer<std::uint64_t> keys, sorted_keys;  // 32-bit keys use the first half
@@ -79,7 +84,7 @@ struct CudaScanFilter::Impl {
     DeviceBuffer<Summary> summary;
     DeviceBuffer<unsigned char> temp;  // CUB's temporary storage
     PinnedBuffer<float3> up_points, down_points;
-    PinnedBuffer<float> up_intensity, down_intensity;
+    PinnedBuffer<float> up_intensity, down_intensity, up_time, down_time;
     PinnedBuffer<Summary> down_summary;
   };
   std::unique_ptr<Buffers> buf;
@@ -127,7 +132,7 @@ struct CudaScanFilter::Impl {
   // Steps 5-9 for a lattice with keys of type Key: returns the number of cells, with the
   // centroids (and mean intensities) in out_points (out_intensity).
   template <typename Key, typename Lattice>
-  int cells(const Lattice& lattice, int key_bits, int kept, bool with_intensity) {
+  int cells(const Lattice& lattice, int key_bits, int kept, bool with_intensity, bool with_time) {
     Buffers& b = *buf;
     Key* keys = reinterpret_cast<Key*>(b.keys.data());
     Key* sorted_keys = reinterpret_cast<Key*>(b.sorted_keys.data());
@@ -158,21 +163,31 @@ struct CudaScanFilter::Impl {
                                                    b.summary.data(), kept, b.out_points.data(),
                                                    with_intensity ? b.out_intensity.data() : nullptr);
     NDTCU_CUDA_CHECK_LAUNCH();
+    if (with_time) {
+      gather_channel_kernel<<<blocks, kBlock, 0, stream>>>(b.time.data(), b.sorted_index.data(), kept,
+                                                           b.sorted_time.data());
+      NDTCU_CUDA_CHECK_LAUNCH();
+      channel_mean_kernel<<<blocks, kBlock, 0, stream>>>(b.sorted_time.data(), b.run_start.data(), b.summary.data(),
+                                                         kept, b.out_time.data());
+      NDTCU_CUDA_CHECK_LAUNCH();
+    }
     return read_summary().leaves;
   }
 
   // Downloads the first `count` output points (and intensities) into `out`.
-  void download(std::size_t count, bool with_intensity, PointCloud& out) {
+  void download(std::size_t count, bool with_intensity, bool with_time, PointCloud& out) {
     Buffers& b = *buf;
     in_flight = true;
     b.out_points.download(b.down_points.data(), count, stream);
     if (with_intensity) b.out_intensity.download(b.down_intensity.data(), count, stream);
+    if (with_time) b.out_time.download(b.down_time.data(), count, stream);
     NDTCU_CUDA_CHECK(cudaEventRecord(stop, stream));
     NDTCU_CUDA_CHECK(cudaStreamSynchronize(stream));
     in_flight = false;
     out.points.resize(count);
     if (count) std::memcpy(static_cast<void*>(out.points.data()), b.down_points.data(), count * sizeof(float3));
     if (with_intensity) out.intensity.assign(b.down_intensity.data(), b.down_intensity.data() + count);
+    if (with_time) out.time.assign(b.down_time.data(), b.down_time.data() + count);
     float ms = 0.f;
     NDTCU_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     telemetry.gpu_ms += ms;
@@ -209,7 +224,8 @@ int CudaScanFilter::device() const noexcept { return impl_->device; }
 const CudaFilterTelemetry& CudaScanFilter::telemetry() const noexcept { return impl_->telemetry; }
 
 PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float* intensity, double min_range,
-                                               double max_range, double leaf) {
+                                               double max_range, double leaf, const float* time,
+                                               const math::Twist* twist) {
   // The CPU filters' argument checks, in their order (crop, then leaf); 0 is "crop only".
   check_crop_range(min_range, max_range);
   if (leaf != 0.0) check_voxel_leaf(leaf);
@@ -225,6 +241,7 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
                 std::to_string(kMaxPoints) + ")");
   }
   const bool with_intensity = intensity != nullptr;
+  const bool with_time = time != nullptr;
   const int n_int = static_cast<int>(n);
   const int blocks = grid_blocks(n, kBlock);
 
@@ -242,6 +259,13 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
     b.out_intensity.resize_with_headroom(n);
     b.up_intensity.reserve_with_headroom(n);
     b.down_intensity.reserve_with_headroom(n);
+  }
+  if (with_time) {
+    b.time.resize_with_headroom(n);
+    b.sorted_time.resize_with_headroom(n);
+    b.out_time.resize_with_headroom(n);
+    b.up_time.reserve_with_headroom(n);
+    b.down_time.reserve_with_headroom(n);
   }
   b.flags.resize_with_headroom(n);
   b.kept_index.resize_with_headroom(n);
@@ -261,6 +285,7 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
   // 1-3: upload, crop and bounds, compaction of the kept indices.
   std::memcpy(b.up_points.data(), static_cast<const void*>(scan.points), n * sizeof(float3));
   if (with_intensity) std::memcpy(b.up_intensity.data(), intensity, n * sizeof(float));
+  if (with_time) std::memcpy(b.up_time.data(), time, n * sizeof(float));
   m.in_flight = true;
   NDTCU_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
   NDTCU_CUDA_CHECK(
@@ -268,6 +293,14 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
   if (with_intensity) {
     NDTCU_CUDA_CHECK(cudaMemcpyAsync(b.intensity.data(), b.up_intensity.data(), n * sizeof(float),
                                      cudaMemcpyHostToDevice, m.stream));
+  }
+  if (with_time) {
+    NDTCU_CUDA_CHECK(cudaMemcpyAsync(b.time.data(), b.up_time.data(), n * sizeof(float), cudaMemcpyHostToDevice,
+                                     m.stream));
+    if (twist) {  // 1b: each point to the reference time, before the crop (as on the CPU)
+      deskew_kernel<<<blocks, kBlock, 0, m.stream>>>(b.points.data(), b.time.data(), n_int, *twist);
+      NDTCU_CUDA_CHECK_LAUNCH();
+    }
   }
   const double min2 = min_range * min_range, max2 = max_range * max_range;  // as crop_range
   crop_kernel<<<blocks, kBlock, 0, m.stream>>>(b.points.data(), n_int, scan.origin.x(), scan.origin.y(),
@@ -289,21 +322,26 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
         b.points.data(), with_intensity ? b.intensity.data() : nullptr, b.kept_index.data(), kept,
         b.out_points.data(), with_intensity ? b.out_intensity.data() : nullptr);
     NDTCU_CUDA_CHECK_LAUNCH();
+    if (with_time) {
+      gather_channel_kernel<<<grid_blocks(static_cast<std::size_t>(kept), kBlock), kBlock, 0, m.stream>>>(
+          b.time.data(), b.kept_index.data(), kept, b.out_time.data());
+      NDTCU_CUDA_CHECK_LAUNCH();
+    }
     count = static_cast<std::size_t>(kept);
   } else {
     // The lattice over the kept points' bounds, and voxel_downsample's errors, from the
     // CPU filter's own code.
     const VoxelLattice lattice = voxel_lattice(cropped.box.lo, cropped.box.hi, leaf);
     const int leaves = lattice.pcl_index
-                           ? m.cells<std::uint32_t>(lattice.pcl, lattice.key_bits, kept, with_intensity)
-                           : m.cells<std::uint64_t>(lattice.wide, lattice.key_bits, kept, with_intensity);
+                           ? m.cells<std::uint32_t>(lattice.pcl, lattice.key_bits, kept, with_intensity, with_time)
+                           : m.cells<std::uint64_t>(lattice.wide, lattice.key_bits, kept, with_intensity, with_time);
     if (leaves < 1 || leaves > kept) {
       throw CudaError("CUDA scan filter: the device counted " + std::to_string(leaves) + " cells for " +
                       std::to_string(kept) + " points");
     }
     count = static_cast<std::size_t>(leaves);
   }
-  m.download(count, with_intensity, out);
+  m.download(count, with_intensity, with_time, out);
   m.telemetry.points_out += count;
   return out;
 }

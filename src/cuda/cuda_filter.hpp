@@ -15,6 +15,10 @@
 #include <cstdint>
 #include <memory>
 
+namespace ndtcu::math {
+struct Twist;  // kernels/deskew.hpp
+}
+
 namespace ndtcu::detail {
 
 /// What the filter did, summed since construction.
@@ -54,11 +58,15 @@ class CudaScanFilter {
   /// Calls the device on the calling thread (switching its current device for the call
   /// when it differs). Throws CudaError when a CUDA call fails.
   /// `scan`'s points where they lie, with `intensity` (one per point) or none (null).
+  /// With `time` (one per point) the output keeps it (a cell's time the mean of its
+  /// points', summed in double as on the CPU); with `time` and `twist` every point is first
+  /// de-skewed on the device (math::deskew_point, before the crop, as the Localizer's CPU
+  /// preprocessing does).
   PointCloud crop_and_downsample(PointCloudView scan, const float* intensity, double min_range, double max_range,
-                                 double leaf);
-  /// The same for a cloud, its intensities included when it has them.
+                                 double leaf, const float* time = nullptr, const math::Twist* twist = nullptr);
+  /// The same for a cloud, its intensities and times included when it has them.
   PointCloud crop_and_downsample(const PointCloud& scan, double min_range, double max_range, double leaf) {
-    return crop_and_downsample(scan, scan.intensity_or_null(), min_range, max_range, leaf);
+    return crop_and_downsample(scan, scan.intensity_or_null(), min_range, max_range, leaf, scan.time_or_null());
   }
 
   /// The device the filter runs on.

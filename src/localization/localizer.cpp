@@ -13,6 +13,7 @@
 #include "../nvtx.hpp"
 #include "../pose_matrix_check.hpp"
 #include "../filters/voxel_lattice.hpp"
+#include "deskew.hpp"
 
 #include <fmt/format.h>
 
@@ -54,6 +55,14 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
   return out;
 }
 
+// The constant twist that moves by `delta` in `dt` seconds (SE(3) logarithm over dt).
+math::Twist twist_of(const Eigen::Matrix4d& delta, double dt) {
+  const Eigen::AngleAxisd aa(Eigen::Matrix3d(delta.topLeftCorner<3, 3>()));
+  const Eigen::Vector3d phi = aa.angle() * aa.axis();
+  const Eigen::Vector3d trans = delta.topRightCorner<3, 1>();
+  return math::twist_from_motion(phi.data(), trans.data(), dt);
+}
+
 }  // namespace
 
 namespace detail {
@@ -72,7 +81,8 @@ class GpuFilterPool {
     device_ = idle_.back()->device();
   }
 
-  PointCloud run(PointCloudView scan, const float* intensity, const LocalizerSettings& s, double leaf) {
+  PointCloud run(PointCloudView scan, const float* intensity, const float* time, const math::Twist* twist,
+                 const LocalizerSettings& s, double leaf) {
     std::unique_ptr<detail::CudaScanFilter> filter = take();
     // Back to the pool on every exit: after an Error (a leaf too small for the scan) the
     // filter is intact, and after a CudaError its next call first waits for what it left
@@ -82,7 +92,7 @@ class GpuFilterPool {
       std::unique_ptr<detail::CudaScanFilter>& filter;
       ~GiveBack() { pool.give(std::move(filter)); }
     } give_back{*this, filter};
-    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, leaf);
+    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, leaf, time, twist);
   }
 
  private:
@@ -185,6 +195,23 @@ Recovery recovery_from_string(const std::string& name) {
     if (name == to_string(r)) return r;
   }
   throw Error("recovery '" + name + "' is not one of none, last-good, hypotheses");
+}
+
+const char* to_string(Deskew deskew) {
+  switch (deskew) {
+    case Deskew::Off: return "off";
+    case Deskew::Auto: return "auto";
+    case Deskew::ConstantVelocity: return "constant-velocity";
+    case Deskew::Odometry: return "odometry";
+  }
+  return "?";
+}
+
+Deskew deskew_from_string(const std::string& name) {
+  for (Deskew d : {Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry}) {
+    if (name == to_string(d)) return d;
+  }
+  throw Error("deskew '" + name + "' is not one of off, auto, constant-velocity, odometry");
 }
 
 const char* to_string(FrameStatus status) {
@@ -368,19 +395,32 @@ bool Localizer::initialized() const noexcept { return impl_->initialized; }
 int Localizer::consecutive_lost() const noexcept { return impl_->consecutive_lost; }
 
 PointCloud Localizer::preprocess(const PointCloud& scan) const {
-  return preprocess_points(scan, scan.intensity_or_null());
+  return preprocess_points(scan, scan.intensity_or_null(), scan.time_or_null());
 }
 
 PointCloud Localizer::preprocess(PointCloudView scan) const { return preprocess_points(scan, nullptr); }
 
-PointCloud Localizer::preprocess_points(PointCloudView scan, const float* intensity) const {
+PointCloud Localizer::preprocess_points(PointCloudView scan, const float* intensity, const float* time,
+                                         const math::Twist* twist) const {
   NDTCU_NVTX_RANGE("preprocess");
   const auto& s = impl_->settings;
-  // The filter at `leaf`: on the GPU (crop included), or the CPU's crop done once.
+  if (!time || !twist || !math::moves(*twist)) twist = nullptr;  // nothing to de-skew: the points as given
+  // On the CPU, the de-skewed scan (every point moved to the reference time, before the
+  // crop as on the GPU), which the crop then reads in place of the scan.
+  std::vector<Eigen::Vector3f> deskewed;
+  if (twist && !impl_->gpu_filters) {
+    NDTCU_NVTX_RANGE("deskew");
+    deskewed.assign(scan.points, scan.points + scan.size());
+    for (std::size_t i = 0; i < deskewed.size(); ++i) {
+      math::deskew_point(*twist, time[i], deskewed[i].x(), deskewed[i].y(), deskewed[i].z());
+    }
+    scan.points = deskewed.data();
+  }
+  // The filter at `leaf`: on the GPU (crop and de-skew included), or the CPU's crop done once.
   std::optional<PointCloud> cropped;
   const auto filter = [&](double leaf) {
-    if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, s, leaf);
-    if (!cropped) cropped = detail::crop_points(scan, intensity, nullptr, s.min_range, s.max_range);
+    if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, time, twist, s, leaf);
+    if (!cropped) cropped = detail::crop_points(scan, intensity, time, s.min_range, s.max_range);
     return leaf > 0.0 ? voxel_downsample(*cropped, leaf) : *cropped;
   };
   double leaf = s.voxel_leaf;
@@ -401,8 +441,9 @@ Eigen::Matrix4d Localizer::predict(double time) const {
   const Impl& m = *impl_;
   if (!m.initialized) throw Error("localizer: predict before set_initial_pose");
   if (m.known < 2) return m.anchor();
-  const Eigen::Matrix4d delta = m.before_last.inverse() * m.last;  // motion over one frame gap
-  const double gap = m.last_time - m.before_last_time;
+  Eigen::Matrix4d delta;
+  double gap = 0.0;
+  m.velocity(delta, gap);
   double s = 1.0;
   // Scale the motion by elapsed time when the stamps allow it (frames lost in between, or
   // an uneven rate); equal, decreasing or non-finite stamps predict one frame's motion.
@@ -412,18 +453,50 @@ Eigen::Matrix4d Localizer::predict(double time) const {
 }
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time) {
-  return localize_points(scan, scan.intensity_or_null(), time);
+  return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, nullptr, nullptr);
 }
 
-LocalizationResult Localizer::localize(PointCloudView scan, double time) { return localize_points(scan, nullptr, time); }
+LocalizationResult Localizer::localize(PointCloudView scan, double time) {
+  return localize_points(scan, nullptr, nullptr, time, nullptr, nullptr);
+}
 
-LocalizationResult Localizer::localize_points(PointCloudView scan, const float* intensity, double time) {
+std::optional<math::Twist> Localizer::Impl::deskew_twist(double time, const Eigen::Matrix4d* prediction) const {
+  Deskew mode = settings.deskew;
+  if (mode == Deskew::Auto) mode = Deskew::ConstantVelocity;
+  if (mode == Deskew::ConstantVelocity && known == 2) {
+    // The motion the constant-velocity prediction extrapolates (velocity()), per second.
+    Eigen::Matrix4d delta;
+    double gap = 0.0;
+    velocity(delta, gap);
+    if (gap > 0.0 && std::isfinite(gap)) return twist_of(delta, gap);
+  }
+  if (mode == Deskew::Odometry && prediction && known > 0) {
+    // From the last good pose to the caller's prediction at `time`.
+    const double gap = time - last_time;
+    if (gap > 0.0 && std::isfinite(gap)) return twist_of(last.inverse() * *prediction, gap);
+  }
+  return std::nullopt;
+}
+
+LocalizationResult Localizer::localize_points(PointCloudView scan, const float* intensity, const float* times,
+                                              double time, const Eigen::Matrix4d* prediction,
+                                              const Eigen::Matrix<double, 6, 6>* covariance) {
   const auto t0 = std::chrono::steady_clock::now();
-  PointCloud filtered = preprocess_points(scan, intensity);
+  if (prediction) {
+    check_rigid(*prediction, "localize: the prediction");
+    detail::check_pose_matrix(*covariance, "localize: the prediction's covariance");
+  }
+  std::optional<math::Twist> twist;
+  if (times && impl_->settings.deskew != Deskew::Off && impl_->initialized) {
+    twist = impl_->deskew_twist(time, prediction);
+    if (twist && !math::moves(*twist)) twist.reset();
+  }
+  PointCloud filtered = preprocess_points(scan, intensity, times, twist ? &*twist : nullptr);
   const double pre_ms = detail::ms_since(t0);
-  LocalizationResult r = localize_preprocessed(filtered, time);
+  LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.points_in = scan.size();
   r.preprocess_ms = pre_ms;
+  r.deskewed = twist.has_value();
   return r;
 }
 
@@ -433,15 +506,7 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
                                        const Eigen::Matrix<double, 6, 6>& covariance) {
-  const auto t0 = std::chrono::steady_clock::now();
-  check_rigid(prediction, "localize: the prediction");
-  detail::check_pose_matrix(covariance, "localize: the prediction's covariance");
-  PointCloud filtered = preprocess_points(scan, scan.intensity_or_null());
-  const double pre_ms = detail::ms_since(t0);
-  LocalizationResult r = localize_frame(filtered, time, &prediction, &covariance);
-  r.points_in = scan.size();
-  r.preprocess_ms = pre_ms;
-  return r;
+  return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, &prediction, &covariance);
 }
 
 LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, double time,

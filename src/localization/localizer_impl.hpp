@@ -6,6 +6,8 @@
 #include <ndtcu/initial_pose.hpp>
 #include <ndtcu/localizer.hpp>
 
+#include "deskew.hpp"
+
 #include <Eigen/Eigenvalues>
 #include <Eigen/Geometry>
 
@@ -89,6 +91,18 @@ struct Localizer::Impl {
 
   // Where a retry starts: the last good pose, or the initial guess before the first one.
   const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
+
+  // The constant-velocity motion model: the motion between the last two good poses and the
+  // seconds it took (known == 2). The prediction extrapolates it and the de-skew takes it
+  // as the motion over the sweep.
+  void velocity(Eigen::Matrix4d& delta, double& gap) const {
+    delta = before_last.inverse() * last;
+    gap = last_time - before_last_time;
+  }
+
+  // The sensor's motion over the sweep of a scan at `time` (settings.deskew; `prediction`:
+  // the caller's, or null), none when the mode has none to give (localizer.cpp).
+  std::optional<math::Twist> deskew_twist(double time, const Eigen::Matrix4d* prediction) const;
 
   // The searches' options: InitialPoseOptions' (32 places refined). A frame's searches
   // start near the prediction, where few places compete, and every millisecond counts (on

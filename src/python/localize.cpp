@@ -25,6 +25,8 @@ void define_localizer_settings(nb::module_& m) {
       .def_ro("degenerate_directions", &LocalizationResult::degenerate_directions)
       .def_ro("probe_nvtl_drop", &LocalizationResult::probe_nvtl_drop)
       .def_ro("refined", &LocalizationResult::refined, "whether the pose is the refinement's (refine_ratio)")
+      .def_ro("deskewed", &LocalizationResult::deskewed,
+              "whether the scan's points were moved to its reference time (LocalizerSettings.deskew)")
       .def_ro("refinement_m", &LocalizationResult::refinement_m,
               "how far the refinement moved the accepted position (m; NaN when none ran)")
       .def_prop_ro("weakest_direction",

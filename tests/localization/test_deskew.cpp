@@ -232,7 +232,7 @@ DeskewRun run(const DeskewSequence& seq, Deskew mode, bool odometry, const char*
 }  // namespace
 
 TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: constant velocity and odometry",
-          "[unit][localization][sim]") {
+          "[unit][localization][sim][heavy]") {
   // A frame is de-skewed once a motion is known: from frame 2 with constant velocity (two
   // good poses), from frame 1 with odometry (the last good pose and the prediction). The
   // frames before are used as read, as off uses every frame: the bounds hold from there.

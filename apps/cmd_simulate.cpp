@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "output_folder.hpp"
 
+#include <ndtcu/imu.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/rosbag.hpp>
 #include <ndtcu/scan_sequence.hpp>
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -52,6 +54,9 @@ struct SimulateOptions {
   unsigned threads = 0;
   bool bench = false;
   int bench_scans = 20;
+  sim::ImuSettings imu;  // --imu-*
+  std::vector<double> imu_gyro_bias{imu.gyro_bias.x(), imu.gyro_bias.y(), imu.gyro_bias.z()};
+  std::vector<double> imu_accel_bias{imu.accel_bias.x(), imu.accel_bias.y(), imu.accel_bias.z()};
 };
 
 // --scale: a city of a square kilometre, a 10^7-point map and 10^5-point HDL-64 scans.
@@ -64,19 +69,38 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 /// Writes the scans of a simulation in `out` (scans/*.pcd, scan k at the time of line k of
-/// poses_tum.txt) as a ROS 2 bag (MCAP) at `bag`, on topic /points in frame "lidar".
-std::size_t write_scans_as_bag(const std::string& out, const std::string& bag) {
+/// poses_tum.txt) as a ROS 2 bag (MCAP) at `bag`, on topic /points in frame "lidar", and
+/// the samples of its imu.csv (if any) as sensor_msgs/msg/Imu on /imu in frame "lidar" (the
+/// simulated IMU has the LiDAR's axes), each message at its time, the two topics in time
+/// order. Returns the scan and IMU message counts.
+std::pair<std::size_t, std::size_t> write_scans_as_bag(const std::string& out, const std::string& bag,
+                                                       const sim::ImuSettings& imu_settings) {
   const std::vector<ScanEntry> scans = list_scans((std::filesystem::path(out) / "scans").string());
   const Trajectory truth = read_trajectory((std::filesystem::path(out) / "poses_tum.txt").string(), TrajectoryFormat::Tum);
   if (truth.size() != scans.size()) {
     throw Error(fmt::format("{}: {} scans but {} poses in poses_tum.txt", out, scans.size(), truth.size()));
   }
+  const std::string imu_path = (std::filesystem::path(out) / "imu.csv").string();
+  const std::vector<ImuSample> imu = imu_settings.rate_hz > 0.0 ? read_imu_csv(imu_path) : std::vector<ImuSample>{};
   rosbag::McapBagWriter writer(bag, "/points", "lidar");
-  for (std::size_t k = 0; k < scans.size(); ++k) {
-    writer.write(std::llround(truth[k].time * 1e9), read_point_cloud(scans[k].path));
+  if (!imu.empty()) {
+    writer.add_imu_topic("/imu", "lidar", imu_settings.gyro_noise * imu_settings.gyro_noise,
+                         imu_settings.accel_noise * imu_settings.accel_noise);
   }
+  std::size_t next_imu = 0;
+  const auto imu_until = [&](std::int64_t ns) {  // the samples up to `ns` (a scan after samples of its time)
+    for (; next_imu < imu.size() && std::llround(imu[next_imu].time * 1e9) <= ns; ++next_imu) {
+      writer.write_imu(std::llround(imu[next_imu].time * 1e9), imu[next_imu]);
+    }
+  };
+  for (std::size_t k = 0; k < scans.size(); ++k) {
+    const std::int64_t ns = std::llround(truth[k].time * 1e9);
+    imu_until(ns);
+    writer.write(ns, read_point_cloud(scans[k].path));
+  }
+  imu_until(std::numeric_limits<std::int64_t>::max());
   writer.close();
-  return scans.size();
+  return {scans.size(), imu.size()};
 }
 
 /// Times cast_scan on poses of a drive (one warm-up scan, then `scans` timed ones) and,
@@ -145,11 +169,13 @@ int run_bench(const sim::SimulationSettings& s, int scans, bool time_map, bool j
 Command add_simulate(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<SimulateOptions>();
   auto* cmd = app.add_subcommand(
-      "simulate", "Generate a synthetic world: map.pcd, scans/*.pcd, poses_tum.txt, poses_kitti.txt and world.json");
+      "simulate",
+      "Generate a synthetic world: map.pcd, scans/*.pcd, poses_tum.txt, poses_kitti.txt, imu.csv and world.json");
   cmd->add_option("--out", o->out, "output folder (created; its scans/NNNNNN.pcd files are replaced)");
   cmd->add_option("--rosbag", o->rosbag,
                   "also write the scans as a ROS 2 bag (a new folder: metadata.yaml and an MCAP file; topic /points, "
-                  "sensor_msgs/msg/PointCloud2, each scan at its time in poses_tum.txt)");
+                  "sensor_msgs/msg/PointCloud2, each scan at its time in poses_tum.txt; and the IMU's samples on /imu, "
+                  "sensor_msgs/msg/Imu)");
   cmd->add_option("--seed", o->seed, "seed: the same seed and options give the same bytes")->capture_default_str();
   auto* sensor = cmd->add_option("--sensor", o->sensor, "hdl32, hdl64, os1-64, os0-64, vlp16 or avia (a Livox Avia's non-repetitive 70 deg rosette, facing forward)")->capture_default_str();
   cmd->add_option("--frames", o->frames, "scans to make, at --rate")->capture_default_str();
@@ -210,6 +236,24 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({"ascii", "binary", "binary_compressed"}))
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "worker threads (0: one per hardware thread); the output does not depend on it");
+  cmd->add_option("--imu-rate", o->imu.rate_hz,
+                  "IMU samples per second written as imu.csv (time,wx,wy,wz,ax,ay,az; the sensor's body rate and "
+                  "specific force from the drive, plus bias and white noise) and, with --rosbag, as "
+                  "sensor_msgs/msg/Imu on /imu; 0: no IMU")
+      ->capture_default_str();
+  cmd->add_option("--imu-gyro-noise", o->imu.gyro_noise, "IMU angular velocity white noise, one sigma per sample (rad/s)")
+      ->capture_default_str();
+  cmd->add_option("--imu-gyro-bias", o->imu_gyro_bias, "IMU angular velocity bias x,y,z (rad/s)")
+      ->delimiter(',')
+      ->expected(3)
+      ->capture_default_str();
+  cmd->add_option("--imu-accel-noise", o->imu.accel_noise,
+                  "IMU linear acceleration white noise, one sigma per sample (m/s^2)")
+      ->capture_default_str();
+  cmd->add_option("--imu-accel-bias", o->imu_accel_bias, "IMU linear acceleration bias x,y,z (m/s^2)")
+      ->delimiter(',')
+      ->expected(3)
+      ->capture_default_str();
   cmd->add_flag("--bench", o->bench, "time ray casting (and map sampling with --map-points) instead of writing files");
   cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(positive_number())->capture_default_str();
 
@@ -250,6 +294,9 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     s.map.threads = o->threads;
     s.map_tile_size = o->map_tile_size;
     s.sweep_time = o->sweep_time;
+    s.imu = o->imu;
+    s.imu.gyro_bias = Eigen::Vector3d(o->imu_gyro_bias[0], o->imu_gyro_bias[1], o->imu_gyro_bias[2]);
+    s.imu.accel_bias = Eigen::Vector3d(o->imu_accel_bias[0], o->imu_accel_bias[1], o->imu_accel_bias[2]);
     if (o->bench) {
       sim::validate(s);
       return run_bench(s, o->bench_scans, o->map_points > 0, global.json);
@@ -259,7 +306,8 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     // One run at a time in a folder: a second is refused, naming the first.
     const OutputFolder folder(o->out, "ndtcu simulate");
     const sim::SimulationSummary r = sim::simulate(s, o->out);
-    const std::size_t bag_messages = o->rosbag.empty() ? 0 : write_scans_as_bag(o->out, o->rosbag);
+    const auto [bag_messages, bag_imu] =
+        o->rosbag.empty() ? std::pair<std::size_t, std::size_t>{0, 0} : write_scans_as_bag(o->out, o->rosbag, s.imu);
     if (global.json) {
       nlohmann::json j{{"out", json_text(o->out)},
                        {"primitives", r.primitives},
@@ -282,7 +330,11 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
                        {"seconds_map", r.seconds_map},
                        {"seconds_scans", r.seconds_scans},
                        {"seconds_total", r.seconds_total}};
-      if (!o->rosbag.empty()) j["rosbag"] = {{"path", json_text(o->rosbag)}, {"topic", "/points"}, {"messages", bag_messages}};
+      if (!o->rosbag.empty()) {
+        j["rosbag"] = {{"path", json_text(o->rosbag)}, {"topic", "/points"}, {"messages", bag_messages}};
+        if (bag_imu > 0) j["rosbag"]["imu"] = {{"topic", "/imu"}, {"messages", bag_imu}};
+      }
+      if (s.imu.rate_hz > 0.0) j["imu"] = {{"file", "imu.csv"}, {"rate_hz", s.imu.rate_hz}};
       std::cout << dump_json(j) << "\n";
       return 0;
     }
@@ -304,9 +356,15 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       std::cout << fmt::format("  start   initial_pose_rough.txt, the first pose {:g} m and {:g} deg off\n",
                                s.rough_start_offset, s.rough_start_yaw_deg);
     }
+    if (s.imu.rate_hz > 0.0) {
+      std::cout << fmt::format("  imu     imu.csv at {:g} Hz (gyro noise {:g} rad/s, bias {:g},{:g},{:g} rad/s)\n",
+                               s.imu.rate_hz, s.imu.gyro_noise, s.imu.gyro_bias.x(), s.imu.gyro_bias.y(),
+                               s.imu.gyro_bias.z());
+    }
     if (!o->rosbag.empty()) {
-      std::cout << fmt::format("  rosbag  {}: {} sensor_msgs/msg/PointCloud2 messages on /points (ROS 2, MCAP)\n",
-                               printable(o->rosbag), bag_messages);
+      std::cout << fmt::format("  rosbag  {}: {} sensor_msgs/msg/PointCloud2 messages on /points{} (ROS 2, MCAP)\n",
+                               printable(o->rosbag), bag_messages,
+                               bag_imu ? fmt::format(", {} sensor_msgs/msg/Imu on /imu", bag_imu) : std::string());
     }
     std::cout << fmt::format("  total   {:.2f} s\n", r.seconds_total);
     return 0;

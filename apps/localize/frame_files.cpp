@@ -161,6 +161,9 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   }
   // Whether the scan's points were moved to its reference time (--deskew); empty when skipped.
   row += result ? (result->deskewed ? ",1" : ",0") : ",";
+  // Where its motion came from (off when not de-skewed), and with --deskew imu whether the
+  // IMU samples covered the sweep (covered) or why the frame fell back (gap, missing).
+  row += result ? fmt::format(",{},{}", to_string(result->deskew_motion), to_string(result->imu_coverage)) : ",,";
   return row + "\n";
 }
 

@@ -1,6 +1,8 @@
 // `ndtcu localize`: the scans, the reference, the odometry, the first pose and the map.
 #include "localize/inputs.hpp"
 
+#include <ndtcu/imu.hpp>
+
 #include <ndtcu/error.hpp>
 #include <ndtcu/filters.hpp>
 #include <ndtcu/log.hpp>
@@ -178,11 +180,42 @@ std::optional<std::pair<Eigen::Matrix4d, Eigen::Matrix<double, 6, 6>>> OdometryP
   return std::make_pair(Eigen::Matrix4d(pose * motion.matrix()), c);
 }
 
+// The IMU samples: a CSV file, or a sensor_msgs/Imu topic of the scans' bag (each at the
+// bag's record time, the clock of its scans).
+void read_imu(LocalizeInputs& in, const LocalizeOptions& o) {
+  if (!o.imu.empty()) {
+    in.imu_source = o.imu;
+    in.imu = read_imu_csv(o.imu);
+  } else if (!o.imu_topic.empty()) {
+    if (!in.bag) {
+      throw Error("--imu-topic " + o.imu_topic + ": " + o.scans +
+                  " is not a rosbag (--imu-topic reads the scans' bag; give a CSV file with --imu)");
+    }
+    const rosbag::TopicInfo& topic = in.bag->topic(o.imu_topic);
+    if (!rosbag::is_imu_type(topic.type)) {
+      throw Error("--imu-topic " + o.imu_topic + ": " + o.scans + ": the topic holds " +
+                  (topic.type.empty() ? "messages of no declared type" : topic.type) + ", not sensor_msgs/Imu");
+    }
+    in.imu_source = o.scans + " topic " + o.imu_topic;
+    const auto& messages = in.bag->messages(o.imu_topic);
+    in.imu.reserve(messages.size());
+    for (std::size_t k = 0; k < messages.size(); ++k) {
+      ImuSample s = in.bag->read_imu(o.imu_topic, k).sample;
+      s.time = messages[k].time();
+      in.imu.push_back(s);
+    }
+  } else {
+    return;
+  }
+  if (in.imu.empty()) throw IoError(in.imu_source, "holds no IMU sample");
+}
+
 LocalizeInputs read_inputs(const LocalizeOptions& o, double init_time_difference) {
   LocalizeInputs in;
   list_scan_entries(in, o);
   match_reference(in, o);
   read_odometry(in, o);
+  read_imu(in, o);
   find_initial_pose(in, o, init_time_difference);
   return in;
 }

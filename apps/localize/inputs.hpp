@@ -60,6 +60,10 @@ struct LocalizeInputs {
   std::size_t unmatched_frames = 0;  // frames with no reference pose (a counted warning)
   std::optional<OdometryPredictor> odometry;
   std::string odometry_source;  // names the odometry in messages
+  // IMU samples (--imu, --imu-topic) in the order read, fed to the localizer ahead of
+  // each scan's sweep; the localizer counts and drops any out of time order.
+  std::vector<ImuSample> imu;
+  std::string imu_source;  // names them in messages
   Eigen::Matrix4d initial = Eigen::Matrix4d::Identity();
   std::string initial_source = "identity";
   bool global = false;  // --init global: no initial pose, the whole map searched

@@ -69,11 +69,34 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
       });
   cmd->add_option("--deskew", o.deskew,
                   "move each point of a scan with per-point times to the scan's reference time before the filter: "
-                  "off, auto (constant-velocity when the scan has times), constant-velocity (the motion between the "
-                  "last two good poses), odometry (the motion --odometry or --odometry-topic gives to the frame's "
-                  "time; needs one of them); frames.csv: deskewed")
+                  "off, auto (when the scan has times: imu with --imu or --imu-topic, else constant-velocity), "
+                  "constant-velocity (the motion between the last two good poses), odometry (the motion --odometry "
+                  "or --odometry-topic gives to the frame's time; needs one of them), imu (the rotation from the "
+                  "IMU's mean angular rate over the sweep, the translation from --odometry when given, else constant "
+                  "velocity; needs --imu or --imu-topic; a sweep the samples do not cover falls back to "
+                  "constant-velocity); frames.csv: deskewed, deskew_motion, imu")
       ->capture_default_str()
-      ->check(CLI::IsMember({"off", "auto", "constant-velocity", "odometry"}));
+      ->check(CLI::IsMember({"off", "auto", "constant-velocity", "odometry", "imu"}));
+  cmd->add_option("--imu", o.imu,
+                  "IMU samples for --deskew imu (and auto): a CSV file with the header time,wx,wy,wz or "
+                  "time,wx,wy,wz,ax,ay,az (s in the scans' clock, rad/s about the IMU's axes, m/s^2), one sample a "
+                  "line; `ndtcu simulate` writes one (imu.csv)");
+  cmd->add_option("--imu-topic", o.imu_topic,
+                  "with --scans BAG: a sensor_msgs/Imu topic of that bag, read as --imu reads its file (each message "
+                  "at the bag's record time, the clock of the scans)")
+      ->excludes("--imu");
+  cmd->add_option("--imu-rotation", o.imu_rotation,
+                  "the IMU's orientation on the LiDAR, roll,pitch,yaw in deg (R = Rx Ry Rz, turning the IMU's "
+                  "angular velocity into the LiDAR's axes)")
+      ->delimiter(',')
+      ->expected(3)
+      ->capture_default_str()
+      ->check(CLI::Range(-180.0, 180.0));
+  cmd->add_option("--imu-max-gap", o.imu_max_gap,
+                  "the longest stretch of a sweep without an IMU sample (s) that --deskew imu takes; a frame with a "
+                  "longer one, or with none, falls back to constant-velocity (counted and warned, frames.csv imu)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   auto* init =
       cmd->add_option("--init", o.init,
                       "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "
@@ -363,6 +386,13 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   if (ls.deskew == Deskew::Odometry && o.odometry.empty() && o.odometry_topic.empty()) {
     throw Error("--deskew odometry needs the odometry: give --odometry FILE (TUM) or --odometry-topic TOPIC");
   }
+  if (ls.deskew == Deskew::Imu && o.imu.empty() && o.imu_topic.empty()) {
+    throw Error("--deskew imu needs IMU samples: give --imu FILE (CSV: time,wx,wy,wz[,ax,ay,az]) or --imu-topic TOPIC");
+  }
+  ls.imu_roll_deg = o.imu_rotation[0];
+  ls.imu_pitch_deg = o.imu_rotation[1];
+  ls.imu_yaw_deg = o.imu_rotation[2];
+  ls.imu_max_gap = o.imu_max_gap;
   ls.nvtl_threshold = o.nvtl_threshold;
   ls.reject_max_iterations = !o.accept_max_iterations;
   ls.recovery_attempts = o.recovery_attempts;

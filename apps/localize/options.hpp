@@ -45,6 +45,10 @@ struct LocalizeOptions {
   std::string odometry;                                     // --odometry FILE (TUM)
   std::string odometry_topic;                               // --odometry-topic TOPIC (of the scans' bag)
   std::vector<double> odometry_noise = {0.05, 0.02, 0.05, 0.005};
+  std::string imu;                                          // --imu FILE (CSV)
+  std::string imu_topic;                                    // --imu-topic TOPIC (of the scans' bag)
+  std::vector<double> imu_rotation = {kDefaults.imu_roll_deg, kDefaults.imu_pitch_deg, kDefaults.imu_yaw_deg};
+  double imu_max_gap = kDefaults.imu_max_gap;
   std::vector<double> motion_sigma = {kDefaults.motion_translation_sigma, kDefaults.motion_rotation_sigma};
   double gate_chi2 = kDefaults.gate_chi2;
   // The calibrated covariance (LocalizerSettings::covariance_*) and its bound.
@@ -82,6 +86,9 @@ inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
     {"regularization_scale_factor", "--regularization"},
     {"covariance_sparsity_translation", "--covariance-sparsity"},
     {"covariance_sparsity_rotation", "--covariance-sparsity"},
+    {"imu_roll_deg", "--imu-rotation"},
+    {"imu_pitch_deg", "--imu-rotation"},
+    {"imu_yaw_deg", "--imu-rotation"},
 };
 
 /// The `localize` option that sets the LocalizerSettings field `field`.

@@ -55,6 +55,8 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
                  {"init_from", optional_text(o.init_from)},
                  {"odometry", optional_text(o.odometry)},
                  {"odometry_topic", optional_text(o.odometry_topic)},
+                 {"imu", optional_text(o.imu)},
+                 {"imu_topic", optional_text(o.imu_topic)},
                  {"config", optional_text(o.ndt.config)}};
   j["frames"] = t.done;
   j["aligned"] = aligned;
@@ -73,6 +75,15 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
                                                {"frames_predicted", t.odometry_used},
                                                {"frames_outside", t.odometry_missing}}
                               : nlohmann::json(nullptr);
+  const ImuStats imu = run.localizer.imu_stats();
+  j["imu"] = in.imu.empty() ? nlohmann::json(nullptr)
+                            : nlohmann::json{{"source", json_text(in.imu_source)},
+                                             {"samples", in.imu.size()},
+                                             {"taken", imu.added},
+                                             {"out_of_order", imu.out_of_order},
+                                             {"frames_covered", imu.frames_covered},
+                                             {"frames_gap", imu.frames_gap},
+                                             {"frames_missing", imu.frames_missing}};
   j["fps"] = t.loop_s > 0 ? static_cast<double>(aligned) / t.loop_s : 0.0;
   j["wall_s"] = t.loop_s;
   j["latency_ms"] = stats_json(t.latency);
@@ -174,6 +185,8 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"min_frame_points", ls.min_frame_points},
                    {"gpu_preprocess", ls.gpu_preprocess},
                    {"deskew", to_string(ls.deskew)},
+                   {"imu_rotation_deg", {ls.imu_roll_deg, ls.imu_pitch_deg, ls.imu_yaw_deg}},
+                   {"imu_max_gap", ls.imu_max_gap},
                    {"preprocess", to_string(localizer.preprocess_backend())},
                    {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},
@@ -388,6 +401,13 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
     if (ls.deskew != Deskew::Off) {
       text += fmt::format("  deskew      {} of {} aligned frames de-skewed (--deskew {})\n", t.deskewed,
                           t.done - t.skipped, to_string(ls.deskew));
+      if (!run.inputs.imu.empty()) {
+        const ImuStats imu = localizer.imu_stats();
+        text += fmt::format("  imu         {} samples of {}: {} frames' rotation from them, {} fell back to constant "
+                            "velocity ({} gap, {} missing), {} samples out of order dropped\n",
+                            run.inputs.imu.size(), run.inputs.imu_source, imu.frames_covered,
+                            imu.frames_gap + imu.frames_missing, imu.frames_gap, imu.frames_missing, imu.out_of_order);
+      }
     }
     if (localizer.refines()) {
       text += fmt::format("  refined     {} of {} localized frames at {} m (--refine-ratio {})\n", t.refined, t.localized,

@@ -7,6 +7,7 @@
 #include "output_folder.hpp"
 
 #include <ndtcu/log.hpp>
+#include <ndtcu/text.hpp>
 
 #include <fmt/format.h>
 
@@ -72,6 +73,7 @@ class FrameLoop {
   // then the records.
   void localize(PreparedScan& scan, const StampedPose* matched) {
     take_map_update();
+    feed_imu(scan.entry.time);
     const std::optional<Prediction> predicted = predict(scan);
     LocalizationResult r = align(scan, predicted);
     if (predicted) ++t_.odometry_used;
@@ -159,6 +161,13 @@ class FrameLoop {
     const Eigen::Vector2d next = before_last_xy_ ? Eigen::Vector2d(2.0 * *last_xy_ - *before_last_xy_) : *last_xy_;
     const double reach = std::min(ls_.max_range, std::max(0.0, o_.map_radius - o_.map_update_distance));
     return map_.streamer->covers(next, reach);
+  }
+
+  // The IMU samples up to a second past the scan's time (the longest sweep the per-point
+  // time check lets through), as a stack would have them by the end of its sweep.
+  void feed_imu(double time) {
+    const std::vector<ImuSample>& imu = in_.imu;
+    for (; next_imu_ < imu.size() && imu[next_imu_].time <= time + 1.0; ++next_imu_) localizer_.add_imu(imu[next_imu_]);
   }
 
   // The odometry's prediction from the previous frame, where it covers both times.
@@ -270,6 +279,7 @@ class FrameLoop {
   double chain_time_ = 0.0;
   bool have_chain_ = false;
   bool global_hinted_ = false;  // the note on --global-search-interval given (once a run)
+  std::size_t next_imu_ = 0;    // the first IMU sample not yet given to the localizer
   // The last two localized frames' x-y positions (map_covers_next_scan).
   std::optional<Eigen::Vector2d> last_xy_, before_last_xy_;
   const bool filter_in_line_;
@@ -323,6 +333,20 @@ int run_localize(LocalizeOptions& o, const ConfigurableOptions& given, const Glo
   FrameLoop(o, ls, in, map, localizer, files, progress, tally).run(interrupt);
   tally.loop_s = ms_since(loop_start) / 1000.0;
   progress.finish();
+  // IMU samples out of order, and frames whose sweep they did not cover: said once, counted.
+  const ImuStats imu = localizer.imu_stats();
+  if (!in.imu.empty() && imu.out_of_order > 0) {
+    progress.message(fmt::format("ndtcu: warning: {}: {} of {} IMU samples were not later than the sample before "
+                                 "them and were dropped (summary.json imu.out_of_order)",
+                                 in.imu_source, imu.out_of_order, in.imu.size()));
+  }
+  if (imu.frames_gap + imu.frames_missing > 0) {
+    progress.message(fmt::format("ndtcu: warning: {} frames' sweeps were not covered by the IMU samples of {} ({} with "
+                                 "a stretch longer than --imu-max-gap {} s without a sample, {} with none near them): "
+                                 "de-skewed with constant velocity instead (frames.csv imu: gap, missing)",
+                                 imu.frames_gap + imu.frames_missing, in.imu_source, imu.frames_gap,
+                                 number_text(ls.imu_max_gap), imu.frames_missing));
+  }
   files.commit();
   // Stopped by a signal with frames left (one that comes after the last frame stops
   // nothing: the run is complete).

@@ -117,7 +117,8 @@ NDTCU_ENUM_VALUES(GpuNewtonLoop, gpu_loop_from_string, GpuNewtonLoop::Device, Gp
 NDTCU_ENUM_VALUES(PoseCovariance, pose_covariance_from_string, PoseCovariance::None, PoseCovariance::Laplace,
                   PoseCovariance::MultiNdt, PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich);
 NDTCU_ENUM_VALUES(Recovery, recovery_from_string, Recovery::None, Recovery::LastGood, Recovery::Hypotheses);
-NDTCU_ENUM_VALUES(Deskew, deskew_from_string, Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry);
+NDTCU_ENUM_VALUES(Deskew, deskew_from_string, Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry,
+                  Deskew::Imu);
 NDTCU_ENUM_VALUES(FrameCheck, frame_check_from_string, FrameCheck::Passed, FrameCheck::DegeneracyProbe,
                   FrameCheck::TooFewPoints, FrameCheck::NoPose, FrameCheck::NotConverged, FrameCheck::MatchedRatio,
                   FrameCheck::Nvtl, FrameCheck::TypicalNvtl, FrameCheck::MahalanobisGate, FrameCheck::Ambiguous,
@@ -204,7 +205,15 @@ struct FieldList<LocalizerSettings> {
     v(make_field("gpu_preprocess", &S::gpu_preprocess, "crop and filter scans on the GPU with the CUDA backend"));
     v(make_field("deskew", &S::deskew,
             "move each point of a scan with per-point times to the scan's reference time: off, auto (constant "
-            "velocity when the scan has times), constant-velocity, odometry (the prediction given with the scan)"));
+            "velocity when the scan has times; imu once IMU samples were given), constant-velocity, odometry (the "
+            "prediction given with the scan), imu (the IMU's angular rate, the prediction's or constant-velocity "
+            "translation)"));
+    v(make_field("imu_roll_deg", &S::imu_roll_deg, "the IMU's orientation on the LiDAR: roll (deg)", range_closed(-180.0, 180.0)));
+    v(make_field("imu_pitch_deg", &S::imu_pitch_deg, "the IMU's orientation on the LiDAR: pitch (deg)", range_closed(-180.0, 180.0)));
+    v(make_field("imu_yaw_deg", &S::imu_yaw_deg, "the IMU's orientation on the LiDAR: yaw (deg)", range_closed(-180.0, 180.0)));
+    v(make_field("imu_max_gap", &S::imu_max_gap,
+            "imu de-skew: the longest stretch of a sweep without an IMU sample (s); beyond it the frame falls back "
+            "to constant velocity", range_closed(0.0, 1.0)));
     v(make_field("nvtl_threshold", &S::nvtl_threshold, "a pose is valid when its NVTL reaches this", range_finite()));
     v(make_field("min_matched_ratio", &S::min_matched_ratio, "... and when this share of its points found a map voxel",
             range_closed(0.0, 1.0)));

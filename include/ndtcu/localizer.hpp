@@ -19,6 +19,7 @@
 /// localization stack feeds scans and reads `valid` before using a pose.
 
 #include <ndtcu/aligner.hpp>
+#include <ndtcu/imu.hpp>
 #include <ndtcu/point_cloud.hpp>
 #include <ndtcu/result.hpp>
 #include <ndtcu/pose_covariance.hpp>
@@ -30,6 +31,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ndtcu {
 
@@ -53,8 +55,10 @@ Recovery recovery_from_string(const std::string& name);
 /// per-point times (PointCloud::time) to the scan's reference time before the filter.
 enum class Deskew {
   Off,               ///< "off": the points as the sensor gave them
-  /// "auto": ConstantVelocity when the scan has times (a scan without them, or a view, is
-  /// used as it is).
+  /// "auto": when the scan has times (a scan without them, or a view, is used as it is),
+  /// Imu once the localizer has been given IMU samples (add_imu), else ConstantVelocity.
+  /// On the simulator's fast drive IMU rotation is at least as good as constant velocity's
+  /// (docs/library.md, "De-skew"), so samples given are samples used.
   Auto,
   /// "constant-velocity": the motion between the last two good poses (the one the
   /// prediction extrapolates), per second; none before the second good pose, nor on the
@@ -64,12 +68,47 @@ enum class Deskew {
   /// localize(scan, time, prediction, covariance), per second of time between them; a
   /// frame given no prediction is not de-skewed.
   Odometry,
+  /// "imu": the rotation from the IMU's angular rate (Localizer::add_imu; the mean rate
+  /// over the sweep [time + the scan's earliest point time, time + its latest], turned
+  /// into the sensor frame by imu_roll_deg, imu_pitch_deg, imu_yaw_deg), the translation
+  /// from the prediction given to localize(scan, time, prediction, covariance) (odometry)
+  /// when there is one, else from the constant-velocity model (none before the second good
+  /// pose: rotation only). A sweep the samples do not cover (a stretch longer than
+  /// imu_max_gap without a sample, or none at all) falls back to ConstantVelocity for that
+  /// frame: LocalizationResult::imu_coverage says so, Localizer::imu_stats() counts it and
+  /// the first such frame is logged as a warning.
+  Imu,
 };
 
-/// "off", "auto", "constant-velocity", "odometry".
+/// "off", "auto", "constant-velocity", "odometry", "imu".
 const char* to_string(Deskew deskew);
 /// The Deskew named by to_string(); throws Error naming the value and the choices.
 Deskew deskew_from_string(const std::string& name);
+
+/// How the IMU samples covered a frame's sweep (LocalizationResult::imu_coverage).
+enum class ImuCoverage {
+  NotUsed,  ///< "": the frame's de-skew did not ask for the IMU
+  Covered,  ///< "covered": the sweep's rotation is the IMU's
+  /// "gap": a stretch of the sweep longer than LocalizerSettings::imu_max_gap had no sample;
+  /// the frame fell back to constant velocity
+  Gap,
+  /// "missing": no sample within imu_max_gap of the sweep; the frame fell back to constant
+  /// velocity
+  Missing,
+};
+
+/// "", "covered", "gap", "missing".
+const char* to_string(ImuCoverage coverage);
+
+/// What the IMU buffer took and how it served the frames (Localizer::imu_stats()).
+struct ImuStats {
+  std::size_t added = 0;         ///< samples taken by add_imu()
+  std::size_t out_of_order = 0;  ///< samples dropped: not later than the sample before them
+  std::size_t held = 0;          ///< samples in the buffer now (the last 10 s of them)
+  std::size_t frames_covered = 0;  ///< frames whose rotation came from the IMU
+  std::size_t frames_gap = 0;      ///< frames that fell back: a gap over the sweep (ImuCoverage::Gap)
+  std::size_t frames_missing = 0;  ///< frames that fell back: no sample near the sweep (ImuCoverage::Missing)
+};
 
 /// Everything a Localizer needs besides the map and the scans.
 struct LocalizerSettings {
@@ -136,6 +175,19 @@ struct LocalizerSettings {
   /// is known, stay as far off as without (tests/localization/test_deskew.cpp;
   /// docs/library.md, "De-skew").
   Deskew deskew = Deskew::Auto;
+  /// The IMU's orientation on the LiDAR (deg): R_sensor_imu = Rx(roll) Ry(pitch) Rz(yaw)
+  /// (the order of a pose's angles), which turns an angular velocity measured about the
+  /// IMU's axes into one about the sensor's. Identity by default (an IMU mounted with the
+  /// LiDAR's axes). Only the rotation matters: a rigid body turns at one rate everywhere.
+  double imu_roll_deg = 0.0;
+  double imu_pitch_deg = 0.0;  ///< see imu_roll_deg
+  double imu_yaw_deg = 0.0;    ///< see imu_roll_deg
+  /// Deskew::Imu uses the samples for a sweep only when no stretch of it longer than this
+  /// (s) is without one: consecutive samples within it at most this far apart, the first at
+  /// most this after the sweep's start, the last at most this before its end. 0.02 s is 4
+  /// periods of a 200 Hz IMU (3 samples lost in a row); a gap that long at 100 deg/s leaves
+  /// the mean rate of a 0.1 s sweep wrong by at most what the rate changes in 20 ms.
+  double imu_max_gap = 0.02;
   /// A pose is valid when its NVTL reaches this (Autoware's ndt_scan_matcher default, tuned
   /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
   /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
@@ -503,6 +555,12 @@ struct LocalizationResult {
   /// Whether the scan's points were de-skewed (LocalizerSettings::deskew: the scan had
   /// times and a motion was known).
   bool deskewed = false;
+  /// Where the de-skew's motion came from: ConstantVelocity, Odometry or Imu (IMU rotation,
+  /// the translation of the prediction or constant velocity); Off when not de-skewed.
+  Deskew deskew_motion = Deskew::Off;
+  /// Deskew::Imu (or Auto with samples): whether the samples covered the sweep, or why the
+  /// frame fell back to constant velocity; NotUsed otherwise.
+  ImuCoverage imu_coverage = ImuCoverage::NotUsed;
   double align_ms = 0.0;            ///< wall time of all attempts
   /// The frame's pose covariance, in [x y z roll pitch yaw] order (m, rad): the accepted
   /// alignment's estimate by settings.align.pose_covariance (Laplace by default: (-H)^-1 of
@@ -620,6 +678,19 @@ class Localizer {
   /// The same for a scan already passed through preprocess().
   LocalizationResult localize_preprocessed(PointCloudView filtered, double time, const Eigen::Matrix4d& prediction,
                                            const Eigen::Matrix<double, 6, 6>& covariance);
+
+  /// Gives the localizer an IMU sample (ImuSample: the IMU's frame, the scans' clock) for
+  /// Deskew::Imu (and Auto). Samples are buffered in time order (the last 10 s of them,
+  /// counted from the newest), so feed each before the scan whose sweep it covers (a
+  /// stack: as they arrive; a replay: up to the end of the next sweep). A sample not later
+  /// than the one before it is dropped and counted (imu_stats().out_of_order; the first is
+  /// logged as a warning). Throws Error naming the field for a non-finite value (nothing
+  /// changes).
+  void add_imu(const ImuSample& sample);
+  /// add_imu() of each, in order.
+  void add_imu(const std::vector<ImuSample>& samples);
+  /// What the IMU buffer took, and how many frames it served or failed to cover.
+  ImuStats imu_stats() const noexcept;
 
   /// The constant-velocity prediction for a scan at `time` (the last good pose when fewer
   /// than two are known). Throws Error before set_initial_pose.

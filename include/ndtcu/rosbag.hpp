@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Reading `sensor_msgs/PointCloud2` (and `nav_msgs/Odometry`) messages from rosbags without ROS: ROS 2 bags (a
+/// Reading `sensor_msgs/PointCloud2` (and `nav_msgs/Odometry`, `sensor_msgs/Imu`) messages from rosbags without ROS: ROS 2 bags (a
 /// folder with `metadata.yaml` and `sqlite3` `.db3` or `mcap` storage files, or one such
 /// file), and ROS 1 `.bag` files (format 2.0). Compressed MCAP chunks (zstd, lz4), ROS 1
 /// chunks (bz2, lz4) and rosbag2's per-message zstd compression are read. The library
@@ -20,6 +20,7 @@
 /// what its data expands to, never sized by the size it declares. A rosbag2 metadata.yaml
 /// that lists one storage file more than once is an error naming the file and the entries.
 
+#include <ndtcu/imu.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/point_cloud.hpp>
 
@@ -140,6 +141,33 @@ bool is_odometry_type(std::string_view type);
 /// `context` and the field.
 OdometryMessage decode_odometry(std::string_view bytes, MessageEncoding encoding, const std::string& context);
 
+/// One sensor_msgs/Imu message: its header and the gyroscope and accelerometer readings
+/// (the orientation and the covariances are not read).
+struct ImuMessage {
+  std::int64_t stamp_ns = 0;  ///< header stamp (ns)
+  std::string frame_id;       ///< header frame_id: the IMU's frame
+  /// angular_velocity (rad/s) and linear_acceleration (m/s^2); `time` is the header stamp
+  /// in seconds (ndtcu localize --imu-topic uses the bag's record time instead, as for
+  /// every topic).
+  ImuSample sample;
+};
+
+/// The sensor_msgs/Imu type names this reader decodes, in ROS 2 and ROS 1 spelling.
+bool is_imu_type(std::string_view type);
+
+/// Decodes one serialized sensor_msgs/Imu (header, orientation, angular_velocity,
+/// linear_acceleration and their covariances; the orientation and covariances are skipped).
+/// A non-finite angular_velocity or linear_acceleration is an IoError naming `context`
+/// and the field.
+ImuMessage decode_imu(std::string_view bytes, MessageEncoding encoding, const std::string& context);
+
+/// Serializes one sensor_msgs/msg/Imu in little-endian CDR, stamped `stamp_ns` in
+/// `frame_id`: orientation unknown (the identity with orientation_covariance[0] = -1, as
+/// the message's definition says), `sample`'s angular velocity and linear acceleration
+/// with the diagonal covariances `gyro_variance` and `accel_variance`.
+std::string encode_imu(std::int64_t stamp_ns, const std::string& frame_id, const ImuSample& sample,
+                       double gyro_variance = 0.0, double accel_variance = 0.0);
+
 /// True when `path` names a bag: a `.bag`, `.mcap` or `.db3` file, or a folder holding a
 /// `metadata.yaml`.
 bool is_bag_path(const std::string& path);
@@ -204,6 +232,9 @@ class BagReader {
   /// Decodes message `index` of `topic`, which must hold nav_msgs/Odometry (an IoError
   /// naming the type it holds otherwise).
   OdometryMessage read_odometry(const std::string& topic, std::size_t index) const;
+  /// Decodes message `index` of `topic`, which must hold sensor_msgs/Imu (an IoError
+  /// naming the type it holds otherwise).
+  ImuMessage read_imu(const std::string& topic, std::size_t index) const;
   /// "FILE: topic T: message K", the prefix of a message's errors.
   std::string message_context(const std::string& topic, std::size_t index) const;
 
@@ -227,8 +258,16 @@ class McapBagWriter {
   ~McapBagWriter();
   McapBagWriter(const McapBagWriter&) = delete;
   McapBagWriter& operator=(const McapBagWriter&) = delete;
-  /// Appends one cloud, recorded (and stamped) at `time_ns`. Times must not decrease.
+  /// Appends one cloud, recorded (and stamped) at `time_ns`. Times must not decrease
+  /// (over every topic of the bag).
   void write(std::int64_t time_ns, const PointCloud& cloud);
+  /// Adds a sensor_msgs/msg/Imu topic `topic` in frame `frame_id` (at most one, before
+  /// the first write_imu()), whose samples carry the diagonal covariances given.
+  void add_imu_topic(const std::string& topic, const std::string& frame_id, double gyro_variance = 0.0,
+                     double accel_variance = 0.0);
+  /// Appends one IMU sample (encode_imu()) on the IMU topic, recorded and stamped at
+  /// `time_ns`. Times must not decrease (over every topic of the bag).
+  void write_imu(std::int64_t time_ns, const ImuSample& sample);
   /// Writes the footer, puts the MCAP file in place (written whole, ndtcu/output_file.hpp),
   /// then writes metadata.yaml. Throws IoError.
   void close();

@@ -11,6 +11,7 @@
 /// with voxel lattices. Scans are in the *sensor frame* (x forward, y left, z up).
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/imu.hpp>
 #include <ndtcu/io.hpp>
 #include <ndtcu/point_cloud.hpp>
 
@@ -386,7 +387,8 @@ class Drive {
   ~Drive();
   /// The pose `offset` seconds after frame `frame`'s time (frame / rate_hz); at offset 0
   /// exactly generate_trajectory()'s sample `frame`. Throws Error for a frame outside
-  /// [0, frames) or an offset outside [0, kMaxSweepTime]. After a kidnap frame's time the
+  /// [0, frames) or an offset outside [0, kMaxSweepTime] (before the last frame, outside
+  /// [0, max(kMaxSweepTime, 1 / rate_hz)]: up to the next frame's time). After a kidnap frame's time the
   /// frame before it goes on along its own street (the jump happens between sweeps).
   TrajectorySample at(int frame, double offset = 0.0) const;
   /// Frames of the drive (TrajectorySettings::frames).
@@ -572,6 +574,30 @@ Scenario scenario_from_string(const std::string& name);
 /// The name of a scenario.
 const char* to_string(Scenario scenario);
 
+/// The simulated IMU (imu.csv, and /imu in the bag of `ndtcu simulate --rosbag`): mounted
+/// with the LiDAR's axes, so its angular velocity is the sensor's body rate; each sample
+/// the truth plus a constant bias plus white noise drawn from the seed. The defaults are a
+/// consumer MEMS IMU's (an automotive-grade part, e.g. Bosch BMI088, after turn-on): gyro
+/// noise density 0.014 deg/s/sqrt(Hz), about 0.001 rad/s per sample over a 200 Hz
+/// sample's 100 Hz bandwidth; bias left after a static calibration, 0.1-0.25 deg/s per
+/// axis; accelerometer 0.02 m/s^2 per sample, bias 0.03-0.05 m/s^2.
+struct ImuSettings {
+  double rate_hz = 200.0;      ///< samples per second (--imu-rate; 0: no IMU), at most 2000
+  double gyro_noise = 0.001;   ///< white noise of the angular velocity, one sigma per sample (rad/s)
+  Eigen::Vector3d gyro_bias{0.003, -0.002, 0.004};  ///< constant angular velocity bias (rad/s)
+  double accel_noise = 0.02;   ///< white noise of the linear acceleration, one sigma per sample (m/s^2)
+  Eigen::Vector3d accel_bias{0.05, -0.03, 0.04};    ///< constant linear acceleration bias (m/s^2)
+};
+
+/// The IMU samples of a drive: at times k / rate_hz from 0 through `end_time` (s; the last
+/// sweep's end). Angular velocity: the sensor's body rate (the rotation between the drive's
+/// poses 10 us apart about each time, in the sensor frame), plus bias and noise; linear
+/// acceleration: the specific force R^T (a + 9.80665 z), a from the poses 1 ms apart, plus
+/// bias and noise. Noise is drawn per sample from (seed, k): the same bytes on every run.
+/// Throws Error for settings outside their ranges (naming the option).
+std::vector<ImuSample> simulate_imu(const Drive& drive, double frame_rate_hz, double end_time, const ImuSettings& imu,
+                                    std::uint64_t seed);
+
 /// Options of a whole simulated data set.
 struct SimulationSettings {
   WorldSettings world;             ///< the scene
@@ -604,6 +630,8 @@ struct SimulationSettings {
   /// (float32 seconds from the sweep's start), and the pose of a scan is the sensor's pose
   /// at the sweep's start, its reference time.
   double sweep_time = 0.0;
+  /// The IMU written as imu.csv (ndtcu/imu.hpp; rate_hz 0: none).
+  ImuSettings imu;
 };
 
 /// Sets `scenario` and what it changes in `settings` (set trajectory.frames first: the
@@ -656,7 +684,8 @@ void validate(const SimulationSettings& settings);
 /// Generates the world, trajectory, map and scans and writes into `out_dir` (created if
 /// needed): map.pcd (world frame; or the tiled folder map/, see map_tile_size), scans/000000.pcd ... (sensor frame, x y z
 /// intensity), poses_tum.txt and poses_kitti.txt (T_world_sensor per scan, origin
-/// included, times frame / rate), world.json (every parameter), and with rough_start
+/// included, times frame / rate), imu.csv (simulate_imu() through the last sweep, unless
+/// imu.rate_hz is 0), world.json (every parameter), and with rough_start
 /// initial_pose_rough.txt (one TUM line at the first scan's time; an earlier run's is
 /// removed otherwise). Throws Error or IoError.
 SimulationSummary simulate(const SimulationSettings& settings, const std::string& out_dir);

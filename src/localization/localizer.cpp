@@ -55,14 +55,6 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
   return out;
 }
 
-// The constant twist that moves by `delta` in `dt` seconds (SE(3) logarithm over dt).
-math::Twist twist_of(const Eigen::Matrix4d& delta, double dt) {
-  const Eigen::AngleAxisd aa(Eigen::Matrix3d(delta.topLeftCorner<3, 3>()));
-  const Eigen::Vector3d phi = aa.angle() * aa.axis();
-  const Eigen::Vector3d trans = delta.topRightCorner<3, 1>();
-  return math::twist_from_motion(phi.data(), trans.data(), dt);
-}
-
 }  // namespace
 
 namespace detail {
@@ -203,15 +195,16 @@ const char* to_string(Deskew deskew) {
     case Deskew::Auto: return "auto";
     case Deskew::ConstantVelocity: return "constant-velocity";
     case Deskew::Odometry: return "odometry";
+    case Deskew::Imu: return "imu";
   }
   return "?";
 }
 
 Deskew deskew_from_string(const std::string& name) {
-  for (Deskew d : {Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry}) {
+  for (Deskew d : {Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry, Deskew::Imu}) {
     if (name == to_string(d)) return d;
   }
-  throw Error("deskew '" + name + "' is not one of off, auto, constant-velocity, odometry");
+  throw Error("deskew '" + name + "' is not one of off, auto, constant-velocity, odometry, imu");
 }
 
 const char* to_string(FrameStatus status) {
@@ -460,25 +453,6 @@ LocalizationResult Localizer::localize(PointCloudView scan, double time) {
   return localize_points(scan, nullptr, nullptr, time, nullptr, nullptr);
 }
 
-std::optional<math::Twist> Localizer::Impl::deskew_twist(double time, const Eigen::Matrix4d* prediction) const {
-  Deskew mode = settings.deskew;
-  if (mode == Deskew::Auto) mode = Deskew::ConstantVelocity;
-  if (mode == Deskew::ConstantVelocity && known == 2 && consecutive_lost == 0) {
-    // The motion the constant-velocity prediction extrapolates (velocity()), per second;
-    // none right after a lost frame, where it is the motion of a stretch before the loss.
-    Eigen::Matrix4d delta;
-    double gap = 0.0;
-    velocity(delta, gap);
-    if (gap > 0.0 && std::isfinite(gap)) return twist_of(delta, gap);
-  }
-  if (mode == Deskew::Odometry && prediction && known > 0) {
-    // From the last good pose to the caller's prediction at `time`.
-    const double gap = time - last_time;
-    if (gap > 0.0 && std::isfinite(gap)) return twist_of(last.inverse() * *prediction, gap);
-  }
-  return std::nullopt;
-}
-
 LocalizationResult Localizer::localize_points(PointCloudView scan, const float* intensity, const float* times,
                                               double time, const Eigen::Matrix4d* prediction,
                                               const Eigen::Matrix<double, 6, 6>* covariance) {
@@ -487,17 +461,23 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     check_rigid(*prediction, "localize: the prediction");
     detail::check_pose_matrix(*covariance, "localize: the prediction's covariance");
   }
-  std::optional<math::Twist> twist;
+  Impl::DeskewMotion motion;
   if (times && impl_->settings.deskew != Deskew::Off && impl_->initialized) {
-    twist = impl_->deskew_twist(time, prediction);
-    if (twist && !math::moves(*twist)) twist.reset();
+    double t_min = 0.0, t_max = 0.0;  // the sweep's span (the finite times; deskew_point skips the others)
+    detail::time_span(times, scan.size(), t_min, t_max);
+    motion = impl_->deskew_motion(time, prediction, t_min, t_max);
+    impl_->note_imu_coverage(motion, time, t_min, t_max);
+    if (motion.twist && !math::moves(*motion.twist)) motion.twist.reset();
   }
+  const std::optional<math::Twist>& twist = motion.twist;
   PointCloud filtered = preprocess_points(scan, intensity, times, twist ? &*twist : nullptr);
   const double pre_ms = detail::ms_since(t0);
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.points_in = scan.size();
   r.preprocess_ms = pre_ms;
   r.deskewed = twist.has_value();
+  r.deskew_motion = twist ? motion.source : Deskew::Off;
+  r.imu_coverage = motion.imu;
   return r;
 }
 

@@ -52,6 +52,23 @@ inline Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6,
   return 0.5 * (out + out.transpose());
 }
 
+// How IMU samples cover a sweep [begin, end] (s), and their mean angular rate over it.
+struct ImuSweepRate {
+  ImuCoverage coverage = ImuCoverage::Missing;
+  Eigen::Vector3d rate = Eigen::Vector3d::Zero();  // rad/s, the IMU's frame
+  double longest_gap = 0.0;  // the longest stretch of the sweep without a sample (s)
+};
+
+// The samples `samples[0, n)` (in time order) over [begin, end]: Missing when none lies
+// within `max_gap` of it, Gap when a stretch of it longer than `max_gap` has none (see
+// LocalizerSettings::imu_max_gap), else Covered with the mean of the rate interpolated
+// linearly between samples (held at the first and last beyond them) over [begin, end]
+// (the trapezoid rule, exact for that interpolation); at begin == end, the rate there.
+// The smallest and largest finite value of `times[0, n)` (both 0 when there is none).
+void time_span(const float* times, std::size_t n, double& t_min, double& t_max);
+
+ImuSweepRate imu_sweep_rate(const ImuSample* samples, std::size_t n, double begin, double end, double max_gap);
+
 }  // namespace detail
 
 struct Localizer::Impl {
@@ -100,9 +117,25 @@ struct Localizer::Impl {
     gap = last_time - before_last_time;
   }
 
-  // The sensor's motion over the sweep of a scan at `time` (settings.deskew; `prediction`:
-  // the caller's, or null), none when the mode has none to give (localizer.cpp).
-  std::optional<math::Twist> deskew_twist(double time, const Eigen::Matrix4d* prediction) const;
+  // The sensor's motion over the sweep of a scan at `time` whose points' times span
+  // [time_min, time_max] (settings.deskew; `prediction`: the caller's, or null): no twist
+  // when the mode has none to give; where it came from, and how the IMU covered the sweep
+  // (imu_deskew.cpp).
+  struct DeskewMotion {
+    std::optional<math::Twist> twist;
+    Deskew source = Deskew::Off;
+    ImuCoverage imu = ImuCoverage::NotUsed;
+    double imu_gap = 0.0;  // the longest stretch without a sample (s), for the warning
+  };
+  DeskewMotion deskew_motion(double time, const Eigen::Matrix4d* prediction, double time_min, double time_max) const;
+  // Counts a frame's IMU coverage, and warns at the first that fell back (imu_deskew.cpp).
+  void note_imu_coverage(const DeskewMotion& motion, double time, double time_min, double time_max);
+
+  // The IMU samples (Localizer::add_imu), in time order, the last kImuKeepSeconds of them.
+  std::vector<ImuSample> imu;
+  std::size_t imu_front = 0;  // samples before it are dropped (compacted now and then)
+  ImuStats imu_counts;
+  bool imu_fallback_warned = false, imu_order_warned = false;
 
   // The searches' options: InitialPoseOptions' (32 places refined). A frame's searches
   // start near the prediction, where few places compete, and every millisecond counts (on

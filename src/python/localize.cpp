@@ -27,6 +27,11 @@ void define_localizer_settings(nb::module_& m) {
       .def_ro("refined", &LocalizationResult::refined, "whether the pose is the refinement's (refine_ratio)")
       .def_ro("deskewed", &LocalizationResult::deskewed,
               "whether the scan's points were moved to its reference time (LocalizerSettings.deskew)")
+      .def_prop_ro("deskew_motion", [](const LocalizationResult& r) { return std::string(to_string(r.deskew_motion)); },
+                   "where the de-skew's motion came from: 'off' (not de-skewed), 'constant-velocity', 'odometry', 'imu'")
+      .def_prop_ro("imu_coverage", [](const LocalizationResult& r) { return std::string(to_string(r.imu_coverage)); },
+                   "with deskew 'imu': 'covered', or why the frame fell back to constant velocity ('gap', "
+                   "'missing'); '' otherwise")
       .def_ro("refinement_m", &LocalizationResult::refinement_m,
               "how far the refinement moved the accepted position (m; NaN when none ran)")
       .def_prop_ro("weakest_direction",
@@ -113,6 +118,38 @@ void define_localizer(nb::module_& m) {
           },
           "Starts tracking with no pose: each frame searches the whole map (InitialPoseSearch) until one is "
           "accepted.")
+      .def(
+          "add_imu",
+          [](PyLocalizer& l, double time, const Eigen::Vector3d& angular_velocity,
+             const Eigen::Vector3d& linear_acceleration) {
+            ImuSample sample;
+            sample.time = time;
+            sample.angular_velocity = angular_velocity;
+            sample.linear_acceleration = linear_acceleration;
+            Working working(l.mutex);
+            l.add_imu(sample);
+          },
+          "time"_a, "angular_velocity"_a, "linear_acceleration"_a = Eigen::Vector3d::Zero(),
+          "One IMU sample for deskew 'imu' (and 'auto'): time (s, the scans' clock), angular velocity (rad/s) and "
+          "linear acceleration (m/s^2) in the IMU's frame (Localizer::add_imu: out-of-order samples are dropped and "
+          "counted; a non-finite value is an error naming it).")
+      .def_prop_ro("imu_stats",
+                   [](PyLocalizer& l) {
+                     ImuStats s;
+                     {
+                       Working working(l.mutex);
+                       s = l.imu_stats();
+                     }
+                     nb::dict d;  // with the GIL held again
+                     d["added"] = s.added;
+                     d["out_of_order"] = s.out_of_order;
+                     d["held"] = s.held;
+                     d["frames_covered"] = s.frames_covered;
+                     d["frames_gap"] = s.frames_gap;
+                     d["frames_missing"] = s.frames_missing;
+                     return d;
+                   },
+                   "what the IMU buffer took and how it served the frames (a dict of counts)")
       .def_prop_ro("initialized",
                    [](PyLocalizer& l) {
                      Working working(l.mutex);

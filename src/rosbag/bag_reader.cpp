@@ -273,4 +273,16 @@ OdometryMessage BagReader::read_odometry(const std::string& topic, std::size_t i
   return decode_odometry(bytes, encoding, message_context(topic, index));
 }
 
+ImuMessage BagReader::read_imu(const std::string& topic, std::size_t index) const {
+  const TopicInfo& t = this->topic(topic);
+  if (!is_imu_type(t.type)) {
+    throw IoError(impl_->info.path, "topic " + topic + " holds " +
+                                        (t.type.empty() ? "messages of no declared type" : t.type) +
+                                        ", not sensor_msgs/Imu");
+  }
+  const MessageEncoding encoding = detail::topic_encoding(t, impl_->info.path);
+  const std::string bytes = read_raw(topic, index);
+  return decode_imu(bytes, encoding, message_context(topic, index));
+}
+
 }  // namespace ndtcu::rosbag

@@ -59,6 +59,35 @@ constexpr const char* kPointCloud2Definition =
     "uint8 datatype\n"
     "uint32 count\n";
 
+// sensor_msgs/msg/Imu with its dependencies, in the ros2msg layout rosbag2 stores.
+constexpr const char* kImuDefinition =
+    "std_msgs/Header header\n"
+    "geometry_msgs/Quaternion orientation\n"
+    "float64[9] orientation_covariance\n"
+    "geometry_msgs/Vector3 angular_velocity\n"
+    "float64[9] angular_velocity_covariance\n"
+    "geometry_msgs/Vector3 linear_acceleration\n"
+    "float64[9] linear_acceleration_covariance\n"
+    "================================================================================\n"
+    "MSG: std_msgs/Header\n"
+    "builtin_interfaces/Time stamp\n"
+    "string frame_id\n"
+    "================================================================================\n"
+    "MSG: builtin_interfaces/Time\n"
+    "int32 sec\n"
+    "uint32 nanosec\n"
+    "================================================================================\n"
+    "MSG: geometry_msgs/Quaternion\n"
+    "float64 x 0\n"
+    "float64 y 0\n"
+    "float64 z 0\n"
+    "float64 w 1\n"
+    "================================================================================\n"
+    "MSG: geometry_msgs/Vector3\n"
+    "float64 x\n"
+    "float64 y\n"
+    "float64 z\n";
+
 class Buffer {
  public:
   template <typename T>
@@ -164,6 +193,10 @@ std::string encode_point_cloud2(std::int64_t time_ns, const std::string& frame_i
 
 struct McapBagWriter::Impl {
   std::string folder, topic, frame_id;
+  // The IMU topic (channel and schema 2), when add_imu_topic() made one.
+  std::string imu_topic, imu_frame_id;
+  double gyro_variance = 0.0, accel_variance = 0.0;
+  std::uint64_t imu_messages = 0;
   // The MCAP file, renamed into place by close() (written whole: a bag whose writer
   // stopped half-way has no MCAP file and no metadata.yaml).
   std::optional<OutputFile> out;
@@ -233,14 +266,24 @@ McapBagWriter::~McapBagWriter() {
   }
 }
 
+namespace {
+
+// Refuses a message time the bag cannot take after `messages` earlier ones ending at `last_ns`.
+void check_message_time(const std::string& path, bool closed, std::uint64_t messages, std::int64_t last_ns,
+                        std::int64_t time_ns) {
+  if (closed) throw Error(path + ": write after close");
+  if (time_ns < 0) throw Error(path + ": message time " + std::to_string(time_ns) + " ns is negative");
+  if (messages > 0 && time_ns < last_ns) {
+    throw Error(path + ": message times must not decrease (" + std::to_string(time_ns) + " ns after " +
+                std::to_string(last_ns) + " ns)");
+  }
+}
+
+}  // namespace
+
 void McapBagWriter::write(std::int64_t time_ns, const PointCloud& cloud) {
   Impl& m = *impl_;
-  if (m.closed) throw Error(mcap_path_ + ": write after close");
-  if (time_ns < 0) throw Error(mcap_path_ + ": message time " + std::to_string(time_ns) + " ns is negative");
-  if (m.messages > 0 && time_ns < m.last_ns) {
-    throw Error(mcap_path_ + ": message times must not decrease (" + std::to_string(time_ns) + " ns after " +
-                std::to_string(m.last_ns) + " ns)");
-  }
+  check_message_time(mcap_path_, m.closed, m.messages + m.imu_messages, m.last_ns, time_ns);
   if (cloud.size() * 16 > std::numeric_limits<std::uint32_t>::max() - 1024) {
     throw Error(mcap_path_ + ": a cloud of " + std::to_string(cloud.size()) + " points does not fit one PointCloud2");
   }
@@ -251,9 +294,54 @@ void McapBagWriter::write(std::int64_t time_ns, const PointCloud& cloud) {
   rec.put(static_cast<std::uint64_t>(time_ns));            // publish_time
   rec.bytes += encode_point_cloud2(time_ns, m.frame_id, cloud);
   m.record(0x05, rec.bytes);
-  if (m.messages == 0) m.first_ns = time_ns;
+  if (m.messages + m.imu_messages == 0) m.first_ns = time_ns;
   m.last_ns = time_ns;
   ++m.messages;
+}
+
+void McapBagWriter::add_imu_topic(const std::string& topic, const std::string& frame_id, double gyro_variance,
+                                  double accel_variance) {
+  Impl& m = *impl_;
+  if (m.closed) throw Error(mcap_path_ + ": add_imu_topic after close");
+  if (!m.imu_topic.empty()) throw Error(mcap_path_ + ": the bag has an IMU topic already (" + m.imu_topic + ")");
+  if (topic.empty() || topic == m.topic) throw Error(mcap_path_ + ": IMU topic '" + topic + "' is empty or the points' topic");
+  m.imu_topic = topic;
+  m.imu_frame_id = frame_id;
+  m.gyro_variance = gyro_variance;
+  m.accel_variance = accel_variance;
+  Buffer schema;
+  schema.put(std::uint16_t{2});
+  schema.str32("sensor_msgs/msg/Imu");
+  schema.str32("ros2msg");
+  schema.str32(kImuDefinition);
+  m.record(0x03, schema.bytes);
+  Buffer channel;
+  channel.put(std::uint16_t{2});  // id
+  channel.put(std::uint16_t{2});  // schema
+  channel.str32(m.imu_topic);
+  channel.str32("cdr");
+  Buffer metadata;
+  metadata.str32("offered_qos_profiles");
+  metadata.str32("");
+  channel.str32(metadata.bytes);
+  m.record(0x04, channel.bytes);
+}
+
+void McapBagWriter::write_imu(std::int64_t time_ns, const ImuSample& sample) {
+  Impl& m = *impl_;
+  if (m.imu_topic.empty()) throw Error(mcap_path_ + ": write_imu before add_imu_topic");
+  check_message_time(mcap_path_, m.closed, m.messages + m.imu_messages, m.last_ns, time_ns);
+  check_imu_sample(sample, mcap_path_ + ": IMU sample " + std::to_string(m.imu_messages));
+  Buffer rec;
+  rec.put(std::uint16_t{2});                               // channel
+  rec.put(static_cast<std::uint32_t>(m.imu_messages));     // sequence
+  rec.put(static_cast<std::uint64_t>(time_ns));            // log_time
+  rec.put(static_cast<std::uint64_t>(time_ns));            // publish_time
+  rec.bytes += encode_imu(time_ns, m.imu_frame_id, sample, m.gyro_variance, m.accel_variance);
+  m.record(0x05, rec.bytes);
+  if (m.messages + m.imu_messages == 0) m.first_ns = time_ns;
+  m.last_ns = time_ns;
+  ++m.imu_messages;
 }
 
 void McapBagWriter::close() {
@@ -272,7 +360,8 @@ void McapBagWriter::close() {
   m.out->commit();
   const std::string yaml_path = (fs::path(m.folder) / "metadata.yaml").string();
   std::ostringstream y;
-  const std::int64_t duration = m.messages ? m.last_ns - m.first_ns : 0;
+  const std::uint64_t all = m.messages + m.imu_messages;
+  const std::int64_t duration = all ? m.last_ns - m.first_ns : 0;
   const std::string file = fs::path(mcap_path_).filename().string();
   y << "rosbag2_bagfile_information:\n"
     << "  version: 8\n"
@@ -280,21 +369,29 @@ void McapBagWriter::close() {
     << "  relative_file_paths:\n    - " << file << "\n"
     << "  duration:\n    nanoseconds: " << duration << "\n"
     << "  starting_time:\n    nanoseconds_since_epoch: " << m.first_ns << "\n"
-    << "  message_count: " << m.messages << "\n"
+    << "  message_count: " << all << "\n"
     << "  topics_with_message_count:\n"
     << "    - topic_metadata:\n"
     << "        name: " << m.topic << "\n"
     << "        type: sensor_msgs/msg/PointCloud2\n"
     << "        serialization_format: cdr\n"
     << "        offered_qos_profiles: \"\"\n"
-    << "      message_count: " << m.messages << "\n"
-    << "  compression_format: \"\"\n"
+    << "      message_count: " << m.messages << "\n";
+  if (!m.imu_topic.empty()) {
+    y << "    - topic_metadata:\n"
+      << "        name: " << m.imu_topic << "\n"
+      << "        type: sensor_msgs/msg/Imu\n"
+      << "        serialization_format: cdr\n"
+      << "        offered_qos_profiles: \"\"\n"
+      << "      message_count: " << m.imu_messages << "\n";
+  }
+  y << "  compression_format: \"\"\n"
     << "  compression_mode: \"\"\n"
     << "  files:\n"
     << "    - path: " << file << "\n"
     << "      starting_time:\n        nanoseconds_since_epoch: " << m.first_ns << "\n"
     << "      duration:\n        nanoseconds: " << duration << "\n"
-    << "      message_count: " << m.messages << "\n";
+    << "      message_count: " << all << "\n";
   write_file_whole(yaml_path, y.str());
 }
 

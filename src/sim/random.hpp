@@ -80,6 +80,7 @@ enum Stream : std::uint64_t {
   kStreamRayDrop = 0x44524f50ull,         // "DROP"
   kStreamKidnap = 0x4b49444e4150ull,      // "KIDNAP"
   kStreamRoughStart = 0x524f554748ull,    // "ROUGH"
+  kStreamImu = 0x494d55ull,               // "IMU"
 };
 
 }  // namespace ndtcu::sim::detail

@@ -199,6 +199,70 @@ std::vector<TimedPose> read_tum_poses(const std::string& path) {
   return poses;
 }
 
+namespace {
+
+void validate(const ImuSettings& imu) {
+  if (!(imu.rate_hz == 0.0 || (imu.rate_hz >= 1.0 && imu.rate_hz <= 2000.0))) {
+    throw Error("IMU rate (--imu-rate) must be 0 (no IMU) or 1 to 2000 Hz, got " + fmt::format("{:g}", imu.rate_hz));
+  }
+  if (!(imu.gyro_noise >= 0.0 && imu.gyro_noise <= 1.0)) {
+    throw Error("IMU gyro noise (--imu-gyro-noise) must be 0 to 1 rad/s, got " + fmt::format("{:g}", imu.gyro_noise));
+  }
+  if (!(imu.accel_noise >= 0.0 && imu.accel_noise <= 10.0)) {
+    throw Error("IMU accelerometer noise (--imu-accel-noise) must be 0 to 10 m/s^2, got " +
+                fmt::format("{:g}", imu.accel_noise));
+  }
+  if (!(imu.gyro_bias.allFinite() && imu.gyro_bias.cwiseAbs().maxCoeff() <= 1.0)) {
+    throw Error("IMU gyro bias (--imu-gyro-bias) must be finite and at most 1 rad/s in each axis");
+  }
+  if (!(imu.accel_bias.allFinite() && imu.accel_bias.cwiseAbs().maxCoeff() <= 10.0)) {
+    throw Error("IMU accelerometer bias (--imu-accel-bias) must be finite and at most 10 m/s^2 in each axis");
+  }
+}
+
+// The drive's pose at time `t` (s from the first frame), t in [0, end]: from the frame at
+// or before it (the last frame's sweep beyond the last frame).
+Eigen::Isometry3d pose_at(const Drive& drive, double rate_hz, double t) {
+  const int frame = std::clamp(static_cast<int>(std::floor(t * rate_hz)), 0, drive.frames() - 1);
+  const double limit = frame + 1 < drive.frames() ? std::max(kMaxSweepTime, 1.0 / rate_hz) : kMaxSweepTime;
+  return drive.at(frame, std::clamp(t - frame / rate_hz, 0.0, limit)).scene_from_sensor;
+}
+
+}  // namespace
+
+std::vector<ImuSample> simulate_imu(const Drive& drive, double frame_rate_hz, double end_time, const ImuSettings& imu,
+                                    std::uint64_t seed) {
+  validate(imu);
+  std::vector<ImuSample> out;
+  if (imu.rate_hz == 0.0) return out;
+  // Central differences about t (one-sided at the drive's start): the rotation over 2 x
+  // 10 us (its log over the time: the body rate, to 1e-9 rad/s), the position's second
+  // difference over 1 ms (shorter steps lose digits to the positions' rounding).
+  constexpr double kRateStep = 1e-5, kAccelStep = 1e-3;
+  const double gravity = 9.80665;
+  for (std::uint64_t k = 0;; ++k) {
+    const double t = static_cast<double>(k) / imu.rate_hz;
+    if (t > end_time + 1e-9) break;
+    const double ta = std::max(0.0, t - kRateStep), tb = ta + 2.0 * kRateStep;
+    const Eigen::Isometry3d a = pose_at(drive, frame_rate_hz, ta), b = pose_at(drive, frame_rate_hz, tb);
+    const Eigen::AngleAxisd turn(Eigen::Matrix3d(a.linear().transpose() * b.linear()));
+    ImuSample s;
+    s.time = t;
+    s.angular_velocity = turn.angle() * turn.axis() / (tb - ta);
+    const double pa = std::max(0.0, t - kAccelStep);
+    const Eigen::Isometry3d p0 = pose_at(drive, frame_rate_hz, pa), p1 = pose_at(drive, frame_rate_hz, pa + kAccelStep),
+                            p2 = pose_at(drive, frame_rate_hz, pa + 2.0 * kAccelStep);
+    const Eigen::Vector3d accel =
+        (p0.translation() - 2.0 * p1.translation() + p2.translation()) / (kAccelStep * kAccelStep);
+    s.linear_acceleration = p1.linear().transpose() * (accel + Eigen::Vector3d(0.0, 0.0, gravity));
+    detail::Rng rng(detail::hash4(seed, detail::kStreamImu, k));
+    for (int i = 0; i < 3; ++i) s.angular_velocity(i) += imu.gyro_bias(i) + imu.gyro_noise * rng.normal();
+    for (int i = 0; i < 3; ++i) s.linear_acceleration(i) += imu.accel_bias(i) + imu.accel_noise * rng.normal();
+    out.push_back(s);
+  }
+  return out;
+}
+
 void validate(const SimulationSettings& s) {
   validate(s.world);
   validate(s.lidar);
@@ -234,6 +298,7 @@ void validate(const SimulationSettings& s) {
                             "got {:g} s",
                             kMaxSweepTime, s.trajectory.rate_hz, s.sweep_time));
   }
+  validate(s.imu);
   if (!(s.map_tile_size == 0.0 || (s.map_tile_size >= 1.0 && s.map_tile_size <= 10000.0))) {
     throw Error("map tile size (--map-tile-size) must be 0 (one map.pcd) or 1 to 10000 m, got " +
                 fmt::format("{:g}", s.map_tile_size));
@@ -253,7 +318,7 @@ void prepare_output_folder(const fs::path& dir, const fs::path& scans_dir) {
   }
   fs::create_directories(scans_dir, ec);
   if (ec) throw IoError(scans_dir.string(), "cannot create folder: " + ec.message());
-  for (const char* name : {"world.json", "poses_tum.txt", "poses_kitti.txt", "initial_pose_rough.txt"}) {
+  for (const char* name : {"world.json", "poses_tum.txt", "poses_kitti.txt", "initial_pose_rough.txt", "imu.csv"}) {
     fs::remove(dir / name, ec);
     if (ec) throw IoError((dir / name).string(), "cannot remove an earlier run's file: " + ec.message());
   }
@@ -465,6 +530,18 @@ nlohmann::ordered_json world_description(const SimulationSettings& settings, con
                 {"points_total", summary.scan_points_total},
                 {"encoding", encoding_name(settings.encoding)}};
   j["poses"] = {{"tum", "poses_tum.txt"}, {"kitti", "poses_kitti.txt"}};
+  if (settings.imu.rate_hz > 0.0) {
+    const ImuSettings& imu = settings.imu;
+    j["imu"] = {{"file", "imu.csv"},
+                {"columns", "time,wx,wy,wz,ax,ay,az (s, rad/s, m/s^2)"},
+                {"frame", "the sensor's (the LiDAR's axes)"},
+                {"rate_hz", imu.rate_hz},
+                {"gyro_noise_rad_s", imu.gyro_noise},
+                {"gyro_bias_rad_s", vec3(imu.gyro_bias)},
+                {"accel_noise_m_s2", imu.accel_noise},
+                {"accel_bias_m_s2", vec3(imu.accel_bias)},
+                {"truth", "the sensor's body rate and specific force from the drive, plus bias and white noise"}};
+  }
   if (settings.rough_start) {
     j["rough_start"] = {{"file", "initial_pose_rough.txt"},
                         {"offset_m", vec3(rough_shift)},
@@ -526,6 +603,12 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
   write_tum_poses((dir / "poses_tum.txt").string(), poses);
   write_kitti_poses((dir / "poses_kitti.txt").string(), poses);
   const RoughStart rough = write_rough_start(settings, seed, poses.front(), dir / "initial_pose_rough.txt");
+  if (settings.imu.rate_hz > 0.0) {
+    // The samples in the poses' clock (times frame / rate from 0), through the last sweep.
+    const double end = trajectory.back().time + settings.sweep_time;
+    write_imu_csv((dir / "imu.csv").string(),
+                  simulate_imu(drive, settings.trajectory.rate_hz, end, settings.imu, detail::hash4(seed, detail::kStreamImu, 1)));
+  }
 
   const nlohmann::ordered_json j = world_description(settings, scene, lidar, trajectory_settings, trajectory,
                                                      map_settings, summary, rough);

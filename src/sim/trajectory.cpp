@@ -468,9 +468,12 @@ int Drive::frames() const noexcept { return impl_->s.frames; }
 
 TrajectorySample Drive::at(int frame, double offset) const {
   const Impl& m = *impl_;
-  if (frame < 0 || frame >= m.s.frames || !(offset >= 0.0 && offset <= kMaxSweepTime)) {
+  // Up to the next frame's time (the drive is continuous there: what an IMU samples), and
+  // a sweep's longest beyond the last.
+  const double limit = frame + 1 < m.s.frames ? std::max(kMaxSweepTime, 1.0 / m.s.rate_hz) : kMaxSweepTime;
+  if (frame < 0 || frame >= m.s.frames || !(offset >= 0.0 && offset <= limit)) {
     throw Error("trajectory: no pose at frame " + std::to_string(frame) + " + " + num(offset) + " s (frames 0 to " +
-                std::to_string(m.s.frames - 1) + ", offsets 0 to " + num(kMaxSweepTime) + " s)");
+                std::to_string(m.s.frames - 1) + ", offsets 0 to " + num(limit) + " s)");
   }
   // (An offset of 0 adds nothing: frame times are those of the drive without sweeps, bit
   // for bit.)

@@ -20,5 +20,19 @@ if "$exe" simulate --out sim --world-size 60 --frames 3 --columns 90 --map-voxel
   echo "FAILED: an existing bag folder was overwritten" >&2; exit 1
 fi
 grep -q "sim_bag: exists and is not an empty folder" err.txt
+# The IMU: imu.csv beside the scans and /imu in the bag; --deskew imu from the CSV and from
+# the bag's topic gives the same poses, every frame's rotation from the IMU.
+"$exe" simulate --out fast --scenario fast --sweep-time 0.1 --world-size 100 --frames 4 --columns 360 \
+  --map-voxel 0.5 --rosbag fast_bag
+"$exe" info fast_bag | tr '\n' ' ' | grep -Eq "/imu +sensor_msgs/msg/Imu +81 +cdr"
+[ "$(wc -l < fast/imu.csv)" -eq 82 ]  # the header and 0 to 0.4 s at 200 Hz
+imu_common="--map fast/map.pcd --init-from fast/poses_tum.txt --threads 2 --backend cpu --no-plot -q --deskew imu"
+"$exe" localize --scans fast/scans $imu_common --imu fast/imu.csv --out imu_csv
+"$exe" localize --scans fast_bag $imu_common --imu-topic /imu --out imu_bag
+cmp imu_csv/trajectory_tum.txt imu_bag/trajectory_tum.txt
+[ "$(grep -c ',imu,covered$' imu_csv/frames.csv)" -eq 4 ]
+[ "$(grep -c ',imu,covered$' imu_bag/frames.csv)" -eq 4 ]
+echo "ok: --deskew imu from imu.csv and from the bag's /imu ($(wc -l < imu_bag/trajectory_tum.txt) poses, the same)"
 [ -x "$python" ] || { echo "no $python: the rosbags check is skipped (run scripts/setup.sh)" >&2; exit 77; }
 "$python" "$here/check_bag.py" sim_bag sim/scans sim/poses_tum.txt
+"$python" "$here/check_bag.py" --imu fast_bag fast/imu.csv

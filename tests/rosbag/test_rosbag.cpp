@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <fstream>
 
@@ -515,6 +516,114 @@ TEST_CASE("rosbag: nav_msgs/Odometry from independent writers and by hand; bad v
                     Catch::Contains("by hand") && Catch::Contains("Odometry message truncated in header.frame_id"));
   CHECK_THROWS_WITH(decode_odometry(std::string("\x02\x00", 2), MessageEncoding::Cdr, "by hand"),
                     Catch::Contains("shorter than its 4-byte encapsulation header"));
+}
+
+TEST_CASE("rosbag: sensor_msgs/Imu from an independent writer (ROS 1, ROS 2 sqlite3 and MCAP) equals its CSV",
+          "[rosbag]") {
+  auto m = manifest();
+  if (!m) NDTCU_SKIP("no bags written");
+  const fs::path dir = fs::path(std::getenv("NDTCU_ROSBAG_DIR"));
+  // write_bags.py --odometry: 60 samples at 200 Hz on /imu, and the same as sample_imu.csv.
+  const std::vector<ImuSample> expected = read_imu_csv((dir / "sample_imu.csv").string());
+  REQUIRE(expected.size() == 60);
+  for (const char* name : {"sample_imu.bag", "sample_imu_sqlite3", "sample_imu_mcap"}) {
+    INFO(name);
+    const BagReader reader((dir / name).string());
+    REQUIRE(is_imu_type(reader.topic("/imu").type));
+    const auto& refs = reader.messages("/imu");
+    REQUIRE(refs.size() == expected.size());
+    for (std::size_t k = 0; k < refs.size(); ++k) {
+      CAPTURE(k);
+      const ImuMessage msg = reader.read_imu("/imu", k);
+      CHECK(msg.frame_id == "imu_link");
+      CHECK(msg.stamp_ns == refs[k].time_ns);
+      CHECK(refs[k].time() == expected[k].time);
+      CHECK(msg.sample.angular_velocity == expected[k].angular_velocity);
+      CHECK(msg.sample.linear_acceleration == expected[k].linear_acceleration);
+    }
+  }
+}
+
+TEST_CASE("rosbag: sensor_msgs/Imu written beside the scans reads back bit for bit; ROS 1 by hand; bad values named",
+          "[rosbag][unit]") {
+  const fs::path dir = test::temp_dir("rosbag_imu") / "bag";
+  std::vector<ImuSample> samples;
+  for (int k = 0; k < 25; ++k) {
+    ImuSample s;
+    s.time = 1.5 + k * 0.005;
+    s.angular_velocity = Eigen::Vector3d(0.01 * k, -std::sin(k * 0.7), 1.0 / (k + 1.0));
+    s.linear_acceleration = Eigen::Vector3d(std::cos(k * 0.2), 0.125 * k, 9.80665);
+    samples.push_back(s);
+  }
+  {
+    McapBagWriter w(dir.string(), "/points", "lidar");
+    w.add_imu_topic("/imu", "imu_link", 1e-6, 4e-4);
+    CHECK_THROWS_WITH(w.add_imu_topic("/imu2", "imu_link"), Catch::Contains("has an IMU topic already"));
+    std::size_t next = 0;
+    for (int f = 0; f < 2; ++f) {
+      const std::int64_t ns = 1'500'000'000 + f * 100'000'000;
+      for (; next < samples.size() && std::llround(samples[next].time * 1e9) <= ns; ++next) {
+        w.write_imu(std::llround(samples[next].time * 1e9), samples[next]);
+      }
+      w.write(ns, small_cloud(4, 0.5f * f));
+    }
+    for (; next < samples.size(); ++next) w.write_imu(std::llround(samples[next].time * 1e9), samples[next]);
+    CHECK_THROWS_WITH(w.write_imu(1'000'000'000, samples[0]), Catch::Contains("message times must not decrease"));
+    w.close();
+  }
+  const BagReader reader(dir.string());
+  REQUIRE(is_imu_type(reader.topic("/imu").type));
+  CHECK(reader.topic("/imu").type == "sensor_msgs/msg/Imu");
+  CHECK(reader.info().messages == samples.size() + 2);
+  const auto& refs = reader.messages("/imu");
+  REQUIRE(refs.size() == samples.size());
+  for (std::size_t k = 0; k < refs.size(); ++k) {
+    CAPTURE(k);
+    const ImuMessage m = reader.read_imu("/imu", k);
+    CHECK(m.frame_id == "imu_link");
+    CHECK(m.stamp_ns == refs[k].time_ns);
+    CHECK(std::abs(refs[k].time() - samples[k].time) < 1e-12);
+    CHECK(m.sample.angular_velocity == samples[k].angular_velocity);
+    CHECK(m.sample.linear_acceleration == samples[k].linear_acceleration);
+  }
+  CHECK(reader.messages("/points").size() == 2);
+  CHECK_THROWS_WITH(reader.read_imu("/points", 0),
+                    Catch::Contains("topic /points holds sensor_msgs/") && Catch::Contains("not sensor_msgs/Imu"));
+  const std::string yaml = test::read_bytes(dir / "metadata.yaml");
+  CHECK(yaml.find("type: sensor_msgs/msg/Imu") != std::string::npos);
+  CHECK(yaml.find("message_count: 27") != std::string::npos);
+
+  // ROS 1 serialization by hand: seq, stamp, frame_id, orientation (4), its covariance (9),
+  // angular_velocity (3), its covariance (9), linear_acceleration (3), its covariance (9).
+  auto make = [](double wy, double az, int last_values = 9) {
+    Msg msg;
+    msg.put<std::uint32_t>(3);
+    msg.put<std::uint32_t>(12);
+    msg.put<std::uint32_t>(250);
+    msg.str("imu");
+    for (int i = 0; i < 13; ++i) msg.put<double>(i == 3 ? 1.0 : 0.0);
+    for (double v : {0.5, wy, -0.25}) msg.put<double>(v);
+    for (int i = 0; i < 9; ++i) msg.put<double>(0.0);
+    for (double v : {1.0, 2.0, az}) msg.put<double>(v);
+    for (int i = 0; i < last_values; ++i) msg.put<double>(0.0);
+    return msg.b;
+  };
+  const ImuMessage m = decode_imu(make(0.75, 9.5), MessageEncoding::Ros1, "by hand");
+  CHECK(m.stamp_ns == 12000000250);
+  CHECK(m.frame_id == "imu");
+  CHECK(m.sample.angular_velocity == Eigen::Vector3d(0.5, 0.75, -0.25));
+  CHECK(m.sample.linear_acceleration == Eigen::Vector3d(1.0, 2.0, 9.5));
+  CHECK_THROWS_WITH(decode_imu(make(std::nan(""), 9.5), MessageEncoding::Ros1, "by hand"),
+                    Catch::Contains("by hand") && Catch::Contains("angular_velocity.y is nan"));
+  CHECK_THROWS_WITH(decode_imu(make(0.0, std::numeric_limits<double>::infinity()), MessageEncoding::Ros1, "by hand"),
+                    Catch::Contains("linear_acceleration.z is inf"));
+  CHECK_THROWS_WITH(decode_imu(make(0.0, 9.5, 4), MessageEncoding::Ros1, "by hand"),
+                    Catch::Contains("Imu message truncated in linear_acceleration_covariance"));
+  // The CDR encoder's bytes decode to the sample (ROS 2, sqlite3 or MCAP alike).
+  const ImuMessage c = decode_imu(encode_imu(7'000'000'001, "x", samples[3]), MessageEncoding::Cdr, "cdr");
+  CHECK(c.stamp_ns == 7'000'000'001);
+  CHECK(c.sample.angular_velocity == samples[3].angular_velocity);
+  CHECK(c.sample.linear_acceleration == samples[3].linear_acceleration);
 }
 
 TEST_CASE("rosbag: a metadata.yaml listing one storage file twice is an error naming the file and the entries",

@@ -323,6 +323,49 @@ def write_odometry_bag(bag, fmt, clouds, times_ns, odom, big_endian=False):
                 w.write(conns[topic], stamp, raw)
 
 
+def imu_samples(start_ns, count=60, period_ns=5_000_000):
+    """Deterministic IMU samples from `start_ns`: (time_ns, [wx wy wz], [ax ay az])."""
+    out = []
+    for k in range(count):
+        w = [0.01 * k - 0.2, math.sin(0.37 * k), -1.0 / (k + 2.0)]
+        a = [math.cos(0.11 * k), 0.125 * k - 1.0, 9.80665 + 0.001 * k]
+        out.append((start_ns + k * period_ns, w, a))
+    return out
+
+
+def write_imu_bag(bag, fmt, samples, big_endian=False):
+    """sensor_msgs/Imu on /imu (frame imu_link), recorded and stamped at each sample's time."""
+    store = ROS1 if fmt == "ros1" else ROS2
+    t = store.types
+    typ = "sensor_msgs/msg/Imu"
+    vec = t["geometry_msgs/msg/Vector3"]
+    raws = []
+    for stamp, w, a in samples:
+        sec, nsec = divmod(stamp, 10**9)
+        time = t["builtin_interfaces/msg/Time"](sec=sec, nanosec=nsec)
+        header = (t["std_msgs/msg/Header"](stamp=time, frame_id="imu_link") if store is ROS2 else
+                  t["std_msgs/msg/Header"](seq=0, stamp=time, frame_id="imu_link"))
+        cov = np.zeros(9, np.float64)
+        msg = t[typ](header=header, orientation=t["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+                     orientation_covariance=np.array([-1.0] + [0.0] * 8), angular_velocity=vec(x=w[0], y=w[1], z=w[2]),
+                     angular_velocity_covariance=cov, linear_acceleration=vec(x=a[0], y=a[1], z=a[2]),
+                     linear_acceleration_covariance=cov)
+        raw = (store.serialize_ros1(msg, typ) if store is ROS1 else
+               store.serialize_cdr(msg, typ, little_endian=not big_endian))
+        raws.append((stamp, bytes(raw)))
+    if fmt == "ros1":
+        with Ros1Writer(bag) as wr:
+            conn = wr.add_connection("/imu", typ, typestore=ROS1)
+            for stamp, raw in raws:
+                wr.write(conn, stamp, raw)
+    else:
+        plugin = StoragePlugin.MCAP if fmt == "ros2_mcap" else StoragePlugin.SQLITE3
+        with Ros2Writer(bag, version=9, storage_plugin=plugin) as wr:
+            conn = wr.add_connection("/imu", typ, typestore=ROS2)
+            for stamp, raw in raws:
+                wr.write(conn, stamp, raw)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -332,7 +375,9 @@ def main():
     p.add_argument("--only", help="write only this bag (a name from the list below)")
     p.add_argument("--odometry", help="also write PREFIX_odometry.bag (ROS 1) and PREFIX_odometry_mcap (ROS 2, "
                    "big-endian CDR odometry): the scans on /points and these TUM poses, moved into another fixed "
-                   "frame, as nav_msgs/Odometry on /odom; and those poses as OUT/PREFIX_odometry_tum.txt")
+                   "frame, as nav_msgs/Odometry on /odom; and those poses as OUT/PREFIX_odometry_tum.txt; and "
+                   "sensor_msgs/Imu samples on /imu as PREFIX_imu.bag (ROS 1), PREFIX_imu_sqlite3, PREFIX_imu_mcap "
+                   "(ROS 2, big-endian CDR) and OUT/PREFIX_imu.csv")
     args = p.parse_args()
     files, stamps = read_scans(args.scans, args.times)
     if os.path.isdir(args.scans):
@@ -390,6 +435,17 @@ def main():
             for (stamp, _), v in zip(poses, odom):
                 f.write(stamp + " " + " ".join(f"{x:.9f}" for x in v) + "\n")
         print(f"wrote {args.prefix}_odometry.bag, {args.prefix}_odometry_mcap and {args.prefix}_odometry_tum.txt")
+        # IMU samples from the first scan's time, in the three containers, and as CSV.
+        samples = imu_samples(times_ns[0])
+        write_imu_bag(os.path.join(args.out, f"{args.prefix}_imu.bag"), "ros1", samples)
+        write_imu_bag(os.path.join(args.out, f"{args.prefix}_imu_sqlite3"), "ros2_sqlite3", samples)
+        write_imu_bag(os.path.join(args.out, f"{args.prefix}_imu_mcap"), "ros2_mcap", samples, big_endian=True)
+        with open(os.path.join(args.out, f"{args.prefix}_imu.csv"), "w") as f:
+            f.write("time,wx,wy,wz,ax,ay,az\n")
+            for stamp, w, a in samples:
+                sec, nsec = divmod(stamp, 10**9)
+                f.write(f"{sec}.{nsec:09d}," + ",".join(repr(v) for v in w + a) + "\n")
+        print(f"wrote {args.prefix}_imu.bag, {args.prefix}_imu_sqlite3, {args.prefix}_imu_mcap and {args.prefix}_imu.csv")
     if not args.only:
         # Two PointCloud2 topics (not in the manifest: a reader must be told which).
         write_bag(os.path.join(args.out, f"{args.prefix}_two_clouds.bag"), "ros1", "none", "float32", clouds[:2],

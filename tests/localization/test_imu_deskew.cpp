@@ -1,0 +1,251 @@
+// De-skew from an IMU (Deskew::Imu): the mean rate over a sweep and its coverage checks,
+// the Localizer's sample buffer (out-of-order samples, non-finite values), the per-frame
+// fallback to constant velocity, and the accuracy on the simulator's fast drive against
+// constant velocity alone (HDL-32 and VLP-16, the simulator's noisy, biased IMU).
+#include "../support/test_support.hpp"
+#include "localizer_settings.hpp"
+
+#include "localization/localizer_impl.hpp"
+
+#include <ndtcu/imu.hpp>
+#include <ndtcu/io.hpp>
+#include <ndtcu/localizer.hpp>
+#include <ndtcu/scan_sequence.hpp>
+#include <ndtcu/simulator.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+using namespace ndtcu;
+namespace fs = std::filesystem;
+
+namespace {
+
+ImuSample sample(double t, double wx, double wy, double wz) {
+  ImuSample s;
+  s.time = t;
+  s.angular_velocity = Eigen::Vector3d(wx, wy, wz);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("imu de-skew: the mean rate over a sweep, and the gaps that refuse it", "[unit][localization]") {
+  // 200 Hz samples from 0 to 1 s of a rate that grows linearly (1 + 2t about z, -t about x):
+  // the linear interpolation is exact, so is the mean.
+  std::vector<ImuSample> s;
+  for (int k = 0; k <= 200; ++k) {
+    const double t = k / 200.0;
+    s.push_back(sample(t, -t, 0.5, 1.0 + 2.0 * t));
+  }
+  const auto rate = [&](double begin, double end, double gap = 0.02) {
+    return detail::imu_sweep_rate(s.data(), s.size(), begin, end, gap);
+  };
+  // A sweep between samples at both ends: mean of 1 + 2t over [0.1013, 0.2013].
+  const detail::ImuSweepRate r = rate(0.1013, 0.2013);
+  REQUIRE(r.coverage == ImuCoverage::Covered);
+  CHECK(r.rate.z() == Approx(1.0 + 2.0 * 0.1513).margin(1e-12));
+  CHECK(r.rate.x() == Approx(-0.1513).margin(1e-12));
+  CHECK(r.rate.y() == Approx(0.5).margin(1e-12));
+  CHECK(r.longest_gap == Approx(0.005).margin(1e-12));
+  // A zero-length sweep: the rate there.
+  CHECK(rate(0.3, 0.3).rate.z() == Approx(1.6).margin(1e-12));
+  // Past the last sample by less than the bound: held at the last value, still covered.
+  const detail::ImuSweepRate tail = rate(0.95, 1.01);
+  CHECK(tail.coverage == ImuCoverage::Covered);
+  CHECK(tail.longest_gap == Approx(0.01).margin(1e-12));
+  // Past it by more: a gap; far from every sample: missing.
+  CHECK(rate(0.95, 1.03).coverage == ImuCoverage::Gap);
+  CHECK(rate(1.05, 1.15).coverage == ImuCoverage::Missing);
+  CHECK(rate(-0.5, -0.4).coverage == ImuCoverage::Missing);
+  // Three samples lost in a row (20 ms between the two left): at the bound; four: beyond it.
+  std::vector<ImuSample> holed;
+  for (const ImuSample& x : s) {
+    const int k = static_cast<int>(std::lround(x.time * 200.0));
+    if (k < 41 || k > 43) holed.push_back(x);
+  }
+  CHECK(detail::imu_sweep_rate(holed.data(), holed.size(), 0.15, 0.25, 0.02).coverage == ImuCoverage::Covered);
+  holed.erase(std::remove_if(holed.begin(), holed.end(), [](const ImuSample& x) { return std::lround(x.time * 200.0) == 44; }),
+              holed.end());
+  const detail::ImuSweepRate g = detail::imu_sweep_rate(holed.data(), holed.size(), 0.15, 0.25, 0.02);
+  CHECK(g.coverage == ImuCoverage::Gap);
+  CHECK(g.longest_gap == Approx(0.025).margin(1e-12));
+  // The span of a scan's times: finite ones only.
+  const float times[] = {0.05f, std::numeric_limits<float>::quiet_NaN(), 0.0f, 0.0999f, -0.01f};
+  double lo = 1, hi = -1;
+  detail::time_span(times, 5, lo, hi);
+  CHECK(lo == Approx(-0.01));
+  CHECK(hi == Approx(0.0999));
+  detail::time_span(times + 1, 1, lo, hi);
+  CHECK((lo == 0.0 && hi == 0.0));
+}
+
+TEST_CASE("imu de-skew: add_imu drops and counts samples out of order, refuses non-finite values naming them",
+          "[unit][localization]") {
+  Localizer localizer(test::cpu_localizer_settings(), test::on_cpu(1));
+  localizer.add_imu(sample(1.0, 0, 0, 1));
+  localizer.add_imu(sample(1.005, 0, 0, 1));
+  localizer.add_imu(sample(1.005, 0, 0, 1));  // the same time again
+  localizer.add_imu(sample(1.002, 0, 0, 1));  // earlier
+  localizer.add_imu(std::vector<ImuSample>{sample(1.010, 0, 0, 1), sample(1.001, 0, 0, 1), sample(1.015, 0, 0, 1)});
+  ImuStats st = localizer.imu_stats();
+  CHECK(st.added == 4);
+  CHECK(st.out_of_order == 3);
+  CHECK(st.held == 4);
+  ImuSample bad = sample(1.02, 0, std::nan(""), 1);
+  CHECK_THROWS_WITH(localizer.add_imu(bad), Catch::Contains("angular_velocity.y is nan"));
+  bad = sample(1.02, 0, 0, 1);
+  bad.linear_acceleration.z() = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH(localizer.add_imu(bad), Catch::Contains("linear_acceleration.z is inf"));
+  CHECK_THROWS_WITH(localizer.add_imu(sample(std::nan(""), 0, 0, 1)), Catch::Contains("time is nan"));
+  st = localizer.imu_stats();
+  CHECK(st.added == 4);  // nothing taken from the refused ones
+  // The buffer keeps the last 10 s counted from the newest sample.
+  localizer.add_imu(sample(11.012, 0, 0, 1));
+  CHECK(localizer.imu_stats().held == 2);  // 1.015 and 11.012: 1.000 to 1.010 are more than 10 s older
+  CHECK(deskew_from_string("imu") == Deskew::Imu);
+  CHECK(std::string(to_string(Deskew::Imu)) == "imu");
+  CHECK_THROWS_WITH(deskew_from_string("gyro"), Catch::Contains("off, auto, constant-velocity, odometry, imu"));
+}
+
+namespace {
+
+struct ImuSequence {
+  std::vector<ScanEntry> scans;
+  Trajectory truth;
+  PointCloud map;
+  std::vector<ImuSample> imu;
+};
+
+// The fast drive (up to 25 m/s, 109 deg/s in its turns) of seed `seed`, `frames` scans of
+// `preset` with a 0.1 s sweep, and its IMU (200 Hz, the simulator's default noise and bias).
+ImuSequence make_fast(const std::string& preset, int frames, std::uint64_t seed = 1) {
+  const fs::path dir = test::temp_dir("imu_deskew_" + preset + "_" + std::to_string(frames) + "_" + std::to_string(seed));
+  sim::SimulationSettings s;
+  s.world.seed = seed;
+  s.lidar = sim::lidar_preset(preset);
+  s.trajectory.frames = frames;
+  sim::apply_scenario(s, sim::Scenario::Fast);
+  s.sweep_time = 0.1;
+  s.threads = 2;
+  s.map.threads = 2;
+  sim::simulate(s, dir.string());
+  ImuSequence out;
+  out.scans = list_scans((dir / "scans").string());
+  out.truth = read_trajectory((dir / "poses_tum.txt").string());
+  out.map = read_point_cloud((dir / "map.pcd").string());
+  out.imu = read_imu_csv((dir / "imu.csv").string());
+  REQUIRE(out.scans.size() == static_cast<std::size_t>(frames));
+  REQUIRE(out.imu.size() == static_cast<std::size_t>(std::lround(((frames - 1) * 0.1 + 0.1) * 200.0)) + 1);
+  return out;
+}
+
+struct ImuRun {
+  std::vector<LocalizationResult> results;
+  AteStats ate, ate_from;
+  std::size_t lost = 0, wrong = 0, deskewed = 0;
+  ImuStats imu;
+};
+
+// Localizes `seq` on the CPU (2 threads) from its true first pose with `mode`, the IMU's
+// samples fed up to each sweep's end (unless `feed` says no for a sample); the ATE over
+// every valid frame and over those from frame `from` on.
+template <typename Feed>
+ImuRun run(const ImuSequence& seq, Deskew mode, const char* label, Feed feed, std::size_t from = 2) {
+  LocalizerSettings settings = test::cpu_localizer_settings();
+  settings.deskew = mode;
+  Localizer localizer(settings, test::on_cpu(2));
+  localizer.set_map(seq.map);
+  localizer.set_initial_pose(seq.truth.front().pose.matrix());
+  ImuRun out;
+  Trajectory estimate, estimate_from;
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < seq.scans.size(); ++k) {
+    const double time = seq.scans[k].time;
+    for (; next < seq.imu.size() && seq.imu[next].time <= time + 0.1 + 1e-9; ++next) {
+      if (feed(seq.imu[next])) localizer.add_imu(seq.imu[next]);
+    }
+    LocalizationResult r = localizer.localize(read_point_cloud(seq.scans[k].path), time);
+    const double err = (r.pose.topRightCorner<3, 1>() - seq.truth[k].pose.translation()).norm();
+    out.lost += r.status == FrameStatus::Lost;
+    out.wrong += r.valid && err > 0.3;
+    out.deskewed += r.deskewed;
+    if (r.valid) estimate.push_back({time, Eigen::Isometry3d(r.pose)});
+    if (r.valid && k >= from) estimate_from.push_back({time, Eigen::Isometry3d(r.pose)});
+    out.results.push_back(std::move(r));
+  }
+  out.imu = localizer.imu_stats();
+  out.ate = absolute_trajectory_error(estimate, seq.truth);
+  out.ate_from = absolute_trajectory_error(estimate_from, seq.truth);
+  std::printf("%s: %zu frames, %zu lost, %zu accepted > 0.3 m off, %zu de-skewed, ATE %.4f m (%.4f m from frame %zu); "
+              "IMU frames covered %zu, gap %zu, missing %zu\n",
+              label, seq.scans.size(), out.lost, out.wrong, out.deskewed, out.ate.rmse_m, out.ate_from.rmse_m, from,
+              out.imu.frames_covered, out.imu.frames_gap, out.imu.frames_missing);
+  return out;
+}
+
+bool every_sample(const ImuSample&) { return true; }
+
+}  // namespace
+
+TEST_CASE("imu de-skew: a gap in the samples or none over a sweep falls back to constant velocity, said per frame",
+          "[unit][localization][sim]") {
+  const ImuSequence seq = make_fast("vlp16", 5);
+  // Frame 2's sweep [0.2, 0.3] loses its samples from 0.22 to 0.26 (a 45 ms gap); none
+  // after 0.35, so frame 4's sweep [0.4, 0.5] has none within 20 ms.
+  const auto feed = [](const ImuSample& s) { return !(s.time > 0.2175 && s.time < 0.2625) && s.time < 0.35; };
+  const ImuRun imu = run(seq, Deskew::Imu, "vlp16 imu with a gap and a stop", feed);
+  const std::vector<LocalizationResult>& r = imu.results;
+  // Frames 0 and 1: the IMU's rotation (no translation yet: the constant-velocity model
+  // needs two good poses).
+  for (int k : {0, 1, 3}) {
+    CAPTURE(k);
+    CHECK(r[k].imu_coverage == ImuCoverage::Covered);
+    CHECK(r[k].deskew_motion == Deskew::Imu);
+    CHECK(r[k].deskewed);
+  }
+  CHECK(r[2].imu_coverage == ImuCoverage::Gap);
+  CHECK(r[2].deskew_motion == Deskew::ConstantVelocity);
+  CHECK(r[4].imu_coverage == ImuCoverage::Missing);
+  CHECK(r[4].deskew_motion == Deskew::ConstantVelocity);
+  CHECK(imu.imu.frames_covered == 3);
+  CHECK(imu.imu.frames_gap == 1);
+  CHECK(imu.imu.frames_missing == 1);
+  CHECK(imu.lost == 0);
+  CHECK(imu.wrong == 0);
+  // Auto with samples is imu; constant velocity reports no IMU.
+  const ImuRun automatic = run(seq, Deskew::Auto, "vlp16 auto with imu", feed);
+  for (std::size_t k = 0; k < r.size(); ++k) {
+    CAPTURE(k);
+    CHECK(automatic.results[k].pose == r[k].pose);
+    CHECK(automatic.results[k].imu_coverage == r[k].imu_coverage);
+  }
+  const ImuRun cv = run(seq, Deskew::ConstantVelocity, "vlp16 constant velocity, imu given", feed);
+  for (const LocalizationResult& x : cv.results) CHECK(x.imu_coverage == ImuCoverage::NotUsed);
+  CHECK(cv.results[0].deskew_motion == Deskew::Off);
+  CHECK(cv.results[3].deskew_motion == Deskew::ConstantVelocity);
+}
+
+TEST_CASE("imu de-skew: the fast drive, HDL-32 and VLP-16: IMU rotation at least as good as constant velocity",
+          "[unit][localization][sim][heavy]") {
+  // 20 frames of seed 1 (the drive turns through two 4 m corners at up to 109 deg/s). The
+  // IMU has the simulator's MEMS noise (0.001 rad/s) and bias (0.003, -0.002, 0.004 rad/s).
+  for (const std::string preset : {"hdl32", "vlp16"}) {
+    INFO(preset);
+    const ImuSequence seq = make_fast(preset, 20);
+    const ImuRun cv = run(seq, Deskew::ConstantVelocity, (preset + " constant-velocity").c_str(), every_sample);
+    const ImuRun imu = run(seq, Deskew::Imu, (preset + " imu").c_str(), every_sample);
+    CHECK(imu.imu.frames_covered == seq.scans.size());
+    CHECK(imu.deskewed == seq.scans.size());
+    CHECK(imu.lost == 0);
+    CHECK(imu.wrong == 0);
+    CHECK(cv.wrong <= 1);  // frame 0, before any motion is known (36 cm off with no de-skew)
+    // From frame 2, where constant velocity has a motion too.
+    CHECK(imu.ate_from.rmse_m <= cv.ate_from.rmse_m);
+    // Every frame: the IMU de-skews from the first (its rotation alone until the model has
+    // a translation); constant velocity leaves frames 0 and 1 as read.
+    CHECK(imu.ate.rmse_m <= cv.ate.rmse_m);
+  }
+}

@@ -120,16 +120,20 @@ void define_localizer(nb::module_& m) {
           "accepted.")
       .def(
           "add_imu",
-          [](PyLocalizer& l, double time, const Eigen::Vector3d& angular_velocity,
-             const Eigen::Vector3d& linear_acceleration) {
+          [](PyLocalizer& l, double time, const std::vector<double>& angular_velocity,
+             const std::vector<double>& linear_acceleration) {
+            // Sequences of three (lists, tuples, arrays: the vector caster takes each).
+            if (angular_velocity.size() != 3 || linear_acceleration.size() != 3) {
+              throw nb::value_error("add_imu: angular_velocity and linear_acceleration take 3 numbers each");
+            }
             ImuSample sample;
             sample.time = time;
-            sample.angular_velocity = angular_velocity;
-            sample.linear_acceleration = linear_acceleration;
+            sample.angular_velocity = Eigen::Vector3d(angular_velocity.data());
+            sample.linear_acceleration = Eigen::Vector3d(linear_acceleration.data());
             Working working(l.mutex);
             l.add_imu(sample);
           },
-          "time"_a, "angular_velocity"_a, "linear_acceleration"_a = Eigen::Vector3d::Zero(),
+          "time"_a, "angular_velocity"_a, "linear_acceleration"_a = std::vector<double>{0.0, 0.0, 0.0},
           "One IMU sample for deskew 'imu' (and 'auto'): time (s, the scans' clock), angular velocity (rad/s) and "
           "linear acceleration (m/s^2) in the IMU's frame (Localizer::add_imu: out-of-order samples are dropped and "
           "counted; a non-finite value is an error naming it).")

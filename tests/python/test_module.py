@@ -810,3 +810,19 @@ def test_voxel_leaf_too_small_for_the_crop_is_refused():
     with pytest.raises(ndtcu.Error, match=r"below the smallest leaf 0.002 m for max_range 1000 m"):
         ndtcu.Localizer(voxel_leaf=1e-3, max_range=1000.0)
     assert ndtcu.Localizer(voxel_leaf=2e-4).settings.voxel_leaf == 2e-4
+
+
+def test_imu_samples():
+    # Localizer.add_imu: sequences of three, out-of-order samples dropped and counted, a
+    # non-finite value refused naming it; the settings' IMU fields as keywords.
+    loc = ndtcu.Localizer(deskew="imu", imu_yaw_deg=90.0, backend="cpu")
+    assert loc.settings.deskew == "imu" and loc.settings.imu_yaw_deg == 90.0 and loc.settings.imu_max_gap == 0.02
+    loc.add_imu(0.0, [0.0, 0.0, 1.0])
+    loc.add_imu(0.005, np.array([0.0, 0.0, 1.0]), (0.0, 0.0, 9.81))
+    loc.add_imu(0.001, [0.0, 0.0, 1.0])
+    stats = loc.imu_stats
+    assert stats["added"] == 2 and stats["out_of_order"] == 1 and stats["held"] == 2
+    with pytest.raises(ndtcu.Error, match="angular_velocity.x is nan"):
+        loc.add_imu(0.01, [float("nan"), 0.0, 0.0])
+    with pytest.raises(ValueError, match="3 numbers each"):
+        loc.add_imu(0.01, [0.0, 0.0])

@@ -463,8 +463,13 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   }
   Impl::DeskewMotion motion;
   if (times && impl_->settings.deskew != Deskew::Off && impl_->initialized) {
-    double t_min = 0.0, t_max = 0.0;  // the sweep's span (the finite times; deskew_point skips the others)
-    detail::time_span(times, scan.size(), t_min, t_max);
+    // The sweep's span (the finite times; deskew_point skips the others), which only the
+    // IMU's mean rate needs.
+    double t_min = 0.0, t_max = 0.0;
+    const Deskew mode = impl_->settings.deskew;
+    if (mode == Deskew::Imu || (mode == Deskew::Auto && impl_->imu_counts.added > 0)) {
+      detail::time_span(times, scan.size(), t_min, t_max);
+    }
     motion = impl_->deskew_motion(time, prediction, t_min, t_max);
     impl_->note_imu_coverage(motion, time, t_min, t_max);
     if (motion.twist && !math::moves(*motion.twist)) motion.twist.reset();

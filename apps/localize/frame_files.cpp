@@ -161,6 +161,8 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   }
   // Whether the scan's points were moved to its reference time (--deskew); empty when skipped.
   row += result ? (result->deskewed ? ",1" : ",0") : ",";
+  // Its re-de-skew passes after the first alignment (--deskew-passes); empty when skipped.
+  row += result ? fmt::format(",{}", result->deskew_passes) : ",";
   return row + "\n";
 }
 

@@ -174,6 +174,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"min_frame_points", ls.min_frame_points},
                    {"gpu_preprocess", ls.gpu_preprocess},
                    {"deskew", to_string(ls.deskew)},
+                   {"deskew_passes", ls.deskew_passes},
                    {"preprocess", to_string(localizer.preprocess_backend())},
                    {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},

@@ -136,6 +136,24 @@ struct LocalizerSettings {
   /// is known, stay as far off as without (tests/localization/test_deskew.cpp;
   /// docs/library.md, "De-skew").
   Deskew deskew = Deskew::Auto;
+  /// Re-de-skew passes after the alignment (0: none). Once a frame's pose is found, the
+  /// motion from the last good pose to it, over the time between them, is the sensor's
+  /// motion one frame later than constant velocity's (two frames back) and is taken as the
+  /// twist for the same scan: its raw points are de-skewed again with it (on the GPU with
+  /// the GPU filter) and aligned once more, from the found pose; the passes stop early
+  /// when the twist moves no point of the scan by more than 1 cm (kDeskewPassTolerance)
+  /// more than the pass before. A pass is judged by every check of the frame (the gate
+  /// against the prediction included) and runs the retries but no search; the frame's pose
+  /// and verdict are the last pass that passed them (else the pass before's, which they
+  /// passed too). A lost frame whose best attempt failed only the scene's typical NVTL (a
+  /// scan bent by a wrong motion scores below the scene's right poses) runs the passes from
+  /// that attempt's pose, and is valid when one passes every check. It also de-skews the
+  /// frames constant velocity cannot: the second one (one good pose known) and the one
+  /// right after a lost frame (its first pass as read). A scan without times, or whose
+  /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than
+  /// off. Each pass costs one more de-skew and filter and one alignment from a pose near
+  /// the optimum (BENCHMARK.md, "De-skew after the alignment").
+  int deskew_passes = 0;
   /// A pose is valid when its NVTL reaches this (Autoware's ndt_scan_matcher default, tuned
   /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
   /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
@@ -503,6 +521,10 @@ struct LocalizationResult {
   /// Whether the scan's points were de-skewed (LocalizerSettings::deskew: the scan had
   /// times and a motion was known).
   bool deskewed = false;
+  /// Re-de-skew passes run after the first alignment (LocalizerSettings::deskew_passes);
+  /// the pose and verdict are the last pass's, the costs (attempts, iterations, times) are
+  /// the sums over the passes.
+  int deskew_passes = 0;
   double align_ms = 0.0;            ///< wall time of all attempts
   /// The frame's pose covariance, in [x y z roll pitch yaw] order (m, rad): the accepted
   /// alignment's estimate by settings.align.pose_covariance (Laplace by default: (-H)^-1 of
@@ -636,8 +658,11 @@ class Localizer {
   LocalizationResult localize_points(PointCloudView scan, const float* intensity, const float* time, double time_s,
                                      const Eigen::Matrix4d* prediction, const Eigen::Matrix<double, 6, 6>* covariance);
   // One frame from `prediction` with `covariance` (both null: the motion model's).
+  // With `start`, the first attempt starts there instead of at the prediction, and no
+  // search runs after the retries (a re-de-skew pass: the pose the pass before found).
   LocalizationResult localize_frame(PointCloudView filtered, double time, const Eigen::Matrix4d* prediction,
-                                    const Eigen::Matrix<double, 6, 6>* covariance);
+                                    const Eigen::Matrix<double, 6, 6>* covariance,
+                                    const Eigen::Matrix4d* start = nullptr);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -89,6 +89,33 @@ struct Localizer::Impl {
   // settings.search_nvtl_ratio.
   double typical_nvtl = std::numeric_limits<double>::quiet_NaN();
 
+  // What a frame changes of the motion model and the scene's score: a re-de-skew pass
+  // (settings.deskew_passes) puts it back and runs the frame again on the scan de-skewed anew.
+  struct FrameState {
+    Eigen::Matrix4d last, before_last;
+    double last_time, before_last_time;
+    int known;
+    Eigen::Matrix<double, 6, 6> last_covariance;
+    double first_time;
+    int consecutive_lost;
+    double typical_nvtl;
+  };
+  FrameState frame_state() const {
+    return {last, before_last, last_time, before_last_time, known, last_covariance, first_time, consecutive_lost,
+            typical_nvtl};
+  }
+  void restore(const FrameState& f) {
+    last = f.last;
+    before_last = f.before_last;
+    last_time = f.last_time;
+    before_last_time = f.before_last_time;
+    known = f.known;
+    last_covariance = f.last_covariance;
+    first_time = f.first_time;
+    consecutive_lost = f.consecutive_lost;
+    typical_nvtl = f.typical_nvtl;
+  }
+
   // Where a retry starts: the last good pose, or the initial guess before the first one.
   const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
 

@@ -153,7 +153,7 @@ struct LocalizerSettings {
   /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than
   /// off. Each pass costs one more de-skew and filter and one alignment from a pose near
   /// the optimum (BENCHMARK.md, "De-skew after the alignment").
-  int deskew_passes = 0;
+  int deskew_passes = 2;
   /// A pose is valid when its NVTL reaches this (Autoware's ndt_scan_matcher default, tuned
   /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
   /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
@@ -522,8 +522,8 @@ struct LocalizationResult {
   /// times and a motion was known).
   bool deskewed = false;
   /// Re-de-skew passes run after the first alignment (LocalizerSettings::deskew_passes);
-  /// the pose and verdict are the last pass's, the costs (attempts, iterations, times) are
-  /// the sums over the passes.
+  /// the pose and verdict are those of the last pass the checks accepted (else the first
+  /// alignment's), the costs (attempts, iterations, times) the sums over the passes.
   int deskew_passes = 0;
   double align_ms = 0.0;            ///< wall time of all attempts
   /// The frame's pose covariance, in [x y z roll pitch yaw] order (m, rad): the accepted

@@ -564,6 +564,11 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       again.evaluations += r.evaluations;
       again.align_ms += r.align_ms;
       again.deskew_passes = r.deskew_passes + 1;
+      if (again.status == FrameStatus::Tracked && again.stage == FrameStage::Prediction && r.stage != FrameStage::Prediction) {
+        // Its start came from the pass before's retry or search: that is what found it.
+        again.status = FrameStatus::Recovered;
+        again.stage = r.stage;
+      }
       again.deskewed = math::moves(*twist);
       r = std::move(again);
     }

@@ -233,7 +233,7 @@ DeskewRun run(const DeskewSequence& seq, Deskew mode, bool odometry, const char*
 
 }  // namespace
 
-TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: constant velocity and odometry",
+TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: constant velocity, re-de-skew and odometry",
           "[unit][localization][sim][heavy]") {
   // A frame is de-skewed once a motion is known: from frame 2 with constant velocity (two
   // good poses), from frame 1 with odometry (the last good pose and the prediction). The
@@ -244,6 +244,15 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
     const DeskewRun off = run(seq, Deskew::Off, false, (preset + " off").c_str(), false, 2);
     const DeskewRun cv = run(seq, Deskew::ConstantVelocity, false, (preset + " constant-velocity").c_str(), false, 2);
     const DeskewRun odo = run(seq, Deskew::Odometry, true, (preset + " odometry").c_str(), false, 1);
+    // Re-de-skew (deskew_passes): each frame's own aligned motion, from frame 1 on.
+    const DeskewRun again =
+        run(seq, Deskew::ConstantVelocity, false, (preset + " constant-velocity, 2 passes").c_str(), false, 2, 2);
+    CHECK(again.lost == 0);
+    CHECK(again.wrong_from == 0);
+    CHECK(again.passes >= seq.scans.size() - 1);  // every frame from the second on, at least once
+    CHECK(again.ate_from.rmse_m <= off.ate.rmse_m / 3.0);
+    CHECK(again.ate_from.rmse_m <= 0.03);
+    CHECK(again.ate_from.rmse_m < cv.ate_from.rmse_m);
     CHECK(off.deskewed == 0);
     CHECK(cv.deskewed == seq.scans.size() - 2);
     CHECK(odo.deskewed == seq.scans.size() - 1);

@@ -27,6 +27,8 @@ void define_localizer_settings(nb::module_& m) {
       .def_ro("refined", &LocalizationResult::refined, "whether the pose is the refinement's (refine_ratio)")
       .def_ro("deskewed", &LocalizationResult::deskewed,
               "whether the scan's points were moved to its reference time (LocalizerSettings.deskew)")
+      .def_ro("deskew_passes", &LocalizationResult::deskew_passes,
+              "re-de-skew passes run after the first alignment (LocalizerSettings.deskew_passes)")
       .def_ro("refinement_m", &LocalizationResult::refinement_m,
               "how far the refinement moved the accepted position (m; NaN when none ran)")
       .def_prop_ro("weakest_direction",

@@ -145,9 +145,8 @@ struct LocalizerSettings {
   /// more than the pass before. A pass is judged by every check of the frame (the gate
   /// against the prediction included) and runs the retries but no search; the frame's pose
   /// and verdict are the last pass that passed them (else the pass before's, which they
-  /// passed too). A lost frame whose best attempt failed only the scene's typical NVTL (a
-  /// scan bent by a wrong motion scores below the scene's right poses) runs the passes from
-  /// that attempt's pose, and is valid when one passes every check. It also de-skews the
+  /// passed too). A lost frame runs none (the motion to a wrong pose bends the scan towards
+  /// fitting it, so a pass from a pose no check took could confirm it). It also de-skews the
   /// frames constant velocity cannot: the second one (one good pose known) and the one
   /// right after a lost frame (its first pass as read). A scan without times, or whose
   /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than

@@ -530,13 +530,11 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     const double gap = time - before.last_time;
     const double reach = deskew_reach(scan, times, m.settings.max_range);
     for (int pass = 0; pass < m.settings.deskew_passes; ++pass) {
-      // The pose found: the frame's, or of a lost frame the best attempt's when it failed
-      // only the scene's typical NVTL (a scan bent by a wrong motion scores below the
-      // scene's right poses: in the fast drive's corner, 2.4-2.6 against 3.1-3.2).
-      const bool found = r.status != FrameStatus::Lost ||
-                         (r.decided_by == FrameCheck::TypicalNvtl && detail::has_pose(r.alignment));
-      if (!found || !(gap > 0.0) || !std::isfinite(gap) || !(reach > 0.0)) break;
-      const Eigen::Matrix4d start = r.status != FrameStatus::Lost ? r.pose : r.alignment.transform;
+      // Only from a pose the checks took: the motion to a lost frame's best attempt, when
+      // that pose is wrong, bends the scan towards fitting it, and a pass from it could
+      // confirm it.
+      if (r.status == FrameStatus::Lost || !(gap > 0.0) || !std::isfinite(gap) || !(reach > 0.0)) break;
+      const Eigen::Matrix4d start = r.pose;
       const math::Twist next = twist_of(before.last.inverse() * start, gap);
       if (twist_change(next, twist ? *twist : math::Twist{}) * reach <= kDeskewPassTolerance) break;
       twist = next;

@@ -164,6 +164,8 @@ std::string frames_csv_row(const PreparedScan& s, const LocalizationResult* resu
   // Where its motion came from (off when not de-skewed), and with --deskew imu whether the
   // IMU samples covered the sweep (covered) or why the frame fell back (gap, missing).
   row += result ? fmt::format(",{},{}", to_string(result->deskew_motion), to_string(result->imu_coverage)) : ",,";
+  // Its re-de-skew passes after the first alignment (--deskew-passes); empty when skipped.
+  row += result ? fmt::format(",{}", result->deskew_passes) : ",";
   return row + "\n";
 }
 

@@ -44,7 +44,7 @@ class FrameFiles {
                       "roll,pitch,yaw,pred_x,pred_y,pred_z,ref_x,ref_y,ref_z,error_m,cov_xx,cov_xy,cov_yy,stage,hypotheses,"
                       "screened,ambiguity_nvtl,ambiguous,weakest_ratio,weak_directions,degenerate,weak_x,weak_y,weak_z,"
                       "weak_roll,weak_pitch,weak_yaw,degenerate_directions,probe_nvtl_drop,decided_by,mahalanobis2,refined,refinement_m," +
-                  covariance6_header() + ",matched_points,position_sigma_m,covariance_term,deskewed,deskew_motion,imu\n");
+                  covariance6_header() + ",matched_points,position_sigma_m,covariance_term,deskewed,deskew_motion,imu,deskew_passes\n");
   }
 
   void frame(const std::string& row) {

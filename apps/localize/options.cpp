@@ -97,6 +97,12 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
                   "longer one, or with none, falls back to constant-velocity (counted and warned, frames.csv imu)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--deskew-passes", o.deskew_passes,
+                  "re-de-skew after the alignment: the motion from the last good pose to the pose found de-skews the "
+                  "scan again and the frame is aligned once more from that pose, up to this many times while the "
+                  "motion changes (0: none; needs --deskew other than off); frames.csv: deskew_passes")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 5));
   auto* init =
       cmd->add_option("--init", o.init,
                       "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "
@@ -383,6 +389,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.min_frame_points = o.min_frame_points;
   ls.gpu_preprocess = !o.cpu_preprocess;
   ls.deskew = deskew_from_string(o.deskew);
+  ls.deskew_passes = o.deskew_passes;
   if (ls.deskew == Deskew::Odometry && o.odometry.empty() && o.odometry_topic.empty()) {
     throw Error("--deskew odometry needs the odometry: give --odometry FILE (TUM) or --odometry-topic TOPIC");
   }

@@ -41,6 +41,7 @@ struct LocalizeOptions {
   double degeneracy_probe = kDefaults.degeneracy_probe_m, degeneracy_margin = kDefaults.degeneracy_margin;
   double refine_ratio = kDefaults.refine_ratio;
   std::string deskew = to_string(kDefaults.deskew);          // --deskew
+  int deskew_passes = kDefaults.deskew_passes;              // --deskew-passes
   std::string point_time = "auto";                          // --point-time FIELD:UNIT, auto or none
   std::string odometry;                                     // --odometry FILE (TUM)
   std::string odometry_topic;                               // --odometry-topic TOPIC (of the scans' bag)

@@ -187,6 +187,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"deskew", to_string(ls.deskew)},
                    {"imu_rotation_deg", {ls.imu_roll_deg, ls.imu_pitch_deg, ls.imu_yaw_deg}},
                    {"imu_max_gap", ls.imu_max_gap},
+                   {"deskew_passes", ls.deskew_passes},
                    {"preprocess", to_string(localizer.preprocess_backend())},
                    {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},

@@ -214,6 +214,10 @@ struct FieldList<LocalizerSettings> {
     v(make_field("imu_max_gap", &S::imu_max_gap,
             "imu de-skew: the longest stretch of a sweep without an IMU sample (s); beyond it the frame falls back "
             "to constant velocity", range_closed(0.0, 1.0)));
+    v(make_field("deskew_passes", &S::deskew_passes,
+            "re-de-skew passes after the alignment: the scan de-skewed again with the motion from the last good pose "
+            "to the pose found, and aligned again from it (0: none)",
+            range_closed(0, 5)));
     v(make_field("nvtl_threshold", &S::nvtl_threshold, "a pose is valid when its NVTL reaches this", range_finite()));
     v(make_field("min_matched_ratio", &S::min_matched_ratio, "... and when this share of its points found a map voxel",
             range_closed(0.0, 1.0)));

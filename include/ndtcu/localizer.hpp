@@ -188,6 +188,23 @@ struct LocalizerSettings {
   /// periods of a 200 Hz IMU (3 samples lost in a row); a gap that long at 100 deg/s leaves
   /// the mean rate of a 0.1 s sweep wrong by at most what the rate changes in 20 ms.
   double imu_max_gap = 0.02;
+  /// Re-de-skew passes after the alignment (0: none). Once a frame's pose is found, the
+  /// motion from the last good pose to it, over the time between them, is the sensor's
+  /// motion one frame later than constant velocity's (two frames back) and is taken as the
+  /// twist for the same scan: its raw points are de-skewed again with it (on the GPU with
+  /// the GPU filter) and aligned once more, from the found pose; the passes stop early
+  /// when the twist moves no point of the scan by more than 1 cm (kDeskewPassTolerance)
+  /// more than the pass before. A pass is judged by every check of the frame (the gate
+  /// against the prediction included) and runs the retries but no search; the frame's pose
+  /// and verdict are the last pass that passed them (else the pass before's, which they
+  /// passed too). A lost frame runs none (the motion to a wrong pose bends the scan towards
+  /// fitting it, so a pass from a pose no check took could confirm it). It also de-skews the
+  /// frames constant velocity cannot: the second one (one good pose known) and the one
+  /// right after a lost frame (its first pass as read). A scan without times, or whose
+  /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than
+  /// off. Each pass costs one more de-skew and filter and one alignment from a pose near
+  /// the optimum (BENCHMARK.md, "De-skew after the alignment").
+  int deskew_passes = 2;
   /// A pose is valid when its NVTL reaches this (Autoware's ndt_scan_matcher default, tuned
   /// with the Autoware covariance at resolution 2.0; NVTL depends on both: at resolution 1.0
   /// a correct BALM pose scores about 2.0, so a finer map needs a lower threshold).
@@ -556,11 +573,16 @@ struct LocalizationResult {
   /// times and a motion was known).
   bool deskewed = false;
   /// Where the de-skew's motion came from: ConstantVelocity, Odometry or Imu (IMU rotation,
-  /// the translation of the prediction or constant velocity); Off when not de-skewed.
+  /// the translation of the prediction or constant velocity); Off when the first pass was
+  /// not de-skewed (the re-de-skew passes, deskew_passes, take the aligned motion).
   Deskew deskew_motion = Deskew::Off;
   /// Deskew::Imu (or Auto with samples): whether the samples covered the sweep, or why the
   /// frame fell back to constant velocity; NotUsed otherwise.
   ImuCoverage imu_coverage = ImuCoverage::NotUsed;
+  /// Re-de-skew passes run after the first alignment (LocalizerSettings::deskew_passes);
+  /// the pose and verdict are those of the last pass the checks accepted (else the first
+  /// alignment's), the costs (attempts, iterations, times) the sums over the passes.
+  int deskew_passes = 0;
   double align_ms = 0.0;            ///< wall time of all attempts
   /// The frame's pose covariance, in [x y z roll pitch yaw] order (m, rad): the accepted
   /// alignment's estimate by settings.align.pose_covariance (Laplace by default: (-H)^-1 of
@@ -707,8 +729,11 @@ class Localizer {
   LocalizationResult localize_points(PointCloudView scan, const float* intensity, const float* time, double time_s,
                                      const Eigen::Matrix4d* prediction, const Eigen::Matrix<double, 6, 6>* covariance);
   // One frame from `prediction` with `covariance` (both null: the motion model's).
+  // With `start`, the first attempt starts there instead of at the prediction, and no
+  // search runs after the retries (a re-de-skew pass: the pose the pass before found).
   LocalizationResult localize_frame(PointCloudView filtered, double time, const Eigen::Matrix4d* prediction,
-                                    const Eigen::Matrix<double, 6, 6>* covariance);
+                                    const Eigen::Matrix<double, 6, 6>* covariance,
+                                    const Eigen::Matrix4d* start = nullptr);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -129,8 +129,8 @@ Probe probe_degeneracy(Aligner& aligner, PointCloudView scan, const AlignResult&
 class Localizer::Impl::FrameAttempts {
  public:
   FrameAttempts(Impl& model, PointCloudView scan, const FramePrediction& prediction, double stamp,
-                LocalizationResult& result)
-      : m(model), filtered(scan), predicted(prediction), time(stamp), out(result),
+                LocalizationResult& result, const Eigen::Matrix4d* first_start)
+      : m(model), filtered(scan), predicted(prediction), time(stamp), out(result), start(first_start),
         // The gate holds once a good pose is known (the initial pose's uncertainty is not).
         gated(model.settings.gate_chi2 > 0.0 && prediction.has_covariance && model.known > 0),
         // No good pose yet and only a region to start from (set_initial_region).
@@ -149,7 +149,7 @@ class Localizer::Impl::FrameAttempts {
       const InitialPoseResult found = find_initial_pose(m.aligner, filtered, matrix_to_pose(m.initial), *m.initial_search);
       return take(found, FrameStage::InitialSearch) && verdict(found, m.settings.nvtl_threshold) == InitialPoseVerdict::Found;
     }
-    return run(out.prediction);
+    return run(start ? *start : out.prediction);
   }
 
   // The retries after a failed first attempt (Recovery::LastGood and Recovery::Hypotheses):
@@ -600,6 +600,7 @@ class Localizer::Impl::FrameAttempts {
   const FramePrediction& predicted;
   const double time;
   LocalizationResult& out;
+  const Eigen::Matrix4d* start;  // the first attempt's start when not the prediction (a re-de-skew pass)
   const bool gated, from_region, from_global;
   FramePrior prior;
   std::vector<Eigen::Matrix4d> tried;
@@ -623,7 +624,8 @@ class Localizer::Impl::FrameAttempts {
 };
 
 LocalizationResult Localizer::localize_frame(PointCloudView filtered, double time, const Eigen::Matrix4d* given,
-                                             const Eigen::Matrix<double, 6, 6>* given_covariance) {
+                                             const Eigen::Matrix<double, 6, 6>* given_covariance,
+                                             const Eigen::Matrix4d* start) {
   NDTCU_NVTX_RANGE("localize");
   Impl& m = *impl_;
   if (!m.aligner.has_target()) throw Error("localizer: no map (call set_map first)");
@@ -654,7 +656,7 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  Impl::FrameAttempts attempts(m, filtered, predicted, time, out);
+  Impl::FrameAttempts attempts(m, filtered, predicted, time, out, start);
   // Attempt 1 from the prediction. When it ran out of iterations (a long correction still
   // under way), the best attempt continues from where it stopped, as long as each
   // continuation runs out of iterations in turn and retries are left (a narrow scan's
@@ -665,7 +667,8 @@ LocalizationResult Localizer::localize_frame(PointCloudView filtered, double tim
   bool ok = attempts.first_attempt();
   ok = ok || attempts.retry();
   attempts.release_prior();  // the searches' hypotheses are far from the prediction by design
-  ok = ok || attempts.search();
+  // A re-de-skew pass (from `start`) searches nothing: its caller keeps the pass before.
+  ok = ok || (!start && attempts.search());
   out.align_ms = detail::ms_since(t0);
   // The frame check: valid, degenerate or lost.
   attempts.conclude(ok);

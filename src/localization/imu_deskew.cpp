@@ -23,6 +23,12 @@ namespace {
 // (the per-point time check's bound), and a stack feeds samples as they come.
 constexpr double kImuKeepSeconds = 10.0;
 
+constexpr double kDegToRad = 3.14159265358979323846 / 180.0;
+
+}  // namespace
+
+namespace detail {
+
 // The constant twist that moves by `delta` in `dt` seconds (SE(3) logarithm over dt).
 math::Twist twist_of(const Eigen::Matrix4d& delta, double dt) {
   const Eigen::AngleAxisd aa(Eigen::Matrix3d(delta.topLeftCorner<3, 3>()));
@@ -31,9 +37,7 @@ math::Twist twist_of(const Eigen::Matrix4d& delta, double dt) {
   return math::twist_from_motion(phi.data(), trans.data(), dt);
 }
 
-constexpr double kDegToRad = 3.14159265358979323846 / 180.0;
-
-}  // namespace
+}  // namespace detail
 
 const char* to_string(ImuCoverage coverage) {
   switch (coverage) {
@@ -151,11 +155,11 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
     Eigen::Matrix4d delta;
     double gap = 0.0;
     velocity(delta, gap);
-    if (gap > 0.0 && std::isfinite(gap)) constant_velocity = twist_of(delta, gap);
+    if (gap > 0.0 && std::isfinite(gap)) constant_velocity = detail::twist_of(delta, gap);
   }
   if (prediction && known > 0) {
     const double gap = time - last_time;
-    if (gap > 0.0 && std::isfinite(gap)) odometry = twist_of(last.inverse() * *prediction, gap);
+    if (gap > 0.0 && std::isfinite(gap)) odometry = detail::twist_of(last.inverse() * *prediction, gap);
   }
   Deskew mode = settings.deskew;
   if (mode == Deskew::Auto) mode = imu_counts.added > 0 ? Deskew::Imu : Deskew::ConstantVelocity;

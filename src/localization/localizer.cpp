@@ -55,6 +55,31 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
   return out;
 }
 
+// How far (m) a twist's change may move a scan's points before another re-de-skew pass
+// runs (LocalizerSettings::deskew_passes): 1 cm, the simulator's range noise and a hundredth
+// of the scan's 1 m voxel leaf, below which the filtered scan and its alignment barely move.
+constexpr double kDeskewPassTolerance = 0.01;
+
+// The most a twist change of 1 (m/s in v, rad/s in w) moves a point of the scan: the
+// scan's largest |time| (s) times (1 + its farthest range within `max_range`, the arm of
+// the angular part). 0 for a scan whose times are all zero or not finite.
+double deskew_reach(PointCloudView scan, const float* times, double max_range) {
+  double t_max = 0.0, r2_max = 0.0;
+  for (std::size_t i = 0; i < scan.size(); ++i) {
+    if (!std::isfinite(times[i])) continue;
+    t_max = std::max(t_max, static_cast<double>(std::abs(times[i])));
+    r2_max = std::max(r2_max, static_cast<double>(scan.points[i].squaredNorm()));
+  }
+  return t_max * (1.0 + std::min(std::sqrt(r2_max), max_range));
+}
+
+// The larger of the two parts of a twist's change: |dv| (m/s) and |dw| (rad/s).
+double twist_change(const math::Twist& a, const math::Twist& b) {
+  const Eigen::Vector3d dv(a.v[0] - b.v[0], a.v[1] - b.v[1], a.v[2] - b.v[2]);
+  const Eigen::Vector3d dw(a.w[0] - b.w[0], a.w[1] - b.w[1], a.w[2] - b.w[2]);
+  return std::max(dv.norm(), dw.norm());
+}
+
 }  // namespace
 
 namespace detail {
@@ -474,14 +499,64 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     impl_->note_imu_coverage(motion, time, t_min, t_max);
     if (motion.twist && !math::moves(*motion.twist)) motion.twist.reset();
   }
-  const std::optional<math::Twist>& twist = motion.twist;
+  std::optional<math::Twist> twist = motion.twist;  // the re-de-skew passes replace it
   PointCloud filtered = preprocess_points(scan, intensity, times, twist ? &*twist : nullptr);
-  const double pre_ms = detail::ms_since(t0);
+  double pre_ms = detail::ms_since(t0);
+  Impl& m = *impl_;
+  const Impl::FrameState before = m.frame_state();
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
+  r.deskewed = twist.has_value();
+  // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
+  // pose found, over the time between them, de-skews the same raw scan again, and the frame
+  // runs once more from that pose; its checks judge the last pass.
+  if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && before.known > 0) {
+    const double gap = time - before.last_time;
+    const double reach = deskew_reach(scan, times, m.settings.max_range);
+    for (int pass = 0; pass < m.settings.deskew_passes; ++pass) {
+      // Only from a pose the checks took: the motion to a lost frame's best attempt, when
+      // that pose is wrong, bends the scan towards fitting it, and a pass from it could
+      // confirm it.
+      if (r.status == FrameStatus::Lost || !(gap > 0.0) || !std::isfinite(gap) || !(reach > 0.0)) break;
+      const Eigen::Matrix4d start = r.pose;
+      const math::Twist next = detail::twist_of(before.last.inverse() * start, gap);
+      if (twist_change(next, twist ? *twist : math::Twist{}) * reach <= kDeskewPassTolerance) break;
+      twist = next;
+      const auto t1 = std::chrono::steady_clock::now();
+      filtered = preprocess_points(scan, intensity, times, &*twist);
+      pre_ms += detail::ms_since(t1);
+      const Impl::FrameState after = m.frame_state();
+      m.restore(before);
+      LocalizationResult again = localize_frame(filtered, time, prediction, covariance, &start);
+      if (again.status == FrameStatus::Lost) {
+        // The checks refused this pass: the frame stays as the pass before left it (its
+        // verdict, and the motion model it advanced).
+        m.restore(after);
+        r.attempts += again.attempts;
+        r.iterations_total += again.iterations_total;
+        r.evaluations += again.evaluations;
+        r.align_ms += again.align_ms;
+        r.deskew_passes += 1;
+        break;
+      }
+      again.attempts += r.attempts;
+      again.hypotheses += r.hypotheses;
+      again.screened += r.screened;
+      again.iterations_total += r.iterations_total;
+      again.evaluations += r.evaluations;
+      again.align_ms += r.align_ms;
+      again.deskew_passes = r.deskew_passes + 1;
+      if (again.status == FrameStatus::Tracked && again.stage == FrameStage::Prediction && r.stage != FrameStage::Prediction) {
+        // Its start came from the pass before's retry or search: that is what found it.
+        again.status = FrameStatus::Recovered;
+        again.stage = r.stage;
+      }
+      again.deskewed = math::moves(*twist);
+      r = std::move(again);
+    }
+  }
   r.points_in = scan.size();
   r.preprocess_ms = pre_ms;
-  r.deskewed = twist.has_value();
-  r.deskew_motion = twist ? motion.source : Deskew::Off;
+  r.deskew_motion = motion.twist ? motion.source : Deskew::Off;  // the first pass's motion
   r.imu_coverage = motion.imu;
   return r;
 }

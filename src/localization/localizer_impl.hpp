@@ -52,6 +52,9 @@ inline Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6,
   return 0.5 * (out + out.transpose());
 }
 
+// The constant twist that moves by `delta` in `dt` seconds (SE(3) logarithm over dt).
+math::Twist twist_of(const Eigen::Matrix4d& delta, double dt);
+
 // How IMU samples cover a sweep [begin, end] (s), and their mean angular rate over it.
 struct ImuSweepRate {
   ImuCoverage coverage = ImuCoverage::Missing;
@@ -59,14 +62,14 @@ struct ImuSweepRate {
   double longest_gap = 0.0;  // the longest stretch of the sweep without a sample (s)
 };
 
+// The smallest and largest finite value of `times[0, n)` (both 0 when there is none).
+void time_span(const float* times, std::size_t n, double& t_min, double& t_max);
+
 // The samples `samples[0, n)` (in time order) over [begin, end]: Missing when none lies
 // within `max_gap` of it, Gap when a stretch of it longer than `max_gap` has none (see
 // LocalizerSettings::imu_max_gap), else Covered with the mean of the rate interpolated
 // linearly between samples (held at the first and last beyond them) over [begin, end]
 // (the trapezoid rule, exact for that interpolation); at begin == end, the rate there.
-// The smallest and largest finite value of `times[0, n)` (both 0 when there is none).
-void time_span(const float* times, std::size_t n, double& t_min, double& t_max);
-
 ImuSweepRate imu_sweep_rate(const ImuSample* samples, std::size_t n, double begin, double end, double max_gap);
 
 }  // namespace detail
@@ -105,6 +108,33 @@ struct Localizer::Impl {
   // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
   // settings.search_nvtl_ratio.
   double typical_nvtl = std::numeric_limits<double>::quiet_NaN();
+
+  // What a frame changes of the motion model and the scene's score: a re-de-skew pass
+  // (settings.deskew_passes) puts it back and runs the frame again on the scan de-skewed anew.
+  struct FrameState {
+    Eigen::Matrix4d last, before_last;
+    double last_time, before_last_time;
+    int known;
+    Eigen::Matrix<double, 6, 6> last_covariance;
+    double first_time;
+    int consecutive_lost;
+    double typical_nvtl;
+  };
+  FrameState frame_state() const {
+    return {last, before_last, last_time, before_last_time, known, last_covariance, first_time, consecutive_lost,
+            typical_nvtl};
+  }
+  void restore(const FrameState& f) {
+    last = f.last;
+    before_last = f.before_last;
+    last_time = f.last_time;
+    before_last_time = f.before_last_time;
+    known = f.known;
+    last_covariance = f.last_covariance;
+    first_time = f.first_time;
+    consecutive_lost = f.consecutive_lost;
+    typical_nvtl = f.typical_nvtl;
+  }
 
   // Where a retry starts: the last good pose, or the initial guess before the first one.
   const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }

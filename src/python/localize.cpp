@@ -32,6 +32,8 @@ void define_localizer_settings(nb::module_& m) {
       .def_prop_ro("imu_coverage", [](const LocalizationResult& r) { return std::string(to_string(r.imu_coverage)); },
                    "with deskew 'imu': 'covered', or why the frame fell back to constant velocity ('gap', "
                    "'missing'); '' otherwise")
+      .def_ro("deskew_passes", &LocalizationResult::deskew_passes,
+              "re-de-skew passes run after the first alignment (LocalizerSettings.deskew_passes)")
       .def_ro("refinement_m", &LocalizationResult::refinement_m,
               "how far the refinement moved the accepted position (m; NaN when none ran)")
       .def_prop_ro("weakest_direction",

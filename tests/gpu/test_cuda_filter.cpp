@@ -400,36 +400,43 @@ TEST_CASE("a CUDA localizer de-skews the simulator's fast drive as the CPU one d
   const std::vector<ScanEntry> scans = list_scans((dir / "scans").string());
   const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
   const PointCloud map = read_point_cloud((dir / "map.pcd").string());
-  std::vector<std::vector<LocalizationResult>> runs;
-  for (const Backend backend : {Backend::Cuda, Backend::Cpu}) {
-    LocalizerSettings settings;
-    settings.deskew = Deskew::ConstantVelocity;
-    ExecutionOptions execution;
-    execution.backend = backend;
-    execution.threads = 2;
-    Localizer localizer(settings, execution);
-    CHECK(localizer.preprocess_backend() == backend);
-    localizer.set_map(map);
-    localizer.set_initial_pose(truth.front().pose.matrix());
-    std::vector<LocalizationResult> results;
-    for (const ScanEntry& e : scans) results.push_back(localizer.localize(read_point_cloud(e.path), e.time));
-    runs.push_back(std::move(results));
-  }
-  for (std::size_t k = 0; k < scans.size(); ++k) {
-    INFO("frame " << k);
-    const LocalizationResult &g = runs[0][k], &c = runs[1][k];
-    CHECK(g.deskewed == c.deskewed);
-    CHECK(g.deskewed == (k >= 2));
-    CHECK(g.status == c.status);
-    CHECK(g.decided_by == c.decided_by);
-    // The CUDA and CPU backends agree to 1 mm on the same points (the sample's test above),
-    // and the de-skewed points to float rounding (the filter's test above); but the velocity
-    // of the next de-skew comes from each backend's own poses, so the gap feeds back: a point
-    // rounded across a voxel boundary changes the cells. Measured on an H200: at most 5 of
-    // about 2,700 points apart (frames 7-9) and poses up to 4.2 mm apart (frame 8), where the
-    // poses are 3-7 cm from the truth.
-    CHECK(std::abs(static_cast<double>(g.points_used) - static_cast<double>(c.points_used)) <=
-          0.01 * static_cast<double>(c.points_used));
-    CHECK((g.pose.topRightCorner<3, 1>() - c.pose.topRightCorner<3, 1>()).norm() < 1e-2);
+  // Constant velocity alone, and with the re-de-skew passes (the default; the device
+  // filter de-skews the scan again with each pass's motion).
+  for (const int passes : {0, 2}) {
+    INFO("deskew_passes " << passes);
+    std::vector<std::vector<LocalizationResult>> runs;
+    for (const Backend backend : {Backend::Cuda, Backend::Cpu}) {
+      LocalizerSettings settings;
+      settings.deskew = Deskew::ConstantVelocity;
+      settings.deskew_passes = passes;
+      ExecutionOptions execution;
+      execution.backend = backend;
+      execution.threads = 2;
+      Localizer localizer(settings, execution);
+      CHECK(localizer.preprocess_backend() == backend);
+      localizer.set_map(map);
+      localizer.set_initial_pose(truth.front().pose.matrix());
+      std::vector<LocalizationResult> results;
+      for (const ScanEntry& e : scans) results.push_back(localizer.localize(read_point_cloud(e.path), e.time));
+      runs.push_back(std::move(results));
+    }
+    for (std::size_t k = 0; k < scans.size(); ++k) {
+      INFO("frame " << k);
+      const LocalizationResult &g = runs[0][k], &c = runs[1][k];
+      CHECK(g.deskewed == c.deskewed);
+      CHECK(g.deskewed == (k >= (passes > 0 ? 1u : 2u)));  // the passes de-skew frame 1 too
+      CHECK(g.deskew_passes == c.deskew_passes);
+      CHECK(g.status == c.status);
+      CHECK(g.decided_by == c.decided_by);
+      // The CUDA and CPU backends agree to 1 mm on the same points (the sample's test above),
+      // and the de-skewed points to float rounding (the filter's test above); but the velocity
+      // of the next de-skew comes from each backend's own poses, so the gap feeds back: a point
+      // rounded across a voxel boundary changes the cells. Measured on an H200: at most 5 of
+      // about 2,700 points apart (frames 7-9) and poses up to 4.2 mm apart (frame 8), where the
+      // poses are 3-7 cm from the truth.
+      CHECK(std::abs(static_cast<double>(g.points_used) - static_cast<double>(c.points_used)) <=
+            0.01 * static_cast<double>(c.points_used));
+      CHECK((g.pose.topRightCorner<3, 1>() - c.pose.topRightCorner<3, 1>()).norm() < 1e-2);
+    }
   }
 }

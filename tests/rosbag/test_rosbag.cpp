@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <stdexcept>
 #include <fstream>
 
@@ -812,4 +813,73 @@ TEST_CASE("rosbag: per-point time from PointCloud2, each sensor's field and unit
   }
   const BagReader reader(dir.string());
   CHECK(reader.read_point_cloud("/points", 0).time == cloud.time);
+}
+
+TEST_CASE("rosbag: per-point time from ROS 1, ROS 2 sqlite3 and MCAP bags of rosbags, each sensor's field and unit",
+          "[rosbag]") {
+  // tests/rosbag/write_time_bags.py: every field name sensors use, in its usual type and
+  // unit, and the implausible cases, through each bag format.
+  auto m = manifest("NDTCU_ROSBAG_TIME_DIR");
+  if (!m) NDTCU_SKIP("no time bags written (NDTCU_ROSBAG_TIME_DIR unset or write_time_bags.py skipped)");
+  const std::size_t messages = (*m)["messages"].get<std::size_t>(), points = (*m)["points"].get<std::size_t>();
+  const auto unit_of = [](const std::string& u) {
+    return u == "ns" ? TimeUnit::Nanoseconds : u == "ms" ? TimeUnit::Milliseconds : TimeUnit::Seconds;
+  };
+  std::set<std::string> names, formats;
+  for (const auto& bag : (*m)["bags"]) {
+    const std::string path = bag["path"], name = bag["name"], dropped = bag["dropped"];
+    INFO(path);
+    names.insert(name);
+    formats.insert(bag["format"].get<std::string>());
+    const BagReader reader(path);
+    REQUIRE(reader.point_cloud_topic().messages == messages);
+    for (std::size_t k = 0; k < messages; ++k) {
+      INFO("message " << k);
+      PointCloud2Info info;
+      const PointCloud c = reader.read_point_cloud("/points", k, {}, &info);
+      REQUIRE(c.size() == points);  // the points are read whatever their times
+      if (!dropped.empty()) {
+        CHECK_FALSE(c.has_time());
+        CHECK(info.time_field.empty());
+        CHECK_THAT(info.time_dropped, Catch::Contains(dropped));
+        continue;
+      }
+      REQUIRE(c.has_time());
+      CHECK(info.time_field == bag["field"].get<std::string>());
+      CHECK(info.time_unit == unit_of(bag["unit"]));
+      CHECK(info.time_absolute == bag["absolute"].get<bool>());
+      CHECK(info.time_dropped.empty());
+      const auto& times = bag["times"];
+      REQUIRE(times.size() == points);
+      // float32 seconds, and the absolute stamps' double difference at 1.7e9 s (2.4e-7 s).
+      for (std::size_t i = 0; i < points; ++i) CHECK(double(c.time[i]) == Approx(times[i].get<double>()).margin(1e-6));
+    }
+    if (name == "override") {
+      // --point-time: the other field, by name and unit; by name alone its float32 values
+      // (0-99.6) are taken as seconds and dropped as no sweep's, said so.
+      ReadOptions o;
+      parse_point_time("rel_ms:ms", o);
+      PointCloud2Info info;
+      const PointCloud c = reader.read_point_cloud("/points", 1, o, &info);
+      REQUIRE(c.has_time());
+      CHECK(info.time_field == "rel_ms");
+      CHECK(info.time_unit == TimeUnit::Milliseconds);
+      for (std::size_t i = 0; i < points; ++i) {
+        CHECK(double(c.time[i]) == Approx(bag["times"][i].get<double>()).margin(1e-6));
+      }
+      parse_point_time("rel_ms", o);
+      CHECK_FALSE(reader.read_point_cloud("/points", 1, o, &info).has_time());
+      CHECK_THAT(info.time_dropped, Catch::Contains("more than a sweep takes"));
+      parse_point_time("none", o);
+      CHECK_FALSE(reader.read_point_cloud("/points", 1, o, &info).has_time());
+      parse_point_time("ring:ns", o);
+      CHECK_THROWS_WITH(reader.read_point_cloud("/points", 1, o),
+                        Catch::Contains("/points") && Catch::Contains("no time field 'ring'"));
+    }
+  }
+  // Every case through every format (a manifest that lost some would pass the loop above).
+  CHECK(names == std::set<std::string>{"t", "offset_time", "time", "time_stamp", "timestamp", "override", "zero", "long",
+                                       "float32_stamps"});
+  CHECK(formats == std::set<std::string>{"ros1", "ros2_sqlite3", "ros2_mcap"});
+  CHECK((*m)["bags"].size() == names.size() * formats.size());
 }

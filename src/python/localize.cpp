@@ -29,6 +29,8 @@ void define_localizer_settings(nb::module_& m) {
               "whether the scan's points were moved to its reference time (LocalizerSettings.deskew)")
       .def_ro("refinement_m", &LocalizationResult::refinement_m,
               "how far the refinement moved the accepted position (m; NaN when none ran)")
+      .def_ro("refinement_support", &LocalizationResult::refinement_support,
+              "the points the finer voxels held over those the accepted alignment's held (NaN when no refinement ran)")
       .def_prop_ro("weakest_direction",
                    [](const LocalizationResult& r) { return Eigen::VectorXd(r.weakest_direction); })
       .def_prop_ro("prediction", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.prediction); })

@@ -550,7 +550,7 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   const CalibratedCovarianceSettings d;
   CHECK(d.sparsity_translation == 0.0);
   CHECK(d.sparsity_rotation == 0.0037);
-  CHECK(d.residual_scale == 2.5);
+  CHECK(d.residual_scale == 1.0);  // refitted for the refined pose (2.5 before)
   CHECK(d.hypothesis_temperature == 0.05);
   const LocalizerSettings ls;
   CHECK(ls.covariance_residual_scale == d.residual_scale);

@@ -156,7 +156,7 @@ std::size_t check_validated_ranges(const std::string& prefix) {
 TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
   CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 7);
   CHECK(check_validated_ranges<ExecutionOptions>("invalid setting ") == 2);
-  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 31);
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 32);
 }
 
 TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionOptions field of its type",

@@ -409,6 +409,9 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
   execution.threads = 2;
   ls.voxel_leaf = 0.0;
   ls.nvtl_threshold = 0.1;  // the yard's sparse sampling scores below Autoware's 2.3
+  // No refinement: the evidence below is the alignment's alone (a refined frame adds the gap
+  // between the two resolutions, its disagreement term).
+  ls.refine_ratio = 0.0;
   for (PoseCovariance mode : {PoseCovariance::Laplace, PoseCovariance::MultiNdtScore, PoseCovariance::None}) {
     ls.align.pose_covariance = mode;
     Localizer localizer(ls, execution);

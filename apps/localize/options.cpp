@@ -190,10 +190,15 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_option("--refine-ratio", o.refine_ratio,
                   "polish each valid frame's pose by one more alignment against the map's voxels at this share of "
                   "--resolution (0 = no refinement): the checks and searches stay at --resolution, the pose is the "
-                  "finer map's when that converged within half its resolution and 2 deg (frames.csv: refined, "
-                  "refinement_m); not with a tiled map")
+                  "finer map's when that converged within half its resolution and 2 deg and the finer voxels held "
+                  "--refine-min-support of the points (frames.csv: refined, refinement_m); not with a tiled map")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
+  cmd->add_option("--refine-min-support", o.refine_min_support,
+                  "take the refined pose only when the finer voxels held at least this share of the points the "
+                  "map's voxels held (a map too sparse for the finer voxels leaves them holes; 0 = no such rule)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--odometry", o.odometry,
                   "TUM trajectory of odometry (wheel, IMU integration, LiDAR-inertial) in any fixed frame: the motion "
                   "it measured since the previous frame, interpolated to each scan's time, replaces the "
@@ -420,6 +425,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.degeneracy_probe_m = o.degeneracy_probe;
   ls.degeneracy_margin = o.degeneracy_margin;
   ls.refine_ratio = o.refine_ratio;
+  ls.refine_min_support = o.refine_min_support;
   ls.gate_chi2 = o.gate_chi2;
   ls.covariance_sparsity_translation = o.covariance_sparsity[0];
   ls.covariance_sparsity_rotation = o.covariance_sparsity[1];

@@ -40,6 +40,7 @@ struct LocalizeOptions {
   double period = 0.1, max_time_difference = 0.01;
   double degeneracy_probe = kDefaults.degeneracy_probe_m, degeneracy_margin = kDefaults.degeneracy_margin;
   double refine_ratio = kDefaults.refine_ratio;
+  double refine_min_support = kDefaults.refine_min_support;
   std::string deskew = to_string(kDefaults.deskew);          // --deskew
   int deskew_passes = kDefaults.deskew_passes;              // --deskew-passes
   std::string point_time = "auto";                          // --point-time FIELD:UNIT, auto or none

@@ -197,6 +197,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"degeneracy_probe_m", ls.degeneracy_probe_m},
                    {"degeneracy_margin", ls.degeneracy_margin},
                    {"refine_ratio", ls.refine_ratio},
+                   {"refine_min_support", ls.refine_min_support},
                    {"refining", localizer.refines()},
                    {"gate_chi2", ls.gate_chi2},
                    {"motion_sigma", {ls.motion_translation_sigma, ls.motion_rotation_sigma}},

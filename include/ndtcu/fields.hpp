@@ -257,6 +257,9 @@ struct FieldList<LocalizerSettings> {
     v(make_field("refine_ratio", &S::refine_ratio,
             "polish a valid frame's pose against the map's voxels at this share of the resolution",
             range_closed(0.0, 0.9, "0: no refinement")));
+    v(make_field("refine_min_support", &S::refine_min_support,
+            "take the refinement only when the finer voxels hold this share of the points the map's voxels held",
+            range_closed(0.0, 1.0, "0: no such rule")));
     v(make_field("motion_translation_sigma", &S::motion_translation_sigma, "the constant-velocity prediction's position standard deviation per second (m/s)",
             range_at_least(0.0)));
     v(make_field("motion_rotation_sigma", &S::motion_rotation_sigma, "... and its angles' (rad/s)", range_at_least(0.0)));

@@ -359,31 +359,46 @@ struct LocalizerSettings {
   /// "Degeneracy").
   double degeneracy_margin = 0.1;
   /// A valid frame's pose is polished by one more alignment from it against the map's
-  /// voxels at refine_ratio x align.resolution (0 = no refinement, the default; 0.5: 1 m
+  /// voxels at refine_ratio x align.resolution (0 = no refinement; 0.5, the default: 1 m
   /// voxels for Autoware's 2 m), and the frame's pose is that one when it converged,
-  /// matched at least min_matched_ratio of the points and moved the pose by at most half
-  /// the finer resolution and 2 degrees (else the accepted alignment's pose stays:
-  /// LocalizationResult::refined says which). Every check, search and score of the frame
-  /// runs at align.resolution as before; only the final pose is the finer map's, and the
-  /// covariance stays the accepted alignment's. A degenerate frame is refined along the
+  /// matched at least min_matched_ratio of the points, found support in the finer voxels
+  /// (refine_min_support) and moved the pose by at most half the finer resolution and 2
+  /// degrees (else the accepted alignment's pose stays: LocalizationResult::refined says
+  /// which). Every check, search and score of the frame runs at align.resolution as before;
+  /// only the final pose is the finer map's. A degenerate frame is refined along the
   /// directions its scan holds only (its pose along the weak ones stays the prediction's):
   /// from the remapped pose, held by the prediction as a prior (once it has a covariance,
-  /// after the first good pose), going on up to three times
-  /// while it runs out of iterations, and taken when it converged, matched as above and
-  /// moved the points by at most half the finer resolution (RMS). On the simulator's
-  /// tunnel the 2 m voxels leave the held directions 7-15 cm off across and 9 cm low, the
-  /// finer ones under 1.5 cm; over its 10 Hz drive the error across the axis goes from
-  /// 15.3 to 2.9 cm RMS (tests/localization/test_degeneracy.cpp). Needs the map as points
+  /// after the first good pose), going on up to three times while it runs out of
+  /// iterations, and taken when it converged, matched as above and moved the points by at
+  /// most half the finer resolution (RMS). On the simulator's tunnel the 2 m voxels leave
+  /// the held directions 7-15 cm off across and 9 cm low, the finer ones under 1.5 cm; over
+  /// its 10 Hz drive the error across the axis goes from 15.3 to 2.9 cm RMS
+  /// (tests/localization/test_degeneracy.cpp). Needs the map as points
   /// (set_map(PointCloudView)): a map given as a VoxelMap or a TiledVoxelMap has no finer
-  /// voxels, and its frames are not refined.
-  /// Off by default, by measurement (CPU, from the first reference pose, 0.5 against 0):
-  /// on real data it helps: the Livox Avia set 114 of 114 frames within 10 cm against 110,
-  /// ATE 3.0 cm against 4.7 (a sparse scan's optimum in 2 m voxels lay up to 12 cm off,
-  /// where an independent point-to-plane ICP agrees with the reference to 1-2 cm), BALM at
-  /// 1 Hz ATE 1.3 cm against 1.8. On the simulator it is mixed: through 1 Hz turns a
-  /// VLP-16 with 3 cm range noise 4.6 cm against 3.0 and the Avia 8.5 against 7.6, a 10 Hz
-  /// HDL-32 drive 2.1 against 2.3. 0.25 and 0.75 did worse on the real sets.
-  double refine_ratio = 0.0;
+  /// voxels, and its frames are not refined. On by default with refine_min_support, by
+  /// measurement (CPU, from the first reference pose, against no refinement; BENCHMARK.md,
+  /// "Resolution that fits the scan"): the Livox Avia set 114 of 114 frames within 10 cm
+  /// against 110, ATE 3.1 cm against 4.7 (a sparse scan's optimum in 2 m voxels lay up to 12
+  /// cm off, where an independent point-to-plane ICP agrees with the reference to 1-2 cm),
+  /// BALM at 1 Hz 1.3 against 1.8 cm, BALM reduced to 16 rings and every third point 1.7
+  /// against 2.4 cm, the simulator's 1 Hz turns over a 0.2 m map (VLP-16 with 3 cm range
+  /// noise, HDL-32 every third point) better on both seeds tried, and over a 0.5 m map
+  /// unchanged (refused by the support rule). It costs one alignment per valid frame, 1-3
+  /// Newton iterations from the accepted pose (2 on the Livox set's median frame), and a
+  /// second voxel map beside the first. 0.25 and 0.75 did worse on the real sets.
+  double refine_ratio = 0.5;
+  /// A valid frame's refined pose is taken only when the finer voxels hold at least this
+  /// share of the points the map's voxels held at the accepted pose (the finer alignment's
+  /// matched points over the accepted one's; 0: no such rule). A map too sparse for the finer
+  /// voxels (a voxel needs 6 points, and a map thinned to 0.5 m leaves most 1 m voxels of a
+  /// wall or the ground with 4) leaves a finer alignment that fits half the scan, and its
+  /// pose is worse than the coarse one: the simulator's VLP-16 with 3 cm range noise over a
+  /// 0.5 m map, 1 Hz turns, 4.7 cm ATE refined against 3.0 (its frames' share 0.50-0.56; the
+  /// thinned HDL-32 and the Avia there 0.22-0.51). Over maps kept at 0.05-0.2 m (the Livox,
+  /// BALM and the simulator's default) the median frame's share is 0.99-1.00; a few Livox
+  /// frames that look past the map's edge fall to 0.33-0.85, and whether their refinement
+  /// helps is mixed (0.6 and 0.9 keep all 114 frames within 10 cm too, 0.95 loses one).
+  double refine_min_support = 0.7;
   /// The covariance of the constant-velocity prediction (when localize() is given no
   /// prediction of its own): standard deviations that grow with the time since the last
   /// good pose (with one good pose only, no velocity yet: max_speed and max_turn_rate_deg
@@ -557,6 +572,9 @@ struct LocalizationResult {
   /// alignment's position (NaN when no refinement ran). `alignment` stays the accepted one.
   bool refined = false;
   double refinement_m = std::numeric_limits<double>::quiet_NaN();
+  /// The refinement's support: the points the finer voxels held over those the accepted
+  /// alignment's held (LocalizerSettings::refine_min_support; NaN when no refinement ran).
+  double refinement_support = std::numeric_limits<double>::quiet_NaN();
   /// The pose change [x y z roll pitch yaw] (m, rad) of the probe's least-held direction,
   /// moving the points 1 m RMS (zero without a probe).
   Eigen::Matrix<double, 6, 1> weakest_direction = Eigen::Matrix<double, 6, 1>::Zero();

@@ -545,9 +545,17 @@ class Localizer::Impl::FrameAttempts {
     const std::optional<AlignResult> r = finer(out.pose);
     if (!r) return;
     out.refinement_m = translation_gap(out.pose, r->transform);
+    // The finer voxels' support: the points they held over those the map's voxels held.
+    // Where the map is too sparse for them (a voxel needs 6 points) the finer alignment
+    // fits the part of the scan that found one, and its optimum is no better evidence
+    // than the coarse one (LocalizerSettings::refine_min_support).
+    out.refinement_support = out.alignment.matched_points > 0 ? static_cast<double>(r->matched_points) /
+                                                                    static_cast<double>(out.alignment.matched_points)
+                                                              : 0.0;
+    const bool supported = settled(*r) && out.refinement_support >= m.settings.refine_min_support;
     // The two resolutions' optima: their gap enters the covariance (its disagreement term).
-    if (settled(*r)) resolution_gap = detail::wrapped(r->pose - out.alignment.pose);
-    if (settled(*r) && out.refinement_m <= 0.5 * m.fine_resolution() &&
+    if (supported) resolution_gap = detail::wrapped(r->pose - out.alignment.pose);
+    if (supported && out.refinement_m <= 0.5 * m.fine_resolution() &&
         rotation_gap(out.pose, r->transform) <= 2.0 * detail::kPi / 180.0) {
       out.pose = r->transform;
       out.refined = true;

@@ -36,6 +36,8 @@ void define_localizer_settings(nb::module_& m) {
               "re-de-skew passes run after the first alignment (LocalizerSettings.deskew_passes)")
       .def_ro("refinement_m", &LocalizationResult::refinement_m,
               "how far the refinement moved the accepted position (m; NaN when none ran)")
+      .def_ro("refinement_support", &LocalizationResult::refinement_support,
+              "the points the finer voxels held over those the accepted alignment's held (NaN when no refinement ran)")
       .def_prop_ro("weakest_direction",
                    [](const LocalizationResult& r) { return Eigen::VectorXd(r.weakest_direction); })
       .def_prop_ro("prediction", [](const LocalizationResult& r) { return Eigen::Matrix4d(r.prediction); })

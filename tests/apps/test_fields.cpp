@@ -156,7 +156,7 @@ std::size_t check_validated_ranges(const std::string& prefix) {
 TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
   CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 7);
   CHECK(check_validated_ranges<ExecutionOptions>("invalid setting ") == 2);
-  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 36);  // the IMU's four and deskew_passes among them
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 37);  // the IMU's four, deskew_passes and refine_min_support among them
 }
 
 TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionOptions field of its type",

@@ -409,6 +409,9 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
   execution.threads = 2;
   ls.voxel_leaf = 0.0;
   ls.nvtl_threshold = 0.1;  // the yard's sparse sampling scores below Autoware's 2.3
+  // No refinement: the evidence below is the alignment's alone (a refined frame adds the gap
+  // between the two resolutions, its disagreement term).
+  ls.refine_ratio = 0.0;
   for (PoseCovariance mode : {PoseCovariance::Laplace, PoseCovariance::MultiNdtScore, PoseCovariance::None}) {
     ls.align.pose_covariance = mode;
     Localizer localizer(ls, execution);
@@ -550,7 +553,7 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   const CalibratedCovarianceSettings d;
   CHECK(d.sparsity_translation == 0.0);
   CHECK(d.sparsity_rotation == 0.0037);
-  CHECK(d.residual_scale == 2.5);
+  CHECK(d.residual_scale == 1.0);  // refitted for the refined pose (2.5 before)
   CHECK(d.hypothesis_temperature == 0.05);
   const LocalizerSettings ls;
   CHECK(ls.covariance_residual_scale == d.residual_scale);

@@ -542,6 +542,10 @@ class Localizer::Impl::FrameAttempts {
   // The covariance stays the accepted alignment's (its Hessian is the one the checks
   // judged; the refined pose is at least as good).
   void refine() {
+    // A sweep the de-skew moved by more than half a finer voxel keeps the coarse pose: on the
+    // simulator's fast drive (2-3 m per 0.1 s sweep) the finer voxels resolve what the
+    // de-skew's motion leaves (LocalizerSettings::refine_ratio).
+    if (m.deskew_shift > 0.5 * m.fine_resolution()) return;
     const std::optional<AlignResult> r = finer(out.pose);
     if (!r) return;
     out.refinement_m = translation_gap(out.pose, r->transform);

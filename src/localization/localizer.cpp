@@ -60,17 +60,40 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
 // of the scan's 1 m voxel leaf, below which the filtered scan and its alignment barely move.
 constexpr double kDeskewPassTolerance = 0.01;
 
-// The most a twist change of 1 (m/s in v, rad/s in w) moves a point of the scan: the
-// scan's largest |time| (s) times (1 + its farthest range within `max_range`, the arm of
-// the angular part). 0 for a scan whose times are all zero or not finite.
-double deskew_reach(PointCloudView scan, const float* times, double max_range) {
-  double t_max = 0.0, r2_max = 0.0;
+// A scan's sweep as the de-skew sees it: its largest |time| (s), and its points' largest and
+// RMS range (m) within `max_range` (the arms of a twist's angular part). All 0 for a scan
+// whose times are all zero or not finite.
+struct SweepExtent {
+  double t_max = 0.0, r_max = 0.0, r_rms = 0.0;
+};
+
+SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_range) {
+  SweepExtent e;
+  double r2_max = 0.0, r2_sum = 0.0;
+  std::size_t n = 0;
   for (std::size_t i = 0; i < scan.size(); ++i) {
     if (!std::isfinite(times[i])) continue;
-    t_max = std::max(t_max, static_cast<double>(std::abs(times[i])));
-    r2_max = std::max(r2_max, static_cast<double>(scan.points[i].squaredNorm()));
+    e.t_max = std::max(e.t_max, static_cast<double>(std::abs(times[i])));
+    const double r2 = std::min(static_cast<double>(scan.points[i].squaredNorm()), max_range * max_range);
+    r2_max = std::max(r2_max, r2);
+    r2_sum += r2;
+    ++n;
   }
-  return t_max * (1.0 + std::min(std::sqrt(r2_max), max_range));
+  e.r_max = std::sqrt(r2_max);
+  e.r_rms = n > 0 ? std::sqrt(r2_sum / static_cast<double>(n)) : 0.0;
+  return e;
+}
+
+// The most a twist change of 1 (m/s in v, rad/s in w) moves a point of the scan: the
+// largest |time| times (1 + the farthest range, the arm of the angular part).
+double deskew_reach(const SweepExtent& e) { return e.t_max * (1.0 + e.r_max); }
+
+// How far the de-skew with `twist` moves the scan's points at its latest time, at the RMS
+// range (m): what the refinement (LocalizerSettings::refine_ratio) weighs it against.
+double deskew_shift(const SweepExtent& e, const math::Twist& twist) {
+  const Eigen::Vector3d v(twist.v[0], twist.v[1], twist.v[2]);
+  const Eigen::Vector3d w(twist.w[0], twist.w[1], twist.w[2]);
+  return e.t_max * (v.norm() + w.norm() * e.r_rms);
 }
 
 // The larger of the two parts of a twist's change: |dv| (m/s) and |dw| (rad/s).
@@ -501,9 +524,22 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   }
   std::optional<math::Twist> twist = motion.twist;  // the re-de-skew passes replace it
   PointCloud filtered = preprocess_points(scan, intensity, times, twist ? &*twist : nullptr);
-  double pre_ms = detail::ms_since(t0);
   Impl& m = *impl_;
+  const SweepExtent extent = times ? sweep_extent(scan, times, m.settings.max_range) : SweepExtent{};
+  double pre_ms = detail::ms_since(t0);
   const Impl::FrameState before = m.frame_state();
+  // What the frame's refinement weighs (Impl::deskew_shift); 0 again once the frame is done.
+  struct ShiftReset {
+    double& shift;
+    ~ShiftReset() { shift = 0.0; }
+  } shift_reset{m.deskew_shift};
+  // A sweep whose motion is not known whole (no twist yet, or the IMU's rotation before
+  // a translation is: no prediction given and fewer than two good poses) may be bent by
+  // anything: it is not refined either.
+  const bool whole_motion = twist && (prediction || before.known >= 2);
+  m.deskew_shift = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off && !whole_motion
+                       ? std::numeric_limits<double>::infinity()
+                       : (twist ? deskew_shift(extent, *twist) : 0.0);
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.deskewed = twist.has_value();
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
@@ -511,7 +547,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // runs once more from that pose; its checks judge the last pass.
   if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && before.known > 0) {
     const double gap = time - before.last_time;
-    const double reach = deskew_reach(scan, times, m.settings.max_range);
+    const double reach = deskew_reach(extent);
     for (int pass = 0; pass < m.settings.deskew_passes; ++pass) {
       // Only from a pose the checks took: the motion to a lost frame's best attempt, when
       // that pose is wrong, bends the scan towards fitting it, and a pass from it could
@@ -526,6 +562,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       pre_ms += detail::ms_since(t1);
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
+      m.deskew_shift = deskew_shift(extent, *twist);
       LocalizationResult again = localize_frame(filtered, time, prediction, covariance, &start);
       if (again.status == FrameStatus::Lost) {
         // The checks refused this pass: the frame stays as the pass before left it (its

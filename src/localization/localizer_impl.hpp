@@ -233,6 +233,12 @@ struct Localizer::Impl {
   // as `aligner` does.
   std::optional<Aligner> fine;
   double fine_resolution() const { return settings.refine_ratio * settings.align.resolution; }
+  // How far the de-skew of the frame being localized moved its points (m, at the sweep's
+  // latest time and the points' RMS range; 0 when it was not de-skewed, infinite for a
+  // sweep de-skewed without its whole motion). A valid frame is not refined beyond half the
+  // finer resolution (LocalizerSettings::refine_ratio): what the motion estimate gets wrong
+  // of such a sweep is near the finer voxels' size.
+  double deskew_shift = 0.0;
   // The settings of `fine`: the frame's NDT at fine_resolution(), without a prior or a
   // covariance (the frame's covariance is the accepted alignment's).
   AlignSettings fine_settings() const {

@@ -192,11 +192,8 @@ DeskewRun run(const DeskewSequence& seq, Deskew mode, bool odometry, const char*
   LocalizerSettings settings = test::cpu_localizer_settings();
   settings.deskew = mode;
   settings.deskew_passes = passes;
-  // The de-skew's bounds are of the map's 2 m voxels. Refined at 1 m (the default
-  // refine_ratio), what the de-skew leaves of the sweep's distortion costs more: from frame
-  // 2, HDL-32 constant velocity 7.2 cm against 5.8, odometry 3.8 against 3.2; VLP-16 8.2
-  // against 6.9 and 3.7 against 3.0 (BENCHMARK.md, "Resolution that fits the scan").
-  settings.refine_ratio = 0.0;
+  // The defaults refine at 1 m (refine_ratio) only a sweep the de-skew moved by at most
+  // half a finer voxel: none of this drive's after its first frame.
   Localizer localizer(settings, test::on_cpu(2));
   localizer.set_map(seq.map);
   localizer.set_initial_pose(seq.truth.front().pose.matrix());

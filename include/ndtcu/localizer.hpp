@@ -385,7 +385,13 @@ struct LocalizerSettings {
   /// noise, HDL-32 every third point) better on both seeds tried, and over a 0.5 m map
   /// unchanged (refused by the support rule). It costs one alignment per valid frame, 1-3
   /// Newton iterations from the accepted pose (2 on the Livox set's median frame), and a
-  /// second voxel map beside the first. 0.25 and 0.75 did worse on the real sets.
+  /// second voxel map beside the first. 0.25 and 0.75 did worse on the real sets. A scan
+  /// with per-point times is refined only when its whole motion over the sweep is known
+  /// (a translation too: two good poses, or a prediction given) and the de-skew moved its
+  /// points by at most half the finer resolution (at the sweep's latest time and the points'
+  /// RMS range): on the simulator's fast drive (2-3 m per 0.1 s sweep) refining cost 0.5-1.5
+  /// cm of ATE; with the rule its poses are those of refine_ratio 0 (BENCHMARK.md, "The
+  /// defaults together").
   double refine_ratio = 0.5;
   /// A valid frame's refined pose is taken only when the finer voxels hold at least this
   /// share of the points the map's voxels held at the accepted pose (the finer alignment's

@@ -546,6 +546,9 @@ class Localizer::Impl::FrameAttempts {
     // simulator's fast drive (2-3 m per 0.1 s sweep) the finer voxels resolve what the
     // de-skew's motion leaves (LocalizerSettings::refine_ratio).
     if (m.deskew_shift > 0.5 * m.fine_resolution()) return;
+    // A pose aligned with a prior (the prediction's, or Autoware's GNSS regularization) keeps
+    // it: the finer voxels carry no prior, and their optimum would undo its pull.
+    if (prior.active()) return;
     const std::optional<AlignResult> r = finer(out.pose);
     if (!r) return;
     out.refinement_m = translation_gap(out.pose, r->transform);

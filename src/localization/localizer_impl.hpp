@@ -357,6 +357,9 @@ class FramePrior {
     if (set_) aligner_.set_prior(PosePrior{});
     set_ = false;
   }
+  // Whether the frame's attempts are aligned with a prior now (prediction_prior or the
+  // regularization), not yet released for the searches.
+  bool active() const { return set_; }
 
  private:
   Aligner& aligner_;

@@ -16,6 +16,26 @@
 
 namespace ndtcu::rosbag::detail {
 
+// CDR, little endian: primitives aligned to their size from the end of the 4-byte
+// encapsulation header; strings carry their NUL.
+class CdrBuffer {
+ public:
+  CdrBuffer() { bytes.assign("\x00\x01\x00\x00", 4); }
+  template <typename T>
+  void put(T v) {
+    while ((bytes.size() - 4) % sizeof(T) != 0) bytes.push_back('\0');
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    bytes.append(b, sizeof(T));
+  }
+  void str(std::string_view s) {
+    put(static_cast<std::uint32_t>(s.size() + 1));
+    bytes.append(s);
+    bytes.push_back('\0');
+  }
+  std::string bytes;
+};
+
 /// Random access to a storage file's bytes. Thread-safe reads (pread or memory).
 class ByteSource {
  public:

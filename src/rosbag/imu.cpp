@@ -6,6 +6,7 @@
 //   float64[9] angular_velocity_covariance        not read
 //   geometry_msgs/Vector3 linear_acceleration     m/s^2
 //   float64[9] linear_acceleration_covariance     not read
+#include "bag_internal.hpp"
 #include "message_cursor.hpp"
 
 #include <cmath>
@@ -21,19 +22,6 @@ std::string number(double v) {
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
-
-// CDR, little endian, as mcap_write.cpp writes it: primitives aligned to their size from
-// the end of the 4-byte encapsulation header; strings carry their NUL.
-struct Cdr {
-  std::string bytes{"\x00\x01\x00\x00", 4};
-  template <typename T>
-  void put(T v) {
-    while ((bytes.size() - 4) % sizeof(T) != 0) bytes.push_back('\0');
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    bytes.append(b, sizeof(T));
-  }
-};
 
 }  // namespace
 
@@ -66,12 +54,10 @@ ImuMessage decode_imu(std::string_view bytes, MessageEncoding encoding, const st
 
 std::string encode_imu(std::int64_t stamp_ns, const std::string& frame_id, const ImuSample& sample,
                        double gyro_variance, double accel_variance) {
-  Cdr b;
+  detail::CdrBuffer b;
   b.put(static_cast<std::int32_t>(stamp_ns / 1000000000));
   b.put(static_cast<std::uint32_t>(stamp_ns % 1000000000));
-  b.put(static_cast<std::uint32_t>(frame_id.size() + 1));
-  b.bytes.append(frame_id);
-  b.bytes.push_back('\0');
+  b.str(frame_id);
   for (const double q : {0.0, 0.0, 0.0, 1.0}) b.put(q);
   for (int i = 0; i < 9; ++i) b.put(i == 0 ? -1.0 : 0.0);  // orientation unknown
   const auto vector_and_covariance = [&b](const Eigen::Vector3d& v, double variance) {

@@ -103,28 +103,8 @@ class Buffer {
   std::string bytes;
 };
 
-// CDR, little endian: primitives aligned to their size from the end of the 4-byte
-// encapsulation header; strings carry their NUL.
-class CdrBuffer {
- public:
-  CdrBuffer() { bytes.assign("\x00\x01\x00\x00", 4); }
-  template <typename T>
-  void put(T v) {
-    while ((bytes.size() - 4) % sizeof(T) != 0) bytes.push_back('\0');
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    bytes.append(b, sizeof(T));
-  }
-  void str(std::string_view s) {
-    put(static_cast<std::uint32_t>(s.size() + 1));
-    bytes.append(s);
-    bytes.push_back('\0');
-  }
-  std::string bytes;
-};
-
 // A std_msgs/Header, then a geometry_msgs/Pose (position, then the rotation's unit quaternion).
-void put_header_and_pose(CdrBuffer& b, std::int64_t stamp_ns, const std::string& frame_id, const Eigen::Matrix4d& pose) {
+void put_header_and_pose(detail::CdrBuffer& b, std::int64_t stamp_ns, const std::string& frame_id, const Eigen::Matrix4d& pose) {
   b.put(static_cast<std::int32_t>(stamp_ns / 1000000000));
   b.put(static_cast<std::uint32_t>(stamp_ns % 1000000000));
   b.str(frame_id);
@@ -136,7 +116,7 @@ void put_header_and_pose(CdrBuffer& b, std::int64_t stamp_ns, const std::string&
 }  // namespace
 
 std::string encode_pose_stamped(std::int64_t stamp_ns, const std::string& frame_id, const Eigen::Matrix4d& pose) {
-  CdrBuffer b;
+  detail::CdrBuffer b;
   put_header_and_pose(b, stamp_ns, frame_id, pose);
   return b.bytes;
 }
@@ -144,7 +124,7 @@ std::string encode_pose_stamped(std::int64_t stamp_ns, const std::string& frame_
 std::string encode_pose_with_covariance_stamped(std::int64_t stamp_ns, const std::string& frame_id,
                                                 const Eigen::Matrix4d& pose,
                                                 const Eigen::Matrix<double, 6, 6>& covariance) {
-  CdrBuffer b;
+  detail::CdrBuffer b;
   put_header_and_pose(b, stamp_ns, frame_id, pose);
   for (int r = 0; r < 6; ++r) {
     for (int c = 0; c < 6; ++c) b.put(covariance(r, c));
@@ -161,7 +141,7 @@ std::string encode_point_cloud2(std::int64_t time_ns, const std::string& frame_i
   if (with_time) names.push_back("t");
   const auto count = static_cast<std::uint32_t>(names.size());
   const std::uint32_t step = 4 * count;
-  CdrBuffer b;
+  detail::CdrBuffer b;
   b.put(static_cast<std::int32_t>(time_ns / 1000000000));
   b.put(static_cast<std::uint32_t>(time_ns % 1000000000));
   b.str(frame_id);
@@ -213,6 +193,27 @@ struct McapBagWriter::Impl {
     out->write(&n, 8);
     out->write(content);
   }
+
+  // A schema (ros2msg `definition` of `type`) and the CDR channel of `topic` on it, both
+  // numbered `id`.
+  void add_channel(std::uint16_t id, const char* type, const char* definition, const std::string& channel_topic) {
+    Buffer schema;
+    schema.put(id);
+    schema.str32(type);
+    schema.str32("ros2msg");
+    schema.str32(definition);
+    record(0x03, schema.bytes);
+    Buffer channel;
+    channel.put(id);  // id
+    channel.put(id);  // schema
+    channel.str32(channel_topic);
+    channel.str32("cdr");
+    Buffer metadata;
+    metadata.str32("offered_qos_profiles");
+    metadata.str32("");
+    channel.str32(metadata.bytes);
+    record(0x04, channel.bytes);
+  }
 };
 
 McapBagWriter::McapBagWriter(const std::string& path, std::string topic, std::string frame_id)
@@ -237,22 +238,7 @@ McapBagWriter::McapBagWriter(const std::string& path, std::string topic, std::st
   header.str32("ros2");
   header.str32("ndtcu");
   m.record(0x01, header.bytes);
-  Buffer schema;
-  schema.put(std::uint16_t{1});
-  schema.str32("sensor_msgs/msg/PointCloud2");
-  schema.str32("ros2msg");
-  schema.str32(kPointCloud2Definition);
-  m.record(0x03, schema.bytes);
-  Buffer channel;
-  channel.put(std::uint16_t{1});  // id
-  channel.put(std::uint16_t{1});  // schema
-  channel.str32(m.topic);
-  channel.str32("cdr");
-  Buffer metadata;
-  metadata.str32("offered_qos_profiles");
-  metadata.str32("");
-  channel.str32(metadata.bytes);
-  m.record(0x04, channel.bytes);
+  m.add_channel(1, "sensor_msgs/msg/PointCloud2", kPointCloud2Definition, m.topic);
 }
 
 McapBagWriter::~McapBagWriter() {
@@ -309,22 +295,7 @@ void McapBagWriter::add_imu_topic(const std::string& topic, const std::string& f
   m.imu_frame_id = frame_id;
   m.gyro_variance = gyro_variance;
   m.accel_variance = accel_variance;
-  Buffer schema;
-  schema.put(std::uint16_t{2});
-  schema.str32("sensor_msgs/msg/Imu");
-  schema.str32("ros2msg");
-  schema.str32(kImuDefinition);
-  m.record(0x03, schema.bytes);
-  Buffer channel;
-  channel.put(std::uint16_t{2});  // id
-  channel.put(std::uint16_t{2});  // schema
-  channel.str32(m.imu_topic);
-  channel.str32("cdr");
-  Buffer metadata;
-  metadata.str32("offered_qos_profiles");
-  metadata.str32("");
-  channel.str32(metadata.bytes);
-  m.record(0x04, channel.bytes);
+  m.add_channel(2, "sensor_msgs/msg/Imu", kImuDefinition, m.imu_topic);
 }
 
 void McapBagWriter::write_imu(std::int64_t time_ns, const ImuSample& sample) {

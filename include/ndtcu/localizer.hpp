@@ -391,7 +391,9 @@ struct LocalizerSettings {
   /// points by at most half the finer resolution (at the sweep's latest time and the points'
   /// RMS range): on the simulator's fast drive (2-3 m per 0.1 s sweep) refining cost 0.5-1.5
   /// cm of ATE; with the rule its poses are those of refine_ratio 0 (BENCHMARK.md, "The
-  /// defaults together").
+  /// defaults together"). A frame aligned with a prior (prediction_prior, or
+  /// regularization_scale_factor with a GNSS pose) keeps its pose: the finer voxels carry no
+  /// prior, and their optimum would undo its pull.
   double refine_ratio = 0.5;
   /// A valid frame's refined pose is taken only when the finer voxels hold at least this
   /// share of the points the map's voxels held at the accepted pose (the finer alignment's

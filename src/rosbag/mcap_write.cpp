@@ -25,6 +25,18 @@ namespace {
 
 constexpr char kMagic[8] = {'\x89', 'M', 'C', 'A', 'P', '0', '\r', '\n'};
 
+// std_msgs/Header and its builtin_interfaces/Time, as every stamped message's definition
+// lists them (string literals, joined into each definition below).
+#define NDTCU_ROS2_HEADER_DEFINITION \
+  "================================================================================\n" \
+  "MSG: std_msgs/Header\n" \
+  "builtin_interfaces/Time stamp\n" \
+  "string frame_id\n" \
+  "================================================================================\n" \
+  "MSG: builtin_interfaces/Time\n" \
+  "int32 sec\n" \
+  "uint32 nanosec\n"
+
 // sensor_msgs/msg/PointCloud2 with its dependencies, in the ros2msg layout rosbag2 stores.
 constexpr const char* kPointCloud2Definition =
     "std_msgs/Header header\n"
@@ -36,14 +48,7 @@ constexpr const char* kPointCloud2Definition =
     "uint32 row_step\n"
     "uint8[] data\n"
     "bool is_dense\n"
-    "================================================================================\n"
-    "MSG: std_msgs/Header\n"
-    "builtin_interfaces/Time stamp\n"
-    "string frame_id\n"
-    "================================================================================\n"
-    "MSG: builtin_interfaces/Time\n"
-    "int32 sec\n"
-    "uint32 nanosec\n"
+    NDTCU_ROS2_HEADER_DEFINITION
     "================================================================================\n"
     "MSG: sensor_msgs/PointField\n"
     "uint8 INT8    = 1\n"
@@ -68,14 +73,7 @@ constexpr const char* kImuDefinition =
     "float64[9] angular_velocity_covariance\n"
     "geometry_msgs/Vector3 linear_acceleration\n"
     "float64[9] linear_acceleration_covariance\n"
-    "================================================================================\n"
-    "MSG: std_msgs/Header\n"
-    "builtin_interfaces/Time stamp\n"
-    "string frame_id\n"
-    "================================================================================\n"
-    "MSG: builtin_interfaces/Time\n"
-    "int32 sec\n"
-    "uint32 nanosec\n"
+    NDTCU_ROS2_HEADER_DEFINITION
     "================================================================================\n"
     "MSG: geometry_msgs/Quaternion\n"
     "float64 x 0\n"

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <vector>
 
 namespace ndtcu::cli {
 
@@ -29,6 +30,7 @@ struct EvalCovarianceOptions {
   double period = 0.1;
   std::optional<double> max_time_difference;
   CovarianceCalibrationOptions calibration;
+  std::vector<double> reference_sigma = {0.0, 0.0};  // --reference-sigma P,A
 };
 
 // What the run's summary.json says about matching: the scans it listed (index matching
@@ -65,7 +67,10 @@ RunMatching read_run_matching(const fs::path& summary_path) {
   return m;
 }
 
-int run_eval_covariance(const EvalCovarianceOptions& o, const GlobalOptions& global) {
+int run_eval_covariance(const EvalCovarianceOptions& in, const GlobalOptions& global) {
+  EvalCovarianceOptions o = in;
+  o.calibration.reference_sigma_m = o.reference_sigma.at(0);
+  o.calibration.reference_sigma_rad = o.reference_sigma.at(1);
   const fs::path dir(o.run);
   if (!fs::is_directory(dir)) throw IoError(o.run, "not a folder (the --out folder of `ndtcu localize`)");
   RunMatching matching = read_run_matching(dir / "summary.json");
@@ -85,7 +90,9 @@ int run_eval_covariance(const EvalCovarianceOptions& o, const GlobalOptions& glo
                       {"poses", reference.size()},
                       {"out_of_order", check.out_of_order},
                       {"matching", how},
-                      {"max_time_difference", matching.max_time_difference}};
+                      {"max_time_difference", matching.max_time_difference},
+                      {"sigma_m", o.calibration.reference_sigma_m},
+                      {"sigma_rad", o.calibration.reference_sigma_rad}};
     j["frames_listed"] = matching.frames_listed;
     j["frames_in_csv"] = run.frames;
     j["frames_with_pose"] = run.with_pose;
@@ -96,6 +103,11 @@ int run_eval_covariance(const EvalCovarianceOptions& o, const GlobalOptions& glo
                                    "{}{}), {} reported a covariance\n",
                                    o.run, o.reference, run.frames, run.with_pose, run.matched, how,
                                    by_index ? "" : fmt::format(", within {} s", matching.max_time_difference), c.frames);
+    if (o.calibration.reference_sigma_m > 0.0 || o.calibration.reference_sigma_rad > 0.0) {
+      text += fmt::format("  the reference's own sigma, {} m and {} rad, is added to each covariance in the NEES and "
+                          "the ellipses\n",
+                          o.calibration.reference_sigma_m, o.calibration.reference_sigma_rad);
+    }
     text += covariance_calibration_text(c, "  ");
     std::cout << printable_lines(text);
   }
@@ -131,6 +143,14 @@ Command add_eval(CLI::App& app, const GlobalOptions& global) {
                   "a far frame reporting a sigma below this (m) along its error is counted as confident")
       ->capture_default_str()
       ->check(positive_number());
+  cov->add_option("--reference-sigma", o->reference_sigma,
+                  "the reference poses' own standard deviation, position P (m) and angles A (rad) as P,A: added to "
+                  "each frame's covariance in the NEES and the ellipses, the error being the difference of two "
+                  "estimates (0,0: exact truth, as the simulator's)")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str()
+      ->check(non_negative_number());
   cov->add_option("--worst", o->calibration.worst, "how many of the most over-confident frames to list")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));

@@ -238,11 +238,24 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
           ->capture_default_str(),
       field_range<LocalizerSettings>("covariance_residual_scale"));
   check_number_range(
+      cmd->add_option("--covariance-refined-residual-scale", o.covariance_refined_residual_scale,
+                      "the same for a frame whose pose the refinement gave (--refine-ratio), whose coarse voxels' "
+                      "bias the refinement removed (0: none)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_refined_residual_scale"));
+  check_number_range(
       cmd->add_option("--covariance-hypothesis-temperature", o.covariance_hypothesis_temperature,
                       "the calibrated covariance's rival term: softmax temperature (NVTL) weighing a search's best "
                       "distinct rival against the accepted pose (0: left out)")
           ->capture_default_str(),
       field_range<LocalizerSettings>("covariance_hypothesis_temperature"));
+  check_number_range(
+      cmd->add_option("--covariance-weak-direction-sigma", o.covariance_weak_direction_sigma,
+                      "the calibrated covariance's localizability term: a sigma of this many metres of RMS point "
+                      "motion along the scan's weakest direction, over the square root of its eigenvalue ratio "
+                      "(frames.csv weakest_ratio; 0: none)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_weak_direction_sigma"));
   check_number_range(
       cmd->add_option("--max-position-sigma", o.max_position_sigma,
                       "a frame whose calibrated covariance gives a position sigma above this (m) is uncertain, not "
@@ -430,7 +443,9 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.covariance_sparsity_translation = o.covariance_sparsity[0];
   ls.covariance_sparsity_rotation = o.covariance_sparsity[1];
   ls.covariance_residual_scale = o.covariance_residual_scale;
+  ls.covariance_refined_residual_scale = o.covariance_refined_residual_scale;
   ls.covariance_hypothesis_temperature = o.covariance_hypothesis_temperature;
+  ls.covariance_weak_direction_sigma = o.covariance_weak_direction_sigma;
   ls.max_position_sigma = o.max_position_sigma;
   ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;

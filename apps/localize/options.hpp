@@ -57,6 +57,8 @@ struct LocalizeOptions {
   std::vector<double> covariance_sparsity = {kDefaults.covariance_sparsity_translation,
                                              kDefaults.covariance_sparsity_rotation};
   double covariance_residual_scale = kDefaults.covariance_residual_scale;
+  double covariance_refined_residual_scale = kDefaults.covariance_refined_residual_scale;
+  double covariance_weak_direction_sigma = kDefaults.covariance_weak_direction_sigma;
   double covariance_hypothesis_temperature = kDefaults.covariance_hypothesis_temperature;
   double max_position_sigma = kDefaults.max_position_sigma;
   double max_prediction_scale = kDefaults.max_prediction_scale;

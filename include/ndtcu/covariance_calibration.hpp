@@ -73,6 +73,14 @@ struct CovarianceCalibrationOptions {
   double small_sigma_m = 0.03;
   /// How many of the most over-confident frames to list.
   std::size_t worst = 10;
+  /// The reference poses' own standard deviation in x, y and z (m) and in roll, pitch and yaw
+  /// (rad), independent of the estimate's errors: the error is the difference of two
+  /// estimates, so its covariance is the reported one plus the reference's,
+  /// diag(p^2, p^2, p^2, a^2, a^2, a^2), in the NEES and the ellipses (0, 0: exact truth, as
+  /// the simulator's). The far-and-confident count and each frame's sigma along its error
+  /// stay the reported covariance's alone.
+  double reference_sigma_m = 0.0;
+  double reference_sigma_rad = 0.0;
 };
 
 /// NEES of one error dimension over the frames that had it.

@@ -124,7 +124,8 @@ NDTCU_ENUM_VALUES(FrameCheck, frame_check_from_string, FrameCheck::Passed, Frame
                   FrameCheck::Nvtl, FrameCheck::TypicalNvtl, FrameCheck::MahalanobisGate, FrameCheck::Ambiguous,
                   FrameCheck::ProbeFoundBetter, FrameCheck::CovarianceBound);
 NDTCU_ENUM_VALUES(CovarianceTerm, covariance_term_from_string, CovarianceTerm::None, CovarianceTerm::Laplace,
-                  CovarianceTerm::Sparsity, CovarianceTerm::Residual, CovarianceTerm::Disagreement);
+                  CovarianceTerm::Sparsity, CovarianceTerm::Residual, CovarianceTerm::Disagreement,
+                  CovarianceTerm::Localizability);
 NDTCU_ENUM_VALUES(FrameStage, frame_stage_from_string, FrameStage::None, FrameStage::Prediction,
                   FrameStage::Continuation, FrameStage::LastGood, FrameStage::Probe, FrameStage::HeadingSearch,
                   FrameStage::RotationSearch, FrameStage::PositionSearch, FrameStage::WideSearch,
@@ -276,8 +277,15 @@ struct FieldList<LocalizerSettings> {
     v(make_field("covariance_residual_scale", &S::covariance_residual_scale,
                  "calibrated covariance: Laplace times this and the residuals' mean squared Mahalanobis distance (0: none)",
                  range_closed(0.0, 100.0)));
+    v(make_field("covariance_refined_residual_scale", &S::covariance_refined_residual_scale,
+                 "calibrated covariance: the residual term's scale for a refined pose (0: none)",
+                 range_closed(0.0, 100.0)));
     v(make_field("covariance_hypothesis_temperature", &S::covariance_hypothesis_temperature,
                  "calibrated covariance: softmax temperature (NVTL) weighing the search's best rival (0: left out)",
+                 range_closed(0.0, 10.0)));
+    v(make_field("covariance_weak_direction_sigma", &S::covariance_weak_direction_sigma,
+                 "calibrated covariance: sigma (m of point motion) along the weakest direction, over sqrt(its "
+                 "eigenvalue ratio) (0: none)",
                  range_closed(0.0, 10.0)));
     v(make_field("max_position_sigma", &S::max_position_sigma,
                  "a frame whose calibrated position sigma exceeds this (m) is uncertain, not valid (0: no bound)",

@@ -440,11 +440,17 @@ struct LocalizerSettings {
   double covariance_sparsity_translation = CalibratedCovarianceSettings{}.sparsity_translation;
   /// ... and in the angles, radians over sqrt(matched points) (0: none).
   double covariance_sparsity_rotation = CalibratedCovarianceSettings{}.sparsity_rotation;
-  /// The residual term's scale (0: none; see CalibratedCovariance::residual).
+  /// The residual term's scale for a pose at the map's resolution (0: none; see
+  /// CalibratedCovariance::residual) ...
   double covariance_residual_scale = CalibratedCovarianceSettings{}.residual_scale;
+  /// ... and for a pose the refinement gave (LocalizationResult::refined).
+  double covariance_refined_residual_scale = CalibratedCovarianceSettings{}.refined_residual_scale;
   /// The softmax temperature (NVTL) weighing the search's best distinct rival against the
   /// accepted pose (0: the rival is left out).
   double covariance_hypothesis_temperature = CalibratedCovarianceSettings{}.hypothesis_temperature;
+  /// The localizability term's sigma, metres of RMS point motion along the weakest direction
+  /// over the square root of its eigenvalue ratio (0: none; see CalibratedCovariance).
+  double covariance_weak_direction_sigma = CalibratedCovarianceSettings{}.weak_direction_sigma;
   /// A frame that passes every other check but whose calibrated covariance gives a position
   /// standard deviation above this (m; the largest, max_position_sigma()) is not valid but
   /// FrameStatus::Uncertain (decided_by FrameCheck::CovarianceBound); 0: no bound. 0.2 m is

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string_view>
 
 namespace ndtcu {
@@ -184,14 +185,27 @@ CovarianceCalibrationAccumulator::CovarianceCalibrationAccumulator(const Covaria
     throw Error(fmt::format("covariance calibration: small_sigma_m must be a finite number > 0, not {}",
                             options.small_sigma_m));
   }
+  for (const auto& [value, name] : {std::pair<double, const char*>{options.reference_sigma_m, "reference_sigma_m"},
+                                    {options.reference_sigma_rad, "reference_sigma_rad"}}) {
+    if (!(value >= 0.0 && std::isfinite(value))) {
+      throw Error(fmt::format("covariance calibration: {} must be a finite number >= 0, not {}", name, value));
+    }
+  }
 }
 
 void CovarianceCalibrationAccumulator::add(const CovarianceSample& s) {
   if (!s.covariance_xy && !s.covariance) return;
   ++frames_;
   const Eigen::Vector2d e_xy = s.error.head<2>();
-  if (s.covariance) {
-    const double v = nees(s.error, *s.covariance);
+  // The error's covariance: the reported one plus the reference's own (options_.reference_sigma_*).
+  const double p2 = options_.reference_sigma_m * options_.reference_sigma_m;
+  const double a2 = options_.reference_sigma_rad * options_.reference_sigma_rad;
+  std::optional<Eigen::Matrix<double, 6, 6>> covariance = s.covariance;
+  if (covariance) covariance->diagonal() += (Pose6() << p2, p2, p2, a2, a2, a2).finished();
+  std::optional<Eigen::Matrix2d> covariance_xy = s.covariance_xy;
+  if (covariance_xy) covariance_xy->diagonal() += Eigen::Vector2d(p2, p2);
+  if (covariance) {
+    const double v = nees(s.error, *covariance);
     if (std::isnan(v)) {
       ++pose_invalid_;
     } else {
@@ -200,10 +214,10 @@ void CovarianceCalibrationAccumulator::add(const CovarianceSample& s) {
   }
   for (int a = 0; a < 6; ++a) {
     double variance = kNan;
-    if (s.covariance) {
-      variance = (*s.covariance)(a, a);
-    } else if (a < 2 && s.covariance_xy) {
-      variance = (*s.covariance_xy)(a, a);
+    if (covariance) {
+      variance = (*covariance)(a, a);
+    } else if (a < 2 && covariance_xy) {
+      variance = (*covariance_xy)(a, a);
     } else {
       continue;
     }
@@ -213,8 +227,8 @@ void CovarianceCalibrationAccumulator::add(const CovarianceSample& s) {
       ++axis_invalid_[a];
     }
   }
-  if (!s.covariance_xy) return;
-  const double v = nees(e_xy, *s.covariance_xy);
+  if (!covariance_xy) return;
+  const double v = nees(e_xy, *covariance_xy);
   if (std::isnan(v)) {
     ++xy_invalid_;
     return;

@@ -295,6 +295,8 @@ class Localizer::Impl::FrameAttempts {
     // 2/3 E|x|^2: a point's squared distance from a rotation axis through the sensor,
     // averaged over the axes.
     e.rotation_arm2 = 2.0 / 3.0 * point_moments(filtered.points, filtered.size()).second.trace();
+    e.refined = out.refined;
+    e.localizability = a.localizability;
     if (resolution_gap) {
       e.has_resolution_gap = true;
       e.resolution_gap = *resolution_gap;

@@ -294,7 +294,9 @@ struct Localizer::Impl {
     c.sparsity_translation = settings.covariance_sparsity_translation;
     c.sparsity_rotation = settings.covariance_sparsity_rotation;
     c.residual_scale = settings.covariance_residual_scale;
+    c.refined_residual_scale = settings.covariance_refined_residual_scale;
     c.hypothesis_temperature = settings.covariance_hypothesis_temperature;
+    c.weak_direction_sigma = settings.covariance_weak_direction_sigma;
     return c;
   }
 

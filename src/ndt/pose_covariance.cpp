@@ -257,13 +257,14 @@ const char* to_string(CovarianceTerm term) {
     case CovarianceTerm::Sparsity: return "sparsity";
     case CovarianceTerm::Residual: return "residual";
     case CovarianceTerm::Disagreement: return "disagreement";
+    case CovarianceTerm::Localizability: return "localizability";
   }
   return "?";
 }
 
 CovarianceTerm covariance_term_from_string(const std::string& name) {
   for (CovarianceTerm t : {CovarianceTerm::None, CovarianceTerm::Laplace, CovarianceTerm::Sparsity,
-                           CovarianceTerm::Residual, CovarianceTerm::Disagreement}) {
+                           CovarianceTerm::Residual, CovarianceTerm::Disagreement, CovarianceTerm::Localizability}) {
     if (name == to_string(t)) return t;
   }
   throw Error("covariance term '" + name + "' is not one of none, laplace, sparsity, residual, disagreement");
@@ -279,7 +280,9 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
   check(s.sparsity_translation, "sparsity_translation");
   check(s.sparsity_rotation, "sparsity_rotation");
   check(s.residual_scale, "residual_scale");
+  check(s.refined_residual_scale, "refined_residual_scale");
   check(s.hypothesis_temperature, "hypothesis_temperature");
+  check(s.weak_direction_sigma, "weak_direction_sigma");
   CalibratedCovariance out;
   if (!e.laplace_valid || !e.laplace.allFinite()) return out;
   out.valid = true;
@@ -300,7 +303,9 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
   const double share = e.nvtl / -g.d1;
   // (No point matched, NVTL 0: no fit to scale, and the sparsity floor at N = 1 already holds it.)
   out.mean_squared_mahalanobis = share > 0.0 && share < 1.0 ? -2.0 * std::log(share) / g.d2 : 0.0;
-  out.residual = s.residual_scale * out.mean_squared_mahalanobis * out.laplace;
+  // A refined pose lost the coarse voxels' bias that most of this term stands for.
+  const double scale = e.refined ? s.refined_residual_scale : s.residual_scale;
+  out.residual = scale * out.mean_squared_mahalanobis * out.laplace;
   // Disagreement: two optima of the same scan (another resolution's, a distinct rival's) are
   // both candidates for the pose; the spread of the pair, weighted.
   if (e.has_resolution_gap && e.resolution_gap.allFinite()) {
@@ -312,7 +317,14 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
     const double w = 1.0 / (1.0 + std::exp(std::max(0.0, e.rival_nvtl_drop) / s.hypothesis_temperature));
     out.disagreement += w * (1.0 - w) * e.rival_gap * e.rival_gap.transpose();
   }
-  out.covariance = out.laplace + out.sparsity + out.residual + out.disagreement;
+  // Localizability: along the weakest direction the optimum slides further than the score's
+  // curvature says (the voxels' bias along a street's axis); the weaker, the further.
+  const Localizability& l = e.localizability;
+  if (l.valid && l.weakest_ratio > 0.0 && std::isfinite(l.weakest_ratio) && l.directions.col(0).allFinite()) {
+    const Vector6d v = l.directions.col(0);
+    out.localizability = s.weak_direction_sigma * s.weak_direction_sigma / l.weakest_ratio * v * v.transpose();
+  }
+  out.covariance = out.laplace + out.sparsity + out.residual + out.disagreement + out.localizability;
   out.covariance = 0.5 * (out.covariance + out.covariance.transpose());
   // The dominant term: points moved, a rotation weighed by the points' arm about it.
   Vector6d w;
@@ -321,7 +333,8 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
   const std::pair<CovarianceTerm, double> terms[] = {{CovarianceTerm::Laplace, size(out.laplace)},
                                                      {CovarianceTerm::Sparsity, size(out.sparsity)},
                                                      {CovarianceTerm::Residual, size(out.residual)},
-                                                     {CovarianceTerm::Disagreement, size(out.disagreement)}};
+                                                     {CovarianceTerm::Disagreement, size(out.disagreement)},
+                                                     {CovarianceTerm::Localizability, size(out.localizability)}};
   double largest = -1.0;
   for (const auto& [term, value] : terms) {
     if (value > largest) {

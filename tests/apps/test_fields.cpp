@@ -156,7 +156,9 @@ std::size_t check_validated_ranges(const std::string& prefix) {
 TEST_CASE("the ranges of the list are validate()'s, naming the field and the value", "[unit][fields]") {
   CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 7);
   CHECK(check_validated_ranges<ExecutionOptions>("invalid setting ") == 2);
-  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 37);  // the IMU's four, deskew_passes and refine_min_support among them
+  // The IMU's four, deskew_passes, refine_min_support, the refined residual scale and the
+  // weak direction's sigma among them.
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 39);
 }
 
 TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionOptions field of its type",

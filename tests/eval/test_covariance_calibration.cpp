@@ -182,9 +182,31 @@ TEST_CASE("covariance calibration: the ellipses, the far and confident frames, t
   CHECK(r6.axis[3].invalid == 1);
   CHECK(r6.xy.frames == 2);
 
+  // The reference's own sigma (0.01 m, 0.001 rad) added: x-y NEES of frame 3 becomes
+  // 0.12^2 / (1e-4 + 1e-4) = 72; the 6-D one of `six` (0.01^2 + 0.02^2) / 2e-4 +
+  // 0.001^2 / (1e-6 + 1e-6) = 2.5 + 0.5; the far-and-confident count and sigma along the
+  // error stay the reported covariance's.
+  CovarianceCalibrationOptions with_reference;
+  with_reference.reference_sigma_m = 0.01;
+  with_reference.reference_sigma_rad = 0.001;
+  with_reference.worst = 1;
+  const CovarianceCalibration rr = calibrate_covariance({s[3], s[4]}, with_reference);
+  CHECK(rr.xy.max == Approx(72.0).epsilon(1e-6));
+  CHECK(rr.far_confident == 1);
+  REQUIRE(rr.worst.size() == 1);
+  CHECK(rr.worst[0].sigma_m == Approx(0.01));
+  CHECK(rr.worst[0].nees_xy == Approx(72.0).epsilon(1e-6));
+  CHECK(calibrate_covariance({six}, with_reference).pose.mean == Approx(3.0).epsilon(1e-6));
+
   CovarianceCalibrationOptions bad;
   bad.far_m = 0.0;
   CHECK_THROWS_AS(CovarianceCalibrationAccumulator(bad), Error);
+  bad.far_m = 0.1;
+  bad.reference_sigma_m = -0.01;
+  CHECK_THROWS_WITH(CovarianceCalibrationAccumulator(bad), Catch::Matchers::Contains("reference_sigma_m"));
+  bad.reference_sigma_m = 0.0;
+  bad.reference_sigma_rad = NAN;
+  CHECK_THROWS_WITH(CovarianceCalibrationAccumulator(bad), Catch::Matchers::Contains("reference_sigma_rad"));
 }
 
 TEST_CASE("frames.csv read back: quoted names, empty columns, the errors naming line and column", "[unit][eval]") {

@@ -431,6 +431,7 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
     e.outlier_ratio = ls.align.outlier_ratio;
     e.matched_points = out.alignment.matched_points;
     e.nvtl = out.alignment.nvtl;
+    e.localizability = out.alignment.localizability;  // its weakest direction: the localizability term
     const CalibratedCovariance expected = calibrated_pose_covariance(e);
     if (mode == PoseCovariance::Laplace) {
       CHECK(relative_gap(out.alignment.covariance, (-out.alignment.hessian).inverse()) < 1e-9);
@@ -507,11 +508,46 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     const CalibratedCovariance without = calibrated_pose_covariance(e, s);
     CHECK(relative_gap(without.disagreement, 0.25 * e.resolution_gap * e.resolution_gap.transpose()) < 1e-12);
   }
+  SECTION("residual: a refined pose takes the refined scale") {
+    s.refined_residual_scale = 0.5;
+    e.refined = true;
+    CHECK(relative_gap(calibrated_pose_covariance(e, s).residual, 0.5 * 3.0 * e.laplace) < 1e-5);
+    e.refined = false;
+    CHECK(relative_gap(calibrated_pose_covariance(e, s).residual, 2.0 * 3.0 * e.laplace) < 1e-5);
+  }
+  SECTION("localizability: (c^2 / rho) v v' along the weakest direction") {
+    s.weak_direction_sigma = 0.01;
+    e.localizability.valid = true;
+    e.localizability.weakest_ratio = 0.04;
+    e.localizability.directions.col(0) = make_pose(0.9, 0.4, 0.0, 0.0, 0.0, 0.01);
+    const Pose6 v = e.localizability.directions.col(0);
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    CHECK(relative_gap(c.localizability, 1e-4 / 0.04 * v * v.transpose()) < 1e-12);
+    // Along v's x-y direction a sigma of 1 cm / sqrt(0.04) = 5 cm of point motion.
+    CHECK(std::sqrt(c.localizability.topLeftCorner<2, 2>().trace()) == Approx(0.05 * v.head<2>().norm()));
+    // No analysis, a ratio not above zero (degenerate: the localizer's own remap), or c = 0: no term.
+    e.localizability.weakest_ratio = 0.0;
+    CHECK(calibrated_pose_covariance(e, s).localizability.isZero(0.0));
+    e.localizability.weakest_ratio = 0.04;
+    e.localizability.valid = false;
+    CHECK(calibrated_pose_covariance(e, s).localizability.isZero(0.0));
+    e.localizability.valid = true;
+    s.weak_direction_sigma = 0.0;
+    CHECK(calibrated_pose_covariance(e, s).localizability.isZero(0.0));
+    // A weak enough direction dominates.
+    s.weak_direction_sigma = 0.05;
+    e.localizability.weakest_ratio = 0.01;
+    CHECK(calibrated_pose_covariance(e, s).dominant == CovarianceTerm::Localizability);
+  }
   SECTION("the sum, symmetric, never below the Laplace estimate") {
     e.has_resolution_gap = true;
     e.resolution_gap = make_pose(0.04, -0.02, 0.01, 0.001, 0.0, 0.002);
+    e.localizability.valid = true;
+    e.localizability.weakest_ratio = 0.1;
+    e.localizability.directions.col(0) = make_pose(0.0, 1.0, 0.0, 0.0, 0.0, 0.0);
     const CalibratedCovariance c = calibrated_pose_covariance(e, s);
-    CHECK(relative_gap(c.covariance, c.laplace + c.sparsity + c.residual + c.disagreement) < 1e-15);
+    CHECK(!c.localizability.isZero(0.0));
+    CHECK(relative_gap(c.covariance, c.laplace + c.sparsity + c.residual + c.disagreement + c.localizability) < 1e-15);
     CHECK(c.covariance == c.covariance.transpose());
     const Eigen::SelfAdjointEigenSolver<Matrix6d> gap(c.covariance - c.laplace);
     CHECK(gap.eigenvalues().minCoeff() >= -1e-18);
@@ -545,6 +581,12 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("residual_scale"));
     s.residual_scale = std::nan("");
     CHECK_THROWS_AS(calibrated_pose_covariance(e, s), Error);
+    s.residual_scale = 1.0;
+    s.weak_direction_sigma = -0.01;
+    CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("weak_direction_sigma"));
+    s.weak_direction_sigma = 0.01;
+    s.refined_residual_scale = INFINITY;
+    CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("refined_residual_scale"));
   }
 }
 
@@ -554,9 +596,13 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   CHECK(d.sparsity_translation == 0.0);
   CHECK(d.sparsity_rotation == 0.0037);
   CHECK(d.residual_scale == 1.0);  // refitted for the refined pose (2.5 before)
+  CHECK(d.refined_residual_scale == 1.0);
   CHECK(d.hypothesis_temperature == 0.05);
+  CHECK(d.weak_direction_sigma == 0.01);
   const LocalizerSettings ls;
   CHECK(ls.covariance_residual_scale == d.residual_scale);
+  CHECK(ls.covariance_refined_residual_scale == d.refined_residual_scale);
+  CHECK(ls.covariance_weak_direction_sigma == d.weak_direction_sigma);
   CHECK(ls.max_position_sigma == 0.2);
   // max_position_sigma: the largest standard deviation of the x-y-z block, whatever its axes.
   Matrix6d c = Matrix6d::Zero();
@@ -565,7 +611,7 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   c(0, 1) = c(1, 0) = 0.02;  // x and y correlated: eigenvalues of [[0.01 0.02] [0.02 0.04]] are 0 and 0.05
   CHECK(max_position_sigma(c) == Approx(std::sqrt(0.05)).epsilon(1e-12));
   for (CovarianceTerm t : {CovarianceTerm::None, CovarianceTerm::Laplace, CovarianceTerm::Sparsity,
-                           CovarianceTerm::Residual, CovarianceTerm::Disagreement}) {
+                           CovarianceTerm::Residual, CovarianceTerm::Disagreement, CovarianceTerm::Localizability}) {
     CHECK(covariance_term_from_string(to_string(t)) == t);
   }
   CHECK_THROWS_WITH(covariance_term_from_string("floor"), Catch::Matchers::Contains("sparsity"));

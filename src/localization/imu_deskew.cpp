@@ -156,6 +156,8 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
     double gap = 0.0;
     velocity(delta, gap);
     if (gap > 0.0 && std::isfinite(gap)) constant_velocity = detail::twist_of(delta, gap);
+  } else if (known == 1 && consecutive_lost == 0 && sweep_twist) {
+    constant_velocity = sweep_twist;  // the first frame's own sweep (localizer.cpp, sweep_motion)
   }
   if (prediction && known > 0) {
     const double gap = time - last_time;

@@ -105,6 +105,9 @@ struct Localizer::Impl {
     global_unavailable = false;
   }
   int consecutive_lost = 0;
+  // The sweep's own motion that the first frame's passes found (localizer.cpp, sweep_motion):
+  // the second frame's constant-velocity motion, before two good poses give one.
+  std::optional<math::Twist> sweep_twist;
   // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
   // settings.search_nvtl_ratio.
   double typical_nvtl = std::numeric_limits<double>::quiet_NaN();

@@ -237,9 +237,13 @@ DeskewRun run(const DeskewSequence& seq, Deskew mode, bool odometry, const char*
 
 TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: constant velocity, re-de-skew and odometry",
           "[unit][localization][sim][heavy]") {
-  // A frame is de-skewed once a motion is known: from frame 2 with constant velocity (two
-  // good poses), from frame 1 with odometry (the last good pose and the prediction). The
-  // frames before are used as read, as off uses every frame: the bounds hold from there.
+  // Without passes a frame is de-skewed once a motion is known: from frame 2 with constant
+  // velocity (two good poses), from frame 1 with odometry (the last good pose and the
+  // prediction); the frames before are used as read, as off uses every frame: the bounds
+  // hold from there. With the passes (the default) the first frame takes its sweep's own
+  // motion (its halves aligned apart) and the second the same motion: every frame is
+  // de-skewed. Measured with 2 passes: HDL-32 4.20 cm over all 20 frames (2.98 from frame
+  // 2, frame 0 12.6 cm off where it was 35 cm), VLP-16 3.54 cm (2.55).
   for (const std::string preset : {"hdl32", "vlp16"}) {
     INFO(preset);
     const DeskewSequence seq = make_fast(preset, 0.1, 20);
@@ -250,8 +254,17 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
     const DeskewRun again =
         run(seq, Deskew::ConstantVelocity, false, (preset + " constant-velocity, 2 passes").c_str(), false, 2, 2);
     CHECK(again.lost == 0);
-    CHECK(again.wrong_from == 0);
-    CHECK(again.passes >= seq.scans.size() - 1);  // every frame from the second on, at least once
+    CHECK(again.wrong == 0);  // the first frame too
+    CHECK(again.deskewed == seq.scans.size());
+    CHECK(again.passes >= seq.scans.size());  // every frame at least once, the first three times
+    CHECK(again.results[0].deskew_passes == 3);
+    const auto first_error = [&seq](const DeskewRun& r) {
+      return (r.results[0].pose.topRightCorner<3, 1>() - seq.truth[0].pose.translation()).norm();
+    };
+    CHECK(first_error(off) > 0.3);
+    CHECK(first_error(again) < 0.2);
+    CHECK(again.ate.rmse_m <= off.ate.rmse_m / 3.0);
+    CHECK(again.ate.rmse_m <= 0.05);
     CHECK(again.ate_from.rmse_m <= off.ate.rmse_m / 3.0);
     CHECK(again.ate_from.rmse_m <= 0.03);
     CHECK(again.ate_from.rmse_m < cv.ate_from.rmse_m);

@@ -132,7 +132,8 @@ class Localizer::Impl::FrameAttempts {
                 LocalizationResult& result, const Eigen::Matrix4d* first_start)
       : m(model), filtered(scan), predicted(prediction), time(stamp), out(result), start(first_start),
         // The gate holds once a good pose is known (the initial pose's uncertainty is not).
-        gated(model.settings.gate_chi2 > 0.0 && prediction.has_covariance && model.known > 0),
+        gated(model.settings.gate_chi2 > 0.0 && prediction.has_covariance && model.known > 0 &&
+              !(first_start && model.pass_from_search)),
         // No good pose yet and only a region to start from (set_initial_region).
         from_region(model.initial_search && model.known == 0),
         // No pose at all yet (set_initial_global): the global search until one is accepted.

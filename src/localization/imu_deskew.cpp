@@ -151,13 +151,13 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
   // poses, nor right after a lost frame, where it is the motion of a stretch before the
   // loss), and the caller's prediction's (from the last good pose to it, per second).
   std::optional<math::Twist> constant_velocity, odometry;
-  if (known == 2 && consecutive_lost == 0) {
+  if (sweep_twist && known > 0 && consecutive_lost == 0 && last_time == sweep_twist_time) {
+    constant_velocity = sweep_twist;  // the last frame's own sweep (localizer.cpp, sweep_motion)
+  } else if (known == 2 && consecutive_lost == 0) {
     Eigen::Matrix4d delta;
     double gap = 0.0;
     velocity(delta, gap);
     if (gap > 0.0 && std::isfinite(gap)) constant_velocity = detail::twist_of(delta, gap);
-  } else if (known == 1 && consecutive_lost == 0 && sweep_twist) {
-    constant_velocity = sweep_twist;  // the first frame's own sweep (localizer.cpp, sweep_motion)
   }
   if (prediction && known > 0) {
     const double gap = time - last_time;

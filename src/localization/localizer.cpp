@@ -103,6 +103,18 @@ double twist_change(const math::Twist& a, const math::Twist& b) {
   return std::max(dv.norm(), dw.norm());
 }
 
+// Whether `stage` is one of the hypothesis searches (they confirm a pose the gate refused).
+bool is_search(FrameStage stage) {
+  switch (stage) {
+    case FrameStage::HeadingSearch:
+    case FrameStage::RotationSearch:
+    case FrameStage::PositionSearch:
+    case FrameStage::WideSearch:
+    case FrameStage::GlobalSearch: return true;
+    default: return false;
+  }
+}
+
 // The points of a sweep's halves fewer than this (after the filter) give no motion: a half
 // scan that small pins no pose.
 constexpr std::size_t kSweepHalfMinPoints = 100;
@@ -610,8 +622,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
   // pose found, over the time between them, de-skews the same raw scan again, and the frame
   // runs once more from that pose; its checks judge the last pass. A first frame (no good
-  // pose before it, no prediction given) takes the sweep's own motion instead (sweep_motion).
-  const bool from_last = before.known > 0;
+  // pose before it) and the first after lost frames (whose last good pose is from before a
+  // stretch the motion may have turned through: the fast drive's 90 deg corner) take the
+  // sweep's own motion instead (sweep_motion), when no prediction is given.
+  const bool from_last = before.known > 0 && before.consecutive_lost == 0;
   const bool own_motion = !from_last && !prediction;
   if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && (from_last || own_motion)) {
     const double gap = time - before.last_time;
@@ -649,7 +663,11 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
       m.deskew_shift = deskew_shift(extent, *twist);
+      // A pose a search found was confirmed against the gate by that search: the pass from
+      // it, on the same scan de-skewed anew, is not held to the gate again.
+      m.pass_from_search = is_search(r.stage);
       LocalizationResult again = localize_frame(filtered, time, prediction, covariance, &start);
+      m.pass_from_search = false;
       if (again.status == FrameStatus::Lost) {
         // The checks refused this pass: the frame stays as the pass before left it (its
         // verdict, and the motion model it advanced).
@@ -677,8 +695,11 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       r = std::move(again);
       own_taken = own_motion;
     }
-    // The second frame de-skews with the first one's own motion (Impl::sweep_twist).
-    if (own_motion) m.sweep_twist = own_taken && r.valid ? twist : std::nullopt;
+    // The next frame de-skews with this one's own motion (Impl::sweep_twist).
+    if (own_motion) {
+      m.sweep_twist = own_taken && r.valid ? twist : std::nullopt;
+      m.sweep_twist_time = time;
+    }
   }
   r.points_in = scan.size();
   r.preprocess_ms = pre_ms;

@@ -105,9 +105,14 @@ struct Localizer::Impl {
     global_unavailable = false;
   }
   int consecutive_lost = 0;
-  // The sweep's own motion that the first frame's passes found (localizer.cpp, sweep_motion):
-  // the second frame's constant-velocity motion, before two good poses give one.
+  // A re-de-skew pass starts from a pose a search confirmed against the gate (the frame
+  // before the pass came from one): the pass is not held to the gate again (localizer.cpp).
+  bool pass_from_search = false;
+  // The sweep's own motion that a frame's passes found (localizer.cpp, sweep_motion), and
+  // that frame's time: the next frame's constant-velocity motion, in place of the motion
+  // between two good poses that is not there yet (the first frame) or spans a lost stretch.
   std::optional<math::Twist> sweep_twist;
+  double sweep_twist_time = 0.0;
   // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
   // settings.search_nvtl_ratio.
   double typical_nvtl = std::numeric_limits<double>::quiet_NaN();

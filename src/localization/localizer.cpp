@@ -129,15 +129,15 @@ constexpr std::size_t kSweepHalfMinPoints = 100;
 constexpr double kSweepMotionStep = 0.7;
 constexpr int kSweepMotionPasses = 3;
 
-// The sweep's own motion, for a first frame (no good pose before it, nothing to take the
-// motion from): the filtered scan, de-skewed with `current`, split at its median time into
+// The sweep's own motion, for a frame with no motion to take (the first, or the first after
+// lost frames; see localize_points): the filtered scan, de-skewed with `current`, split at its median time into
 // an early and a late half, each aligned on its own from `pose`. Were `current` the sweep's
 // motion, both halves would find the reference time's pose; a remaining error d of the
 // twist leaves the half of mean time t at about pose exp(t d), so the two poses' gap over
 // the gap of their mean times is d, and current + kSweepMotionStep d the motion. Empty when the scan has no
-// times, a half is too small, or either half's alignment fails the frame's checks (`passes`).
-template <typename Passes>
-std::optional<math::Twist> sweep_motion(Passes passes, Aligner& aligner, const PointCloud& filtered,
+// times, a half is too small, or either half's alignment fails the frame's checks (`accepted`).
+template <typename Accepted>
+std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, const PointCloud& filtered,
                                         const Eigen::Matrix4d& pose, const math::Twist& current) {
   if (!filtered.has_time()) return std::nullopt;
   std::vector<float> order;
@@ -167,9 +167,9 @@ std::optional<math::Twist> sweep_motion(Passes passes, Aligner& aligner, const P
   t_late /= static_cast<double>(late.size());
   if (!(t_late > t_early)) return std::nullopt;
   const AlignResult a = detail::align_continued(aligner, early, pose, 1);
-  if (!detail::has_pose(a) || !passes(a)) return std::nullopt;
+  if (!detail::has_pose(a) || !accepted(a)) return std::nullopt;
   const AlignResult b = detail::align_continued(aligner, late, pose, 1);
-  if (!detail::has_pose(b) || !passes(b)) return std::nullopt;
+  if (!detail::has_pose(b) || !accepted(b)) return std::nullopt;
   const math::Twist d = detail::twist_of(a.transform.inverse() * b.transform, t_late - t_early);
   math::Twist out = current;
   for (int i = 0; i < 3; ++i) {
@@ -645,9 +645,9 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       if (from_last) {
         next = detail::twist_of(before.last.inverse() * start, gap);
       } else {
-        const auto passes = [&m](const AlignResult& a) { return m.accept(a); };
+        const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
         const std::optional<math::Twist> own =
-            sweep_motion(passes, m.aligner, filtered, start, twist ? *twist : math::Twist{});
+            sweep_motion(accepted, m.aligner, filtered, start, twist ? *twist : math::Twist{});
         if (!own) break;
         next = *own;
         if (imu_rotation) std::copy(std::begin(motion.twist->w), std::end(motion.twist->w), std::begin(next.w));
@@ -665,9 +665,14 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       m.deskew_shift = deskew_shift(extent, *twist);
       // A pose a search found was confirmed against the gate by that search: the pass from
       // it, on the same scan de-skewed anew, is not held to the gate again.
-      m.pass_from_search = is_search(r.stage);
-      LocalizationResult again = localize_frame(filtered, time, prediction, covariance, &start);
-      m.pass_from_search = false;
+      LocalizationResult again = [&] {
+        m.pass_from_search = is_search(r.stage);
+        struct SearchReset {
+          bool& flag;
+          ~SearchReset() { flag = false; }
+        } search_reset{m.pass_from_search};
+        return localize_frame(filtered, time, prediction, covariance, &start);
+      }();
       if (again.status == FrameStatus::Lost) {
         // The checks refused this pass: the frame stays as the pass before left it (its
         // verdict, and the motion model it advanced).

@@ -180,6 +180,13 @@ std::optional<std::pair<Eigen::Matrix4d, Eigen::Matrix<double, 6, 6>>> OdometryP
   return std::make_pair(Eigen::Matrix4d(pose * motion.matrix()), c);
 }
 
+std::optional<SweepMotion> OdometryPredictor::sweep_motion(double begin, double end) const {
+  if (!(end > begin)) return std::nullopt;
+  const auto from = interpolate_pose(odometry_, begin), to = interpolate_pose(odometry_, end);
+  if (!from || !to) return std::nullopt;
+  return sweep_motion_between(from->matrix(), to->matrix(), end - begin);
+}
+
 // The IMU samples: a CSV file, or a sensor_msgs/Imu topic of the scans' bag (each at the
 // bag's record time, the clock of its scans).
 void read_imu(LocalizeInputs& in, const LocalizeOptions& o) {

@@ -69,9 +69,11 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
       });
   cmd->add_option("--deskew", o.deskew,
                   "move each point of a scan with per-point times to the scan's reference time before the filter: "
-                  "off, auto (when the scan has times: imu with --imu or --imu-topic, else constant-velocity), "
-                  "constant-velocity (the motion between the last two good poses), odometry (the motion --odometry "
-                  "or --odometry-topic gives to the frame's time; needs one of them), imu (the rotation from the "
+                  "off, auto (when the scan has times: imu with --imu or --imu-topic, else odometry with --odometry "
+                  "or --odometry-topic, else constant-velocity), constant-velocity (the motion between the last two "
+                  "good poses), odometry (the motion --odometry or --odometry-topic measured over the sweep, from its "
+                  "first to its last point time; where it does not cover the sweep, its prediction's motion to the "
+                  "frame's time; needs one of them), imu (the rotation from the "
                   "IMU's mean angular rate over the sweep, the translation from --odometry when given, else constant "
                   "velocity; needs --imu or --imu-topic; a sweep the samples do not cover falls back to "
                   "constant-velocity); frames.csv: deskewed, deskew_motion, imu")

@@ -73,6 +73,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
                                                                                   : json_text(o.odometry_topic)},
                                                {"poses", in.odometry->size()},
                                                {"frames_predicted", t.odometry_used},
+                                               {"frames_sweep_motion", t.odometry_sweeps},
                                                {"frames_outside", t.odometry_missing}}
                               : nlohmann::json(nullptr);
   const ImuStats imu = run.localizer.imu_stats();
@@ -387,8 +388,8 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
     text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} uncertain, {} skipped of {}\n",
                         t.localized, t.recovered, t.lost, t.degenerate, t.uncertain, t.skipped, t.done);
     if (!j["odometry"].is_null()) {
-      text += fmt::format("  odometry    {} frames predicted from {}, {} outside it\n", t.odometry_used,
-                          run.inputs.odometry_source, t.odometry_missing);
+      text += fmt::format("  odometry    {} frames predicted from {}, {} outside it; {} given its motion over their sweep\n",
+                          t.odometry_used, run.inputs.odometry_source, t.odometry_missing, t.odometry_sweeps);
     }
     if (run.map.streamer) {
       const TiledMapStreamStats ts = run.map.streamer->stats();

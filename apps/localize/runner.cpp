@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 namespace ndtcu::cli::localize {
@@ -184,9 +185,31 @@ class FrameLoop {
     return predicted;
   }
 
+  // The odometry's motion over the scan's sweep (its first to its last point time), for the
+  // de-skew modes that take it (odometry, imu's translation, auto): none without odometry,
+  // without per-point times, or where the odometry does not cover the sweep.
+  std::optional<SweepMotion> sweep_motion(const PreparedScan& scan) const {
+    const Deskew mode = ls_.deskew;
+    const bool takes = mode == Deskew::Odometry || mode == Deskew::Imu || mode == Deskew::Auto;
+    if (!in_.odometry || !takes || !filter_in_line_ || !scan.cloud.has_time()) return std::nullopt;
+    float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
+    for (const float t : scan.cloud.time) {
+      if (!std::isfinite(t)) continue;
+      lo = std::min(lo, t);
+      hi = std::max(hi, t);
+    }
+    if (!(hi > lo)) return std::nullopt;
+    return in_.odometry->sweep_motion(scan.entry.time + lo, scan.entry.time + hi);
+  }
+
   // The localizer's frame: from the odometry's prediction when there is one, else its own.
   LocalizationResult align(const PreparedScan& scan, const std::optional<Prediction>& predicted) {
     const double time = scan.entry.time;
+    if (const std::optional<SweepMotion> motion = sweep_motion(scan)) {
+      ++t_.odometry_sweeps;
+      return predicted ? localizer_.localize(scan.cloud, time, predicted->first, predicted->second, *motion)
+                       : localizer_.localize(scan.cloud, time, *motion);
+    }
     if (predicted) {
       return filter_in_line_ ? localizer_.localize(scan.cloud, time, predicted->first, predicted->second)
                              : localizer_.localize_preprocessed(scan.cloud, time, predicted->first, predicted->second);

@@ -39,6 +39,24 @@ namespace math {
 struct Twist;  // kernels/deskew.hpp
 }
 
+/// The sensor's motion over one sweep as a caller knows it (wheel or inertial odometry over
+/// the sweep's own time span): linear velocity (m/s) and angular velocity (rad/s), both in
+/// the sensor frame, constant over the sweep. Given to Localizer::localize with the scan, it
+/// is the motion Deskew::Odometry de-skews with (and Deskew::Imu's translation, and
+/// Deskew::Auto's motion when no IMU sample was given), instead of the motion from the last
+/// good pose to the prediction, which is the sweep's only half a frame late and is not known
+/// for a first frame at all.
+struct SweepMotion {
+  Eigen::Vector3d linear = Eigen::Vector3d::Zero();   ///< m/s, sensor frame
+  Eigen::Vector3d angular = Eigen::Vector3d::Zero();  ///< rad/s, sensor frame
+};
+
+/// The constant motion that takes the sensor from pose `from` to pose `to` (T_world_sensor,
+/// rigid) in `dt` seconds (positive): the twist log(from^-1 to) / dt. For a SweepMotion from
+/// two odometry poses at a sweep's first and last point times. Throws Error for a
+/// non-positive or non-finite `dt`, or a pose that is not a finite rigid transform.
+SweepMotion sweep_motion_between(const Eigen::Matrix4d& from, const Eigen::Matrix4d& to, double dt);
+
 /// What the localizer does for a frame whose first attempt (from the prediction) fails.
 enum class Recovery {
   None,        ///< nothing: the frame is lost
@@ -56,7 +74,8 @@ Recovery recovery_from_string(const std::string& name);
 enum class Deskew {
   Off,               ///< "off": the points as the sensor gave them
   /// "auto": when the scan has times (a scan without them, or a view, is used as it is),
-  /// Imu once the localizer has been given IMU samples (add_imu), else ConstantVelocity.
+  /// Imu once the localizer has been given IMU samples (add_imu), else Odometry for a frame
+  /// given its sweep's motion (SweepMotion), else ConstantVelocity.
   /// On the simulator's fast drive IMU rotation is at least as good as constant velocity's
   /// (docs/library.md, "De-skew"), so samples given are samples used.
   Auto,
@@ -64,15 +83,16 @@ enum class Deskew {
   /// prediction extrapolates), per second; none before the second good pose, nor on the
   /// frame right after a lost one (that motion is of a stretch before the loss).
   ConstantVelocity,
-  /// "odometry": the motion from the last good pose to the prediction given to
-  /// localize(scan, time, prediction, covariance), per second of time between them; a
-  /// frame given no prediction is not de-skewed.
+  /// "odometry": the sweep's motion given with the scan (SweepMotion), else the motion from
+  /// the last good pose to the prediction given to localize(scan, time, prediction,
+  /// covariance), per second of time between them; a frame given neither is not de-skewed.
   Odometry,
   /// "imu": the rotation from the IMU's angular rate (Localizer::add_imu; the mean rate
   /// over the sweep [time + the scan's earliest point time, time + its latest], turned
   /// into the sensor frame by imu_roll_deg, imu_pitch_deg, imu_yaw_deg), the translation
-  /// from the prediction given to localize(scan, time, prediction, covariance) (odometry)
-  /// when there is one, else from the constant-velocity model (none before the second good
+  /// from the sweep's motion given (SweepMotion) or the prediction given to localize(scan,
+  /// time, prediction, covariance) (odometry) when there is one, else from the
+  /// constant-velocity model (none before the second good
   /// pose: rotation only). A sweep the samples do not cover (a stretch longer than
   /// imu_max_gap without a sample, or none at all) falls back to ConstantVelocity for that
   /// frame: LocalizationResult::imu_coverage says so, Localizer::imu_stats() counts it and
@@ -732,6 +752,17 @@ class Localizer {
   /// The same for a scan already passed through preprocess().
   LocalizationResult localize_preprocessed(PointCloudView filtered, double time, const Eigen::Matrix4d& prediction,
                                            const Eigen::Matrix<double, 6, 6>& covariance);
+  /// localize() with the sensor's motion over this sweep given (SweepMotion): with
+  /// Deskew::Odometry, Imu (its translation) or Auto, the scan is de-skewed with it, and no
+  /// re-de-skew pass replaces it (LocalizerSettings::deskew_passes: the passes estimate what
+  /// was given). The first frame too, which has no good pose to take a motion from. Ignored
+  /// by Deskew::Off and ConstantVelocity, and for a scan without times. Throws Error for a
+  /// non-finite entry, naming it.
+  LocalizationResult localize(const PointCloud& scan, double time, const SweepMotion& motion);
+  /// The same with a prediction and its covariance (as localize(scan, time, prediction,
+  /// covariance)).
+  LocalizationResult localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
+                              const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotion& motion);
 
   /// Gives the localizer an IMU sample (ImuSample: the IMU's frame, the scans' clock) for
   /// Deskew::Imu (and Auto). Samples are buffered in time order (the last 10 s of them,
@@ -759,7 +790,8 @@ class Localizer {
   PointCloud preprocess_points(PointCloudView scan, const float* intensity, const float* time = nullptr,
                                const math::Twist* twist = nullptr) const;
   LocalizationResult localize_points(PointCloudView scan, const float* intensity, const float* time, double time_s,
-                                     const Eigen::Matrix4d* prediction, const Eigen::Matrix<double, 6, 6>* covariance);
+                                     const Eigen::Matrix4d* prediction, const Eigen::Matrix<double, 6, 6>* covariance,
+                                     const SweepMotion* motion = nullptr);
   // One frame from `prediction` with `covariance` (both null: the motion model's).
   // With `start`, the first attempt starts there instead of at the prediction, and no
   // search runs after the retries (a re-de-skew pass: the pose the pass before found).

@@ -56,10 +56,17 @@ std::string kitti_line(const StampedPose& pose);
 /// Parses "tum", "kitti" or "auto"; throws Error otherwise.
 TrajectoryFormat trajectory_format_from_string(const std::string& name);
 
+/// Times within this of a trajectory's first or last stamp (seconds; a microsecond, above
+/// the rounding of a Unix time, 2.4e-7 s) are that stamp for
+/// interpolate_pose: a scan's time computed as 19 x 0.1 s lies a rounding past a last
+/// stamp written "1.900000".
+inline constexpr double kStampTolerance = 1e-6;
+
 /// The pose of `trajectory` (time-ordered) at `time`: the two poses around it, the
 /// translation interpolated linearly and the rotation by slerp; the pose itself at an exact
-/// stamp. Nullopt for an empty trajectory, a time outside its span or not finite, or two
-/// neighbours further apart than `max_gap` seconds (a gap the interpolation cannot bridge).
+/// stamp, and the end pose within kStampTolerance of either end. Nullopt for an empty
+/// trajectory, a time outside its span or not finite, or two neighbours further apart than
+/// `max_gap` seconds (a gap the interpolation cannot bridge).
 std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& trajectory, double time,
                                                   double max_gap = std::numeric_limits<double>::infinity());
 

@@ -267,7 +267,12 @@ std::optional<std::size_t> nearest_in_time(const Trajectory& trajectory, double 
 }
 
 std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& t, double time, double max_gap) {
-  if (t.empty() || !std::isfinite(time) || time < t.front().time || time > t.back().time) return std::nullopt;
+  if (t.empty() || !std::isfinite(time)) return std::nullopt;
+  // A time a rounding away from an end is that end: 19 x 0.1 s is 1.9000000000000001, past
+  // a last stamp written as 1.900000.
+  if (std::abs(time - t.front().time) <= kStampTolerance) return t.front().pose;
+  if (std::abs(time - t.back().time) <= kStampTolerance) return t.back().pose;
+  if (time < t.front().time || time > t.back().time) return std::nullopt;
   // The first pose at or after `time`.
   const auto after = std::lower_bound(t.begin(), t.end(), time,
                                       [](const StampedPose& p, double v) { return p.time < v; });

@@ -146,7 +146,8 @@ ImuStats Localizer::imu_stats() const noexcept {
 }
 
 Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const Eigen::Matrix4d* prediction,
-                                                             double time_min, double time_max) const {
+                                                             const math::Twist* given, double time_min,
+                                                             double time_max) const {
   // The constant-velocity model's motion (velocity(), per second; none before two good
   // poses, nor right after a lost frame, where it is the motion of a stretch before the
   // loss), and the caller's prediction's (from the last good pose to it, per second).
@@ -159,12 +160,16 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
     velocity(delta, gap);
     if (gap > 0.0 && std::isfinite(gap)) constant_velocity = detail::twist_of(delta, gap);
   }
-  if (prediction && known > 0) {
+  if (given) {
+    odometry = *given;  // the caller's, over the sweep itself
+  } else if (prediction && known > 0) {
     const double gap = time - last_time;
     if (gap > 0.0 && std::isfinite(gap)) odometry = detail::twist_of(last.inverse() * *prediction, gap);
   }
   Deskew mode = settings.deskew;
-  if (mode == Deskew::Auto) mode = imu_counts.added > 0 ? Deskew::Imu : Deskew::ConstantVelocity;
+  if (mode == Deskew::Auto) {
+    mode = imu_counts.added > 0 ? Deskew::Imu : given ? Deskew::Odometry : Deskew::ConstantVelocity;
+  }
   DeskewMotion out;
   const auto from = [&out](const std::optional<math::Twist>& twist, Deskew source) {
     out.twist = twist;

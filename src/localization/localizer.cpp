@@ -580,11 +580,29 @@ LocalizationResult Localizer::localize(PointCloudView scan, double time) {
 
 LocalizationResult Localizer::localize_points(PointCloudView scan, const float* intensity, const float* times,
                                               double time, const Eigen::Matrix4d* prediction,
-                                              const Eigen::Matrix<double, 6, 6>* covariance) {
+                                              const Eigen::Matrix<double, 6, 6>* covariance,
+                                              const SweepMotion* sweep) {
   const auto t0 = std::chrono::steady_clock::now();
   if (prediction) {
     check_rigid(*prediction, "localize: the prediction");
     detail::check_pose_matrix(*covariance, "localize: the prediction's covariance");
+  }
+  std::optional<math::Twist> given;
+  if (sweep) {
+    const char* axes[] = {"x", "y", "z"};
+    for (int i = 0; i < 3; ++i) {
+      if (!std::isfinite(sweep->linear[i])) {
+        throw Error(fmt::format("localize: the sweep's motion: linear.{} is {}", axes[i], sweep->linear[i]));
+      }
+      if (!std::isfinite(sweep->angular[i])) {
+        throw Error(fmt::format("localize: the sweep's motion: angular.{} is {}", axes[i], sweep->angular[i]));
+      }
+    }
+    given.emplace();
+    for (int i = 0; i < 3; ++i) {
+      given->v[i] = sweep->linear[i];
+      given->w[i] = sweep->angular[i];
+    }
   }
   Impl::DeskewMotion motion;
   if (times && impl_->settings.deskew != Deskew::Off && impl_->initialized) {
@@ -595,7 +613,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     if (mode == Deskew::Imu || (mode == Deskew::Auto && impl_->imu_counts.added > 0)) {
       detail::time_span(times, scan.size(), t_min, t_max);
     }
-    motion = impl_->deskew_motion(time, prediction, t_min, t_max);
+    motion = impl_->deskew_motion(time, prediction, given ? &*given : nullptr, t_min, t_max);
     impl_->note_imu_coverage(motion, time, t_min, t_max);
     if (motion.twist && !math::moves(*motion.twist)) motion.twist.reset();
   }
@@ -613,7 +631,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // A sweep whose motion is not known whole (no twist yet, or the IMU's rotation before
   // a translation is: no prediction given and fewer than two good poses) may be bent by
   // anything: it is not refined either.
-  const bool whole_motion = twist && (prediction || before.known >= 2);
+  // A motion the caller gave for the sweep (SweepMotion) is its whole motion, and is what the
+  // passes below would estimate: none runs.
+  const bool motion_given = given && twist && motion.source != Deskew::ConstantVelocity;
+  const bool whole_motion = twist && (prediction || before.known >= 2 || motion_given);
   m.deskew_shift = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off && !whole_motion
                        ? std::numeric_limits<double>::infinity()
                        : (twist ? deskew_shift(extent, *twist) : 0.0);
@@ -627,7 +648,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // sweep's own motion instead (sweep_motion), when no prediction is given.
   const bool from_last = before.known > 0 && before.consecutive_lost == 0;
   const bool own_motion = !from_last && !prediction;
-  if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && (from_last || own_motion)) {
+  if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && (from_last || own_motion) &&
+      !motion_given) {
     const double gap = time - before.last_time;
     const double reach = deskew_reach(extent);
     // The IMU's rotation, when it covered the sweep, is kept: the halves mend the translation.
@@ -720,6 +742,30 @@ LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, dou
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
                                        const Eigen::Matrix<double, 6, 6>& covariance) {
   return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, &prediction, &covariance);
+}
+
+LocalizationResult Localizer::localize(const PointCloud& scan, double time, const SweepMotion& motion) {
+  return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, nullptr, nullptr, &motion);
+}
+
+LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
+                                       const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotion& motion) {
+  return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, &prediction, &covariance, &motion);
+}
+
+SweepMotion sweep_motion_between(const Eigen::Matrix4d& from, const Eigen::Matrix4d& to, double dt) {
+  check_rigid(from, "sweep_motion_between: `from`");
+  check_rigid(to, "sweep_motion_between: `to`");
+  if (!(dt > 0.0) || !std::isfinite(dt)) {
+    throw Error(fmt::format("sweep_motion_between: dt must be positive and finite, got {}", dt));
+  }
+  const math::Twist xi = detail::twist_of(from.inverse() * to, dt);
+  SweepMotion out;
+  for (int i = 0; i < 3; ++i) {
+    out.linear[i] = xi.v[i];
+    out.angular[i] = xi.w[i];
+  }
+  return out;
 }
 
 LocalizationResult Localizer::localize_preprocessed(PointCloudView filtered, double time,

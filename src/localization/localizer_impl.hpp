@@ -165,7 +165,10 @@ struct Localizer::Impl {
     ImuCoverage imu = ImuCoverage::NotUsed;
     double imu_gap = 0.0;  // the longest stretch without a sample (s), for the warning
   };
-  DeskewMotion deskew_motion(double time, const Eigen::Matrix4d* prediction, double time_min, double time_max) const;
+  // The motion a frame de-skews with (imu_deskew.cpp): `given`, the caller's over the sweep
+  // (Localizer::localize with a SweepMotion), or null.
+  DeskewMotion deskew_motion(double time, const Eigen::Matrix4d* prediction, const math::Twist* given,
+                             double time_min, double time_max) const;
   // Counts a frame's IMU coverage, and warns at the first that fell back (imu_deskew.cpp).
   void note_imu_coverage(const DeskewMotion& motion, double time, double time_min, double time_max);
 

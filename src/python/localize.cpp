@@ -171,14 +171,31 @@ void define_localizer(nb::module_& m) {
                    "whether valid frames are refined (refine_ratio, with a map given as points)")
       .def(
           "localize",
-          [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance) {
+          [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance,
+             nb::handle sweep_motion) {
             finite_arg(time, "time");
             CloudArg c(scan, "scan");
             if (prediction.is_none() != covariance.is_none()) {
               throw nb::value_error("localize: give prediction and covariance together");
             }
+            // The sweep's motion only reaches a cloud with per-point times (an array has none).
+            std::optional<SweepMotion> motion;
+            if (!sweep_motion.is_none()) {
+              const auto v = nb::cast<std::vector<double>>(sweep_motion);
+              if (v.size() != 6) {
+                throw nb::value_error(("localize: sweep_motion must hold 6 numbers (vx, vy, vz in m/s, wx, wy, wz in "
+                                       "rad/s, sensor frame), got " + std::to_string(v.size()))
+                                          .c_str());
+              }
+              motion.emplace();
+              for (int i = 0; i < 3; ++i) {
+                motion->linear[i] = v[i];
+                motion->angular[i] = v[3 + i];
+              }
+            }
             if (prediction.is_none()) {
               Working working(l.mutex);
+              if (c.given() && motion) return l.localize(*c.given(), time, *motion);
               return c.given() ? l.localize(*c.given(), time) : l.localize(c.view(), time);
             }
             const Eigen::Matrix4d p = matrix_arg(prediction, "prediction");
@@ -195,15 +212,18 @@ void define_localizer(nb::module_& m) {
             }
             const Eigen::Matrix<double, 6, 6> c6 = cov;
             Working working(l.mutex);
+            if (c.given() && motion) return l.localize(*c.given(), time, p, c6, *motion);
             if (c.given()) return l.localize(*c.given(), time, p, c6);
             const PointCloud filtered = l.preprocess(c.view());
             return l.localize_preprocessed(filtered, time, p, c6);
           },
-          "scan"_a, "time"_a, "prediction"_a = nb::none(), "covariance"_a = nb::none(),
+          "scan"_a, "time"_a, "prediction"_a = nb::none(), "covariance"_a = nb::none(), "sweep_motion"_a = nb::none(),
           "Preprocesses and localizes one scan (sensor frame) taken at `time` (s, finite). The preprocessing crops and "
           "downsamples the scan into a new cloud; an array is read where it lies. With `prediction` (4x4 "
           "T_map_sensor, e.g. from odometry) and its 6x6 `covariance` ([x y z roll pitch yaw]), they replace the "
-          "constant-velocity prediction.")
+          "constant-velocity prediction. With `sweep_motion` (vx, vy, vz in m/s, wx, wy, wz in rad/s, sensor frame: "
+          "the odometry's motion over this sweep), a cloud with per-point times is "
+          "de-skewed with it (deskew odometry, imu's translation, or auto) and no re-de-skew pass replaces it.")
       .def(
           "predict",
           [](PyLocalizer& l, double time) {

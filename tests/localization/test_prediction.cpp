@@ -347,4 +347,15 @@ TEST_CASE("interpolate_pose: linear in position, slerp in rotation, nothing outs
   CHECK_FALSE(interpolate_pose(Trajectory{}, 1.0));
   CHECK(interpolate_pose(t, 5.0));
   CHECK_FALSE(interpolate_pose(t, 5.0, 1.0));  // the 8 s gap is more than 1 s
+  // A rounding past either end is that end (19 x 0.1 against a stamp written 1.900000);
+  // further out is outside.
+  t[2].time = 1.900000;
+  t[1].time = 1.5;
+  REQUIRE(19 * 0.1 > t[2].time);
+  REQUIRE(interpolate_pose(t, 19 * 0.1));
+  CHECK(interpolate_pose(t, 19 * 0.1)->isApprox(t[2].pose));
+  REQUIRE(interpolate_pose(t, 1.0 - 0.5 * kStampTolerance));
+  CHECK(interpolate_pose(t, 1.0 - 0.5 * kStampTolerance)->isApprox(t[0].pose));
+  CHECK_FALSE(interpolate_pose(t, 1.9 + 2.0 * kStampTolerance));
+  CHECK_FALSE(interpolate_pose(t, 1.0 - 2.0 * kStampTolerance));
 }

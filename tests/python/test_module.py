@@ -646,6 +646,16 @@ def test_localizer_takes_a_prediction_and_the_aligner_a_prior(sample, truth_pose
     with pytest.raises(ndtcu.Error, match="positive semi-definite"):
         loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]), truth_poses[4],
                      -np.eye(6))
+    # The sweep's motion: six finite numbers; a scan without per-point times is used as it is.
+    with pytest.raises(ValueError, match="6 numbers"):
+        loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]),
+                     sweep_motion=[1.0, 0.0, 0.0])
+    with pytest.raises(ndtcu.Error, match="angular.y is nan"):
+        loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]), truth_poses[4],
+                     cov, sweep_motion=[1.0, 0.0, 0.0, 0.0, float("nan"), 0.0])
+    f = loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]),
+                     sweep_motion=[1.0, 0.0, 0.0, 0.0, 0.0, 0.1])
+    assert f.valid and not f.deskewed, (f.status, f.deskewed)
 
     scan = ndtcu.read_point_cloud(str(sample / "scans" / "000002.pcd"))
     target = ndtcu.read_point_cloud(str(sample / "map.pcd"))

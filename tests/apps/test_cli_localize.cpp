@@ -304,3 +304,36 @@ TEST_CASE("a prior's standard deviation whose weight would be 0 is named, not ta
   CHECK(n.rc == 1);
   CHECK_THAT(n.err, Catch::Contains("--prior-sigma: every standard deviation is inf"));
 }
+
+TEST_CASE("ndtcu localize --odometry de-skews each scan with the odometry's motion over its own sweep",
+          "[unit][cli][sim]") {
+  // The simulator's fast drive (VLP-16 at 24 m/s, 0.1 s sweeps with per-point times) and
+  // its exact poses as odometry. The odometry covers every sweep but the last (its end lies
+  // past the last pose): frames 0-4 are given their sweep's motion, frame 0 too, which has no
+  // pose before it to take a motion from (with constant velocity it is 10 cm off).
+  const fs::path dir = test::temp_dir("cli_sweep_odometry");
+  const fs::path sim = dir / "sim";
+  const CliRun made = test::run_ndtcu({"simulate", "--out", sim.string(), "--scenario", "fast", "--sweep-time", "0.1",
+                                       "--frames", "6", "--sensor", "vlp16", "--seed", "1", "--threads", "2"});
+  CAPTURE(made.err);
+  REQUIRE(made.rc == 0);
+  const std::string poses = (sim / "poses_tum.txt").string();
+  const auto run = [&](const std::string& name, const std::string& deskew) {
+    const CliRun r = test::run_ndtcu({"--json", "localize", "--map", (sim / "map.pcd").string(), "--scans",
+                                      (sim / "scans").string(), "--out", (dir / name).string(), "--backend", "cpu",
+                                      "--threads", "2", "--no-plot", "--init-from", poses, "--reference", poses,
+                                      "--odometry", poses, "--odometry-noise", "0,0,0,0", "--deskew", deskew});
+    CAPTURE(r.err);
+    REQUIRE(r.rc == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto swept = run("odometry", "odometry");
+  CHECK(swept["odometry"]["frames_sweep_motion"] == 5);
+  CHECK(swept["deskewed"] == 6);
+  CHECK(swept["lost"] == 0);
+  CHECK(swept["success"]["accepted_wrong"] == 0);
+  CHECK(double(swept["ate"]["rmse_m"]) < 0.03);
+  // Constant velocity takes no motion from the odometry.
+  const auto cv = run("constant_velocity", "constant-velocity");
+  CHECK(cv["odometry"]["frames_sweep_motion"] == 0);
+}

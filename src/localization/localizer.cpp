@@ -150,6 +150,7 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
   std::nth_element(order.begin(), middle, order.end());
   const float split = *middle;
   PointCloud early, late;
+  early.origin = late.origin = filtered.origin;  // the halves' poses are the scan's
   double t_early = 0.0, t_late = 0.0;
   for (std::size_t i = 0; i < filtered.size(); ++i) {
     const float t = filtered.time[i];
@@ -589,6 +590,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   }
   std::optional<math::Twist> given;
   if (sweep) {
+    given.emplace();
     const char* axes[] = {"x", "y", "z"};
     for (int i = 0; i < 3; ++i) {
       if (!std::isfinite(sweep->linear[i])) {
@@ -597,9 +599,6 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       if (!std::isfinite(sweep->angular[i])) {
         throw Error(fmt::format("localize: the sweep's motion: angular.{} is {}", axes[i], sweep->angular[i]));
       }
-    }
-    given.emplace();
-    for (int i = 0; i < 3; ++i) {
       given->v[i] = sweep->linear[i];
       given->w[i] = sweep->angular[i];
     }
@@ -630,9 +629,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   } shift_reset{m.deskew_shift};
   // A sweep whose motion is not known whole (no twist yet, or the IMU's rotation before
   // a translation is: no prediction given and fewer than two good poses) may be bent by
-  // anything: it is not refined either.
-  // A motion the caller gave for the sweep (SweepMotion) is its whole motion, and is what the
-  // passes below would estimate: none runs.
+  // anything: it is not refined either. A motion the caller gave for the sweep
+  // (SweepMotion) is its whole motion.
   const bool motion_given = given && twist && motion.source != Deskew::ConstantVelocity;
   const bool whole_motion = twist && (prediction || before.known >= 2 || motion_given);
   m.deskew_shift = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off && !whole_motion
@@ -645,7 +643,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // runs once more from that pose; its checks judge the last pass. A first frame (no good
   // pose before it) and the first after lost frames (whose last good pose is from before a
   // stretch the motion may have turned through: the fast drive's 90 deg corner) take the
-  // sweep's own motion instead (sweep_motion), when no prediction is given.
+  // sweep's own motion instead (sweep_motion), when no prediction is given. A frame given
+  // its sweep's motion runs none: the passes would estimate what was given.
   const bool from_last = before.known > 0 && before.consecutive_lost == 0;
   const bool own_motion = !from_last && !prediction;
   if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && (from_last || own_motion) &&

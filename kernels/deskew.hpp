@@ -85,6 +85,99 @@ NDTCU_HD inline void deskew_point(const Twist& xi, float t, float& x, float& y, 
   z = static_cast<float>(q[2]);
 }
 
+/// The sensor's motion over a sweep as up to kMaxSegments pieces of constant twist: the
+/// path an IMU's rate gives when it changes within the sweep (a turn's onset or end, where
+/// the mean rate puts the sweep's ends a degree or more off). Segment k covers
+/// [begin[k], begin[k + 1]) seconds from the reference time, the first reaching below it
+/// and the last above; the sensor at time t of segment k is at
+///   T_ref_sensor(t) = (rotation[k], translation[k]) exp((t - begin[k]) twist[k]),
+/// the anchors (rotation row-major) making the path continuous and T_ref_sensor(0) = I.
+/// One segment is the constant twist, computed as deskew_point(twist[0], t, ...) alone.
+struct SweepPath {
+  static constexpr int kMaxSegments = 16;
+  int segments = 0;  ///< 1 to kMaxSegments
+  double begin[kMaxSegments] = {};
+  double rotation[kMaxSegments][9] = {};
+  double translation[kMaxSegments][3] = {};
+  Twist twist[kMaxSegments] = {};
+};
+
+/// The one-segment path of a constant twist.
+NDTCU_HD inline SweepPath constant_path(const Twist& xi) {
+  SweepPath path;
+  path.segments = 1;
+  path.twist[0] = xi;
+  path.rotation[0][0] = path.rotation[0][4] = path.rotation[0][8] = 1.0;
+  return path;
+}
+
+namespace detail_deskew {
+
+// exp(s xi) as a row-major rotation and a translation (apply_twist on the origin and the axes).
+NDTCU_HD inline void twist_motion(const Twist& xi, double s, double r[9], double o[3]) {
+  const double zero[3] = {0.0, 0.0, 0.0};
+  apply_twist(xi, s, zero, o);
+  for (int c = 0; c < 3; ++c) {
+    double e[3] = {0.0, 0.0, 0.0}, m[3];
+    e[c] = 1.0;
+    apply_twist(xi, s, e, m);
+    for (int i = 0; i < 3; ++i) r[3 * i + c] = m[i] - o[i];
+  }
+}
+
+// (r, o) = (ra, oa) (rb, ob).
+NDTCU_HD inline void compose(const double ra[9], const double oa[3], const double rb[9], const double ob[3],
+                             double r[9], double o[3]) {
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) r[3 * i + j] = ra[3 * i] * rb[j] + ra[3 * i + 1] * rb[3 + j] + ra[3 * i + 2] * rb[6 + j];
+    o[i] = ra[3 * i] * ob[0] + ra[3 * i + 1] * ob[1] + ra[3 * i + 2] * ob[2] + oa[i];
+  }
+}
+
+}  // namespace detail_deskew
+
+/// Fills `path`'s anchors (rotation, translation) from its segments, begin and twist, so
+/// that the path is continuous at each begin[k] and the identity at t = 0: the segment
+/// holding 0 (the first below its begin, the last above) is anchored at exp(begin xi), and
+/// the others follow it forwards and backwards.
+NDTCU_HD inline void anchor_path(SweepPath& path) {
+  const int n = path.segments;
+  int j = 0;
+  while (j + 1 < n && 0.0 >= path.begin[j + 1]) ++j;
+  detail_deskew::twist_motion(path.twist[j], path.begin[j], path.rotation[j], path.translation[j]);
+  for (int k = j + 1; k < n; ++k) {  // T(b_k) = T(b_{k-1}) exp((b_k - b_{k-1}) xi_{k-1})
+    double r[9], o[3];
+    detail_deskew::twist_motion(path.twist[k - 1], path.begin[k] - path.begin[k - 1], r, o);
+    detail_deskew::compose(path.rotation[k - 1], path.translation[k - 1], r, o, path.rotation[k], path.translation[k]);
+  }
+  for (int k = j - 1; k >= 0; --k) {  // T(b_k) = T(b_{k+1}) exp(-(b_{k+1} - b_k) xi_k)
+    double r[9], o[3];
+    detail_deskew::twist_motion(path.twist[k], path.begin[k] - path.begin[k + 1], r, o);
+    detail_deskew::compose(path.rotation[k + 1], path.translation[k + 1], r, o, path.rotation[k], path.translation[k]);
+  }
+}
+
+/// A point taken `t` seconds after the reference time moved into the sensor frame of the
+/// reference time along `path` (as deskew_point with a twist; bit for bit that for one
+/// segment, and unchanged for t = 0 or a non-finite t).
+NDTCU_HD inline void deskew_point(const SweepPath& path, float t, float& x, float& y, float& z) {
+  if (path.segments <= 1) {
+    deskew_point(path.twist[0], t, x, y, z);
+    return;
+  }
+  if (!(t != 0.0f) || !isfinite(t)) return;
+  int k = 0;
+  while (k + 1 < path.segments && static_cast<double>(t) >= path.begin[k + 1]) ++k;
+  const double p[3] = {x, y, z};
+  double q[3];
+  apply_twist(path.twist[k], static_cast<double>(t) - path.begin[k], p, q);
+  const double* r = path.rotation[k];
+  const double* o = path.translation[k];
+  x = static_cast<float>(r[0] * q[0] + r[1] * q[1] + r[2] * q[2] + o[0]);
+  y = static_cast<float>(r[3] * q[0] + r[4] * q[1] + r[5] * q[2] + o[1]);
+  z = static_cast<float>(r[6] * q[0] + r[7] * q[1] + r[8] * q[2] + o[2]);
+}
+
 /// The twist that moves by (rotation vector `phi`, translation `trans`) in `dt` seconds:
 /// log(T) / dt, T = (exp(phi), trans), with the translation's part V^-1 trans,
 /// V^-1 = I - K/2 + (1 - A / (2 B)) / th^2 K^2, K = [phi]x (the inverse of the V above;
@@ -113,6 +206,14 @@ NDTCU_HD inline Twist twist_from_motion(const double phi[3], const double trans[
 /// Whether the twist moves anything (a zero twist de-skews every point to itself).
 NDTCU_HD inline bool moves(const Twist& xi) {
   return xi.v[0] != 0.0 || xi.v[1] != 0.0 || xi.v[2] != 0.0 || xi.w[0] != 0.0 || xi.w[1] != 0.0 || xi.w[2] != 0.0;
+}
+
+/// Whether the path moves anything.
+NDTCU_HD inline bool moves(const SweepPath& path) {
+  for (int k = 0; k < path.segments; ++k) {
+    if (moves(path.twist[k])) return true;
+  }
+  return false;
 }
 
 }  // namespace ndtcu::math

@@ -77,14 +77,15 @@ __global__ void __launch_bounds__(kBlock) box_kernel(const Box* __restrict__ blo
   if (threadIdx.x == 0) summary->box = r;
 }
 
-/// Each point moved to the scan's reference time by `twist` (math::deskew_point, the
-/// function the CPU preprocessing calls), in place, before the crop.
+/// Each point moved to the scan's reference time along `path` (math::deskew_point, the
+/// function the CPU preprocessing calls), in place, before the crop. The path (2.4 kB) is a
+/// kernel parameter: constant memory, read alike by every thread.
 __global__ void __launch_bounds__(kBlock)
-    deskew_kernel(float3* __restrict__ points, const float* __restrict__ time, int n, math::Twist twist) {
+    deskew_kernel(float3* __restrict__ points, const float* __restrict__ time, int n, math::SweepPath path) {
   const int i = blockIdx.x * kBlock + threadIdx.x;
   if (i >= n) return;
   float3 p = points[i];
-  math::deskew_point(twist, time[i], p.x, p.y, p.z);
+  math::deskew_point(path, time[i], p.x, p.y, p.z);
   points[i] = p;
 }
 

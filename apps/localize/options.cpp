@@ -74,7 +74,7 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
                   "good poses), odometry (the motion --odometry or --odometry-topic measured over the sweep, from its "
                   "first to its last point time; where it does not cover the sweep, its prediction's motion to the "
                   "frame's time; needs one of them), imu (the rotation from the "
-                  "IMU's mean angular rate over the sweep, the translation from --odometry when given, else constant "
+                  "IMU's angular rate over the sweep, part by part between its samples, the translation from --odometry when given, else constant "
                   "velocity; needs --imu or --imu-topic; a sweep the samples do not cover falls back to "
                   "constant-velocity); frames.csv: deskewed, deskew_motion, imu")
       ->capture_default_str()

@@ -36,7 +36,8 @@
 namespace ndtcu {
 
 namespace math {
-struct Twist;  // kernels/deskew.hpp
+struct Twist;      // kernels/deskew.hpp
+struct SweepPath;  // kernels/deskew.hpp
 }
 
 /// The sensor's motion over one sweep as a caller knows it (wheel or inertial odometry over
@@ -87,9 +88,12 @@ enum class Deskew {
   /// the last good pose to the prediction given to localize(scan, time, prediction,
   /// covariance), per second of time between them; a frame given neither is not de-skewed.
   Odometry,
-  /// "imu": the rotation from the IMU's angular rate (Localizer::add_imu; the mean rate
-  /// over the sweep [time + the scan's earliest point time, time + its latest], turned
-  /// into the sensor frame by imu_roll_deg, imu_pitch_deg, imu_yaw_deg), the translation
+  /// "imu": the rotation from the IMU's angular rate (Localizer::add_imu) over the sweep
+  /// [time + the scan's earliest point time, time + its latest], part by part: the sweep
+  /// cut into equal parts, one per sample inside it and one more (at most 16), each
+  /// turned by its own mean rate (a turn's onset within a sweep bends it in a way no one
+  /// rate follows), all turned into the sensor frame by imu_roll_deg, imu_pitch_deg,
+  /// imu_yaw_deg; the re-de-skew passes keep that rotation and mend the translation), the translation
   /// from the sweep's motion given (SweepMotion) or the prediction given to localize(scan,
   /// time, prediction, covariance) (odometry) when there is one, else from the
   /// constant-velocity model (none before the second good
@@ -786,9 +790,9 @@ class Localizer {
 
  private:
   // preprocess and localize of `scan` with `intensity` and `time` (one per point) or none
-  // (null); with `twist` and `time`, each point de-skewed first.
+  // (null); with `path` and `time`, each point de-skewed first.
   PointCloud preprocess_points(PointCloudView scan, const float* intensity, const float* time = nullptr,
-                               const math::Twist* twist = nullptr) const;
+                               const math::SweepPath* path = nullptr) const;
   LocalizationResult localize_points(PointCloudView scan, const float* intensity, const float* time, double time_s,
                                      const Eigen::Matrix4d* prediction, const Eigen::Matrix<double, 6, 6>* covariance,
                                      const SweepMotion* motion = nullptr);

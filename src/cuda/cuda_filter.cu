@@ -225,7 +225,7 @@ const CudaFilterTelemetry& CudaScanFilter::telemetry() const noexcept { return i
 
 PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float* intensity, double min_range,
                                                double max_range, double leaf, const float* time,
-                                               const math::Twist* twist) {
+                                               const math::SweepPath* path) {
   // The CPU filters' argument checks, in their order (crop, then leaf); 0 is "crop only".
   check_crop_range(min_range, max_range);
   if (leaf != 0.0) check_voxel_leaf(leaf);
@@ -297,8 +297,8 @@ PointCloud CudaScanFilter::crop_and_downsample(PointCloudView scan, const float*
   if (with_time) {
     NDTCU_CUDA_CHECK(cudaMemcpyAsync(b.time.data(), b.up_time.data(), n * sizeof(float), cudaMemcpyHostToDevice,
                                      m.stream));
-    if (twist) {  // 1b: each point to the reference time, before the crop (as on the CPU)
-      deskew_kernel<<<blocks, kBlock, 0, m.stream>>>(b.points.data(), b.time.data(), n_int, *twist);
+    if (path) {  // 1b: each point to the reference time, before the crop (as on the CPU)
+      deskew_kernel<<<blocks, kBlock, 0, m.stream>>>(b.points.data(), b.time.data(), n_int, *path);
       NDTCU_CUDA_CHECK_LAUNCH();
     }
   }

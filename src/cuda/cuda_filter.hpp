@@ -16,7 +16,7 @@
 #include <memory>
 
 namespace ndtcu::math {
-struct Twist;  // kernels/deskew.hpp
+struct SweepPath;  // kernels/deskew.hpp
 }
 
 namespace ndtcu::detail {
@@ -59,11 +59,11 @@ class CudaScanFilter {
   /// when it differs). Throws CudaError when a CUDA call fails.
   /// `scan`'s points where they lie, with `intensity` (one per point) or none (null).
   /// With `time` (one per point) the output keeps it (a cell's time the mean of its
-  /// points', summed in double as on the CPU); with `time` and `twist` every point is first
+  /// points', summed in double as on the CPU); with `time` and `path` every point is first
   /// de-skewed on the device (math::deskew_point, before the crop, as the Localizer's CPU
   /// preprocessing does).
   PointCloud crop_and_downsample(PointCloudView scan, const float* intensity, double min_range, double max_range,
-                                 double leaf, const float* time = nullptr, const math::Twist* twist = nullptr);
+                                 double leaf, const float* time = nullptr, const math::SweepPath* path = nullptr);
   /// The same for a cloud, its intensities and times included when it has them.
   PointCloud crop_and_downsample(const PointCloud& scan, double min_range, double max_range, double leaf) {
     return crop_and_downsample(scan, scan.intensity_or_null(), min_range, max_range, leaf, scan.time_or_null());

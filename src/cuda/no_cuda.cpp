@@ -121,7 +121,7 @@ struct CudaScanFilter::Impl {
 CudaScanFilter::CudaScanFilter(int) { throw CudaError("CUDA scan filter unavailable: " + cuda_unavailable_reason()); }
 CudaScanFilter::~CudaScanFilter() = default;
 PointCloud CudaScanFilter::crop_and_downsample(PointCloudView, const float*, double, double, double, const float*,
-                                               const math::Twist*) {
+                                               const math::SweepPath*) {
   throw CudaError("CUDA scan filter unavailable: " + cuda_unavailable_reason());
 }
 int CudaScanFilter::device() const noexcept { return -1; }

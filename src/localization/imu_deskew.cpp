@@ -199,11 +199,48 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
       for (int i = 0; i < 3; ++i) xi.w[i] = rate(i);
       out.twist = xi;
       out.source = Deskew::Imu;
+      // The rate part by part: one part per sample inside the sweep (and one more), at most
+      // SweepPath::kMaxSegments. A turn's onset within a sweep (the fast drive's yaw rate
+      // stepping from 0 to 1.3 rad/s) bends the sweep in a way no mean rate follows.
+      const ImuSample* samples = imu.data() + imu_front;
+      const std::size_t n = imu.size() - imu_front;
+      const auto later = [](double t, const ImuSample& s) { return t < s.time; };
+      const std::ptrdiff_t inside = std::lower_bound(samples, samples + n, time + time_max,
+                                                     [](const ImuSample& s, double t) { return s.time < t; }) -
+                                    std::upper_bound(samples, samples + n, time + time_min, later);
+      const int parts = static_cast<int>(std::clamp<std::ptrdiff_t>(inside + 1, 1, math::SweepPath::kMaxSegments));
+      if (parts > 1) {
+        out.rates_begin = time_min;
+        out.rates_end = time_max;
+        const double step = (time_max - time_min) / parts;
+        for (int k = 0; k < parts; ++k) {
+          const double a = time + time_min + k * step, b = k + 1 == parts ? time + time_max : a + step;
+          const detail::ImuSweepRate part = detail::imu_sweep_rate(samples, n, a, b, settings.imu_max_gap);
+          // (A part of a covered sweep is covered; the mean rate stands in should it not be.)
+          out.rates.push_back(part.coverage == ImuCoverage::Covered ? Eigen::Vector3d(sensor_from_imu * part.rate)
+                                                                     : rate);
+        }
+      }
       break;
     }
     default: break;
   }
   return out;
+}
+
+math::SweepPath Localizer::Impl::sweep_path(const math::Twist& twist, const DeskewMotion& motion) {
+  const int parts = static_cast<int>(motion.rates.size());
+  if (parts <= 1) return math::constant_path(twist);
+  math::SweepPath path;
+  path.segments = parts;
+  const double step = (motion.rates_end - motion.rates_begin) / parts;
+  for (int k = 0; k < parts; ++k) {
+    path.begin[k] = motion.rates_begin + k * step;
+    path.twist[k] = twist;
+    for (int i = 0; i < 3; ++i) path.twist[k].w[i] = motion.rates[static_cast<std::size_t>(k)](i);
+  }
+  math::anchor_path(path);
+  return path;
 }
 
 void Localizer::Impl::note_imu_coverage(const DeskewMotion& motion, double time, double time_min, double time_max) {

@@ -198,7 +198,7 @@ class GpuFilterPool {
     device_ = idle_.back()->device();
   }
 
-  PointCloud run(PointCloudView scan, const float* intensity, const float* time, const math::Twist* twist,
+  PointCloud run(PointCloudView scan, const float* intensity, const float* time, const math::SweepPath* path,
                  const LocalizerSettings& s, double leaf) {
     std::unique_ptr<detail::CudaScanFilter> filter = take();
     // Back to the pool on every exit: after an Error (a leaf too small for the scan) the
@@ -209,7 +209,7 @@ class GpuFilterPool {
       std::unique_ptr<detail::CudaScanFilter>& filter;
       ~GiveBack() { pool.give(std::move(filter)); }
     } give_back{*this, filter};
-    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, leaf, time, twist);
+    return filter->crop_and_downsample(scan, intensity, s.min_range, s.max_range, leaf, time, path);
   }
 
  private:
@@ -520,25 +520,25 @@ PointCloud Localizer::preprocess(const PointCloud& scan) const {
 PointCloud Localizer::preprocess(PointCloudView scan) const { return preprocess_points(scan, nullptr); }
 
 PointCloud Localizer::preprocess_points(PointCloudView scan, const float* intensity, const float* time,
-                                         const math::Twist* twist) const {
+                                         const math::SweepPath* path) const {
   NDTCU_NVTX_RANGE("preprocess");
   const auto& s = impl_->settings;
-  if (!time || !twist || !math::moves(*twist)) twist = nullptr;  // nothing to de-skew: the points as given
+  if (!time || !path || !math::moves(*path)) path = nullptr;  // nothing to de-skew: the points as given
   // On the CPU, the de-skewed scan (every point moved to the reference time, before the
   // crop as on the GPU), which the crop then reads in place of the scan.
   std::vector<Eigen::Vector3f> deskewed;
-  if (twist && !impl_->gpu_filters) {
+  if (path && !impl_->gpu_filters) {
     NDTCU_NVTX_RANGE("deskew");
     deskewed.assign(scan.points, scan.points + scan.size());
     for (std::size_t i = 0; i < deskewed.size(); ++i) {
-      math::deskew_point(*twist, time[i], deskewed[i].x(), deskewed[i].y(), deskewed[i].z());
+      math::deskew_point(*path, time[i], deskewed[i].x(), deskewed[i].y(), deskewed[i].z());
     }
     scan.points = deskewed.data();
   }
   // The filter at `leaf`: on the GPU (crop and de-skew included), or the CPU's crop done once.
   std::optional<PointCloud> cropped;
   const auto filter = [&](double leaf) {
-    if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, time, twist, s, leaf);
+    if (impl_->gpu_filters) return impl_->gpu_filters->run(scan, intensity, time, path, s, leaf);
     if (!cropped) cropped = detail::crop_points(scan, intensity, time, s.min_range, s.max_range);
     return leaf > 0.0 ? voxel_downsample(*cropped, leaf) : *cropped;
   };
@@ -617,7 +617,13 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     if (motion.twist && !math::moves(*motion.twist)) motion.twist.reset();
   }
   std::optional<math::Twist> twist = motion.twist;  // the re-de-skew passes replace it
-  PointCloud filtered = preprocess_points(scan, intensity, times, twist ? &*twist : nullptr);
+  // The points' path: the twist, or the IMU's rate part by part with the twist's translation.
+  const auto path_of = [&motion](const math::Twist& xi) { return Impl::sweep_path(xi, motion); };
+  PointCloud filtered = [&] {
+    if (!twist) return preprocess_points(scan, intensity, times);
+    const math::SweepPath path = path_of(*twist);
+    return preprocess_points(scan, intensity, times, &path);
+  }();
   Impl& m = *impl_;
   const SweepExtent extent = times ? sweep_extent(scan, times, m.settings.max_range) : SweepExtent{};
   double pre_ms = detail::ms_since(t0);
@@ -651,7 +657,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       !motion_given) {
     const double gap = time - before.last_time;
     const double reach = deskew_reach(extent);
-    // The IMU's rotation, when it covered the sweep, is kept: the halves mend the translation.
+    // The IMU's rotation, when it covered the sweep, is kept: the passes mend the translation.
     const bool imu_rotation = motion.twist && motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
     bool own_taken = false;  // a pass on the sweep's own motion was kept
     const int passes = own_motion ? std::max(m.settings.deskew_passes, kSweepMotionPasses) : m.settings.deskew_passes;
@@ -671,15 +677,16 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
             sweep_motion(accepted, m.aligner, filtered, start, twist ? *twist : math::Twist{});
         if (!own) break;
         next = *own;
-        if (imu_rotation) std::copy(std::begin(motion.twist->w), std::end(motion.twist->w), std::begin(next.w));
         detail::log().debug("localizer: frame at t={} pass {}: the sweep's own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, "
                             "w ({:.4f}, {:.4f}, {:.4f}) rad/s",
                             time, pass + 1, next.v[0], next.v[1], next.v[2], next.w[0], next.w[1], next.w[2]);
       }
+      if (imu_rotation) std::copy(std::begin(motion.twist->w), std::end(motion.twist->w), std::begin(next.w));
       if (twist_change(next, twist ? *twist : math::Twist{}) * reach <= kDeskewPassTolerance) break;
       twist = next;
       const auto t1 = std::chrono::steady_clock::now();
-      filtered = preprocess_points(scan, intensity, times, &*twist);
+      const math::SweepPath path = path_of(*twist);
+      filtered = preprocess_points(scan, intensity, times, &path);
       pre_ms += detail::ms_since(t1);
       const Impl::FrameState after = m.frame_state();
       m.restore(before);

@@ -164,7 +164,15 @@ struct Localizer::Impl {
     Deskew source = Deskew::Off;
     ImuCoverage imu = ImuCoverage::NotUsed;
     double imu_gap = 0.0;  // the longest stretch without a sample (s), for the warning
+    // With the IMU's rotation (source Imu): its mean rate over each of equal parts of the
+    // sweep [rates_begin, rates_end] (s from the scan's time), in the sensor frame; one part
+    // when fewer samples lie inside the sweep (the twist's own rate then). See sweep_path.
+    std::vector<Eigen::Vector3d> rates;
+    double rates_begin = 0.0, rates_end = 0.0;
   };
+  // The path a frame's points are de-skewed along: `twist`'s translation with, when the
+  // IMU gave `motion`'s rotation in parts, its rate part by part; else `twist` throughout.
+  static math::SweepPath sweep_path(const math::Twist& twist, const DeskewMotion& motion);
   // The motion a frame de-skews with (imu_deskew.cpp): `given`, the caller's over the sweep
   // (Localizer::localize with a SweepMotion), or null.
   DeskewMotion deskew_motion(double time, const Eigen::Matrix4d* prediction, const math::Twist* given,

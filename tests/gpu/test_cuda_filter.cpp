@@ -340,25 +340,39 @@ TEST_CASE("the CUDA scan filter de-skews each point as the CPU does, to float ro
   xi.v[2] = -0.5;
   xi.w[0] = 0.05;
   xi.w[2] = 1.9;
-  // The CPU: each point through math::deskew_point, then the CPU's crop and filter.
-  PointCloud moved = cloud;
-  for (std::size_t i = 0; i < moved.size(); ++i) {
-    math::deskew_point(xi, moved.time[i], moved.points[i].x(), moved.points[i].y(), moved.points[i].z());
+  // The twist alone, and the IMU's rate in 16 parts over the sweep [0, 0.1] (a turn's onset:
+  // yaw 0 to 1.9 rad/s, the translation the twist's).
+  const math::SweepPath constant = math::constant_path(xi);
+  math::SweepPath parts;
+  parts.segments = math::SweepPath::kMaxSegments;
+  for (int k = 0; k < parts.segments; ++k) {
+    parts.begin[k] = 0.1 * k / parts.segments;
+    parts.twist[k] = xi;
+    parts.twist[k].w[2] = 1.9 * std::min(1.0, k / 8.0);
   }
-  for (const double leaf : {0.0, 0.5, 1.0}) {
-    INFO("leaf " << leaf);
-    const PointCloud gpu = filter.crop_and_downsample(cloud, nullptr, 1.0, 100.0, leaf, cloud.time.data(), &xi);
-    const PointCloud cropped = crop_range(moved, 1.0, 100.0);
-    const PointCloud cpu = leaf > 0 ? voxel_downsample(cropped, leaf) : cropped;
-    REQUIRE(gpu.size() == cpu.size());
-    REQUIRE(gpu.time.size() == cpu.time.size());
-    // sin and cos in double on the device and the host may differ in the last bit, which
-    // the rounding to float almost always absorbs; a cell's centroid sums its points in
-    // another order on the GPU (see check_against_cpu).
-    CHECK(test::max_point_difference(gpu, cpu) < test::centroid_tolerance(moved));
-    double worst_time = 0.0;
-    for (std::size_t i = 0; i < gpu.size(); ++i) worst_time = std::max(worst_time, std::abs(double(gpu.time[i]) - cpu.time[i]));
-    CHECK(worst_time < 1e-7);  // a mean of times in [0, 0.1] in double, rounded to float (6e-9 apart)
+  math::anchor_path(parts);
+  for (const math::SweepPath* path : {&constant, static_cast<const math::SweepPath*>(&parts)}) {
+    INFO("parts " << path->segments);
+    // The CPU: each point through math::deskew_point, then the CPU's crop and filter.
+    PointCloud moved = cloud;
+    for (std::size_t i = 0; i < moved.size(); ++i) {
+      math::deskew_point(*path, moved.time[i], moved.points[i].x(), moved.points[i].y(), moved.points[i].z());
+    }
+    for (const double leaf : {0.0, 0.5, 1.0}) {
+      INFO("leaf " << leaf);
+      const PointCloud gpu = filter.crop_and_downsample(cloud, nullptr, 1.0, 100.0, leaf, cloud.time.data(), path);
+      const PointCloud cropped = crop_range(moved, 1.0, 100.0);
+      const PointCloud cpu = leaf > 0 ? voxel_downsample(cropped, leaf) : cropped;
+      REQUIRE(gpu.size() == cpu.size());
+      REQUIRE(gpu.time.size() == cpu.time.size());
+      // sin and cos in double on the device and the host may differ in the last bit, which
+      // the rounding to float almost always absorbs; a cell's centroid sums its points in
+      // another order on the GPU (see check_against_cpu).
+      CHECK(test::max_point_difference(gpu, cpu) < test::centroid_tolerance(moved));
+      double worst_time = 0.0;
+      for (std::size_t i = 0; i < gpu.size(); ++i) worst_time = std::max(worst_time, std::abs(double(gpu.time[i]) - cpu.time[i]));
+      CHECK(worst_time < 1e-7);  // a mean of times in [0, 0.1] in double, rounded to float (6e-9 apart)
+    }
   }
   // Without a twist the times are kept and the points are those of no de-skew, bit for bit.
   const PointCloud plain = filter.crop_and_downsample(cloud, nullptr, 1.0, 100.0, 0.0, cloud.time.data(), nullptr);
@@ -367,22 +381,24 @@ TEST_CASE("the CUDA scan filter de-skews each point as the CPU does, to float ro
   CHECK(plain.points == filter.crop_and_downsample(untimed, 1.0, 100.0, 0.0).points);
   CHECK(plain.time.size() == plain.size());
   // What the de-skew costs on the device (printed, not checked: a benchmark): a 100,000-point
-  // scan filtered at 1 m with and without the twist, 50 calls each, GPU time per call.
+  // scan filtered at 1 m without de-skew, with the twist and with the 16 parts, 50 calls
+  // each, GPU time per call.
   const PointCloud large = timed_cloud(100000);
-  double per_call[2] = {0.0, 0.0};
-  for (const bool with_twist : {false, true}) {
+  double per_call[3] = {0.0, 0.0, 0.0};
+  const math::SweepPath* timed_paths[3] = {nullptr, &constant, &parts};
+  for (int j = 0; j < 3; ++j) {
     detail::CudaScanFilter timed;
-    (void)timed.crop_and_downsample(large, nullptr, 1.0, 100.0, 1.0, large.time.data(), with_twist ? &xi : nullptr);
+    (void)timed.crop_and_downsample(large, nullptr, 1.0, 100.0, 1.0, large.time.data(), timed_paths[j]);
     const auto before = timed.telemetry();
     for (int k = 0; k < 50; ++k) {
-      (void)timed.crop_and_downsample(large, nullptr, 1.0, 100.0, 1.0, large.time.data(), with_twist ? &xi : nullptr);
+      (void)timed.crop_and_downsample(large, nullptr, 1.0, 100.0, 1.0, large.time.data(), timed_paths[j]);
     }
     const auto after = timed.telemetry();
-    per_call[with_twist ? 1 : 0] = (after.gpu_ms - before.gpu_ms) / static_cast<double>(after.calls - before.calls);
+    per_call[j] = (after.gpu_ms - before.gpu_ms) / static_cast<double>(after.calls - before.calls);
   }
   std::printf("CUDA scan filter, 100,000 points at 1 m: %.4f ms of GPU time per call without de-skew, %.4f ms with "
-              "(de-skew %.4f ms)\n",
-              per_call[0], per_call[1], per_call[1] - per_call[0]);
+              "the twist (de-skew %.4f ms), %.4f ms with 16 parts (%.4f ms)\n",
+              per_call[0], per_call[1], per_call[1] - per_call[0], per_call[2], per_call[2] - per_call[0]);
 }
 
 TEST_CASE("a CUDA localizer de-skews the simulator's fast drive as the CPU one does", "[gpu]") {

@@ -4,9 +4,24 @@
 #include "../support/test_support.hpp"
 
 #include <ndtcu/localizer.hpp>
+#include <ndtcu/trajectory.hpp>
+
+#include <algorithm>
+#include <optional>
 
 namespace ndtcu::test {
 
 inline LocalizerSettings cpu_localizer_settings() { return LocalizerSettings{}; }
+
+// The truth's motion over the sweep of `scan` (at `time`, with per-point times), from its
+// first to its last point time: a perfect odometry's SweepMotion. None where the truth
+// does not cover the sweep, or its points have no time span.
+inline std::optional<SweepMotion> truth_sweep_motion(const Trajectory& truth, const PointCloud& scan, double time) {
+  if (scan.time.empty()) return std::nullopt;
+  const auto [lo, hi] = std::minmax_element(scan.time.begin(), scan.time.end());
+  const auto a = interpolate_pose(truth, time + *lo), b = interpolate_pose(truth, time + *hi);
+  if (!a || !b || !(*hi > *lo)) return std::nullopt;
+  return sweep_motion_between(a->matrix(), b->matrix(), *hi - *lo);
+}
 
 }  // namespace ndtcu::test

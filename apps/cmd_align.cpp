@@ -163,7 +163,8 @@ std::string result_text(const AlignResult& r, const AlignContext& c) {
       out += fmt::format("  cov x-y     {:13.6e} {:13.6e} / {:13.6e} {:13.6e} (m^2, as Autoware's estimator)\n",
                          r.covariance_xy(0, 0), r.covariance_xy(0, 1), r.covariance_xy(1, 0), r.covariance_xy(1, 1));
     } else {
-      const char* why = r.covariance_mode == PoseCovariance::Laplace ? "-H is not positive definite at this pose"
+      const bool laplace = r.covariance_mode == PoseCovariance::Laplace || r.covariance_mode == PoseCovariance::Calibrated;
+      const char* why = laplace ? "-H is not positive definite at this pose"
                         : r.covariance_mode == PoseCovariance::Sandwich
                             ? "the points' -H is not positive definite at this pose, or the map is only on the GPU"
                             : "not finite";

@@ -58,6 +58,7 @@ const char* to_string(PoseCovariance c) {
     case PoseCovariance::MultiNdt: return "multi-ndt";
     case PoseCovariance::MultiNdtScore: return "multi-ndt-score";
     case PoseCovariance::Sandwich: return "sandwich";
+    case PoseCovariance::Calibrated: return "calibrated";
   }
   return "?";
 }
@@ -118,7 +119,7 @@ GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
 
 PoseCovariance pose_covariance_from_string(const std::string& name) {
   const PoseCovariance all[] = {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
-                                PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich};
+                                PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich, PoseCovariance::Calibrated};
   return parse(name, "pose covariance", all);
 }
 

@@ -115,7 +115,8 @@ NDTCU_ENUM_VALUES(CovarianceMode, covariance_mode_from_string, CovarianceMode::P
 NDTCU_ENUM_VALUES(Backend, backend_from_string, Backend::Cpu, Backend::Cuda, Backend::Auto);
 NDTCU_ENUM_VALUES(GpuNewtonLoop, gpu_loop_from_string, GpuNewtonLoop::Device, GpuNewtonLoop::Host);
 NDTCU_ENUM_VALUES(PoseCovariance, pose_covariance_from_string, PoseCovariance::None, PoseCovariance::Laplace,
-                  PoseCovariance::MultiNdt, PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich);
+                  PoseCovariance::MultiNdt, PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich,
+                  PoseCovariance::Calibrated);
 NDTCU_ENUM_VALUES(Recovery, recovery_from_string, Recovery::None, Recovery::LastGood, Recovery::Hypotheses);
 NDTCU_ENUM_VALUES(Deskew, deskew_from_string, Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry,
                   Deskew::Imu);

@@ -181,6 +181,8 @@ struct PoseCovarianceOptions {
   std::vector<double> offset_y = {0.5, -0.5, 0.0, 0.0, 0.0, 0.0};
   /// MultiNdtScore's softmax temperature (NVTL units): Autoware's `temperature`.
   double temperature = 0.05;
+  /// Calibrated: the constants of calibrated_pose_covariance (the Localizer's defaults).
+  CalibratedCovarianceSettings calibrated;
 };
 
 /// One pose covariance estimate and what it was made from.
@@ -205,6 +207,9 @@ struct PoseCovarianceResult {
   std::vector<double> weights;
   int alignments = 0;       ///< extra alignments run (MultiNdt: one per offset)
   int evaluations = 0;      ///< extra score evaluations run (MultiNdtScore: one per offset)
+  /// Calibrated: the term of the calibrated covariance that dominated (CalibratedCovariance::
+  /// dominant); None otherwise.
+  CovarianceTerm dominant = CovarianceTerm::None;
   double elapsed_ms = 0.0;  ///< wall time of the estimate
 };
 

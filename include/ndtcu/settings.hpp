@@ -90,6 +90,14 @@ enum class PoseCovariance {
   /// the NDT score for a log-likelihood, whose scale (d1, d2) is a fitting constant: scaling
   /// the score leaves it unchanged. One pass over the scan on the host.
   Sandwich,
+  /// The Laplace estimate calibrated (calibrated_pose_covariance in ndtcu/pose_covariance.hpp,
+  /// PoseCovarianceOptions::calibrated; the constants a Localizer's frames use by default):
+  /// widened by the residuals' spread, the scan's sparsity and its weakest direction, which
+  /// the alignment's own curvature does not see (the Laplace estimate alone is several times
+  /// too small against real errors). One pass over the scan's points more than Laplace. A
+  /// Localizer's frames calibrate with more of what the frame knows (the refinement's gap,
+  /// a search's rival): with this mode there it attaches Laplace and calibrates that.
+  Calibrated,
 };
 
 /// Most Newton iterations an alignment may ask for (AlignSettings::max_iterations,

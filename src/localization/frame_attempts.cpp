@@ -254,7 +254,7 @@ class Localizer::Impl::FrameAttempts {
       out.valid = true;
       out.pose = out.alignment.transform;
       // The covariance of the accepted alignment only (settings.align.pose_covariance).
-      attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
+      attach_pose_covariance(m.aligner, filtered, out.alignment, m.estimate_mode());
       refine();
       // The frame's covariance: the estimate calibrated (LocalizerSettings::covariance_*),
       // and held to the bound (max_position_sigma).
@@ -508,7 +508,7 @@ class Localizer::Impl::FrameAttempts {
     // directions (the pose is the prediction's there), the alignment's Laplace estimate
     // along the others. Without a prediction covariance (no good pose yet), each weak
     // direction gets the probe's step instead: the scan cannot tell poses that far apart.
-    attach_pose_covariance(m.aligner, filtered, out.alignment, m.settings.align.pose_covariance);
+    attach_pose_covariance(m.aligner, filtered, out.alignment, m.estimate_mode());
     // The held directions keep the alignment's own estimate, not the calibrated one: the
     // calibration's constants were fitted on valid frames in the map's voxels, while a
     // degenerate frame is held by the prediction and refined against finer ones. On the

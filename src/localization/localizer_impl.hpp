@@ -307,6 +307,14 @@ struct Localizer::Impl {
 
   bool accept(const AlignResult& r) const { return failed_check(r) == FrameCheck::Passed; }
 
+  // The estimate a frame attaches to its accepted alignment (settings.align.pose_covariance),
+  // which the frame then calibrates: Laplace for PoseCovariance::Calibrated, which the frame
+  // would otherwise calibrate twice.
+  PoseCovariance estimate_mode() const {
+    const PoseCovariance mode = settings.align.pose_covariance;
+    return mode == PoseCovariance::Calibrated ? PoseCovariance::Laplace : mode;
+  }
+
   // The constants of the frames' calibrated covariance (LocalizerSettings::covariance_*).
   CalibratedCovarianceSettings calibration() const {
     CalibratedCovarianceSettings c;

@@ -221,6 +221,28 @@ PoseCovarianceResult estimate_pose_covariance(Aligner& aligner, PointCloudView s
       }
       break;
     }
+    case PoseCovariance::Calibrated: {
+      // The Laplace estimate and what the alignment knows of its fit (the evidence a
+      // Localizer's frame gives but the refinement's gap and a search's rival).
+      const PoseCovarianceResult laplace = estimate_pose_covariance(aligner, source, result, PoseCovariance::Laplace);
+      CovarianceEvidence e;
+      e.laplace = laplace.covariance;
+      e.laplace_valid = laplace.valid;
+      e.resolution = aligner.settings().resolution;
+      e.outlier_ratio = aligner.settings().outlier_ratio;
+      e.matched_points = result.matched_points;
+      e.nvtl = result.nvtl;
+      // 2/3 E|x|^2: a point's squared distance from a rotation axis through the sensor,
+      // averaged over the axes (CovarianceEvidence::rotation_arm2).
+      e.rotation_arm2 = 2.0 / 3.0 * point_moments(source.points, source.size()).second.trace();
+      e.localizability = result.localizability;
+      const CalibratedCovariance c = calibrated_pose_covariance(e, options.calibrated);
+      out.valid = c.valid;
+      out.covariance = c.covariance;
+      out.covariance_xy = c.covariance.topLeftCorner<2, 2>();
+      out.dominant = c.dominant;
+      break;
+    }
   }
   out.elapsed_ms = ms_since(t0);
   return out;

@@ -214,6 +214,34 @@ TEST_CASE("The sandwich covariance on a CUDA aligner: the CPU aligner's halves a
   CHECK((r.covariance - a_inverse * bg * a_inverse).cwiseAbs().maxCoeff() <= 1e-8 * r.covariance.cwiseAbs().maxCoeff());
 }
 
+// The calibrated covariance on a CUDA aligner: the Laplace estimate of its own Hessian with
+// the terms of calibrated_pose_covariance, as the CPU aligner computes them from its result.
+TEST_CASE("The calibrated covariance on a CUDA aligner: the CPU aligner's at the same alignment", "[gpu]") {
+  if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
+  const Case c = cases({}).front();
+  ExecutionOptions cpu_exec, gpu_exec;
+  cpu_exec.backend = Backend::Cpu;
+  gpu_exec.backend = Backend::Cuda;
+  AlignSettings s = c.settings;
+  s.pose_covariance = PoseCovariance::Calibrated;
+  Aligner cpu(s, cpu_exec), gpu(s, gpu_exec);
+  cpu.set_target(c.target);
+  gpu.set_target(c.target);
+  AlignResult r = gpu.align_from_pose(c.source, c.guess);
+  REQUIRE(r.converged);
+  AlignResult on_cpu = r;  // the same alignment's result, calibrated by the CPU aligner
+  attach_pose_covariance(gpu, c.source, r);
+  attach_pose_covariance(cpu, c.source, on_cpu);
+  CHECK(r.covariance_mode == PoseCovariance::Calibrated);
+  REQUIRE(r.covariance_valid);
+  REQUIRE(on_cpu.covariance_valid);
+  // Host math on the same numbers: equal to double rounding.
+  CHECK((r.covariance - on_cpu.covariance).cwiseAbs().maxCoeff() <= 1e-12 * on_cpu.covariance.cwiseAbs().maxCoeff());
+  const PoseCovarianceResult laplace = estimate_pose_covariance(gpu, c.source, r, PoseCovariance::Laplace);
+  REQUIRE(laplace.valid);
+  CHECK(r.covariance.trace() > laplace.covariance.trace());
+}
+
 TEST_CASE("Backend::Cuda without a usable device is a clear CudaError", "[unit]") {
   AlignSettings s;
   ExecutionOptions execution;

@@ -90,9 +90,10 @@ std::vector<Pose6> expected_starts(const Pose6& pose) {
 
 TEST_CASE("Pose covariance names parse and print; a bad one is a clear error", "[unit][pose_covariance]") {
   for (PoseCovariance m : {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
-                           PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich}) {
+                           PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich, PoseCovariance::Calibrated}) {
     CHECK(pose_covariance_from_string(to_string(m)) == m);
   }
+  CHECK(std::string(to_string(PoseCovariance::Calibrated)) == "calibrated");
   CHECK(std::string(to_string(PoseCovariance::MultiNdtScore)) == "multi-ndt-score");
   try {
     (void)pose_covariance_from_string("multi_ndt");
@@ -100,7 +101,7 @@ TEST_CASE("Pose covariance names parse and print; a bad one is a clear error", "
   } catch (const Error& e) {
     const std::string what = e.what();
     CHECK(what.find("pose covariance 'multi_ndt'") != std::string::npos);
-    CHECK(what.find("none, laplace, multi-ndt, multi-ndt-score, sandwich") != std::string::npos);
+    CHECK(what.find("none, laplace, multi-ndt, multi-ndt-score, sandwich, calibrated") != std::string::npos);
   }
   AlignSettings s;
   CHECK(s.pose_covariance == PoseCovariance::None);
@@ -412,7 +413,8 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
   // No refinement: the evidence below is the alignment's alone (a refined frame adds the gap
   // between the two resolutions, its disagreement term).
   ls.refine_ratio = 0.0;
-  for (PoseCovariance mode : {PoseCovariance::Laplace, PoseCovariance::MultiNdtScore, PoseCovariance::None}) {
+  for (PoseCovariance mode :
+       {PoseCovariance::Laplace, PoseCovariance::MultiNdtScore, PoseCovariance::None, PoseCovariance::Calibrated}) {
     ls.align.pose_covariance = mode;
     Localizer localizer(ls, execution);
     CHECK(localizer.aligner().settings().pose_covariance == mode);  // the aligner itself estimates none
@@ -421,7 +423,9 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
     const LocalizationResult out = localizer.localize_preprocessed(c.source, 0.0);
     INFO(to_string(mode) << ": NVTL " << out.alignment.nvtl);
     REQUIRE(out.valid);
-    CHECK(out.alignment.covariance_mode == mode);
+    // Calibrated: the frame attaches Laplace and calibrates that, once.
+    const PoseCovariance attached = mode == PoseCovariance::Calibrated ? PoseCovariance::Laplace : mode;
+    CHECK(out.alignment.covariance_mode == attached);
     // The frame's covariance is the alignment's estimate (kept unchanged there) calibrated
     // with the localizer's constants.
     CovarianceEvidence e;
@@ -433,7 +437,7 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
     e.nvtl = out.alignment.nvtl;
     e.localizability = out.alignment.localizability;  // its weakest direction: the localizability term
     const CalibratedCovariance expected = calibrated_pose_covariance(e);
-    if (mode == PoseCovariance::Laplace) {
+    if (attached == PoseCovariance::Laplace) {
       CHECK(relative_gap(out.alignment.covariance, (-out.alignment.hessian).inverse()) < 1e-9);
       CHECK(relative_gap(out.covariance, expected.covariance) < 1e-12);
       CHECK(out.covariance_term != CovarianceTerm::None);
@@ -445,6 +449,65 @@ TEST_CASE("The localizer's covariance follows pose_covariance (Laplace by defaul
       CHECK(relative_gap(out.covariance, expected.covariance) < 1e-12);
     }
   }
+}
+
+TEST_CASE("Calibrated on an Aligner: Laplace with the terms of calibrated_pose_covariance for that alignment",
+          "[unit][pose_covariance]") {
+  const Case c;
+  Aligner aligner(settings_with(PoseCovariance::Calibrated), kCpu);
+  aligner.set_target(c.target);
+  const AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
+  REQUIRE(r.converged);
+  REQUIRE(r.covariance_mode == PoseCovariance::Calibrated);
+  REQUIRE(r.covariance_valid);
+  const PoseCovarianceResult laplace = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Laplace);
+  REQUIRE(laplace.valid);
+  // The evidence recomputed here: the alignment's fit, and the scan's spread about the
+  // sensor (2/3 of the mean squared range).
+  CovarianceEvidence e;
+  e.laplace = laplace.covariance;
+  e.laplace_valid = true;
+  e.resolution = aligner.settings().resolution;
+  e.outlier_ratio = aligner.settings().outlier_ratio;
+  e.matched_points = r.matched_points;
+  e.nvtl = r.nvtl;
+  double r2 = 0.0;
+  for (const Eigen::Vector3f& p : c.source.points) r2 += p.cast<double>().squaredNorm();
+  e.rotation_arm2 = 2.0 / 3.0 * r2 / static_cast<double>(c.source.size());
+  e.localizability = r.localizability;
+  REQUIRE(r.localizability.valid);
+  const CalibratedCovariance expected = calibrated_pose_covariance(e);
+  CHECK(relative_gap(r.covariance, expected.covariance) < 1e-12);
+  CHECK(relative_gap(r.covariance_xy, expected.covariance.topLeftCorner<2, 2>()) < 1e-12);
+  // Wider than Laplace in every direction (the terms are positive semi-definite, the
+  // residual one a positive multiple of Laplace itself).
+  const Eigen::SelfAdjointEigenSolver<Matrix6d> wider(r.covariance - laplace.covariance);
+  CHECK(wider.eigenvalues().minCoeff() > -1e-15);
+  CHECK(r.covariance.trace() > 1.5 * laplace.covariance.trace());
+  // The estimate names its dominant term, the one expected names.
+  const PoseCovarianceResult full = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Calibrated);
+  CHECK(full.dominant == expected.dominant);
+  CHECK(full.dominant != CovarianceTerm::None);
+  CHECK(estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Laplace).dominant == CovarianceTerm::None);
+  // With every term's constant at zero, Laplace itself.
+  PoseCovarianceOptions bare;
+  bare.calibrated.sparsity_rotation = 0.0;
+  bare.calibrated.residual_scale = 0.0;
+  bare.calibrated.weak_direction_sigma = 0.0;
+  const PoseCovarianceResult plain = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Calibrated, bare);
+  CHECK(relative_gap(plain.covariance, laplace.covariance) < 1e-15);
+  CHECK(plain.dominant == CovarianceTerm::Laplace);
+  // A bad constant is an error naming it.
+  PoseCovarianceOptions bad;
+  bad.calibrated.residual_scale = -1.0;
+  CHECK_THROWS_WITH(estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Calibrated, bad),
+                    Catch::Contains("residual_scale"));
+  // No estimate where -H is not positive definite (here the Hessian turned about).
+  AlignResult nowhere = r;
+  nowhere.hessian = -nowhere.hessian;
+  const PoseCovarianceResult none = estimate_pose_covariance(aligner, c.source, nowhere, PoseCovariance::Calibrated);
+  CHECK_FALSE(none.valid);
+  CHECK(none.covariance.isZero(0.0));
 }
 
 namespace {

@@ -259,6 +259,7 @@ int main(int argc, char** argv) {
         {"multi-ndt+floor", "multi-ndt as published (floor)"},
         {"multi-ndt-score+floor", "multi-ndt-score as published"},
         {"sandwich", "A^-1 B A^-1 (x-y block)"},
+        {"calibrated", "Laplace calibrated (x-y block)"},
     };
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
@@ -302,6 +303,9 @@ int main(int argc, char** argv) {
         const PoseCovarianceResult sandwich = estimate_pose_covariance(aligner, scan, r, PoseCovariance::Sandwich);
         add_trial(rows[7], e, sandwich.covariance_xy, sandwich.valid);
         rows[7].time_ms += sandwich.elapsed_ms;
+        const PoseCovarianceResult calibrated = estimate_pose_covariance(aligner, scan, r, PoseCovariance::Calibrated);
+        add_trial(rows[8], e, calibrated.covariance_xy, calibrated.valid);
+        rows[8].time_ms += calibrated.elapsed_ms;
       }
     }
     const double trials_s = seconds_since(t0);

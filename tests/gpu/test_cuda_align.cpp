@@ -185,20 +185,29 @@ TEST_CASE("CUDA alignment to a map at UTM coordinates gives the same relative re
   CHECK(a.iterations == b.iterations);
 }
 
+namespace {
+
+// An aligner of the case's settings estimating `mode` on `backend`, the case's map set.
+Aligner covariance_aligner(const Case& c, PoseCovariance mode, Backend backend) {
+  AlignSettings s = c.settings;
+  s.pose_covariance = mode;
+  ExecutionOptions execution;
+  execution.backend = backend;
+  Aligner aligner(s, execution);
+  aligner.set_target(c.target);
+  return aligner;
+}
+
+}  // namespace
+
 // The sandwich covariance is computed on the host from the aligner's map: on a CUDA
 // aligner (its map built on the GPU) the same halves as the CPU aligner's at the same pose,
 // to the map's float bits.
 TEST_CASE("The sandwich covariance on a CUDA aligner: the CPU aligner's halves at the same pose", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   const Case c = cases({}).front();
-  ExecutionOptions cpu_exec, gpu_exec;
-  cpu_exec.backend = Backend::Cpu;
-  gpu_exec.backend = Backend::Cuda;
-  AlignSettings s = c.settings;
-  s.pose_covariance = PoseCovariance::Sandwich;
-  Aligner cpu(s, cpu_exec), gpu(s, gpu_exec);
-  cpu.set_target(c.target);
-  gpu.set_target(c.target);
+  Aligner cpu = covariance_aligner(c, PoseCovariance::Sandwich, Backend::Cpu);
+  Aligner gpu = covariance_aligner(c, PoseCovariance::Sandwich, Backend::Cuda);
   AlignResult r = gpu.align_from_pose(c.source, c.guess);
   REQUIRE(r.converged);
   Eigen::Matrix<double, 6, 6> hc, bc, hg, bg;
@@ -219,14 +228,8 @@ TEST_CASE("The sandwich covariance on a CUDA aligner: the CPU aligner's halves a
 TEST_CASE("The calibrated covariance on a CUDA aligner: the CPU aligner's at the same alignment", "[gpu]") {
   if (cuda_devices().empty()) NDTCU_SKIP("no CUDA device: " + cuda_unavailable_reason());
   const Case c = cases({}).front();
-  ExecutionOptions cpu_exec, gpu_exec;
-  cpu_exec.backend = Backend::Cpu;
-  gpu_exec.backend = Backend::Cuda;
-  AlignSettings s = c.settings;
-  s.pose_covariance = PoseCovariance::Calibrated;
-  Aligner cpu(s, cpu_exec), gpu(s, gpu_exec);
-  cpu.set_target(c.target);
-  gpu.set_target(c.target);
+  Aligner cpu = covariance_aligner(c, PoseCovariance::Calibrated, Backend::Cpu);
+  Aligner gpu = covariance_aligner(c, PoseCovariance::Calibrated, Backend::Cuda);
   AlignResult r = gpu.align_from_pose(c.source, c.guess);
   REQUIRE(r.converged);
   AlignResult on_cpu = r;  // the same alignment's result, calibrated by the CPU aligner

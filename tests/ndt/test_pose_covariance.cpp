@@ -62,6 +62,17 @@ struct Case {
   }
 };
 
+// The case aligned from its guess on `aligner` (its map set here), with the covariance of
+// the aligner's settings attached: required converged, of that mode and valid.
+AlignResult aligned_case(Aligner& aligner, const Case& c) {
+  aligner.set_target(c.target);
+  AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
+  REQUIRE(r.converged);
+  REQUIRE(r.covariance_mode == aligner.settings().pose_covariance);
+  REQUIRE(r.covariance_valid);
+  return r;
+}
+
 // Largest entry of |a - b| relative to the largest entry of |b|.
 double relative_gap(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) {
   return (a - b).cwiseAbs().maxCoeff() / b.cwiseAbs().maxCoeff();
@@ -168,11 +179,7 @@ TEST_CASE("Sandwich: A^-1 B A^-1 from the points' Hessian and the scatter of the
           "[unit][pose_covariance]") {
   const Case c;
   Aligner aligner(settings_with(PoseCovariance::Sandwich), kCpu);
-  aligner.set_target(c.target);
-  const AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
-  REQUIRE(r.converged);
-  REQUIRE(r.covariance_mode == PoseCovariance::Sandwich);
-  REQUIRE(r.covariance_valid);
+  const AlignResult r = aligned_case(aligner, c);
   Matrix6d hessian, scatter;
   REQUIRE(aligner.score_scatter(c.source, r.transform, hessian, scatter));
   // The points' Hessian is evaluate()'s, summed in another order (point by point here, in
@@ -455,11 +462,7 @@ TEST_CASE("Calibrated on an Aligner: Laplace with the terms of calibrated_pose_c
           "[unit][pose_covariance]") {
   const Case c;
   Aligner aligner(settings_with(PoseCovariance::Calibrated), kCpu);
-  aligner.set_target(c.target);
-  const AlignResult r = aligned_with_covariance(aligner, c.source, c.guess);
-  REQUIRE(r.converged);
-  REQUIRE(r.covariance_mode == PoseCovariance::Calibrated);
-  REQUIRE(r.covariance_valid);
+  const AlignResult r = aligned_case(aligner, c);
   const PoseCovarianceResult laplace = estimate_pose_covariance(aligner, c.source, r, PoseCovariance::Laplace);
   REQUIRE(laplace.valid);
   // The evidence recomputed here: the alignment's fit, and the scan's spread about the

@@ -192,13 +192,8 @@ class FrameLoop {
     const Deskew mode = ls_.deskew;
     const bool takes = mode == Deskew::Odometry || mode == Deskew::Imu || mode == Deskew::Auto;
     if (!in_.odometry || !takes || !filter_in_line_ || !scan.cloud.has_time()) return std::nullopt;
-    float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
-    for (const float t : scan.cloud.time) {
-      if (!std::isfinite(t)) continue;
-      lo = std::min(lo, t);
-      hi = std::max(hi, t);
-    }
-    if (!(hi > lo)) return std::nullopt;
+    double lo = 0.0, hi = 0.0;
+    if (!time_span(scan.cloud.time.data(), scan.cloud.size(), lo, hi) || !(hi > lo)) return std::nullopt;
     return in_.odometry->sweep_motion(scan.entry.time + lo, scan.entry.time + hi);
   }
 

@@ -99,4 +99,8 @@ struct Bounds {
 /// Bounds of `cloud` in world coordinates; `valid` is false when it is empty.
 Bounds compute_bounds(const PointCloud& cloud);
 
+/// The earliest and latest finite value of `times[0, count)` (a sweep's span, s from the
+/// scan's reference time: PointCloud::time). False, and both 0, when none is finite.
+bool time_span(const float* times, std::size_t count, double& earliest, double& latest);
+
 }  // namespace ndtcu

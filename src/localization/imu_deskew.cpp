@@ -51,17 +51,6 @@ const char* to_string(ImuCoverage coverage) {
 
 namespace detail {
 
-void time_span(const float* times, std::size_t n, double& t_min, double& t_max) {
-  float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(times[i])) continue;
-    lo = std::min(lo, times[i]);
-    hi = std::max(hi, times[i]);
-  }
-  t_min = lo <= hi ? lo : 0.0;
-  t_max = lo <= hi ? hi : 0.0;
-}
-
 ImuSweepRate imu_sweep_rate(const ImuSample* samples, std::size_t n, double begin, double end, double max_gap) {
   ImuSweepRate out;
   // The samples within max_gap of the sweep: [first, last).

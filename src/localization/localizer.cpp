@@ -610,7 +610,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     double t_min = 0.0, t_max = 0.0;
     const Deskew mode = impl_->settings.deskew;
     if (mode == Deskew::Imu || (mode == Deskew::Auto && impl_->imu_counts.added > 0)) {
-      detail::time_span(times, scan.size(), t_min, t_max);
+      time_span(times, scan.size(), t_min, t_max);
     }
     motion = impl_->deskew_motion(time, prediction, given ? &*given : nullptr, t_min, t_max);
     impl_->note_imu_coverage(motion, time, t_min, t_max);

@@ -62,8 +62,6 @@ struct ImuSweepRate {
   double longest_gap = 0.0;  // the longest stretch of the sweep without a sample (s)
 };
 
-// The smallest and largest finite value of `times[0, n)` (both 0 when there is none).
-void time_span(const float* times, std::size_t n, double& t_min, double& t_max);
 
 // The samples `samples[0, n)` (in time order) over [begin, end]: Missing when none lies
 // within `max_gap` of it, Gap when a stretch of it longer than `max_gap` has none (see

@@ -6,7 +6,6 @@
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/trajectory.hpp>
 
-#include <algorithm>
 #include <optional>
 
 namespace ndtcu::test {
@@ -17,11 +16,11 @@ inline LocalizerSettings cpu_localizer_settings() { return LocalizerSettings{}; 
 // first to its last point time: a perfect odometry's SweepMotion. None where the truth
 // does not cover the sweep, or its points have no time span.
 inline std::optional<SweepMotion> truth_sweep_motion(const Trajectory& truth, const PointCloud& scan, double time) {
-  if (scan.time.empty()) return std::nullopt;
-  const auto [lo, hi] = std::minmax_element(scan.time.begin(), scan.time.end());
-  const auto a = interpolate_pose(truth, time + *lo), b = interpolate_pose(truth, time + *hi);
-  if (!a || !b || !(*hi > *lo)) return std::nullopt;
-  return sweep_motion_between(a->matrix(), b->matrix(), *hi - *lo);
+  double lo = 0.0, hi = 0.0;
+  if (!scan.has_time() || !time_span(scan.time.data(), scan.size(), lo, hi) || !(hi > lo)) return std::nullopt;
+  const auto a = interpolate_pose(truth, time + lo), b = interpolate_pose(truth, time + hi);
+  if (!a || !b) return std::nullopt;
+  return sweep_motion_between(a->matrix(), b->matrix(), hi - lo);
 }
 
 }  // namespace ndtcu::test

@@ -111,65 +111,78 @@ TEST_CASE("de-skew: a sweep path in parts follows its twists, continuous, the id
     math::deskew_point(base, t, a, b, c);
     CHECK((x == a && y == b && z == c));
   }
-  // Six parts over [-0.04, 0.06] (the reference time inside the sweep), their rates a
-  // turn's onset (yaw 0 to 1.3 rad/s) with some roll and pitch, the translation `base`'s.
-  math::SweepPath path;
-  path.segments = 6;
-  const double rates[6][3] = {{0.0, 0.0, 0.0},  {0.02, 0.0, 0.1},   {0.05, -0.03, 0.6},
-                              {0.1, -0.05, 1.1}, {0.08, -0.02, 1.3}, {0.0, 0.0, 1.3}};
-  for (int k = 0; k < 6; ++k) {
-    path.begin[k] = -0.04 + 0.1 * k / 6.0;
-    path.twist[k] = base;
-    for (int i = 0; i < 3; ++i) path.twist[k].w[i] = rates[k][i];
-  }
-  math::anchor_path(path);
-  // The reference: the sensor's pose integrated from t = 0 in 20,000 steps of the part's
-  // constant twist (rotation by the step's angle, translation by the midpoint rotation).
-  const auto part_of = [&path](double t) {
-    int k = 0;
-    while (k + 1 < path.segments && t >= path.begin[k + 1]) ++k;
-    return k;
-  };
-  const auto integrated = [&](double t) {
-    Eigen::Isometry3d pose = Eigen::Isometry3d::Identity();
-    const int steps = 20000;
-    const double dt = t / steps;
-    for (int s = 0; s < steps; ++s) {
-      const math::Twist& xi = path.twist[part_of((s + 0.5) * dt)];
-      const Eigen::Vector3d w(xi.w[0], xi.w[1], xi.w[2]), v(xi.v[0], xi.v[1], xi.v[2]);
-      const double angle = w.norm() * dt;
-      const Eigen::Matrix3d half = w.norm() > 0 ? Eigen::AngleAxisd(0.5 * angle, w.normalized()).toRotationMatrix()
-                                                : Eigen::Matrix3d::Identity();
-      pose.translation() += pose.linear() * half * v * dt;
-      pose.linear() = pose.linear() * half * half;
+  // Six parts over a 0.1 s sweep, their rates a turn's onset (yaw 0 to 1.3 rad/s) with some
+  // roll and pitch, the translation `base`'s; the reference time inside the sweep, before
+  // it, and at its end (times all negative).
+  for (const double start : {-0.04, 0.01, -0.1}) {
+    INFO("sweep from " << start << " s");
+    math::SweepPath path;
+    path.segments = 6;
+    const double rates[6][3] = {{0.0, 0.0, 0.0},  {0.02, 0.0, 0.1},   {0.05, -0.03, 0.6},
+                                {0.1, -0.05, 1.1}, {0.08, -0.02, 1.3}, {0.0, 0.0, 1.3}};
+    for (int k = 0; k < 6; ++k) {
+      path.begin[k] = start + 0.1 * k / 6.0;
+      path.twist[k] = base;
+      for (int i = 0; i < 3; ++i) path.twist[k].w[i] = rates[k][i];
     }
-    return pose;
-  };
-  for (const double t : {-0.04, -0.031, -0.0234, 0.0, 0.001, 0.01, 0.0266, 0.04, 0.0433, 0.06, 0.07}) {
-    CAPTURE(t);
-    const Eigen::Isometry3d pose = integrated(t);
-    for (int j = 0; j < 4; ++j) {
-      const Eigen::Vector3f p(static_cast<float>(30 * u(rng)), static_cast<float>(30 * u(rng)),
-                              static_cast<float>(3 * u(rng)));
-      float x = p.x(), y = p.y(), z = p.z();
-      math::deskew_point(path, static_cast<float>(t), x, y, z);
-      // The step's rounding (1e-7 m) and the float time's (t in float: 1e-9 s at 18 m/s).
-      CHECK((Eigen::Vector3d(x, y, z) - pose * p.cast<double>()).norm() < 2e-5);
-      if (t == 0.0) CHECK((x == p.x() && y == p.y() && z == p.z()));
+    math::anchor_path(path);
+    // The reference: the sensor's pose integrated from t = 0 in steps of at most 5 us, each
+    // within one part (cut at the parts' starts) and of its constant twist: rotation by the
+    // step's angle, translation by the midpoint rotation.
+    const auto part_of = [&path](double t) {
+      int k = 0;
+      while (k + 1 < path.segments && t >= path.begin[k + 1]) ++k;
+      return k;
+    };
+    const auto integrated = [&](double t) {
+      Eigen::Isometry3d pose = Eigen::Isometry3d::Identity();
+      const double dir = t >= 0.0 ? 1.0 : -1.0;
+      double now = 0.0;
+      while (dir * (t - now) > 0.0) {
+        const int k = part_of(now + dir * 1e-12);  // the part the step runs in
+        double limit = t;
+        if (dir > 0 && k + 1 < path.segments) limit = std::min(limit, path.begin[k + 1]);
+        if (dir < 0 && k > 0) limit = std::max(limit, path.begin[k]);
+        const double dt = dir * std::min(5e-6, dir * (limit - now));
+        const math::Twist& xi = path.twist[k];
+        const Eigen::Vector3d w(xi.w[0], xi.w[1], xi.w[2]), v(xi.v[0], xi.v[1], xi.v[2]);
+        const double angle = w.norm() * dt;
+        const Eigen::Matrix3d half = w.norm() > 0 ? Eigen::AngleAxisd(0.5 * angle, w.normalized()).toRotationMatrix()
+                                                  : Eigen::Matrix3d::Identity();
+        pose.translation() += pose.linear() * half * v * dt;
+        pose.linear() = pose.linear() * half * half;
+        now = std::abs(limit - now) <= 5e-6 ? limit : now + dt;
+      }
+      return pose;
+    };
+    for (const double f : {0.0, 0.09, 0.166, 0.234, 0.4, 0.5, 0.666, 0.8, 0.833, 1.0, 1.1}) {
+      for (const double t : {start + 0.1 * f, 0.0}) {
+        CAPTURE(t);
+        const Eigen::Isometry3d pose = integrated(t);
+        const Eigen::Vector3f p(static_cast<float>(30 * u(rng)), static_cast<float>(30 * u(rng)),
+                                static_cast<float>(3 * u(rng)));
+        float x = p.x(), y = p.y(), z = p.z();
+        math::deskew_point(path, static_cast<float>(t), x, y, z);
+        // The steps' midpoint rule (at most 1e-6 m measured) and the float time's rounding
+        // (t in float: 1e-9 s at 18 m/s), and the float point's (2 um at 30 m).
+        CHECK((Eigen::Vector3d(x, y, z) - pose * p.cast<double>()).norm() < 5e-6);
+        if (t == 0.0) CHECK((x == p.x() && y == p.y() && z == p.z()));
+      }
     }
+    // Continuous at each part's start: points taken a float's step before it and at it (under
+    // 10 ns apart) land within 0.1 mm, where the rates' steps would part them by millimetres
+    // by the sweep's end.
+    for (int k = 1; k < path.segments; ++k) {
+      CAPTURE(k);
+      const float at = static_cast<float>(path.begin[k]);
+      const float before = std::nextafter(at, -1.0f);
+      float x0 = 25.0f, y0 = 10.0f, z0 = 1.0f, x1 = x0, y1 = y0, z1 = z0;
+      math::deskew_point(path, before, x0, y0, z0);
+      math::deskew_point(path, at, x1, y1, z1);
+      CHECK(Eigen::Vector3d(x1 - x0, y1 - y0, z1 - z0).norm() < 1e-4);
+    }
+    CHECK(math::moves(path));
   }
-  // Continuous at each part's start: a point taken just before it and at it land 1.8 mm
-  // apart at 20 m/s for 0.1 ms, not a part's rate change apart.
-  for (int k = 1; k < path.segments; ++k) {
-    CAPTURE(k);
-    const float at = static_cast<float>(path.begin[k]);
-    const float before = std::nextafter(at, -1.0f);
-    float x0 = 25.0f, y0 = 10.0f, z0 = 1.0f, x1 = x0, y1 = y0, z1 = z0;
-    math::deskew_point(path, before, x0, y0, z0);
-    math::deskew_point(path, at, x1, y1, z1);
-    CHECK(Eigen::Vector3d(x1 - x0, y1 - y0, z1 - z0).norm() < 1e-4);
-  }
-  CHECK(math::moves(path));
   CHECK_FALSE(math::moves(math::constant_path(math::Twist{})));
   // The cost along 16 parts: 100k points over the sweep, best of 5 (printed for the docs;
   // not a timed check). Each point finds its part and takes one more rotation.

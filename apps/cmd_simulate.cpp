@@ -57,6 +57,7 @@ struct SimulateOptions {
   sim::ImuSettings imu;  // --imu-*
   std::vector<double> imu_gyro_bias{imu.gyro_bias.x(), imu.gyro_bias.y(), imu.gyro_bias.z()};
   std::vector<double> imu_accel_bias{imu.accel_bias.x(), imu.accel_bias.y(), imu.accel_bias.z()};
+  double odometry_rate = 0.0;  // --odometry-rate
 };
 
 // --scale: a city of a square kilometre, a 10^7-point map and 10^5-point HDL-64 scans.
@@ -254,6 +255,10 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       ->delimiter(',')
       ->expected(3)
       ->capture_default_str();
+  cmd->add_option("--odometry-rate", o->odometry_rate,
+                  "the sensor's true pose this many times a second written as odometry_tum.txt (an odometry denser "
+                  "than the scans, for ndtcu localize --odometry); 0: none")
+      ->capture_default_str();
   cmd->add_flag("--bench", o->bench, "time ray casting (and map sampling with --map-points) instead of writing files");
   cmd->add_option("--bench-scans", o->bench_scans, "timed scans in --bench")->check(positive_number())->capture_default_str();
 
@@ -297,6 +302,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
     s.imu = o->imu;
     s.imu.gyro_bias = Eigen::Vector3d(o->imu_gyro_bias[0], o->imu_gyro_bias[1], o->imu_gyro_bias[2]);
     s.imu.accel_bias = Eigen::Vector3d(o->imu_accel_bias[0], o->imu_accel_bias[1], o->imu_accel_bias[2]);
+    s.odometry_rate_hz = o->odometry_rate;
     if (o->bench) {
       sim::validate(s);
       return run_bench(s, o->bench_scans, o->map_points > 0, global.json);
@@ -335,6 +341,7 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
         if (bag_imu > 0) j["rosbag"]["imu"] = {{"topic", "/imu"}, {"messages", bag_imu}};
       }
       if (s.imu.rate_hz > 0.0) j["imu"] = {{"file", "imu.csv"}, {"rate_hz", s.imu.rate_hz}};
+      if (s.odometry_rate_hz > 0.0) j["odometry"] = {{"file", "odometry_tum.txt"}, {"rate_hz", s.odometry_rate_hz}};
       std::cout << dump_json(j) << "\n";
       return 0;
     }
@@ -360,6 +367,9 @@ Command add_simulate(CLI::App& app, const GlobalOptions& global) {
       std::cout << fmt::format("  imu     imu.csv at {:g} Hz (gyro noise {:g} rad/s, bias {:g},{:g},{:g} rad/s)\n",
                                s.imu.rate_hz, s.imu.gyro_noise, s.imu.gyro_bias.x(), s.imu.gyro_bias.y(),
                                s.imu.gyro_bias.z());
+    }
+    if (s.odometry_rate_hz > 0.0) {
+      std::cout << fmt::format("  odom    odometry_tum.txt, the true pose at {:g} Hz\n", s.odometry_rate_hz);
     }
     if (!o->rosbag.empty()) {
       std::cout << fmt::format("  rosbag  {}: {} sensor_msgs/msg/PointCloud2 messages on /points{} (ROS 2, MCAP)\n",

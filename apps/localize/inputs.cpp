@@ -180,11 +180,8 @@ std::optional<std::pair<Eigen::Matrix4d, Eigen::Matrix<double, 6, 6>>> OdometryP
   return std::make_pair(Eigen::Matrix4d(pose * motion.matrix()), c);
 }
 
-std::optional<SweepMotion> OdometryPredictor::sweep_motion(double begin, double end) const {
-  if (!(end > begin)) return std::nullopt;
-  const auto from = interpolate_pose(odometry_, begin), to = interpolate_pose(odometry_, end);
-  if (!from || !to) return std::nullopt;
-  return sweep_motion_between(from->matrix(), to->matrix(), end - begin);
+std::optional<SweepMotionParts> OdometryPredictor::sweep_motion(double time, double begin, double end) const {
+  return odometry_sweep_motion(odometry_, time, begin, end);
 }
 
 // The IMU samples: a CSV file, or a sensor_msgs/Imu topic of the scans' bag (each at the

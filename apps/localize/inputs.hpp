@@ -39,10 +39,11 @@ class OdometryPredictor {
                                                                                const Eigen::Matrix<double, 6, 6>& cov,
                                                                                double time) const;
 
-  // The sensor's motion over a sweep from `begin` to `end` (its first and last point times,
-  // begin < end): the odometry's own motion between them, or nullopt where it does not
-  // cover both.
-  std::optional<SweepMotion> sweep_motion(double begin, double end) const;
+  // The sensor's motion over the sweep of a scan at `time` from `begin` to `end` (its first
+  // and last point times, begin < end): the odometry's own motion between them, in parts
+  // at the odometry's poses inside the sweep when it has any (a motion that changes within
+  // the sweep), or nullopt where it does not cover both.
+  std::optional<SweepMotionParts> sweep_motion(double time, double begin, double end) const;
 
   std::size_t size() const { return odometry_.size(); }
 

@@ -74,6 +74,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
                                                {"poses", in.odometry->size()},
                                                {"frames_predicted", t.odometry_used},
                                                {"frames_sweep_motion", t.odometry_sweeps},
+                                               {"frames_sweep_parts", t.odometry_sweep_parts},
                                                {"frames_outside", t.odometry_missing}}
                               : nlohmann::json(nullptr);
   const ImuStats imu = run.localizer.imu_stats();
@@ -388,8 +389,10 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
     text += fmt::format("  frames      {} localized, {} recovered, {} lost, {} degenerate, {} uncertain, {} skipped of {}\n",
                         t.localized, t.recovered, t.lost, t.degenerate, t.uncertain, t.skipped, t.done);
     if (!j["odometry"].is_null()) {
-      text += fmt::format("  odometry    {} frames predicted from {}, {} outside it; {} given its motion over their sweep\n",
-                          t.odometry_used, run.inputs.odometry_source, t.odometry_missing, t.odometry_sweeps);
+      text += fmt::format("  odometry    {} frames predicted from {}, {} outside it; {} given its motion over their sweep "
+                          "({} in parts)\n",
+                          t.odometry_used, run.inputs.odometry_source, t.odometry_missing, t.odometry_sweeps,
+                          t.odometry_sweep_parts);
     }
     if (run.map.streamer) {
       const TiledMapStreamStats ts = run.map.streamer->stats();

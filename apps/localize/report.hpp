@@ -72,6 +72,7 @@ struct FrameTally {
   std::size_t judged = 0, within = 0, accepted_wrong = 0;
   std::size_t odometry_used = 0, odometry_missing = 0;
   std::size_t odometry_sweeps = 0;  // frames given the odometry's motion over their sweep
+  std::size_t odometry_sweep_parts = 0;  // ... of them in parts (odometry poses inside the sweep)
   std::size_t map_swaps = 0;
   // Per swap: how long the frame waited for it (0 unless --map-update-wait or the map in
   // hand did not cover the frame's scan).

@@ -188,20 +188,21 @@ class FrameLoop {
   // The odometry's motion over the scan's sweep (its first to its last point time), for the
   // de-skew modes that take it (odometry, imu's translation, auto): none without odometry,
   // without per-point times, or where the odometry does not cover the sweep.
-  std::optional<SweepMotion> sweep_motion(const PreparedScan& scan) const {
+  std::optional<SweepMotionParts> sweep_motion(const PreparedScan& scan) const {
     const Deskew mode = ls_.deskew;
     const bool takes = mode == Deskew::Odometry || mode == Deskew::Imu || mode == Deskew::Auto;
     if (!in_.odometry || !takes || !filter_in_line_ || !scan.cloud.has_time()) return std::nullopt;
     double lo = 0.0, hi = 0.0;
     if (!time_span(scan.cloud.time.data(), scan.cloud.size(), lo, hi) || !(hi > lo)) return std::nullopt;
-    return in_.odometry->sweep_motion(scan.entry.time + lo, scan.entry.time + hi);
+    return in_.odometry->sweep_motion(scan.entry.time, scan.entry.time + lo, scan.entry.time + hi);
   }
 
   // The localizer's frame: from the odometry's prediction when there is one, else its own.
   LocalizationResult align(const PreparedScan& scan, const std::optional<Prediction>& predicted) {
     const double time = scan.entry.time;
-    if (const std::optional<SweepMotion> motion = sweep_motion(scan)) {
+    if (const std::optional<SweepMotionParts> motion = sweep_motion(scan)) {
       ++t_.odometry_sweeps;
+      t_.odometry_sweep_parts += motion->motion.size() > 1;
       return predicted ? localizer_.localize(scan.cloud, time, predicted->first, predicted->second, *motion)
                        : localizer_.localize(scan.cloud, time, *motion);
     }

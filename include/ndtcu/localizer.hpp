@@ -58,6 +58,28 @@ struct SweepMotion {
 /// non-positive or non-finite `dt`, or a pose that is not a finite rigid transform.
 SweepMotion sweep_motion_between(const Eigen::Matrix4d& from, const Eigen::Matrix4d& to, double dt);
 
+/// The sensor's motion over one sweep in parts, for odometry denser than the sweeps: a
+/// motion that changes within the sweep (a turn's onset or end, braking) bends the scan in a
+/// way no single SweepMotion follows. Part k holds `motion[k]` from `begin[k]` to
+/// `begin[k + 1]` (s from the scan's time; the last to `end`); the first part reaches below
+/// its begin and the last above `end` (points outside the span). One part is a SweepMotion.
+struct SweepMotionParts {
+  static constexpr std::size_t kMaxParts = 16;  ///< the most parts a sweep takes
+  std::vector<double> begin;        ///< increasing, one per part
+  double end = 0.0;                 ///< the last part's end, after its begin (one part: unused)
+  std::vector<SweepMotion> motion;  ///< one per part
+};
+
+/// The parts of the motion through odometry poses `poses` (T_world_sensor, rigid) at
+/// `times` (increasing, the scans' clock), for a scan at `scan_time`: part k from
+/// times[k] - scan_time at sweep_motion_between(poses[k], poses[k + 1], its duration), the
+/// parts ending at times.back() - scan_time. More than kMaxParts + 1 poses are thinned to
+/// kMaxParts + 1 spread evenly over them (the first and last kept). Throws Error for fewer than
+/// two poses, lengths that differ, times not finite and increasing, or a pose that is not
+/// a finite rigid transform.
+SweepMotionParts sweep_motion_parts(const std::vector<double>& times, const std::vector<Eigen::Matrix4d>& poses,
+                                    double scan_time);
+
 /// What the localizer does for a frame whose first attempt (from the prediction) fails.
 enum class Recovery {
   None,        ///< nothing: the frame is lost
@@ -767,6 +789,15 @@ class Localizer {
   /// covariance)).
   LocalizationResult localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
                               const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotion& motion);
+  /// localize() with the sensor's motion over this sweep given in parts (SweepMotionParts:
+  /// odometry denser than the sweeps), each point de-skewed along them; otherwise as with a
+  /// SweepMotion (Deskew::Imu takes the parts' mean for its translation). Throws Error for
+  /// parts that are empty, more than kMaxParts, of lengths that differ, not increasing, or
+  /// not finite, naming what.
+  LocalizationResult localize(const PointCloud& scan, double time, const SweepMotionParts& motion);
+  /// The same with a prediction and its covariance.
+  LocalizationResult localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
+                              const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotionParts& motion);
 
   /// Gives the localizer an IMU sample (ImuSample: the IMU's frame, the scans' clock) for
   /// Deskew::Imu (and Auto). Samples are buffered in time order (the last 10 s of them,
@@ -795,7 +826,7 @@ class Localizer {
                                const math::SweepPath* path = nullptr) const;
   LocalizationResult localize_points(PointCloudView scan, const float* intensity, const float* time, double time_s,
                                      const Eigen::Matrix4d* prediction, const Eigen::Matrix<double, 6, 6>* covariance,
-                                     const SweepMotion* motion = nullptr);
+                                     const SweepMotionParts* motion = nullptr);
   // One frame from `prediction` with `covariance` (both null: the motion model's).
   // With `start`, the first attempt starts there instead of at the prediction, and no
   // search runs after the retries (a re-de-skew pass: the pose the pass before found).

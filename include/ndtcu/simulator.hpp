@@ -632,6 +632,11 @@ struct SimulationSettings {
   double sweep_time = 0.0;
   /// The IMU written as imu.csv (ndtcu/imu.hpp; rate_hz 0: none).
   ImuSettings imu;
+  /// When non-zero (1 to 2000), the sensor's true pose this many times a second over the
+  /// whole drive (through the last sweep) is written as odometry_tum.txt (TUM, world frame,
+  /// as poses_tum.txt): an odometry denser than the scans, whose motion changes within a
+  /// sweep as the drive's does (--odometry-rate; 0: none).
+  double odometry_rate_hz = 0.0;
 };
 
 /// Sets `scenario` and what it changes in `settings` (set trajectory.frames first: the

@@ -4,6 +4,7 @@
 /// estimate against a reference (absolute and relative pose error).
 
 #include <ndtcu/error.hpp>
+#include <ndtcu/localizer.hpp>
 
 #include <Eigen/Geometry>
 
@@ -69,6 +70,15 @@ inline constexpr double kStampTolerance = 1e-6;
 /// `max_gap` seconds (a gap the interpolation cannot bridge).
 std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& trajectory, double time,
                                                   double max_gap = std::numeric_limits<double>::infinity());
+
+/// The motion `odometry` (time-ordered T_world_sensor poses, the scans' clock) measured over
+/// the sweep of a scan at `scan_time` from `begin` to `end` (its first and last point times,
+/// begin < end), for Localizer::localize: its poses at the two ends (interpolate_pose) and
+/// those between them (more than kStampTolerance from either end) as the parts'
+/// boundaries (sweep_motion_parts; one part when it has no pose inside the sweep). Nullopt
+/// where `end` is not after `begin` or the odometry does not cover both ends.
+std::optional<SweepMotionParts> odometry_sweep_motion(const Trajectory& odometry, double scan_time, double begin,
+                                                      double end);
 
 /// Absolute trajectory error: translation differences of associated poses, in the frame
 /// both are given in (no alignment is applied).

@@ -289,4 +289,24 @@ std::optional<Eigen::Isometry3d> interpolate_pose(const Trajectory& t, double ti
   return out;
 }
 
+std::optional<SweepMotionParts> odometry_sweep_motion(const Trajectory& odometry, double scan_time, double begin,
+                                                      double end) {
+  if (!(end > begin)) return std::nullopt;
+  const auto from = interpolate_pose(odometry, begin), to = interpolate_pose(odometry, end);
+  if (!from || !to) return std::nullopt;
+  // The sweep's ends and the odometry's poses between them, kStampTolerance clear of the
+  // ends so that no part is empty.
+  std::vector<double> times{begin};
+  std::vector<Eigen::Matrix4d> poses{from->matrix()};
+  const auto inside = std::upper_bound(odometry.begin(), odometry.end(), begin + kStampTolerance,
+                                       [](double t, const StampedPose& p) { return t < p.time; });
+  for (auto p = inside; p != odometry.end() && p->time < end - kStampTolerance; ++p) {
+    times.push_back(p->time);
+    poses.push_back(p->pose.matrix());
+  }
+  times.push_back(end);
+  poses.push_back(to->matrix());
+  return sweep_motion_parts(times, poses, scan_time);
+}
+
 }  // namespace ndtcu

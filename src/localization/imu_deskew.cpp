@@ -218,6 +218,16 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
 }
 
 math::SweepPath Localizer::Impl::sweep_path(const math::Twist& twist, const DeskewMotion& motion) {
+  if (!motion.parts.empty()) {
+    math::SweepPath path;
+    path.segments = static_cast<int>(motion.parts.size());
+    for (int k = 0; k < path.segments; ++k) {
+      path.begin[k] = motion.parts[static_cast<std::size_t>(k)].first;
+      path.twist[k] = motion.parts[static_cast<std::size_t>(k)].second;
+    }
+    math::anchor_path(path);
+    return path;
+  }
   const int parts = static_cast<int>(motion.rates.size());
   if (parts <= 1) return math::constant_path(twist);
   math::SweepPath path;

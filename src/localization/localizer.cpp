@@ -180,6 +180,58 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
   return out;
 }
 
+static_assert(SweepMotionParts::kMaxParts == static_cast<std::size_t>(math::SweepPath::kMaxSegments),
+              "a sweep's parts are the path's segments");
+
+// The caller's motion over a sweep, checked (Error naming what is wrong): its mean twist
+// over the sweep (the parts' weighed by their durations; one part's own), and in `parts`
+// each part's begin and twist when there are two or more.
+math::Twist given_sweep_motion(const SweepMotionParts& sweep, std::vector<std::pair<double, math::Twist>>& parts) {
+  const std::size_t n = sweep.motion.size();
+  if (n == 0 || n > SweepMotionParts::kMaxParts) {
+    throw Error(fmt::format("localize: the sweep's motion has {} parts (1 to {})", n, SweepMotionParts::kMaxParts));
+  }
+  if (sweep.begin.size() != n) {
+    throw Error(fmt::format("localize: the sweep's motion has {} begins for {} parts", sweep.begin.size(), n));
+  }
+  const char* axes[] = {"x", "y", "z"};
+  const auto where = [n](std::size_t k) { return n > 1 ? fmt::format(" (part {})", k) : std::string(); };
+  std::vector<math::Twist> twists(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const SweepMotion& m = sweep.motion[k];
+    for (int i = 0; i < 3; ++i) {
+      if (!std::isfinite(m.linear[i])) {
+        throw Error(fmt::format("localize: the sweep's motion{}: linear.{} is {}", where(k), axes[i], m.linear[i]));
+      }
+      if (!std::isfinite(m.angular[i])) {
+        throw Error(fmt::format("localize: the sweep's motion{}: angular.{} is {}", where(k), axes[i], m.angular[i]));
+      }
+      twists[k].v[i] = m.linear[i];
+      twists[k].w[i] = m.angular[i];
+    }
+  }
+  if (n == 1) return twists[0];
+  for (std::size_t k = 0; k < n; ++k) {
+    const double next = k + 1 < n ? sweep.begin[k + 1] : sweep.end;
+    if (!std::isfinite(sweep.begin[k]) || !std::isfinite(next) || !(next > sweep.begin[k])) {
+      throw Error(fmt::format("localize: the sweep's motion{}: begins at {} and ends at {} s: the parts must be finite "
+                              "and follow each other in time",
+                              where(k), sweep.begin[k], next));
+    }
+  }
+  math::Twist mean;
+  const double span = sweep.end - sweep.begin[0];
+  for (std::size_t k = 0; k < n; ++k) {
+    const double weight = ((k + 1 < n ? sweep.begin[k + 1] : sweep.end) - sweep.begin[k]) / span;
+    for (int i = 0; i < 3; ++i) {
+      mean.v[i] += weight * twists[k].v[i];
+      mean.w[i] += weight * twists[k].w[i];
+    }
+    parts.emplace_back(sweep.begin[k], twists[k]);
+  }
+  return mean;
+}
+
 }  // namespace
 
 namespace detail {
@@ -582,27 +634,17 @@ LocalizationResult Localizer::localize(PointCloudView scan, double time) {
 LocalizationResult Localizer::localize_points(PointCloudView scan, const float* intensity, const float* times,
                                               double time, const Eigen::Matrix4d* prediction,
                                               const Eigen::Matrix<double, 6, 6>* covariance,
-                                              const SweepMotion* sweep) {
+                                              const SweepMotionParts* sweep) {
   const auto t0 = std::chrono::steady_clock::now();
   if (prediction) {
     check_rigid(*prediction, "localize: the prediction");
     detail::check_pose_matrix(*covariance, "localize: the prediction's covariance");
   }
+  // The caller's motion over the sweep: its parts (two or more), and their mean over the
+  // sweep (what the passes, the refinement's rule and the IMU's translation weigh).
   std::optional<math::Twist> given;
-  if (sweep) {
-    given.emplace();
-    const char* axes[] = {"x", "y", "z"};
-    for (int i = 0; i < 3; ++i) {
-      if (!std::isfinite(sweep->linear[i])) {
-        throw Error(fmt::format("localize: the sweep's motion: linear.{} is {}", axes[i], sweep->linear[i]));
-      }
-      if (!std::isfinite(sweep->angular[i])) {
-        throw Error(fmt::format("localize: the sweep's motion: angular.{} is {}", axes[i], sweep->angular[i]));
-      }
-      given->v[i] = sweep->linear[i];
-      given->w[i] = sweep->angular[i];
-    }
-  }
+  std::vector<std::pair<double, math::Twist>> given_parts;
+  if (sweep) given = given_sweep_motion(*sweep, given_parts);
   Impl::DeskewMotion motion;
   if (times && impl_->settings.deskew != Deskew::Off && impl_->initialized) {
     // The sweep's span (the finite times; deskew_point skips the others), which only the
@@ -614,7 +656,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     }
     motion = impl_->deskew_motion(time, prediction, given ? &*given : nullptr, t_min, t_max);
     impl_->note_imu_coverage(motion, time, t_min, t_max);
-    if (motion.twist && !math::moves(*motion.twist)) motion.twist.reset();
+    if (motion.source == Deskew::Odometry) motion.parts = std::move(given_parts);  // the caller's, when in parts
+    if (motion.twist && !math::moves(*motion.twist) && motion.parts.empty()) motion.twist.reset();
   }
   std::optional<math::Twist> twist = motion.twist;  // the re-de-skew passes replace it
   // The points' path: the twist, or the IMU's rate part by part with the twist's translation.
@@ -750,12 +793,33 @@ LocalizationResult Localizer::localize(const PointCloud& scan, double time, cons
   return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, &prediction, &covariance);
 }
 
+namespace {
+
+// One part: the sweep's motion as a SweepMotion gives it.
+SweepMotionParts one_part(const SweepMotion& motion) {
+  SweepMotionParts parts;
+  parts.begin = {0.0};
+  parts.motion = {motion};
+  return parts;
+}
+
+}  // namespace
+
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const SweepMotion& motion) {
-  return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, nullptr, nullptr, &motion);
+  return localize(scan, time, one_part(motion));
 }
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
                                        const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotion& motion) {
+  return localize(scan, time, prediction, covariance, one_part(motion));
+}
+
+LocalizationResult Localizer::localize(const PointCloud& scan, double time, const SweepMotionParts& motion) {
+  return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, nullptr, nullptr, &motion);
+}
+
+LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
+                                       const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotionParts& motion) {
   return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, &prediction, &covariance, &motion);
 }
 
@@ -771,6 +835,33 @@ SweepMotion sweep_motion_between(const Eigen::Matrix4d& from, const Eigen::Matri
     out.linear[i] = xi.v[i];
     out.angular[i] = xi.w[i];
   }
+  return out;
+}
+
+SweepMotionParts sweep_motion_parts(const std::vector<double>& times, const std::vector<Eigen::Matrix4d>& poses,
+                                    double scan_time) {
+  if (times.size() != poses.size()) {
+    throw Error(fmt::format("sweep_motion_parts: {} times for {} poses", times.size(), poses.size()));
+  }
+  if (poses.size() < 2) throw Error(fmt::format("sweep_motion_parts: {} poses (at least 2)", poses.size()));
+  if (!std::isfinite(scan_time)) throw Error(fmt::format("sweep_motion_parts: scan_time is {}", scan_time));
+  for (std::size_t k = 0; k < poses.size(); ++k) {
+    if (!std::isfinite(times[k]) || (k > 0 && !(times[k] > times[k - 1]))) {
+      throw Error(fmt::format("sweep_motion_parts: time {} ({}) is not finite and after the one before it", k, times[k]));
+    }
+    check_rigid(poses[k], fmt::format("sweep_motion_parts: pose {}", k).c_str());
+  }
+  // At most kMaxParts + 1 poses, spread evenly over those given, the first and last kept.
+  const std::size_t n = poses.size(), keep = std::min(n, SweepMotionParts::kMaxParts + 1);
+  std::vector<std::size_t> index(keep);
+  for (std::size_t j = 0; j < keep; ++j) index[j] = j * (n - 1) / (keep - 1);
+  SweepMotionParts out;
+  for (std::size_t j = 0; j + 1 < keep; ++j) {
+    const std::size_t a = index[j], b = index[j + 1];
+    out.begin.push_back(times[a] - scan_time);
+    out.motion.push_back(sweep_motion_between(poses[a], poses[b], times[b] - times[a]));
+  }
+  out.end = times.back() - scan_time;
   return out;
 }
 

@@ -167,9 +167,13 @@ struct Localizer::Impl {
     // when fewer samples lie inside the sweep (the twist's own rate then). See sweep_path.
     std::vector<Eigen::Vector3d> rates;
     double rates_begin = 0.0, rates_end = 0.0;
+    // With the caller's motion in parts (source Odometry, SweepMotionParts): each part's
+    // begin (s from the scan's time) and twist.
+    std::vector<std::pair<double, math::Twist>> parts;
   };
-  // The path a frame's points are de-skewed along: `twist`'s translation with, when the
-  // IMU gave `motion`'s rotation in parts, its rate part by part; else `twist` throughout.
+  // The path a frame's points are de-skewed along: the caller's parts when `motion` has
+  // them; `twist`'s translation with, when the IMU gave `motion`'s rotation in parts, its
+  // rate part by part; else `twist` throughout.
   static math::SweepPath sweep_path(const math::Twist& twist, const DeskewMotion& motion);
   // The motion a frame de-skews with (imu_deskew.cpp): `given`, the caller's over the sweep
   // (Localizer::localize with a SweepMotion), or null.

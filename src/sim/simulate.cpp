@@ -299,6 +299,10 @@ void validate(const SimulationSettings& s) {
                             kMaxSweepTime, s.trajectory.rate_hz, s.sweep_time));
   }
   validate(s.imu);
+  if (!(s.odometry_rate_hz == 0.0 || (s.odometry_rate_hz >= 1.0 && s.odometry_rate_hz <= 2000.0))) {
+    throw Error("odometry rate (--odometry-rate) must be 0 (none) or 1 to 2000 Hz, got " +
+                fmt::format("{:g}", s.odometry_rate_hz));
+  }
   if (!(s.map_tile_size == 0.0 || (s.map_tile_size >= 1.0 && s.map_tile_size <= 10000.0))) {
     throw Error("map tile size (--map-tile-size) must be 0 (one map.pcd) or 1 to 10000 m, got " +
                 fmt::format("{:g}", s.map_tile_size));
@@ -318,7 +322,8 @@ void prepare_output_folder(const fs::path& dir, const fs::path& scans_dir) {
   }
   fs::create_directories(scans_dir, ec);
   if (ec) throw IoError(scans_dir.string(), "cannot create folder: " + ec.message());
-  for (const char* name : {"world.json", "poses_tum.txt", "poses_kitti.txt", "initial_pose_rough.txt", "imu.csv"}) {
+  for (const char* name :
+       {"world.json", "poses_tum.txt", "poses_kitti.txt", "initial_pose_rough.txt", "imu.csv", "odometry_tum.txt"}) {
     fs::remove(dir / name, ec);
     if (ec) throw IoError((dir / name).string(), "cannot remove an earlier run's file: " + ec.message());
   }
@@ -608,6 +613,18 @@ SimulationSummary simulate(const SimulationSettings& settings, const std::string
     const double end = trajectory.back().time + settings.sweep_time;
     write_imu_csv((dir / "imu.csv").string(),
                   simulate_imu(drive, settings.trajectory.rate_hz, end, settings.imu, detail::hash4(seed, detail::kStreamImu, 1)));
+  }
+  if (settings.odometry_rate_hz > 0.0) {
+    // The true pose in the poses' clock (times k / rate from 0), through the last sweep.
+    const double end = trajectory.back().time + settings.sweep_time;
+    const Eigen::Isometry3d world_from_scene_frame = world_from_scene(world.scene());
+    std::vector<TimedPose> odometry;
+    for (long k = 0;; ++k) {
+      const double t = static_cast<double>(k) / settings.odometry_rate_hz;
+      if (t > end + 1e-9) break;
+      odometry.push_back({t, world_from_scene_frame * pose_at(drive, settings.trajectory.rate_hz, t)});
+    }
+    write_tum_poses((dir / "odometry_tum.txt").string(), odometry);
   }
 
   const nlohmann::ordered_json j = world_description(settings, scene, lidar, trajectory_settings, trajectory,

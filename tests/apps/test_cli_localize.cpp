@@ -310,30 +310,44 @@ TEST_CASE("ndtcu localize --odometry de-skews each scan with the odometry's moti
   // The simulator's fast drive (VLP-16 at 24 m/s, 0.1 s sweeps with per-point times) and
   // its exact poses as odometry. The odometry covers every sweep but the last (its end lies
   // past the last pose): frames 0-4 are given their sweep's motion, frame 0 too, which has no
-  // pose before it to take a motion from (with constant velocity it is 10 cm off).
+  // pose before it to take a motion from (with constant velocity it is 10 cm off). Its
+  // odometry at 100 Hz (--odometry-rate: odometry_tum.txt) has nine poses inside each sweep:
+  // every sweep it covers is given its motion in ten parts.
   const fs::path dir = test::temp_dir("cli_sweep_odometry");
   const fs::path sim = dir / "sim";
   const CliRun made = test::run_ndtcu({"simulate", "--out", sim.string(), "--scenario", "fast", "--sweep-time", "0.1",
-                                       "--frames", "6", "--sensor", "vlp16", "--seed", "1", "--threads", "2"});
+                                       "--frames", "6", "--sensor", "vlp16", "--seed", "1", "--threads", "2",
+                                       "--odometry-rate", "100"});
   CAPTURE(made.err);
   REQUIRE(made.rc == 0);
   const std::string poses = (sim / "poses_tum.txt").string();
-  const auto run = [&](const std::string& name, const std::string& deskew) {
+  const auto run = [&](const std::string& name, const std::string& deskew, const std::string& odometry) {
     const CliRun r = test::run_ndtcu({"--json", "localize", "--map", (sim / "map.pcd").string(), "--scans",
                                       (sim / "scans").string(), "--out", (dir / name).string(), "--backend", "cpu",
                                       "--threads", "2", "--no-plot", "--init-from", poses, "--reference", poses,
-                                      "--odometry", poses, "--odometry-noise", "0,0,0,0", "--deskew", deskew});
+                                      "--odometry", odometry, "--odometry-noise", "0,0,0,0", "--deskew", deskew});
     CAPTURE(r.err);
     REQUIRE(r.rc == 0);
     return nlohmann::json::parse(r.out);
   };
-  const auto swept = run("odometry", "odometry");
+  const auto swept = run("odometry", "odometry", poses);
   CHECK(swept["odometry"]["frames_sweep_motion"] == 5);
+  CHECK(swept["odometry"]["frames_sweep_parts"] == 0);
   CHECK(swept["deskewed"] == 6);
   CHECK(swept["lost"] == 0);
   CHECK(swept["success"]["accepted_wrong"] == 0);
   CHECK(double(swept["ate"]["rmse_m"]) < 0.03);
   // Constant velocity takes no motion from the odometry.
-  const auto cv = run("constant_velocity", "constant-velocity");
+  const auto cv = run("constant_velocity", "constant-velocity", poses);
   CHECK(cv["odometry"]["frames_sweep_motion"] == 0);
+  // The dense odometry, its poses covering the last sweep too.
+  const std::string dense = (sim / "odometry_tum.txt").string();
+  REQUIRE(fs::exists(dense));
+  const auto parts = run("odometry_dense", "odometry", dense);
+  CHECK(parts["odometry"]["poses"] == 61);  // 0 to 0.6 s at 100 Hz: the last sweep's end
+  CHECK(parts["odometry"]["frames_sweep_motion"] == 6);
+  CHECK(parts["odometry"]["frames_sweep_parts"] == 6);
+  CHECK(parts["lost"] == 0);
+  CHECK(parts["success"]["accepted_wrong"] == 0);
+  CHECK(double(parts["ate"]["rmse_m"]) < 0.03);
 }

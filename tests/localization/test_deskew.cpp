@@ -477,6 +477,107 @@ TEST_CASE("de-skew: a sweep's motion given with the scan is checked, and sweep_m
   CHECK(localizer.consecutive_lost() == 0);
 }
 
+TEST_CASE("de-skew: a sweep's motion in parts, from odometry poses inside the sweep, checked and de-skewed along",
+          "[unit][localization]") {
+  // Poses along one constant twist: every part between them is that twist.
+  math::Twist xi;
+  xi.v[0] = 20.0;
+  xi.v[1] = 0.3;
+  xi.w[2] = 1.2;
+  const auto pose_at = [&xi](double t) {
+    Eigen::Matrix4d m = Eigen::Matrix4d::Identity();
+    double r[9], o[3];
+    math::detail_deskew::twist_motion(xi, t, r, o);
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) m(i, j) = r[3 * i + j];
+      m(i, 3) = o[i];
+    }
+    return m;
+  };
+  std::vector<double> times;
+  std::vector<Eigen::Matrix4d> poses;
+  for (int k = 0; k <= 5; ++k) {
+    times.push_back(10.0 + 0.02 * k);
+    poses.push_back(pose_at(0.02 * k));
+  }
+  const SweepMotionParts parts = sweep_motion_parts(times, poses, 10.0);
+  REQUIRE(parts.motion.size() == 5);
+  REQUIRE(parts.begin.size() == 5);
+  CHECK(parts.begin.front() == Approx(0.0).margin(1e-12));
+  CHECK(parts.begin[3] == Approx(0.06).margin(1e-12));
+  CHECK(parts.end == Approx(0.1).margin(1e-12));
+  for (const SweepMotion& m : parts.motion) {
+    CHECK((m.linear - Eigen::Vector3d(xi.v[0], xi.v[1], xi.v[2])).norm() < 1e-9);
+    CHECK((m.angular - Eigen::Vector3d(xi.w[0], xi.w[1], xi.w[2])).norm() < 1e-9);
+  }
+  // More poses than parts: thinned evenly to 17 poses, the first and last kept.
+  std::vector<double> many_times;
+  std::vector<Eigen::Matrix4d> many;
+  for (int k = 0; k <= 40; ++k) {
+    many_times.push_back(0.0025 * k);
+    many.push_back(pose_at(0.0025 * k));
+  }
+  const SweepMotionParts thinned = sweep_motion_parts(many_times, many, 0.05);
+  CHECK(thinned.motion.size() == SweepMotionParts::kMaxParts);
+  CHECK(thinned.begin.front() == Approx(-0.05));
+  CHECK(thinned.end == Approx(0.05));
+  // Bad input, named.
+  CHECK_THROWS_WITH(sweep_motion_parts({0.0}, {poses[0]}, 0.0), Catch::Contains("1 poses (at least 2)"));
+  CHECK_THROWS_WITH(sweep_motion_parts({0.0, 0.1}, poses, 0.0), Catch::Contains("2 times for 6 poses"));
+  std::vector<double> repeated = times;
+  repeated[2] = repeated[1];
+  CHECK_THROWS_WITH(sweep_motion_parts(repeated, poses, 10.0), Catch::Contains("time 2"));
+  std::vector<Eigen::Matrix4d> sheared = poses;
+  sheared[1](0, 1) = 0.5;
+  CHECK_THROWS_WITH(sweep_motion_parts(times, sheared, 10.0), Catch::Contains("pose 1"));
+
+  // From a trajectory: an odometry at 100 Hz over a sweep from 10.005 to 10.095 s has nine
+  // poses inside it: ten parts, from the sweep's ends.
+  Trajectory odometry;
+  for (int k = 0; k <= 20; ++k) odometry.push_back({10.0 + 0.01 * k, Eigen::Isometry3d(pose_at(0.01 * k))});
+  const std::optional<SweepMotionParts> sweep = odometry_sweep_motion(odometry, 10.0, 10.005, 10.095);
+  REQUIRE(sweep);
+  CHECK(sweep->motion.size() == 10);
+  CHECK(sweep->begin.front() == Approx(0.005));
+  CHECK(sweep->begin[1] == Approx(0.01));
+  CHECK(sweep->end == Approx(0.095));
+  CHECK((sweep->motion[4].angular - Eigen::Vector3d(0.0, 0.0, 1.2)).norm() < 1e-6);
+  // One part where no pose lies inside; none beyond the odometry or for an empty sweep.
+  CHECK(odometry_sweep_motion(odometry, 10.0, 10.011, 10.019)->motion.size() == 1);
+  CHECK_FALSE(odometry_sweep_motion(odometry, 10.0, 10.15, 10.25));
+  CHECK_FALSE(odometry_sweep_motion(odometry, 10.0, 10.05, 10.05));
+
+  // The localizer checks the parts, naming what is wrong, and de-skews along good ones.
+  PointCloud map;
+  for (int i = -20; i <= 20; ++i) {
+    for (int j = -20; j <= 20; ++j) map.points.emplace_back(0.5f * i, 0.5f * j, 0.0f);
+  }
+  Localizer localizer(test::cpu_localizer_settings(), test::on_cpu(1));
+  localizer.set_map(map);
+  localizer.set_initial_pose(Eigen::Matrix4d::Identity());
+  PointCloud scan = map;
+  scan.time.assign(scan.size(), 0.05f);
+  SweepMotionParts bad = parts;
+  bad.motion[2].angular.z() = std::nan("");
+  CHECK_THROWS_WITH(localizer.localize(scan, 0.0, bad), Catch::Contains("(part 2): angular.z is nan"));
+  bad = parts;
+  bad.begin[3] = bad.begin[2];
+  CHECK_THROWS_WITH(localizer.localize(scan, 0.0, bad), Catch::Contains("(part 2)") && Catch::Contains("follow each other"));
+  bad = parts;
+  bad.begin.pop_back();
+  CHECK_THROWS_WITH(localizer.localize(scan, 0.0, bad), Catch::Contains("4 begins for 5 parts"));
+  bad = thinned;
+  bad.begin.push_back(bad.end);
+  bad.motion.push_back(bad.motion.back());
+  bad.end += 0.01;
+  CHECK_THROWS_WITH(localizer.localize(scan, 0.0, bad), Catch::Contains("17 parts (1 to 16)"));
+  CHECK(localizer.consecutive_lost() == 0);
+  const LocalizationResult r = localizer.localize(scan, 0.0, parts);
+  CHECK(r.deskewed);
+  CHECK(r.deskew_motion == Deskew::Odometry);
+  CHECK(r.deskew_passes == 0);  // the motion was given: no pass estimates it
+}
+
 TEST_CASE("de-skew: with no sweep the poses are off's bit for bit", "[unit][localization][sim]") {
   const DeskewSequence seq = make_fast("vlp16", 0.0, 8);
   const DeskewRun off = run(seq, Deskew::Off, false, "vlp16 no sweep, off");

@@ -172,25 +172,52 @@ void define_localizer(nb::module_& m) {
       .def(
           "localize",
           [](PyLocalizer& l, nb::handle scan, double time, nb::handle prediction, nb::handle covariance,
-             nb::handle sweep_motion) {
+             nb::handle sweep_motion, nb::handle sweep_motion_parts) {
             finite_arg(time, "time");
             CloudArg c(scan, "scan");
             if (prediction.is_none() != covariance.is_none()) {
               throw nb::value_error("localize: give prediction and covariance together");
             }
             // The sweep's motion only reaches a cloud with per-point times (an array has none).
-            std::optional<SweepMotion> motion;
-            if (!sweep_motion.is_none()) {
-              const auto v = nb::cast<std::vector<double>>(sweep_motion);
+            const auto six = [](nb::handle h, const std::string& what) {
+              const auto v = nb::cast<std::vector<double>>(h);
               if (v.size() != 6) {
-                throw nb::value_error(("localize: sweep_motion must hold 6 numbers (vx, vy, vz in m/s, wx, wy, wz in "
+                throw nb::value_error(("localize: " + what + " must hold 6 numbers (vx, vy, vz in m/s, wx, wy, wz in "
                                        "rad/s, sensor frame), got " + std::to_string(v.size()))
                                           .c_str());
               }
-              motion.emplace();
+              SweepMotion m;
               for (int i = 0; i < 3; ++i) {
-                motion->linear[i] = v[i];
-                motion->angular[i] = v[3 + i];
+                m.linear[i] = v[i];
+                m.angular[i] = v[3 + i];
+              }
+              return m;
+            };
+            std::optional<SweepMotionParts> motion;
+            if (!sweep_motion.is_none() && !sweep_motion_parts.is_none()) {
+              throw nb::value_error("localize: give sweep_motion or sweep_motion_parts, not both");
+            }
+            if (!sweep_motion.is_none()) {
+              motion.emplace();
+              motion->begin = {0.0};
+              motion->motion = {six(sweep_motion, "sweep_motion")};
+            }
+            if (!sweep_motion_parts.is_none()) {
+              if (!nb::isinstance<nb::dict>(sweep_motion_parts)) {
+                throw nb::value_error("localize: sweep_motion_parts must be a dict with 'begin', 'end' and 'motion'");
+              }
+              const nb::dict d = nb::borrow<nb::dict>(sweep_motion_parts);
+              for (const char* key : {"begin", "end", "motion"}) {
+                if (!d.contains(key)) {
+                  throw nb::value_error((std::string("localize: sweep_motion_parts has no '") + key + "'").c_str());
+                }
+              }
+              motion.emplace();
+              motion->begin = nb::cast<std::vector<double>>(d["begin"]);
+              motion->end = nb::cast<double>(d["end"]);
+              std::size_t k = 0;
+              for (nb::handle part : d["motion"]) {
+                motion->motion.push_back(six(part, "sweep_motion_parts['motion'][" + std::to_string(k++) + "]"));
               }
             }
             if (prediction.is_none()) {
@@ -218,12 +245,16 @@ void define_localizer(nb::module_& m) {
             return l.localize_preprocessed(filtered, time, p, c6);
           },
           "scan"_a, "time"_a, "prediction"_a = nb::none(), "covariance"_a = nb::none(), "sweep_motion"_a = nb::none(),
+          "sweep_motion_parts"_a = nb::none(),
           "Preprocesses and localizes one scan (sensor frame) taken at `time` (s, finite). The preprocessing crops and "
           "downsamples the scan into a new cloud; an array is read where it lies. With `prediction` (4x4 "
           "T_map_sensor, e.g. from odometry) and its 6x6 `covariance` ([x y z roll pitch yaw]), they replace the "
           "constant-velocity prediction. With `sweep_motion` (vx, vy, vz in m/s, wx, wy, wz in rad/s, sensor frame: "
           "the odometry's motion over this sweep), a cloud with per-point times is "
-          "de-skewed with it (deskew odometry, imu's translation, or auto) and no re-de-skew pass replaces it.")
+          "de-skewed with it (deskew odometry, imu's translation, or auto) and no re-de-skew pass replaces it. "
+          "With `sweep_motion_parts` (a dict: 'begin', the parts' start times in s from `time`, increasing; 'end', "
+          "the last part's end; 'motion', six numbers per part as sweep_motion: odometry denser than the sweeps), "
+          "each point is de-skewed along the parts.")
       .def(
           "predict",
           [](PyLocalizer& l, double time) {

@@ -656,6 +656,20 @@ def test_localizer_takes_a_prediction_and_the_aligner_a_prior(sample, truth_pose
     f = loc.localize(ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd")), float(times[4]),
                      sweep_motion=[1.0, 0.0, 0.0, 0.0, 0.0, 0.1])
     assert f.valid and not f.deskewed, (f.status, f.deskewed)
+    # ... or in parts: a dict of their begins, the last one's end and six numbers each.
+    scan4 = ndtcu.read_point_cloud(str(sample / "scans" / "000004.pcd"))
+    parts = {"begin": [0.0, 0.05], "end": 0.1, "motion": [[1.0, 0.0, 0.0, 0.0, 0.0, 0.1]] * 2}
+    with pytest.raises(ValueError, match="not both"):
+        loc.localize(scan4, float(times[4]), sweep_motion=[1.0, 0.0, 0.0, 0.0, 0.0, 0.1], sweep_motion_parts=parts)
+    with pytest.raises(ValueError, match="no 'end'"):
+        loc.localize(scan4, float(times[4]), sweep_motion_parts={"begin": parts["begin"], "motion": parts["motion"]})
+    with pytest.raises(ValueError, match=r"\['motion'\]\[1\] must hold 6 numbers"):
+        loc.localize(scan4, float(times[4]), sweep_motion_parts=dict(parts, motion=[[1.0] * 6, [1.0] * 5]))
+    with pytest.raises(ndtcu.Error, match=r"\(part 1\): angular.y is nan"):
+        loc.localize(scan4, float(times[4]),
+                     sweep_motion_parts=dict(parts, motion=[[1.0] * 6, [1.0, 0.0, 0.0, 0.0, float("nan"), 0.0]]))
+    f = loc.localize(scan4, float(times[4]), sweep_motion_parts=parts)
+    assert f.valid and not f.deskewed, (f.status, f.deskewed)
 
     scan = ndtcu.read_point_cloud(str(sample / "scans" / "000002.pcd"))
     target = ndtcu.read_point_cloud(str(sample / "map.pcd"))

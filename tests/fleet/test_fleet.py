@@ -20,7 +20,7 @@ from conftest import cli_localize
 ray = pytest.importorskip("ray")
 
 from ndtcu.fleet import load, run_fleet  # noqa: E402
-from ndtcu.fleet.runner import FAULT_ENV, OUTPUTS  # noqa: E402
+from ndtcu.fleet.runner import FAULT_ENV, OUTPUTS, Interrupted, Signals  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +197,27 @@ def test_a_signal_then_resume(cluster, sample, tmp_path, signum):
     for n, data in kept.items():
         assert (out / "runs" / n / "run.json").read_bytes() == data
     assert sorted(n for n in os.listdir(out / "runs")) == sorted(r["name"] for r in again["runs"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_a_run_is_written_waits_for_it(signum):
+    # A signal between a run's folder and its record would count a kept run as not run.
+    written = []
+    before = signal.getsignal(signum)
+    with Signals() as signals:
+        with pytest.raises(Interrupted) as stopped:
+            with signals.deferred():
+                os.kill(os.getpid(), signum)
+                written.append("folder")
+                time.sleep(0.05)
+                written.append("record")
+        assert stopped.value.signum == signum and signals.caught == signum
+        assert written == ["folder", "record"]
+        # Armed again: the next signal stops at once.
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signum)
+            time.sleep(1)
+    assert signal.getsignal(signum) == before
 
 
 def test_progress_line_and_usage_errors(cluster, sample, tmp_path):

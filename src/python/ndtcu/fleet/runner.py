@@ -13,6 +13,7 @@ One fleet at a time writes into DIR: it holds a lock on DIR/.ndtcu-fleet.lock (f
 its life, and only then clears what a killed fleet left half-written. SIGINT and SIGTERM
 end a fleet alike: the runs under way are left, the finished ones kept, the report written.
 """
+import contextlib
 import fcntl
 import json
 import os
@@ -401,6 +402,28 @@ class Signals:
     def hold(self):
         self._set(signal.SIG_IGN)
 
+    @contextlib.contextmanager
+    def deferred(self):
+        """A run's record and its folder are written whole: a signal that comes meanwhile is
+        noted, and raised as Interrupted once both are written (a run whose folder is in
+        place is then counted as done, never as not run)."""
+        if not self.active:
+            yield
+            return
+        pending = []
+
+        def note(signum, frame):
+            self.caught = signum
+            pending.append(signum)
+
+        self._set(note)
+        try:
+            yield
+        finally:
+            self.arm()
+        if pending:
+            raise Interrupted(pending[0])
+
     def __exit__(self, *exc):
         for s, handler in self.saved.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
@@ -551,7 +574,8 @@ def _run(m, out, signals, started, fault, address, gpus_per_run, cpus_per_run, m
                 ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
                 for ref in ready:
                     run = refs[ref]
-                    records[run.name] = _finish(out, run, ref, attempts, bar)
+                    with signals.deferred():
+                        records[run.name] = _finish(out, run, ref, attempts, bar)
                 if not ready and bar.tty:
                     bar.update()  # the ETA and the rate move while runs are under way
     except KeyboardInterrupt as e:

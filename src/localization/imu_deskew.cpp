@@ -199,15 +199,18 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
                                     std::upper_bound(samples, samples + n, time + time_min, later);
       const int parts = static_cast<int>(std::clamp<std::ptrdiff_t>(inside + 1, 1, math::SweepPath::kMaxSegments));
       if (parts > 1) {
-        out.rates_begin = time_min;
-        out.rates_end = time_max;
+        out.rotation_only = true;
         const double step = (time_max - time_min) / parts;
         for (int k = 0; k < parts; ++k) {
+          const double begin = time_min + k * step;
           const double a = time + time_min + k * step, b = k + 1 == parts ? time + time_max : a + step;
           const detail::ImuSweepRate part = detail::imu_sweep_rate(samples, n, a, b, settings.imu_max_gap);
           // (A part of a covered sweep is covered; the mean rate stands in should it not be.)
-          out.rates.push_back(part.coverage == ImuCoverage::Covered ? Eigen::Vector3d(sensor_from_imu * part.rate)
-                                                                     : rate);
+          const Eigen::Vector3d part_rate =
+              part.coverage == ImuCoverage::Covered ? Eigen::Vector3d(sensor_from_imu * part.rate) : rate;
+          math::Twist turn;
+          for (int i = 0; i < 3; ++i) turn.w[i] = part_rate(i);
+          out.parts.emplace_back(begin, turn);
         }
       }
       break;
@@ -218,25 +221,14 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
 }
 
 math::SweepPath Localizer::Impl::sweep_path(const math::Twist& twist, const DeskewMotion& motion) {
-  if (!motion.parts.empty()) {
-    math::SweepPath path;
-    path.segments = static_cast<int>(motion.parts.size());
-    for (int k = 0; k < path.segments; ++k) {
-      path.begin[k] = motion.parts[static_cast<std::size_t>(k)].first;
-      path.twist[k] = motion.parts[static_cast<std::size_t>(k)].second;
-    }
-    math::anchor_path(path);
-    return path;
-  }
-  const int parts = static_cast<int>(motion.rates.size());
-  if (parts <= 1) return math::constant_path(twist);
+  if (motion.parts.empty()) return math::constant_path(twist);
   math::SweepPath path;
-  path.segments = parts;
-  const double step = (motion.rates_end - motion.rates_begin) / parts;
-  for (int k = 0; k < parts; ++k) {
-    path.begin[k] = motion.rates_begin + k * step;
-    path.twist[k] = twist;
-    for (int i = 0; i < 3; ++i) path.twist[k].w[i] = motion.rates[static_cast<std::size_t>(k)](i);
+  path.segments = static_cast<int>(motion.parts.size());
+  for (int k = 0; k < path.segments; ++k) {
+    const auto& [begin, part] = motion.parts[static_cast<std::size_t>(k)];
+    path.begin[k] = begin;
+    path.twist[k] = part;
+    if (motion.rotation_only) std::copy(std::begin(twist.v), std::end(twist.v), std::begin(path.twist[k].v));
   }
   math::anchor_path(path);
   return path;

@@ -657,7 +657,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     motion = impl_->deskew_motion(time, prediction, given ? &*given : nullptr, t_min, t_max);
     impl_->note_imu_coverage(motion, time, t_min, t_max);
     if (motion.source == Deskew::Odometry) motion.parts = std::move(given_parts);  // the caller's, when in parts
-    if (motion.twist && !math::moves(*motion.twist) && motion.parts.empty()) motion.twist.reset();
+    const auto part_moves = [](const std::pair<double, math::Twist>& part) { return math::moves(part.second); };
+    if (motion.twist && !math::moves(*motion.twist) && std::none_of(motion.parts.begin(), motion.parts.end(), part_moves)) {
+      motion.twist.reset();
+    }
   }
   std::optional<math::Twist> twist = motion.twist;  // the re-de-skew passes replace it
   // The points' path: the twist, or the IMU's rate part by part with the twist's translation.

@@ -162,18 +162,16 @@ struct Localizer::Impl {
     Deskew source = Deskew::Off;
     ImuCoverage imu = ImuCoverage::NotUsed;
     double imu_gap = 0.0;  // the longest stretch without a sample (s), for the warning
-    // With the IMU's rotation (source Imu): its mean rate over each of equal parts of the
-    // sweep [rates_begin, rates_end] (s from the scan's time), in the sensor frame; one part
-    // when fewer samples lie inside the sweep (the twist's own rate then). See sweep_path.
-    std::vector<Eigen::Vector3d> rates;
-    double rates_begin = 0.0, rates_end = 0.0;
-    // With the caller's motion in parts (source Odometry, SweepMotionParts): each part's
-    // begin (s from the scan's time) and twist.
+    // The motion part by part over the sweep, each part's begin (s from the scan's time)
+    // and twist, two or more parts (none: `twist` throughout): the caller's (source
+    // Odometry, SweepMotionParts), whole; or, with `rotation_only`, the IMU's mean rate over
+    // each of equal parts of the sweep in the sensor frame (source Imu, one part per sample
+    // inside the sweep and one more), the translation being the de-skew twist's.
     std::vector<std::pair<double, math::Twist>> parts;
+    bool rotation_only = false;
   };
-  // The path a frame's points are de-skewed along: the caller's parts when `motion` has
-  // them; `twist`'s translation with, when the IMU gave `motion`'s rotation in parts, its
-  // rate part by part; else `twist` throughout.
+  // The path a frame's points are de-skewed along: `motion`'s parts (with `twist`'s
+  // translation where they give only the rotation), else `twist` throughout.
   static math::SweepPath sweep_path(const math::Twist& twist, const DeskewMotion& motion);
   // The motion a frame de-skews with (imu_deskew.cpp): `given`, the caller's over the sweep
   // (Localizer::localize with a SweepMotion), or null.

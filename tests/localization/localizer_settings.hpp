@@ -23,4 +23,14 @@ inline std::optional<SweepMotion> truth_sweep_motion(const Trajectory& truth, co
   return sweep_motion_between(a->matrix(), b->matrix(), hi - lo);
 }
 
+// A flat grid of points 0.5 m apart over 20 m, at z = 0: a map and a scan for argument
+// checks and de-skew rules (it holds height, roll and pitch only).
+inline PointCloud flat_grid() {
+  PointCloud grid;
+  for (int i = -20; i <= 20; ++i) {
+    for (int j = -20; j <= 20; ++j) grid.points.emplace_back(0.5f * i, 0.5f * j, 0.0f);
+  }
+  return grid;
+}
+
 }  // namespace ndtcu::test

@@ -41,15 +41,6 @@ Eigen::Vector3d deskewed(const math::Twist& xi, float t, const Eigen::Vector3f& 
   return Eigen::Vector3d(x, y, z);
 }
 
-// A flat grid of points 0.5 m apart over 20 m: a map and a scan for the argument checks.
-PointCloud flat_grid() {
-  PointCloud map;
-  for (int i = -20; i <= 20; ++i) {
-    for (int j = -20; j <= 20; ++j) map.points.emplace_back(0.5f * i, 0.5f * j, 0.0f);
-  }
-  return map;
-}
-
 // A localizer on `map` from the identity (CPU, one thread).
 Localizer grid_localizer(const PointCloud& map) {
   Localizer localizer(test::cpu_localizer_settings(), test::on_cpu(1));
@@ -476,7 +467,7 @@ TEST_CASE("de-skew: a sweep's motion given with the scan is checked, and sweep_m
   CHECK_THROWS_WITH(sweep_motion_between(sheared, to.matrix(), 0.1), Catch::Contains("`from`"));
 
   // The localizer refuses a non-finite motion, naming the entry, and changes nothing.
-  const PointCloud map = flat_grid();
+  const PointCloud map = test::flat_grid();
   Localizer localizer = grid_localizer(map);
   SweepMotion bad;
   bad.angular.y() = std::nan("");
@@ -560,7 +551,7 @@ TEST_CASE("de-skew: a sweep's motion in parts, from odometry poses inside the sw
   CHECK_FALSE(odometry_sweep_motion(odometry, 10.0, 10.05, 10.05));
 
   // The localizer checks the parts, naming what is wrong, and de-skews along good ones.
-  const PointCloud map = flat_grid();
+  const PointCloud map = test::flat_grid();
   Localizer localizer = grid_localizer(map);
   PointCloud scan = map;
   scan.time.assign(scan.size(), 0.05f);

@@ -219,10 +219,7 @@ TEST_CASE("imu de-skew: a sweep turned there and back, its mean rate zero, is de
   // of the sweep, 0 at its middle and -0.5 for the second half (times and rates exact in
   // binary, so the sweep's mean rate is 0 exactly). Its 16 parts turn; the mean alone
   // would move nothing.
-  PointCloud grid;
-  for (int i = -20; i <= 20; ++i) {
-    for (int j = -20; j <= 20; ++j) grid.points.emplace_back(0.5f * i, 0.5f * j, 0.0f);
-  }
+  const PointCloud grid = test::flat_grid();
   PointCloud scan = grid;
   for (std::size_t i = 0; i < scan.size(); ++i) {
     scan.time.push_back(static_cast<float>(0.125 * static_cast<double>(i) / static_cast<double>(scan.size() - 1)));

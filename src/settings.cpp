@@ -75,52 +75,29 @@ const char* to_string(StopReason r) {
   return "?";
 }
 
-namespace {
-template <typename E, std::size_t N>
-E parse(const std::string& name, const char* what, const E (&values)[N]) {
-  std::string names;
-  for (E v : values) {
-    if (name == to_string(v)) return v;
-    names += (names.empty() ? "" : ", ") + std::string(to_string(v));
-  }
-  throw Error("unknown " + std::string(what) + " '" + name + "' (expected " + names + ")");
-}
-}  // namespace
-
 SearchMethod search_method_from_string(const std::string& name) {
-  const SearchMethod all[] = {SearchMethod::Radius, SearchMethod::Direct27, SearchMethod::Direct7,
-                              SearchMethod::Direct1};
-  return parse(name, "search method", all);
+  return enum_from_name<SearchMethod>(name, "search method");
 }
 LineSearch line_search_from_string(const std::string& name) {
-  const LineSearch all[] = {LineSearch::MoreThuente, LineSearch::Fixed};
-  return parse(name, "line search", all);
+  return enum_from_name<LineSearch>(name, "line search");
 }
 NewtonDirection newton_direction_from_string(const std::string& name) {
-  const NewtonDirection all[] = {NewtonDirection::Pcl, NewtonDirection::SaddleFree};
-  return parse(name, "Newton direction", all);
+  return enum_from_name<NewtonDirection>(name, "Newton direction");
 }
 ConvergenceRule convergence_rule_from_string(const std::string& name) {
-  const ConvergenceRule all[] = {ConvergenceRule::Pcl, ConvergenceRule::Autoware};
-  return parse(name, "convergence rule", all);
+  return enum_from_name<ConvergenceRule>(name, "convergence rule");
 }
 CovarianceMode covariance_mode_from_string(const std::string& name) {
-  const CovarianceMode all[] = {CovarianceMode::Pcl, CovarianceMode::Autoware};
-  return parse(name, "covariance mode", all);
+  return enum_from_name<CovarianceMode>(name, "covariance mode");
 }
 Backend backend_from_string(const std::string& name) {
-  const Backend all[] = {Backend::Cpu, Backend::Cuda, Backend::Auto};
-  return parse(name, "backend", all);
+  return enum_from_name<Backend>(name, "backend");
 }
 GpuNewtonLoop gpu_loop_from_string(const std::string& name) {
-  const GpuNewtonLoop all[] = {GpuNewtonLoop::Device, GpuNewtonLoop::Host};
-  return parse(name, "GPU Newton loop", all);
+  return enum_from_name<GpuNewtonLoop>(name, "GPU Newton loop");
 }
-
 PoseCovariance pose_covariance_from_string(const std::string& name) {
-  const PoseCovariance all[] = {PoseCovariance::None, PoseCovariance::Laplace, PoseCovariance::MultiNdt,
-                                PoseCovariance::MultiNdtScore, PoseCovariance::Sandwich, PoseCovariance::Calibrated};
-  return parse(name, "pose covariance", all);
+  return enum_from_name<PoseCovariance>(name, "pose covariance");
 }
 
 bool wants_device_loop(const AlignSettings& s, const ExecutionOptions& e) {

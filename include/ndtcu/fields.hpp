@@ -141,6 +141,18 @@ std::vector<std::string> enum_names() {
   return names;
 }
 
+/// The value of E whose to_string is `name`, from the one list of its values above. Throws
+/// Error "WHAT 'NAME' is not one of A, B, C" otherwise, every value named.
+template <typename E>
+E enum_from_name(const std::string& name, const char* what) {
+  for (E e : EnumValues<E>::all()) {
+    if (name == to_string(e)) return e;
+  }
+  std::string choices;
+  for (const std::string& n : enum_names<E>()) choices += (choices.empty() ? "" : ", ") + n;
+  throw Error(std::string(what) + " '" + name + "' is not one of " + choices);
+}
+
 /// The fields of `S`, in the order of the struct (specialised for each struct listed).
 template <typename S>
 struct FieldList;

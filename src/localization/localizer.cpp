@@ -360,10 +360,7 @@ const char* to_string(Recovery recovery) {
 }
 
 Recovery recovery_from_string(const std::string& name) {
-  for (Recovery r : {Recovery::None, Recovery::LastGood, Recovery::Hypotheses}) {
-    if (name == to_string(r)) return r;
-  }
-  throw Error("recovery '" + name + "' is not one of none, last-good, hypotheses");
+  return enum_from_name<Recovery>(name, "recovery");
 }
 
 const char* to_string(Deskew deskew) {
@@ -378,10 +375,7 @@ const char* to_string(Deskew deskew) {
 }
 
 Deskew deskew_from_string(const std::string& name) {
-  for (Deskew d : {Deskew::Off, Deskew::Auto, Deskew::ConstantVelocity, Deskew::Odometry, Deskew::Imu}) {
-    if (name == to_string(d)) return d;
-  }
-  throw Error("deskew '" + name + "' is not one of off, auto, constant-velocity, odometry, imu");
+  return enum_from_name<Deskew>(name, "deskew");
 }
 
 const char* to_string(FrameStatus status) {
@@ -430,27 +424,12 @@ const char* to_string(FrameStage stage) {
   return "?";
 }
 
-namespace {
-
-// The value of E whose to_string is `name`, from the one list of its values (fields.hpp).
-template <typename E>
-E enum_from_string(const std::string& name, const char* what) {
-  for (E e : EnumValues<E>::all()) {
-    if (name == to_string(e)) return e;
-  }
-  std::string choices;
-  for (const std::string& n : enum_names<E>()) choices += (choices.empty() ? "" : ", ") + n;
-  throw Error(std::string(what) + " '" + name + "' is not one of " + choices);
-}
-
-}  // namespace
-
 FrameCheck frame_check_from_string(const std::string& name) {
-  return enum_from_string<FrameCheck>(name, "frame check");
+  return enum_from_name<FrameCheck>(name, "frame check");
 }
 
 FrameStage frame_stage_from_string(const std::string& name) {
-  return enum_from_string<FrameStage>(name, "frame stage");
+  return enum_from_name<FrameStage>(name, "frame stage");
 }
 
 Localizer::Impl::Impl(const LocalizerSettings& s, const ExecutionOptions& e)

@@ -1,6 +1,7 @@
 // Pose covariance after Autoware's ndt_scan_matcher: Laplace, MULTI_NDT, MULTI_NDT_SCORE
 // (formulas in include/ndtcu/pose_covariance.hpp).
 #include <ndtcu/error.hpp>
+#include <ndtcu/fields.hpp>
 #include <ndtcu/pose_covariance.hpp>
 #include <ndtcu/text.hpp>
 
@@ -285,11 +286,7 @@ const char* to_string(CovarianceTerm term) {
 }
 
 CovarianceTerm covariance_term_from_string(const std::string& name) {
-  for (CovarianceTerm t : {CovarianceTerm::None, CovarianceTerm::Laplace, CovarianceTerm::Sparsity,
-                           CovarianceTerm::Residual, CovarianceTerm::Disagreement, CovarianceTerm::Localizability}) {
-    if (name == to_string(t)) return t;
-  }
-  throw Error("covariance term '" + name + "' is not one of none, laplace, sparsity, residual, disagreement");
+  return enum_from_name<CovarianceTerm>(name, "covariance term");
 }
 
 CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, const CalibratedCovarianceSettings& s) {

@@ -178,3 +178,42 @@ TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionO
   CHECK(renames == 5);
   CHECK(execution == 1);  // ndt.num_threads -> threads
 }
+
+namespace {
+
+// Each listed name parses back to its value, and a name not listed is refused with every
+// value named (the one list of fields.hpp makes both).
+template <typename E>
+void check_enum_parser(const char* what) {
+  INFO(what);
+  const std::vector<std::string> names = enum_names<E>();
+  REQUIRE(!names.empty());
+  for (E e : EnumValues<E>::all()) CHECK(EnumValues<E>::parse(to_string(e)) == e);
+  std::string message;
+  try {
+    EnumValues<E>::parse("no-such-value");
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Contains(std::string(what) + " 'no-such-value' is not one of "));
+  for (const std::string& n : names) CHECK_THAT(message, Catch::Contains(n));
+}
+
+}  // namespace
+
+TEST_CASE("every enum's parser names all its values when it refuses one", "[unit][fields]") {
+  check_enum_parser<SearchMethod>("search method");
+  check_enum_parser<LineSearch>("line search");
+  check_enum_parser<ConvergenceRule>("convergence rule");
+  check_enum_parser<NewtonDirection>("Newton direction");
+  check_enum_parser<CovarianceMode>("covariance mode");
+  check_enum_parser<Backend>("backend");
+  check_enum_parser<GpuNewtonLoop>("GPU Newton loop");
+  check_enum_parser<PoseCovariance>("pose covariance");
+  check_enum_parser<Recovery>("recovery");
+  check_enum_parser<Deskew>("deskew");
+  check_enum_parser<FrameCheck>("frame check");
+  check_enum_parser<FrameStage>("frame stage");
+  // The term the calibrated covariance added last is named too.
+  check_enum_parser<CovarianceTerm>("covariance term");
+}

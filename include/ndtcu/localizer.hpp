@@ -68,6 +68,8 @@ struct SweepMotionParts {
   std::vector<double> begin;        ///< increasing, one per part
   double end = 0.0;                 ///< the last part's end, after its begin (one part: unused)
   std::vector<SweepMotion> motion;  ///< one per part
+  /// The sweep's motion in one part, as the SweepMotion overloads of Localizer::localize take it.
+  static SweepMotionParts whole(const SweepMotion& m) { return SweepMotionParts{{0.0}, 0.0, {m}}; }
 };
 
 /// The parts of the motion through odometry poses `poses` (T_world_sensor, rigid) at

@@ -135,7 +135,7 @@ ImuStats Localizer::imu_stats() const noexcept {
 }
 
 Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const Eigen::Matrix4d* prediction,
-                                                             const math::Twist* given, double time_min,
+                                                             const detail::GivenSweep* given, double time_min,
                                                              double time_max) const {
   // The constant-velocity model's motion (velocity(), per second; none before two good
   // poses, nor right after a lost frame, where it is the motion of a stretch before the
@@ -150,7 +150,7 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
     if (gap > 0.0 && std::isfinite(gap)) constant_velocity = detail::twist_of(delta, gap);
   }
   if (given) {
-    odometry = *given;  // the caller's, over the sweep itself
+    odometry = given->mean;  // the caller's, over the sweep itself
   } else if (prediction && known > 0) {
     const double gap = time - last_time;
     if (gap > 0.0 && std::isfinite(gap)) odometry = detail::twist_of(last.inverse() * *prediction, gap);
@@ -166,7 +166,10 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
   };
   switch (mode) {
     case Deskew::ConstantVelocity: from(constant_velocity, Deskew::ConstantVelocity); break;
-    case Deskew::Odometry: from(odometry, Deskew::Odometry); break;
+    case Deskew::Odometry:
+      from(odometry, Deskew::Odometry);
+      if (given) out.parts = given->parts;  // the caller's, when in parts
+      break;
     case Deskew::Imu: {
       const detail::ImuSweepRate w = detail::imu_sweep_rate(imu.data() + imu_front, imu.size() - imu_front,
                                                             time + time_min, time + time_max, settings.imu_max_gap);

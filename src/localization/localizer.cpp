@@ -183,10 +183,8 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
 static_assert(SweepMotionParts::kMaxParts == static_cast<std::size_t>(math::SweepPath::kMaxSegments),
               "a sweep's parts are the path's segments");
 
-// The caller's motion over a sweep, checked (Error naming what is wrong): its mean twist
-// over the sweep (the parts' weighed by their durations; one part's own), and in `parts`
-// each part's begin and twist when there are two or more.
-math::Twist given_sweep_motion(const SweepMotionParts& sweep, std::vector<std::pair<double, math::Twist>>& parts) {
+// The caller's motion over a sweep, checked (Error naming what is wrong).
+detail::GivenSweep given_sweep_motion(const SweepMotionParts& sweep) {
   const std::size_t n = sweep.motion.size();
   if (n == 0 || n > SweepMotionParts::kMaxParts) {
     throw Error(fmt::format("localize: the sweep's motion has {} parts (1 to {})", n, SweepMotionParts::kMaxParts));
@@ -210,7 +208,11 @@ math::Twist given_sweep_motion(const SweepMotionParts& sweep, std::vector<std::p
       twists[k].w[i] = m.angular[i];
     }
   }
-  if (n == 1) return twists[0];
+  detail::GivenSweep given;
+  if (n == 1) {
+    given.mean = twists[0];
+    return given;
+  }
   for (std::size_t k = 0; k < n; ++k) {
     const double next = k + 1 < n ? sweep.begin[k + 1] : sweep.end;
     if (!std::isfinite(sweep.begin[k]) || !std::isfinite(next) || !(next > sweep.begin[k])) {
@@ -219,17 +221,16 @@ math::Twist given_sweep_motion(const SweepMotionParts& sweep, std::vector<std::p
                               where(k), sweep.begin[k], next));
     }
   }
-  math::Twist mean;
   const double span = sweep.end - sweep.begin[0];
   for (std::size_t k = 0; k < n; ++k) {
     const double weight = ((k + 1 < n ? sweep.begin[k + 1] : sweep.end) - sweep.begin[k]) / span;
     for (int i = 0; i < 3; ++i) {
-      mean.v[i] += weight * twists[k].v[i];
-      mean.w[i] += weight * twists[k].w[i];
+      given.mean.v[i] += weight * twists[k].v[i];
+      given.mean.w[i] += weight * twists[k].w[i];
     }
-    parts.emplace_back(sweep.begin[k], twists[k]);
+    given.parts.emplace_back(sweep.begin[k], twists[k]);
   }
-  return mean;
+  return given;
 }
 
 }  // namespace
@@ -621,9 +622,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   }
   // The caller's motion over the sweep: its parts (two or more), and their mean over the
   // sweep (what the passes, the refinement's rule and the IMU's translation weigh).
-  std::optional<math::Twist> given;
-  std::vector<std::pair<double, math::Twist>> given_parts;
-  if (sweep) given = given_sweep_motion(*sweep, given_parts);
+  std::optional<detail::GivenSweep> given;
+  if (sweep) given = given_sweep_motion(*sweep);
   Impl::DeskewMotion motion;
   if (times && impl_->settings.deskew != Deskew::Off && impl_->initialized) {
     // The sweep's span (the finite times; deskew_point skips the others), which only the
@@ -635,7 +635,6 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     }
     motion = impl_->deskew_motion(time, prediction, given ? &*given : nullptr, t_min, t_max);
     impl_->note_imu_coverage(motion, time, t_min, t_max);
-    if (motion.source == Deskew::Odometry) motion.parts = std::move(given_parts);  // the caller's, when in parts
     const auto part_moves = [](const std::pair<double, math::Twist>& part) { return math::moves(part.second); };
     if (motion.twist && !math::moves(*motion.twist) && std::none_of(motion.parts.begin(), motion.parts.end(), part_moves)) {
       motion.twist.reset();
@@ -775,25 +774,13 @@ LocalizationResult Localizer::localize(const PointCloud& scan, double time, cons
   return localize_points(scan, scan.intensity_or_null(), scan.time_or_null(), time, &prediction, &covariance);
 }
 
-namespace {
-
-// One part: the sweep's motion as a SweepMotion gives it.
-SweepMotionParts one_part(const SweepMotion& motion) {
-  SweepMotionParts parts;
-  parts.begin = {0.0};
-  parts.motion = {motion};
-  return parts;
-}
-
-}  // namespace
-
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const SweepMotion& motion) {
-  return localize(scan, time, one_part(motion));
+  return localize(scan, time, SweepMotionParts::whole(motion));
 }
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const Eigen::Matrix4d& prediction,
                                        const Eigen::Matrix<double, 6, 6>& covariance, const SweepMotion& motion) {
-  return localize(scan, time, prediction, covariance, one_part(motion));
+  return localize(scan, time, prediction, covariance, SweepMotionParts::whole(motion));
 }
 
 LocalizationResult Localizer::localize(const PointCloud& scan, double time, const SweepMotionParts& motion) {

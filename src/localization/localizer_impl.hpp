@@ -70,6 +70,15 @@ struct ImuSweepRate {
 // (the trapezoid rule, exact for that interpolation); at begin == end, the rate there.
 ImuSweepRate imu_sweep_rate(const ImuSample* samples, std::size_t n, double begin, double end, double max_gap);
 
+// The caller's motion over a sweep (Localizer::localize with a SweepMotion or
+// SweepMotionParts), checked: its mean twist over the sweep (the parts' weighed by their
+// durations; one part's own), and each part's begin (s from the scan's time) and twist when
+// there are two or more.
+struct GivenSweep {
+  math::Twist mean;
+  std::vector<std::pair<double, math::Twist>> parts;
+};
+
 }  // namespace detail
 
 struct Localizer::Impl {
@@ -173,9 +182,10 @@ struct Localizer::Impl {
   // The path a frame's points are de-skewed along: `motion`'s parts (with `twist`'s
   // translation where they give only the rotation), else `twist` throughout.
   static math::SweepPath sweep_path(const math::Twist& twist, const DeskewMotion& motion);
-  // The motion a frame de-skews with (imu_deskew.cpp): `given`, the caller's over the sweep
-  // (Localizer::localize with a SweepMotion), or null.
-  DeskewMotion deskew_motion(double time, const Eigen::Matrix4d* prediction, const math::Twist* given,
+  // The motion a frame de-skews with (imu_deskew.cpp): `given`, the caller's over the sweep,
+  // or null. Its parts are the IMU's (rotation only) or, with the odometry's source, the
+  // caller's.
+  DeskewMotion deskew_motion(double time, const Eigen::Matrix4d* prediction, const detail::GivenSweep* given,
                              double time_min, double time_max) const;
   // Counts a frame's IMU coverage, and warns at the first that fell back (imu_deskew.cpp).
   void note_imu_coverage(const DeskewMotion& motion, double time, double time_min, double time_max);

@@ -198,9 +198,7 @@ void define_localizer(nb::module_& m) {
               throw nb::value_error("localize: give sweep_motion or sweep_motion_parts, not both");
             }
             if (!sweep_motion.is_none()) {
-              motion.emplace();
-              motion->begin = {0.0};
-              motion->motion = {six(sweep_motion, "sweep_motion")};
+              motion = SweepMotionParts::whole(six(sweep_motion, "sweep_motion"));
             }
             if (!sweep_motion_parts.is_none()) {
               if (!nb::isinstance<nb::dict>(sweep_motion_parts)) {

@@ -574,6 +574,18 @@ TEST_CASE("de-skew: a sweep's motion in parts, from odometry poses inside the sw
   CHECK(r.deskewed);
   CHECK(r.deskew_motion == Deskew::Odometry);
   CHECK(r.deskew_passes == 0);  // the motion was given: no pass estimates it
+  // One part (SweepMotionParts::whole) is what a SweepMotion gives, pose for pose.
+  const SweepMotionParts one = SweepMotionParts::whole(parts.motion[1]);
+  CHECK(one.begin == std::vector<double>{0.0});
+  REQUIRE(one.motion.size() == 1);
+  CHECK(one.motion[0].linear == parts.motion[1].linear);
+  CHECK(one.motion[0].angular == parts.motion[1].angular);
+  Localizer by_motion = grid_localizer(map), by_part = grid_localizer(map);
+  const LocalizationResult a = by_motion.localize(scan, 0.0, parts.motion[1]);
+  const LocalizationResult b = by_part.localize(scan, 0.0, one);
+  CHECK(a.deskewed);
+  CHECK(b.deskewed);
+  CHECK(a.pose == b.pose);
 }
 
 TEST_CASE("de-skew: with no sweep the poses are off's bit for bit", "[unit][localization][sim]") {

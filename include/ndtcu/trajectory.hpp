@@ -4,7 +4,7 @@
 /// estimate against a reference (absolute and relative pose error).
 
 #include <ndtcu/error.hpp>
-#include <ndtcu/localizer.hpp>
+#include <ndtcu/sweep_motion.hpp>
 
 #include <Eigen/Geometry>
 

@@ -259,6 +259,13 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
           ->capture_default_str(),
       field_range<LocalizerSettings>("covariance_weak_direction_sigma"));
   check_number_range(
+      cmd->add_option("--covariance-deskew-scale", o.covariance_deskew_scale,
+                      "the calibrated covariance's de-skew term: a swept scan's pose as uncertain as the motion it "
+                      "was de-skewed with (each component's change from the frame before's; the motion model's "
+                      "--motion-sigma where none came before), times this (0: none)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_deskew_scale"));
+  check_number_range(
       cmd->add_option("--max-position-sigma", o.max_position_sigma,
                       "a frame whose calibrated covariance gives a position sigma above this (m) is uncertain, not "
                       "valid: counted apart, not in the trajectory (0: no bound)")
@@ -448,6 +455,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.covariance_refined_residual_scale = o.covariance_refined_residual_scale;
   ls.covariance_hypothesis_temperature = o.covariance_hypothesis_temperature;
   ls.covariance_weak_direction_sigma = o.covariance_weak_direction_sigma;
+  ls.covariance_deskew_scale = o.covariance_deskew_scale;
   ls.max_position_sigma = o.max_position_sigma;
   ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;

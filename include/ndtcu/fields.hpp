@@ -126,7 +126,7 @@ NDTCU_ENUM_VALUES(FrameCheck, frame_check_from_string, FrameCheck::Passed, Frame
                   FrameCheck::ProbeFoundBetter, FrameCheck::CovarianceBound);
 NDTCU_ENUM_VALUES(CovarianceTerm, covariance_term_from_string, CovarianceTerm::None, CovarianceTerm::Laplace,
                   CovarianceTerm::Sparsity, CovarianceTerm::Residual, CovarianceTerm::Disagreement,
-                  CovarianceTerm::Localizability);
+                  CovarianceTerm::Localizability, CovarianceTerm::Deskew);
 NDTCU_ENUM_VALUES(FrameStage, frame_stage_from_string, FrameStage::None, FrameStage::Prediction,
                   FrameStage::Continuation, FrameStage::LastGood, FrameStage::Probe, FrameStage::HeadingSearch,
                   FrameStage::RotationSearch, FrameStage::PositionSearch, FrameStage::WideSearch,
@@ -300,6 +300,10 @@ struct FieldList<LocalizerSettings> {
                  "calibrated covariance: sigma (m of point motion) along the weakest direction, over sqrt(its "
                  "eigenvalue ratio) (0: none)",
                  range_closed(0.0, 10.0)));
+    v(make_field("covariance_deskew_scale", &S::covariance_deskew_scale,
+                 "calibrated covariance: the de-skew term's scale (the sweep's motion as far as it was not known; "
+                 "0: none)",
+                 range_closed(0.0, 100.0)));
     v(make_field("max_position_sigma", &S::max_position_sigma,
                  "a frame whose calibrated position sigma exceeds this (m) is uncertain, not valid (0: no bound)",
                  range_closed(0.0, 1000.0)));

@@ -458,6 +458,14 @@ struct LocalizerSettings {
   /// The localizability term's sigma, metres of RMS point motion along the weakest direction
   /// over the square root of its eigenvalue ratio (0: none; see CalibratedCovariance).
   double covariance_weak_direction_sigma = CalibratedCovarianceSettings{}.weak_direction_sigma;
+  /// The de-skew term's scale (0: none; see CovarianceEvidence::deskew): a swept scan's pose
+  /// is as uncertain as the motion the de-skew took for its sweep. That motion's standard
+  /// deviation, per component, is its change from the frame before's (a constant motion's
+  /// lag behind the sweep; the odometry's mean over a sweep through a turn's onset), none for
+  /// the IMU's rate part by part and a motion given in parts, and motion_translation_sigma and
+  /// motion_rotation_sigma (per second) where no motion came before it (a first frame, the first
+  /// after lost ones) or none was taken (the scan used as read).
+  double covariance_deskew_scale = CalibratedCovarianceSettings{}.deskew_scale;
   /// A frame that passes every other check but whose calibrated covariance gives a position
   /// standard deviation above this (m; the largest, max_position_sigma()) is not valid but
   /// FrameStatus::Uncertain (decided_by FrameCheck::CovarianceBound); 0: no bound. 0.2 m is

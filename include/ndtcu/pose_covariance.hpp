@@ -59,9 +59,10 @@ enum class CovarianceTerm {
   Residual,      ///< "residual": the Laplace estimate scaled by the residuals' spread
   Disagreement,  ///< "disagreement": between resolutions or between the two best hypotheses
   Localizability,  ///< "localizability": along the direction the scan holds least
+  Deskew,          ///< "deskew": the sweep's motion, as far as the de-skew did not know it
 };
 
-/// "none", "laplace", "sparsity", "residual", "disagreement", "localizability".
+/// "none", "laplace", "sparsity", "residual", "disagreement", "localizability", "deskew".
 const char* to_string(CovarianceTerm term);
 /// The CovarianceTerm named by to_string(); throws Error naming the value and the choices.
 CovarianceTerm covariance_term_from_string(const std::string& name);
@@ -103,6 +104,12 @@ struct CalibratedCovarianceSettings {
   /// 0.035-0.1) lie within the 99% ellipse (87% without it). A ratio of 0.04 gives 5 cm,
   /// 0.3 gives 1.8 cm.
   double weak_direction_sigma = 0.01;
+  /// The de-skew term: CovarianceEvidence::deskew times this (0: no term). 1: the motion's
+  /// uncertainty as the localizer states it (the change of the motion from one sweep to the
+  /// next); on the simulator's fast drive (0.1 s sweeps, 20-25 m/s, 4 m corners) that brought
+  /// the 6-D NEES of constant velocity's frames from 63-177 to 8-13, and on its plain drive,
+  /// not fitted, from 26-40 to 6-7 (docs/library.md, "The calibrated covariance").
+  double deskew_scale = 1.0;
 };
 
 /// What a calibrated covariance is made from: one alignment's Laplace estimate and fit, and
@@ -134,12 +141,20 @@ struct CovarianceEvidence {
   /// The alignment's localizability (AlignResult::localizability), when it has one: its
   /// weakest direction and eigenvalue ratio give the localizability term.
   Localizability localizability;
+  /// The pose's covariance from the de-skew ([x y z roll pitch yaw]), when the scan was
+  /// swept: a motion over the sweep off by a twist d (sensor frame, [v w]) moves a point
+  /// taken at time s by about s d, and the whole scan, aligned, by about its points' RMS time
+  /// times d. With S the covariance of d and B = diag(R, R) for the pose's rotation R:
+  /// E[s^2] B S B'. Localizer::localize gives it (docs/library.md, "The calibrated covariance").
+  bool has_deskew = false;
+  Eigen::Matrix<double, 6, 6> deskew = Eigen::Matrix<double, 6, 6>::Zero();
 };
 
 /// A calibrated covariance, its terms and the dominant one.
 struct CalibratedCovariance {
   bool valid = false;  ///< false without a Laplace estimate (every matrix zero then)
-  /// laplace + sparsity + residual + disagreement + localizability ([x y z roll pitch yaw], m and rad).
+  /// laplace + sparsity + residual + disagreement + localizability + deskew ([x y z roll pitch
+  /// yaw], m and rad).
   Eigen::Matrix<double, 6, 6> covariance = Eigen::Matrix<double, 6, 6>::Zero();
   Eigen::Matrix<double, 6, 6> laplace = Eigen::Matrix<double, 6, 6>::Zero();    ///< (-H)^-1
   /// diag((a r)^2 / N x3, b^2 / N x3): a = sparsity_translation, b = sparsity_rotation, r the
@@ -158,6 +173,8 @@ struct CalibratedCovariance {
   /// or with rho not above 0: such a frame is degenerate, and the localizer keeps the
   /// alignment's own estimate along the directions its probe found).
   Eigen::Matrix<double, 6, 6> localizability = Eigen::Matrix<double, 6, 6>::Zero();
+  /// deskew_scale x CovarianceEvidence::deskew (zero for a scan not swept).
+  Eigen::Matrix<double, 6, 6> deskew = Eigen::Matrix<double, 6, 6>::Zero();
   double mean_squared_mahalanobis = 0.0;  ///< m2 above
   /// The term of largest trace(W T), W = diag(1, 1, 1, arm2, arm2, arm2) (None when not valid).
   CovarianceTerm dominant = CovarianceTerm::None;

@@ -307,6 +307,15 @@ class Localizer::Impl::FrameAttempts {
       e.rival_gap = rival->first;
       e.rival_nvtl_drop = rival->second;
     }
+    if (m.deskew_term) {
+      // The motion's error, sensor frame, turned into the pose's axes (B = diag(R, R)).
+      Eigen::Matrix<double, 6, 6> b = Eigen::Matrix<double, 6, 6>::Zero();
+      b.topLeftCorner<3, 3>() = out.pose.topLeftCorner<3, 3>();
+      b.bottomRightCorner<3, 3>() = out.pose.topLeftCorner<3, 3>();
+      const Eigen::Matrix<double, 6, 1> variance = m.deskew_sigma.cwiseProduct(m.deskew_sigma);
+      e.has_deskew = true;
+      e.deskew = m.deskew_time2 * b * variance.asDiagonal() * b.transpose() + m.deskew_pose_noise;
+    }
     return calibrated_pose_covariance(e, m.calibration());
   }
 

@@ -60,20 +60,21 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
 // of the scan's 1 m voxel leaf, below which the filtered scan and its alignment barely move.
 constexpr double kDeskewPassTolerance = 0.01;
 
-// A scan's sweep as the de-skew sees it: its largest |time| (s), and its points' largest and
-// RMS range (m) within `max_range` (the arms of a twist's angular part). All 0 for a scan
-// whose times are all zero or not finite.
+// A scan's sweep as the de-skew sees it: its largest |time| (s), its points' mean squared time
+// (s^2), and their largest and RMS range (m) within `max_range` (the arms of a twist's
+// angular part). All 0 for a scan whose times are all zero or not finite.
 struct SweepExtent {
-  double t_max = 0.0, r_max = 0.0, r_rms = 0.0;
+  double t_max = 0.0, t2_mean = 0.0, r_max = 0.0, r_rms = 0.0;
 };
 
 SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_range) {
   SweepExtent e;
-  double r2_max = 0.0, r2_sum = 0.0;
+  double r2_max = 0.0, r2_sum = 0.0, t2_sum = 0.0;
   std::size_t n = 0;
   for (std::size_t i = 0; i < scan.size(); ++i) {
     if (!std::isfinite(times[i])) continue;
     e.t_max = std::max(e.t_max, static_cast<double>(std::abs(times[i])));
+    t2_sum += static_cast<double>(times[i]) * times[i];
     const double r2 = std::min(static_cast<double>(scan.points[i].squaredNorm()), max_range * max_range);
     r2_max = std::max(r2_max, r2);
     r2_sum += r2;
@@ -81,7 +82,33 @@ SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_ran
   }
   e.r_max = std::sqrt(r2_max);
   e.r_rms = n > 0 ? std::sqrt(r2_sum / static_cast<double>(n)) : 0.0;
+  e.t2_mean = n > 0 && e.t_max > 0.0 ? t2_sum / static_cast<double>(n) : 0.0;
   return e;
+}
+
+// The standard deviation of each component ([v w], sensor frame) of the motion a swept frame
+// is de-skewed with, `twist` (none: the scan used as read), for the calibrated covariance's
+// de-skew term (LocalizerSettings::covariance_deskew_scale): its change from the motion the
+// frame before was de-skewed with, `previous` (a constant motion lags the sweep by about a
+// frame; a mean over the sweep misses how the motion changes within it); the motion model's
+// own sigmas per second where nothing came before it or no motion was taken; none for what
+// is given part by part: the IMU's rate (`rotation_known`), the caller's parts (`all_known`).
+Eigen::Matrix<double, 6, 1> deskew_sigma(const std::optional<math::Twist>& twist,
+                                         const std::optional<math::Twist>& previous, bool rotation_known,
+                                         bool all_known, const LocalizerSettings& s) {
+  Eigen::Matrix<double, 6, 1> sigma = Eigen::Matrix<double, 6, 1>::Zero();
+  if (all_known) return sigma;
+  if (twist && previous) {
+    for (int i = 0; i < 3; ++i) {
+      sigma(i) = std::abs(twist->v[i] - previous->v[i]);
+      sigma(3 + i) = std::abs(twist->w[i] - previous->w[i]);
+    }
+  } else {
+    sigma << s.motion_translation_sigma, s.motion_translation_sigma, s.motion_translation_sigma,
+        s.motion_rotation_sigma, s.motion_rotation_sigma, s.motion_rotation_sigma;
+  }
+  if (rotation_known) sigma.tail<3>().setZero();
+  return sigma;
 }
 
 // The most a twist change of 1 (m/s in v, rad/s in w) moves a point of the scan: the
@@ -666,6 +693,54 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   m.deskew_shift = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off && !whole_motion
                        ? std::numeric_limits<double>::infinity()
                        : (twist ? deskew_shift(extent, *twist) : 0.0);
+  // The de-skew term of the frame's covariance, for each pass's motion; reset once the frame
+  // is done, which leaves its motion for the next frame to be held against.
+  struct DeskewTermReset {
+    bool& term;
+    ~DeskewTermReset() { term = false; }
+  } deskew_term_reset{m.deskew_term};
+  const bool swept = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off;
+  const bool previous_known = m.deskew_previous && before.known > 0 && before.consecutive_lost == 0 &&
+                              m.deskew_previous_time == before.last_time;
+  const bool rotation_known = motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
+  const bool all_known = motion_given && motion.source == Deskew::Odometry && !motion.parts.empty();
+  // With `from_poses`, the motion was made from the localizer's own poses `gap` seconds apart
+  // (Impl::deskew_pose_noise).
+  const auto set_deskew_term = [&](const std::optional<math::Twist>& xi, bool from_poses, double gap) {
+    m.deskew_term = swept;
+    m.deskew_time2 = extent.t2_mean;
+    m.deskew_sigma = deskew_sigma(xi, previous_known ? m.deskew_previous : std::nullopt, rotation_known, all_known,
+                                  m.settings);
+    m.deskew_pose_noise.setZero();
+    if (xi && from_poses && gap > 0.0 && std::isfinite(gap) && before.last_covariance.allFinite()) {
+      m.deskew_pose_noise = extent.t2_mean / (gap * gap) * before.last_covariance;
+      if (rotation_known) {
+        m.deskew_pose_noise.bottomRows<3>().setZero();
+        m.deskew_pose_noise.rightCols<3>().setZero();
+      }
+    }
+  };
+  {
+    // The first pass's motion: constant velocity's (or the IMU's translation) from the last
+    // two good poses, unless it is the frame before's own sweep motion; odometry's from the
+    // last good pose to the prediction, unless given over the sweep.
+    const bool own_before = m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 &&
+                            before.last_time == m.sweep_twist_time;
+    const bool from_odometry = prediction && (motion.source == Deskew::Odometry || motion.source == Deskew::Imu);
+    bool from_poses = false;
+    double gap = 0.0;
+    if (motion_given) {
+      from_poses = false;
+    } else if (from_odometry && before.known > 0) {
+      from_poses = true;
+      gap = time - before.last_time;
+    } else if ((motion.source == Deskew::ConstantVelocity || motion.source == Deskew::Imu) && !own_before &&
+               before.known == 2) {
+      from_poses = true;
+      gap = before.last_time - before.before_last_time;
+    }
+    set_deskew_term(twist, from_poses, gap);
+  }
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.deskewed = twist.has_value();
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
@@ -715,6 +790,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
       m.deskew_shift = deskew_shift(extent, *twist);
+      set_deskew_term(twist, from_last, gap);
       // A pose a search found was confirmed against the gate by that search: the pass from
       // it, on the same scan de-skewed anew, is not held to the gate again.
       LocalizationResult again = [&] {
@@ -757,6 +833,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       m.sweep_twist = own_taken && r.valid ? twist : std::nullopt;
       m.sweep_twist_time = time;
     }
+  }
+  if (swept) {
+    m.deskew_previous = r.valid ? twist : std::nullopt;
+    m.deskew_previous_time = time;
   }
   r.points_in = scan.size();
   r.preprocess_ms = pre_ms;

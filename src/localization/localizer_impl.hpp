@@ -268,6 +268,25 @@ struct Localizer::Impl {
   // finer resolution (LocalizerSettings::refine_ratio): what the motion estimate gets wrong
   // of such a sweep is near the finer voxels' size.
   double deskew_shift = 0.0;
+  // The de-skew term of the frame being localized (LocalizerSettings::covariance_deskew_scale):
+  // whether it has one, the standard deviation of each component of the motion it was
+  // de-skewed with (sensor frame, [v w]) and its points' mean squared time (s^2). Reset once
+  // the frame is done.
+  // A motion taken from the localizer's own poses carries their errors too: over a gap dt
+  // between two poses each as uncertain as the last good one (covariance P), the motion is
+  // off by their errors' difference over dt, of covariance about P / dt^2 (2 P less their
+  // correlation: consecutive poses share most of their scene's bias; measured on the
+  // simulator's fast drive, half), and the pose by that times the points' mean squared time,
+  // in the pose's own axes (deskew_pose_noise). From the last good pose to a prediction
+  // given: P / dt^2 too.
+  bool deskew_term = false;
+  Eigen::Matrix<double, 6, 1> deskew_sigma = Eigen::Matrix<double, 6, 1>::Zero();
+  double deskew_time2 = 0.0;
+  Eigen::Matrix<double, 6, 6> deskew_pose_noise = Eigen::Matrix<double, 6, 6>::Zero();
+  // The motion the last frame was de-skewed with (its last pass's), when that frame was
+  // valid, and its time: what the next frame's motion is held against.
+  std::optional<math::Twist> deskew_previous;
+  double deskew_previous_time = 0.0;
   // The settings of `fine`: the frame's NDT at fine_resolution(), without a prior or a
   // covariance (the frame's covariance is the accepted alignment's).
   AlignSettings fine_settings() const {
@@ -334,6 +353,7 @@ struct Localizer::Impl {
     c.refined_residual_scale = settings.covariance_refined_residual_scale;
     c.hypothesis_temperature = settings.covariance_hypothesis_temperature;
     c.weak_direction_sigma = settings.covariance_weak_direction_sigma;
+    c.deskew_scale = settings.covariance_deskew_scale;
     return c;
   }
 

@@ -281,6 +281,7 @@ const char* to_string(CovarianceTerm term) {
     case CovarianceTerm::Residual: return "residual";
     case CovarianceTerm::Disagreement: return "disagreement";
     case CovarianceTerm::Localizability: return "localizability";
+    case CovarianceTerm::Deskew: return "deskew";
   }
   return "?";
 }
@@ -302,6 +303,7 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
   check(s.refined_residual_scale, "refined_residual_scale");
   check(s.hypothesis_temperature, "hypothesis_temperature");
   check(s.weak_direction_sigma, "weak_direction_sigma");
+  check(s.deskew_scale, "deskew_scale");
   CalibratedCovariance out;
   if (!e.laplace_valid || !e.laplace.allFinite()) return out;
   out.valid = true;
@@ -343,7 +345,9 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
     const Vector6d v = l.directions.col(0);
     out.localizability = s.weak_direction_sigma * s.weak_direction_sigma / l.weakest_ratio * v * v.transpose();
   }
-  out.covariance = out.laplace + out.sparsity + out.residual + out.disagreement + out.localizability;
+  // De-skew: the sweep's motion as far as it was not known (the evidence's own estimate).
+  if (e.has_deskew && e.deskew.allFinite()) out.deskew = s.deskew_scale * 0.5 * (e.deskew + e.deskew.transpose());
+  out.covariance = out.laplace + out.sparsity + out.residual + out.disagreement + out.localizability + out.deskew;
   out.covariance = 0.5 * (out.covariance + out.covariance.transpose());
   // The dominant term: points moved, a rotation weighed by the points' arm about it.
   Vector6d w;
@@ -353,7 +357,8 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
                                                      {CovarianceTerm::Sparsity, size(out.sparsity)},
                                                      {CovarianceTerm::Residual, size(out.residual)},
                                                      {CovarianceTerm::Disagreement, size(out.disagreement)},
-                                                     {CovarianceTerm::Localizability, size(out.localizability)}};
+                                                     {CovarianceTerm::Localizability, size(out.localizability)},
+                                                     {CovarianceTerm::Deskew, size(out.deskew)}};
   double largest = -1.0;
   for (const auto& [term, value] : terms) {
     if (value > largest) {

@@ -158,7 +158,7 @@ TEST_CASE("the ranges of the list are validate()'s, naming the field and the val
   CHECK(check_validated_ranges<ExecutionOptions>("invalid setting ") == 2);
   // The IMU's four, deskew_passes, refine_min_support, the refined residual scale and the
   // weak direction's sigma among them.
-  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 39);
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 40);
 }
 
 TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionOptions field of its type",

@@ -6,6 +6,7 @@
 
 #include <ndtcu/aligner.hpp>
 #include <ndtcu/error.hpp>
+#include <ndtcu/fields.hpp>
 #include <ndtcu/localizer.hpp>
 #include <ndtcu/pose_covariance.hpp>
 
@@ -605,15 +606,41 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     e.localizability.weakest_ratio = 0.01;
     CHECK(calibrated_pose_covariance(e, s).dominant == CovarianceTerm::Localizability);
   }
+  SECTION("de-skew: the evidence's own term, times its scale; none without it") {
+    CHECK(calibrated_pose_covariance(e, s).deskew.isZero(0.0));
+    // A motion off by 1.5 m/s sideways over a 0.1 s sweep (points' RMS time 0.1 / sqrt(3) s):
+    // 8.7 cm across, more than the residual term here.
+    Matrix6d d = Matrix6d::Zero();
+    d(1, 1) = 0.01 / 3.0 * 2.25;
+    e.has_deskew = true;
+    e.deskew = d;
+    const CalibratedCovariance c = calibrated_pose_covariance(e, s);
+    CHECK(relative_gap(c.deskew, d) < 1e-15);
+    CHECK(std::sqrt(c.deskew(1, 1)) == Approx(1.5 * 0.1 / std::sqrt(3.0)).epsilon(1e-12));
+    CHECK(c.dominant == CovarianceTerm::Deskew);
+    s.deskew_scale = 2.0;
+    CHECK(relative_gap(calibrated_pose_covariance(e, s).deskew, 2.0 * d) < 1e-15);
+    s.deskew_scale = 0.0;
+    CHECK(calibrated_pose_covariance(e, s).deskew.isZero(0.0));
+    s.deskew_scale = -1.0;
+    CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("deskew_scale"));
+    s.deskew_scale = 1.0;
+    e.has_deskew = false;
+    CHECK(calibrated_pose_covariance(e, s).deskew.isZero(0.0));
+  }
   SECTION("the sum, symmetric, never below the Laplace estimate") {
     e.has_resolution_gap = true;
     e.resolution_gap = make_pose(0.04, -0.02, 0.01, 0.001, 0.0, 0.002);
     e.localizability.valid = true;
     e.localizability.weakest_ratio = 0.1;
     e.localizability.directions.col(0) = make_pose(0.0, 1.0, 0.0, 0.0, 0.0, 0.0);
+    e.has_deskew = true;
+    e.deskew.diagonal() << 1e-4, 4e-4, 1e-5, 1e-6, 1e-6, 4e-6;
     const CalibratedCovariance c = calibrated_pose_covariance(e, s);
     CHECK(!c.localizability.isZero(0.0));
-    CHECK(relative_gap(c.covariance, c.laplace + c.sparsity + c.residual + c.disagreement + c.localizability) < 1e-15);
+    CHECK(!c.deskew.isZero(0.0));
+    CHECK(relative_gap(c.covariance,
+                       c.laplace + c.sparsity + c.residual + c.disagreement + c.localizability + c.deskew) < 1e-15);
     CHECK(c.covariance == c.covariance.transpose());
     const Eigen::SelfAdjointEigenSolver<Matrix6d> gap(c.covariance - c.laplace);
     CHECK(gap.eigenvalues().minCoeff() >= -1e-18);
@@ -665,7 +692,9 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   CHECK(d.refined_residual_scale == 1.0);
   CHECK(d.hypothesis_temperature == 0.05);
   CHECK(d.weak_direction_sigma == 0.01);
+  CHECK(d.deskew_scale == 1.0);
   const LocalizerSettings ls;
+  CHECK(ls.covariance_deskew_scale == d.deskew_scale);
   CHECK(ls.covariance_residual_scale == d.residual_scale);
   CHECK(ls.covariance_refined_residual_scale == d.refined_residual_scale);
   CHECK(ls.covariance_weak_direction_sigma == d.weak_direction_sigma);
@@ -676,9 +705,9 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   CHECK(max_position_sigma(c) == Approx(0.2).epsilon(1e-12));
   c(0, 1) = c(1, 0) = 0.02;  // x and y correlated: eigenvalues of [[0.01 0.02] [0.02 0.04]] are 0 and 0.05
   CHECK(max_position_sigma(c) == Approx(std::sqrt(0.05)).epsilon(1e-12));
-  for (CovarianceTerm t : {CovarianceTerm::None, CovarianceTerm::Laplace, CovarianceTerm::Sparsity,
-                           CovarianceTerm::Residual, CovarianceTerm::Disagreement, CovarianceTerm::Localizability}) {
-    CHECK(covariance_term_from_string(to_string(t)) == t);
-  }
-  CHECK_THROWS_WITH(covariance_term_from_string("floor"), Catch::Matchers::Contains("sparsity"));
+  CHECK(enum_names<CovarianceTerm>() == std::vector<std::string>{"none", "laplace", "sparsity", "residual",
+                                                                  "disagreement", "localizability", "deskew"});
+  for (CovarianceTerm t : EnumValues<CovarianceTerm>::all()) CHECK(covariance_term_from_string(to_string(t)) == t);
+  CHECK_THROWS_WITH(covariance_term_from_string("floor"), Catch::Matchers::Contains("sparsity") &&
+                                                              Catch::Matchers::Contains("deskew"));
 }

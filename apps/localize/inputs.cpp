@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -61,6 +62,36 @@ void list_scan_entries(LocalizeInputs& in, const LocalizeOptions& o) {
   }
 }
 
+// The median gap between consecutive times of `times` (0 with fewer than two).
+double median_spacing(std::vector<double> gaps) {
+  if (gaps.empty()) return 0.0;
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  return gaps[gaps.size() / 2];
+}
+
+// Matched by index, the scans and the reference should be as far apart in time: scans named
+// by number take `--period` (0.1 s), and a 1 Hz sequence so read moves ten times as fast to
+// the motion model and the de-skew while its errors still look right. Warns when the median
+// spacings differ by more than half.
+void check_spacing(const LocalizeInputs& in, const LocalizeOptions& o) {
+  if (in.matching != "index" || in.scans.size() < 3) return;
+  std::vector<double> scan_gaps, reference_gaps;
+  for (std::size_t k = 1; k < in.scans.size(); ++k) {
+    scan_gaps.push_back(in.scans[k].time - in.scans[k - 1].time);
+    reference_gaps.push_back(in.reference[k].time - in.reference[k - 1].time);
+  }
+  const double scans = median_spacing(scan_gaps), reference = median_spacing(reference_gaps);
+  if (!(scans > 0.0) || !(reference > 0.0) || (scans <= 1.5 * reference && reference <= 1.5 * scans)) return;
+  if (log_level() <= LogLevel::Warn) {
+    std::cerr << fmt::format("ndtcu: warning: the scans are a median {:g} s apart (their times{}), the poses of "
+                             "--reference {} {:g} s (matched one to one, by index); the motion model and the "
+                             "de-skew take the scans' times: give them their own{}\n",
+                             scans, in.bag ? ": the bag's record times" : ": a list's, or their names' at --period",
+                             printable(o.reference), reference,
+                             in.bag ? "" : fmt::format(" (--period {:g}, or a list file with times)", reference));
+  }
+}
+
 // The reference poses in time order, matched to the scans (by index when there is one
 // pose per scan, else by time). The scans keep their own times (a bag's record times, a
 // list's, their names'): the trajectory and --odometry stay in the scans' clock. (They
@@ -79,6 +110,7 @@ void match_reference(LocalizeInputs& in, const LocalizeOptions& o) {
                                in.reference_check.out_of_order == 1 ? "" : "s");
     }
     in.matching = in.reference.size() == in.scans.size() ? "index" : "time";
+    check_spacing(in, o);
     in.matches = reference_matches(in.scans, in.reference, o.max_time_difference);
     for (const auto& m : in.matches) in.unmatched_frames += !m.has_value();
   }

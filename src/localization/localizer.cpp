@@ -93,15 +93,17 @@ SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_ran
 // frame; a mean over the sweep misses how the motion changes within it); the motion model's
 // own sigmas per second where nothing came before it or no motion was taken; none for what
 // is given part by part: the IMU's rate (`rotation_known`), the caller's parts (`all_known`).
+// The change is taken times `lag`, the share of the frames' spacing by which the motion
+// misses the sweep's (1 at 10 Hz frames of a 0.1 s sweep).
 Eigen::Matrix<double, 6, 1> deskew_sigma(const std::optional<math::Twist>& twist,
                                          const std::optional<math::Twist>& previous, bool rotation_known,
-                                         bool all_known, const LocalizerSettings& s) {
+                                         bool all_known, double lag, const LocalizerSettings& s) {
   Eigen::Matrix<double, 6, 1> sigma = Eigen::Matrix<double, 6, 1>::Zero();
   if (all_known) return sigma;
   if (twist && previous) {
     for (int i = 0; i < 3; ++i) {
-      sigma(i) = std::abs(twist->v[i] - previous->v[i]);
-      sigma(3 + i) = std::abs(twist->w[i] - previous->w[i]);
+      sigma(i) = lag * std::abs(twist->v[i] - previous->v[i]);
+      sigma(3 + i) = lag * std::abs(twist->w[i] - previous->w[i]);
     }
   } else {
     sigma << s.motion_translation_sigma, s.motion_translation_sigma, s.motion_translation_sigma,
@@ -706,11 +708,23 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   const bool all_known = motion_given && motion.source == Deskew::Odometry && !motion.parts.empty();
   // With `from_poses`, the motion was made from the localizer's own poses `gap` seconds apart
   // (Impl::deskew_pose_noise).
+  //
+  // The motion changed by d from the last frame's, `spacing` seconds before. A motion from
+  // poses or a prediction (the mean since the last pose) lags the sweep (0 to t_max after
+  // the frame's time) by about half the spacing and half the sweep: it misses d (spacing +
+  // t_max) / (2 spacing). A motion given over the sweep is its mean there and misses how it
+  // changes within it: d t_max / spacing. Both are d at 10 Hz frames of a 0.1 s sweep, and
+  // shrink for frames further apart (1 Hz: 0.55 d and 0.1 d).
+  const double spacing = time - before.last_time;
+  double lag = 1.0;
+  if (spacing > 0.0 && std::isfinite(spacing) && extent.t_max > 0.0) {
+    lag = std::min(1.0, motion_given ? extent.t_max / spacing : 0.5 * (spacing + extent.t_max) / spacing);
+  }
   const auto set_deskew_term = [&](const std::optional<math::Twist>& xi, bool from_poses, double gap) {
     m.deskew_term = swept;
     m.deskew_time2 = extent.t2_mean;
     m.deskew_sigma = deskew_sigma(xi, previous_known ? m.deskew_previous : std::nullopt, rotation_known, all_known,
-                                  m.settings);
+                                  lag, m.settings);
     m.deskew_pose_noise.setZero();
     if (xi && from_poses && gap > 0.0 && std::isfinite(gap) && before.last_covariance.allFinite()) {
       m.deskew_pose_noise = extent.t2_mean / (gap * gap) * before.last_covariance;

@@ -130,7 +130,7 @@ NDTCU_ENUM_VALUES(CovarianceTerm, covariance_term_from_string, CovarianceTerm::N
 NDTCU_ENUM_VALUES(FrameStage, frame_stage_from_string, FrameStage::None, FrameStage::Prediction,
                   FrameStage::Continuation, FrameStage::LastGood, FrameStage::Probe, FrameStage::HeadingSearch,
                   FrameStage::RotationSearch, FrameStage::PositionSearch, FrameStage::WideSearch,
-                  FrameStage::InitialSearch, FrameStage::GlobalSearch);
+                  FrameStage::InitialSearch, FrameStage::GlobalSearch, FrameStage::SweepMotion);
 #undef NDTCU_ENUM_VALUES
 
 /// The names of every value of enum E, in declaration order (to_string's spelling).

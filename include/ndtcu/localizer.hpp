@@ -207,7 +207,12 @@ struct LocalizerSettings {
   /// passed too). A lost frame runs none (the motion to a wrong pose bends the scan towards
   /// fitting it, so a pass from a pose no check took could confirm it). It also de-skews the
   /// frames constant velocity cannot: the second one (one good pose known) and the one
-  /// right after a lost frame (its first pass as read). A scan without times, or whose
+  /// right after a lost frame (its first pass as read). A first frame, and the first after
+  /// lost ones, take the sweep's own motion (its halves aligned apart), up to 8 passes while
+  /// it changes. A swept frame every attempt lost, with a motion before it, is tried once
+  /// more on the sweep's own motion, its halves aligned apart from the prediction; one that
+  /// no vehicle could follow the motion before with (above about 1.2 g) is refused; found,
+  /// the frame is FrameStage::SweepMotion. A scan without times, or whose
   /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than
   /// off. Each pass costs one more de-skew and filter and one alignment from a pose near
   /// the optimum (BENCHMARK.md, "De-skew after the alignment").
@@ -554,6 +559,8 @@ enum class FrameStage {
   WideSearch,      ///< "wide search"
   InitialSearch,   ///< "initial search"
   GlobalSearch,    ///< "global search": anywhere in the map (InitialPoseSearch)
+  SweepMotion,     ///< "sweep motion": from the prediction, on the scan de-skewed with its own motion
+                   ///< (a swept frame every other attempt lost; LocalizerSettings::deskew_passes)
 };
 
 /// The stage's name as frames.csv, JSON and Python write it ("prediction", "wide search", ...).

@@ -132,6 +132,44 @@ double twist_change(const math::Twist& a, const math::Twist& b) {
   return std::max(dv.norm(), dw.norm());
 }
 
+// The acceleration (m/s^2) a sweep's own motion, found for a lost frame, may take from the
+// motion before it: a car brakes and corners at up to about 1 g. On the simulator's fast
+// drives the motions found right (1-13 cm off) changed speed by at most 1.9 m/s over the 0.2
+// s between the two motions' mean times (braking into a corner), those found 29-49 cm off
+// by 3.0-7.0 m/s (a half scan's yaw rate taken for speed) or turned their velocity 60-90 deg.
+constexpr double kMaxSweepAcceleration = 12.0;
+
+// Whether the motion `found` for a lost frame's sweep could follow `before`, `dt` seconds
+// apart (their mean times): its speed within kMaxSweepAcceleration dt of the one before,
+// and its velocity within that plus what the faster of the two turn rates swings the
+// velocity before through in dt (both are in the sensor's frame, which turns).
+bool plausible_change(const math::Twist& before, const math::Twist& found, double dt, double time) {
+  const Eigen::Vector3d v0(before.v[0], before.v[1], before.v[2]), v1(found.v[0], found.v[1], found.v[2]);
+  const double w = std::max(Eigen::Vector3d(before.w[0], before.w[1], before.w[2]).norm(),
+                            Eigen::Vector3d(found.w[0], found.w[1], found.w[2]).norm());
+  const double speed = std::abs(v1.norm() - v0.norm()), change = (v1 - v0).norm();
+  const double bound = kMaxSweepAcceleration * dt;
+  const bool ok = speed <= bound && change <= bound + v0.norm() * w * dt;
+  if (!ok) {
+    detail::log().debug("localizer: frame at t={}: its sweep's own motion v ({:.2f}, {:.2f}, {:.2f}) m/s is not one the "
+                        "motion before it, v ({:.2f}, {:.2f}, {:.2f}) m/s, reaches in {:.3f} s (speed changed by {:.2f} "
+                        "m/s, velocity by {:.2f}); the frame stays lost",
+                        time, v1[0], v1[1], v1[2], v0[0], v0[1], v0[2], dt, speed, change);
+  }
+  return ok;
+}
+
+// Adds the alignments `earlier` ran (an attempt of the same frame whose verdict `to` replaces
+// or keeps) to `to`'s counts and time.
+void add_work(LocalizationResult& to, const LocalizationResult& earlier) {
+  to.attempts += earlier.attempts;
+  to.hypotheses += earlier.hypotheses;
+  to.screened += earlier.screened;
+  to.iterations_total += earlier.iterations_total;
+  to.evaluations += earlier.evaluations;
+  to.align_ms += earlier.align_ms;
+}
+
 // Whether `stage` is one of the hypothesis searches (they confirm a pose the gate refused).
 bool is_search(FrameStage stage) {
   switch (stage) {
@@ -151,23 +189,32 @@ constexpr std::size_t kSweepHalfMinPoints = 100;
 // least (with LocalizerSettings::deskew_passes above 0). A half scan holds a yaw rate and
 // a sideways velocity only together, so the full correction overshoots one into the other
 // and swings from pass to pass (on the simulator's fast drive v_y went 0.5, -4.6, -0.8,
-// -2.6 m/s where the truth was 0.1); 0.7 of it, three times, settled each start tried
-// (HDL-32 and VLP-16, seeds 1 and 2, on the straight and in a 1.3 rad/s turn) within 1.7-17
-// cm on the first frame and 1.5-3.6 cm on the next five, where taking the full correction
+// -2.6 m/s where the truth was 0.1); 0.7 of it settled each start tried (HDL-32 and VLP-16,
+// seeds 1 and 2, on the straight and in a 1.3 rad/s turn), where taking the full correction
 // left one start 44 cm off on the frames after, and translation alone 47-52 cm in the turn.
+// The halves see only part of the motion's error each time (from 0, a first frame at 23 m/s
+// found 7.5, 12.2, 14.9 m/s): three passes left seed 6's first frame 30-31 cm off (accepted
+// on the VLP-16) and seed 2's at 25 m/s 15-16 cm; up to eight (fewer once the motion settles,
+// kDeskewPassTolerance) 17-18 and 4-6 cm, and 20 frames of seeds 1-6 (HDL-32; VLP-16 on 1, 2,
+// 6) 2.5-5.1 cm where three gave 3.3-7.6 (seeds 3 and 4 0.2-0.5 cm worse, the rest better).
 constexpr double kSweepMotionStep = 0.7;
-constexpr int kSweepMotionPasses = 3;
+constexpr int kSweepMotionPasses = 8;
+// The continuations a half's alignment runs when it stops at the iteration limit: 1 from a
+// pose found (the passes), 3 from a lost frame's prediction, further off (the fast drive's
+// corner frame on the VLP-16: its early half still under way after 60 iterations).
+constexpr int kLostHalfContinuations = 3;
 
 // The sweep's own motion, for a frame with no motion to take (the first, or the first after
-// lost frames; see localize_points): the filtered scan, de-skewed with `current`, split at its median time into
-// an early and a late half, each aligned on its own from `pose`. Were `current` the sweep's
+// lost frames) or lost on the one it took (see localize_points): the filtered scan,
+// de-skewed with `current`, split at its median time into an early and a late half, each
+// aligned on its own from `pose` (continued up to `continuations` times). Were `current` the sweep's
 // motion, both halves would find the reference time's pose; a remaining error d of the
 // twist leaves the half of mean time t at about pose exp(t d), so the two poses' gap over
 // the gap of their mean times is d, and current + kSweepMotionStep d the motion. Empty when the scan has no
 // times, a half is too small, or either half's alignment fails the frame's checks (`accepted`).
 template <typename Accepted>
 std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, const PointCloud& filtered,
-                                        const Eigen::Matrix4d& pose, const math::Twist& current) {
+                                        const Eigen::Matrix4d& pose, const math::Twist& current, int continuations) {
   if (!filtered.has_time()) return std::nullopt;
   std::vector<float> order;
   order.reserve(filtered.size());
@@ -196,9 +243,9 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
   t_early /= static_cast<double>(early.size());
   t_late /= static_cast<double>(late.size());
   if (!(t_late > t_early)) return std::nullopt;
-  const AlignResult a = detail::align_continued(aligner, early, pose, 1);
+  const AlignResult a = detail::align_continued(aligner, early, pose, continuations);
   if (!detail::has_pose(a) || !accepted(a)) return std::nullopt;
-  const AlignResult b = detail::align_continued(aligner, late, pose, 1);
+  const AlignResult b = detail::align_continued(aligner, late, pose, continuations);
   if (!detail::has_pose(b) || !accepted(b)) return std::nullopt;
   const math::Twist d = detail::twist_of(a.transform.inverse() * b.transform, t_late - t_early);
   math::Twist out = current;
@@ -450,6 +497,7 @@ const char* to_string(FrameStage stage) {
     case FrameStage::WideSearch: return "wide search";
     case FrameStage::InitialSearch: return "initial search";
     case FrameStage::GlobalSearch: return "global search";
+    case FrameStage::SweepMotion: return "sweep motion";
   }
   return "?";
 }
@@ -757,6 +805,64 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   }
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.deskewed = twist.has_value();
+  // A swept frame lost on its first motion: a turn that began within the sweep bends it
+  // away from every motion before it. Its own motion, from its halves aligned apart from the
+  // prediction (each held to the frame's checks; not from any attempt's pose, towards which
+  // the motion would bend the scan), de-skews it anew, and the frame runs once more from the
+  // prediction; the checks judge that run. Only with a motion before it, which the one found
+  // must plausibly follow (plausible_change): a half scan holds a yaw rate and a sideways
+  // velocity only together, and one taken for the other is a motion no vehicle makes.
+  bool motion_found = false;
+  // The IMU's rotation, when it covered the sweep, is kept: a motion the frame finds (here
+  // and in the passes below) mends the translation.
+  const bool imu_rotation = motion.twist && motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
+  if (r.status == FrameStatus::Lost && twist && times && m.settings.deskew != Deskew::Off &&
+      m.settings.deskew_passes > 0 && !motion_given && deskew_reach(extent) > 0.0 && spacing > 0.0 &&
+      std::isfinite(spacing)) {
+    const Eigen::Matrix4d start = r.prediction;
+    const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
+    std::optional<math::Twist> xi = twist;
+    PointCloud bent = filtered;
+    for (int pass = 0; pass < kSweepMotionPasses; ++pass) {
+      const std::optional<math::Twist> own = sweep_motion(accepted, m.aligner, bent, start, *xi, kLostHalfContinuations);
+      if (!own) {
+        detail::log().debug("localizer: frame at t={} lost; its halves, pass {}, gave no motion", time, pass + 1);
+        break;
+      }
+      const bool settled = twist_change(*own, *xi) * deskew_reach(extent) <= kDeskewPassTolerance;
+      xi = own;
+      if (imu_rotation) std::copy(std::begin(motion.twist->w), std::end(motion.twist->w), std::begin(xi->w));
+      const auto t1 = std::chrono::steady_clock::now();
+      const math::SweepPath path = path_of(*xi);
+      bent = preprocess_points(scan, intensity, times, &path);
+      pre_ms += detail::ms_since(t1);
+      if (settled) break;
+    }
+    if (twist_change(*xi, *twist) > 0.0 && plausible_change(*twist, *xi, spacing + extent.t_max, time)) {
+      const Impl::FrameState after = m.frame_state();
+      m.restore(before);
+      m.deskew_shift = deskew_shift(extent, *xi);
+      set_deskew_term(xi, false, 0.0);
+      LocalizationResult again = localize_frame(bent, time, prediction, covariance, &start);
+      detail::log().debug("localizer: frame at t={} lost; on its own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, w ({:.4f}, "
+                          "{:.4f}, {:.4f}) rad/s: {}",
+                          time, xi->v[0], xi->v[1], xi->v[2], xi->w[0], xi->w[1], xi->w[2], to_string(again.status));
+      if (again.status == FrameStatus::Lost) {
+        m.restore(after);
+        add_work(r, again);
+      } else {
+        add_work(again, r);
+        again.status = FrameStatus::Recovered;
+        again.stage = FrameStage::SweepMotion;
+        again.deskewed = true;
+        again.deskew_passes = 1;
+        r = std::move(again);
+        twist = xi;
+        filtered = std::move(bent);
+        motion_found = true;
+      }
+    }
+  }
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
   // pose found, over the time between them, de-skews the same raw scan again, and the frame
   // runs once more from that pose; its checks judge the last pass. A first frame (no good
@@ -764,15 +870,13 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // stretch the motion may have turned through: the fast drive's 90 deg corner) take the
   // sweep's own motion instead (sweep_motion), when no prediction is given. A frame given
   // its sweep's motion runs none: the passes would estimate what was given.
-  const bool from_last = before.known > 0 && before.consecutive_lost == 0;
-  const bool own_motion = !from_last && !prediction;
+  const bool from_last = before.known > 0 && before.consecutive_lost == 0 && !motion_found;
+  const bool own_motion = (!from_last && !prediction) || motion_found;
   if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && (from_last || own_motion) &&
       !motion_given) {
     const double gap = time - before.last_time;
     const double reach = deskew_reach(extent);
-    // The IMU's rotation, when it covered the sweep, is kept: the passes mend the translation.
-    const bool imu_rotation = motion.twist && motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
-    bool own_taken = false;  // a pass on the sweep's own motion was kept
+    bool own_taken = motion_found;  // the sweep's own motion was kept (found above, or by a pass)
     const int passes = own_motion ? std::max(m.settings.deskew_passes, kSweepMotionPasses) : m.settings.deskew_passes;
     for (int pass = 0; pass < passes; ++pass) {
       // Only from a pose the checks took: the motion to a lost frame's best attempt, when
@@ -787,7 +891,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       } else {
         const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
         const std::optional<math::Twist> own =
-            sweep_motion(accepted, m.aligner, filtered, start, twist ? *twist : math::Twist{});
+            sweep_motion(accepted, m.aligner, filtered, start, twist ? *twist : math::Twist{}, 1);
         if (!own) break;
         next = *own;
         detail::log().debug("localizer: frame at t={} pass {}: the sweep's own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, "
@@ -819,24 +923,21 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
         // The checks refused this pass: the frame stays as the pass before left it (its
         // verdict, and the motion model it advanced).
         m.restore(after);
-        r.attempts += again.attempts;
-        r.iterations_total += again.iterations_total;
-        r.evaluations += again.evaluations;
-        r.align_ms += again.align_ms;
+        add_work(r, again);
         r.deskew_passes += 1;
         break;
       }
-      again.attempts += r.attempts;
-      again.hypotheses += r.hypotheses;
-      again.screened += r.screened;
-      again.iterations_total += r.iterations_total;
-      again.evaluations += r.evaluations;
-      again.align_ms += r.align_ms;
+      add_work(again, r);
       again.deskew_passes = r.deskew_passes + 1;
       if (again.status == FrameStatus::Tracked && again.stage == FrameStage::Prediction && r.stage != FrameStage::Prediction) {
         // Its start came from the pass before's retry or search: that is what found it.
         again.status = FrameStatus::Recovered;
         again.stage = r.stage;
+      }
+      if (motion_found) {
+        // Whatever the pass's own stage, the frame was found on its own motion.
+        again.stage = FrameStage::SweepMotion;
+        if (again.status == FrameStatus::Tracked) again.status = FrameStatus::Recovered;
       }
       again.deskewed = math::moves(*twist);
       r = std::move(again);

@@ -293,7 +293,8 @@ struct DeskewSequence {
 // seconds. Coarser scans (360 columns) and a coarser map (0.5 m) localize 6.6 cm RMS from
 // the truth with no sweep at all, too coarse to tell a de-skew error from the floor.
 DeskewSequence make_fast(const std::string& preset, double sweep, int frames) {
-  const fs::path dir = test::temp_dir("deskew_" + preset + "_" + std::to_string(static_cast<int>(sweep * 1000)));
+  const fs::path dir = test::temp_dir("deskew_" + preset + "_" + std::to_string(static_cast<int>(sweep * 1000)) + "_" +
+                                      std::to_string(frames));
   sim::SimulationSettings s;
   s.world.seed = 1;
   s.lidar = sim::lidar_preset(preset);
@@ -387,8 +388,9 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
   // prediction); the frames before are used as read, as off uses every frame: the bounds
   // hold from there. With the passes (the default) the first frame takes its sweep's own
   // motion (its halves aligned apart) and the second the same motion: every frame is
-  // de-skewed. Measured with 2 passes: HDL-32 4.20 cm over all 20 frames (2.98 from frame
-  // 2, frame 0 12.6 cm off where it was 35 cm), VLP-16 3.54 cm (2.55).
+  // de-skewed. Measured with 2 passes: HDL-32 3.77 cm over all 20 frames (2.99 from frame
+  // 2, frame 0 9.8 cm off where it was 35 cm), VLP-16 3.21 cm (2.53); with at most 3 passes
+  // on the first frame (before 2026-12-05) 4.20 and 3.54 cm, frame 0 12.6 and 10.1 cm.
   for (const std::string preset : {"hdl32", "vlp16"}) {
     INFO(preset);
     const DeskewSequence seq = make_fast(preset, 0.1, 20);
@@ -402,14 +404,15 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
     CHECK(again.wrong == 0);  // the first frame too
     CHECK(again.deskewed == seq.scans.size());
     CHECK(again.passes >= seq.scans.size());  // every frame at least once, the first three times
-    CHECK(again.results[0].deskew_passes == 3);
+    CHECK(again.results[0].deskew_passes >= 3);  // the sweep's own motion, until it settles
+    CHECK(again.results[0].deskew_passes <= 8);
     const auto first_error = [&seq](const DeskewRun& r) {
       return (r.results[0].pose.topRightCorner<3, 1>() - seq.truth[0].pose.translation()).norm();
     };
     CHECK(first_error(off) > 0.3);
     CHECK(first_error(again) < 0.2);
     CHECK(again.ate.rmse_m <= off.ate.rmse_m / 3.0);
-    CHECK(again.ate.rmse_m <= 0.05);
+    CHECK(again.ate.rmse_m <= 0.045);
     CHECK(again.ate_from.rmse_m <= off.ate.rmse_m / 3.0);
     CHECK(again.ate_from.rmse_m <= 0.03);
     CHECK(again.ate_from.rmse_m < cv.ate_from.rmse_m);
@@ -439,6 +442,42 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
     CHECK(first_error(swept) < 0.05);
     CHECK(swept.ate.rmse_m <= off.ate.rmse_m / 3.0);
     CHECK(swept.ate.rmse_m <= 0.03);
+  }
+}
+
+TEST_CASE("de-skew: a turn begun within a sweep is found on the sweep's own motion, not lost through the corner",
+          "[unit][localization][sim][heavy]") {
+  // The fast drive's corner: at frame 33-34 (t = 3.4 s) the yaw rate steps from 0 to 1.3 rad/s
+  // within the sweep. Constant velocity's motion (no turn) bends that scan 9 deg the wrong
+  // way; every attempt, the wide search too, is refused. Before, the frame was lost, and
+  // with it every frame of the turn (de-skewed with nothing after a lost frame): 12 of 60
+  // lost on both sensors. Now the lost frame's halves, aligned apart from the prediction,
+  // give its own motion, and the frame found on it de-skews the next.
+  for (const std::string preset : {"hdl32", "vlp16"}) {
+    INFO(preset);
+    const DeskewSequence seq = make_fast(preset, 0.1, 40);
+    const DeskewRun cv = run(seq, Deskew::ConstantVelocity, false, (preset + " constant-velocity, corner").c_str(),
+                             false, 0, 2);
+    CHECK(cv.lost == 0);
+    CHECK(cv.wrong == 0);
+    // The corner's first frame (33 on this map's sampling) is the one found on its own motion.
+    std::size_t found = 0, corner = 0;
+    for (std::size_t k = 0; k < seq.scans.size(); ++k) {
+      if (cv.results[k].stage != FrameStage::SweepMotion) continue;
+      found += 1;
+      corner = k;
+      CHECK(cv.results[k].status == FrameStatus::Recovered);
+      CHECK(cv.results[k].deskew_passes >= 1);
+    }
+    CHECK(found == 1);
+    CHECK(corner >= 32);
+    CHECK(corner <= 35);
+    for (std::size_t k = corner + 1; k < seq.scans.size(); ++k) {
+      INFO("frame " << k);
+      CHECK(cv.results[k].valid);
+      CHECK(cv.results[k].deskewed);
+    }
+    CHECK(cv.ate.rmse_m <= 0.05);
   }
 }
 

@@ -72,7 +72,7 @@ TEST_CASE("a frame's check and stage are enums named as frames.csv writes them",
                                            "mahalanobis gate", "ambiguous", "probe found better", "covariance bound"};
   const std::vector<std::string> stages = {"none", "prediction", "continuation", "last-good", "probe",
                                            "heading search", "rotation search", "position search",
-                                           "wide search", "initial search", "global search"};
+                                           "wide search", "initial search", "global search", "sweep motion"};
   CHECK(enum_names<FrameCheck>() == checks);
   CHECK(enum_names<FrameStage>() == stages);
   for (FrameCheck c : EnumValues<FrameCheck>::all()) CHECK(frame_check_from_string(to_string(c)) == c);

@@ -136,7 +136,7 @@ double twist_change(const math::Twist& a, const math::Twist& b) {
 // motion before it: a car brakes and corners at up to about 1 g. On the simulator's fast
 // drives the motions found right (1-13 cm off) changed speed by at most 1.9 m/s over the 0.2
 // s between the two motions' mean times (braking into a corner), those found 29-49 cm off
-// by 3.0-7.0 m/s (a half scan's yaw rate taken for speed) or turned their velocity 60-90 deg.
+// by 3.0-7.0 m/s (a half scan's yaw rate taken for speed) or turned their velocity 87-88 deg.
 constexpr double kMaxSweepAcceleration = 12.0;
 
 // Whether the motion `found` for a lost frame's sweep could follow `before`, `dt` seconds

@@ -443,7 +443,15 @@ TEST_CASE("a CUDA localizer de-skews the simulator's fast drive as the CPU one d
       // The passes de-skew every frame: frame 0 with its sweep's own motion, frame 1 with it too.
       CHECK(g.deskewed == (passes > 0 || k >= 2));
       CHECK(g.deskew_passes == c.deskew_passes);
-      CHECK(g.status == c.status);
+      // The verdict: valid (tracked or recovered), lost, degenerate or uncertain, and the
+      // check that decided it. Whether the first attempt or a retry gave the pose is not
+      // part of it: from poses millimetres apart, a first attempt can be refused on one
+      // backend and taken on the other (measured on an H200 once the first frame's passes
+      // went on to 8: frame 9 tracked on CUDA, recovered from the last good pose on the
+      // CPU, both valid and within 1 cm).
+      CHECK(g.valid == c.valid);
+      CHECK((g.status == FrameStatus::Recovered ? FrameStatus::Tracked : g.status) ==
+            (c.status == FrameStatus::Recovered ? FrameStatus::Tracked : c.status));
       CHECK(g.decided_by == c.decided_by);
       // The CUDA and CPU backends agree to 1 mm on the same points (the sample's test above),
       // and the de-skewed points to float rounding (the filter's test above); but the velocity

@@ -821,32 +821,32 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       std::isfinite(spacing)) {
     const Eigen::Matrix4d start = r.prediction;
     const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
-    std::optional<math::Twist> xi = twist;
+    math::Twist xi = *twist;
     PointCloud bent = filtered;
     for (int pass = 0; pass < kSweepMotionPasses; ++pass) {
-      const std::optional<math::Twist> own = sweep_motion(accepted, m.aligner, bent, start, *xi, kLostHalfContinuations);
+      const std::optional<math::Twist> own = sweep_motion(accepted, m.aligner, bent, start, xi, kLostHalfContinuations);
       if (!own) {
         detail::log().debug("localizer: frame at t={} lost; its halves, pass {}, gave no motion", time, pass + 1);
         break;
       }
-      const bool settled = twist_change(*own, *xi) * deskew_reach(extent) <= kDeskewPassTolerance;
-      xi = own;
-      if (imu_rotation) std::copy(std::begin(motion.twist->w), std::end(motion.twist->w), std::begin(xi->w));
+      const bool settled = twist_change(*own, xi) * deskew_reach(extent) <= kDeskewPassTolerance;
+      xi = *own;
+      if (imu_rotation) std::copy(std::begin(motion.twist->w), std::end(motion.twist->w), std::begin(xi.w));
       const auto t1 = std::chrono::steady_clock::now();
-      const math::SweepPath path = path_of(*xi);
+      const math::SweepPath path = path_of(xi);
       bent = preprocess_points(scan, intensity, times, &path);
       pre_ms += detail::ms_since(t1);
       if (settled) break;
     }
-    if (twist_change(*xi, *twist) > 0.0 && plausible_change(*twist, *xi, spacing + extent.t_max, time)) {
+    if (twist_change(xi, *twist) > 0.0 && plausible_change(*twist, xi, spacing + extent.t_max, time)) {
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
-      m.deskew_shift = deskew_shift(extent, *xi);
+      m.deskew_shift = deskew_shift(extent, xi);
       set_deskew_term(xi, false, 0.0);
       LocalizationResult again = localize_frame(bent, time, prediction, covariance, &start);
       detail::log().debug("localizer: frame at t={} lost; on its own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, w ({:.4f}, "
                           "{:.4f}, {:.4f}) rad/s: {}",
-                          time, xi->v[0], xi->v[1], xi->v[2], xi->w[0], xi->w[1], xi->w[2], to_string(again.status));
+                          time, xi.v[0], xi.v[1], xi.v[2], xi.w[0], xi.w[1], xi.w[2], to_string(again.status));
       if (again.status == FrameStatus::Lost) {
         m.restore(after);
         add_work(r, again);

@@ -146,7 +146,7 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
   } else if (known == 2 && consecutive_lost == 0) {
     Eigen::Matrix4d delta;
     double gap = 0.0;
-    velocity(delta, gap);
+    sweep_velocity(delta, gap);
     if (gap > 0.0 && std::isfinite(gap)) constant_velocity = detail::twist_of(delta, gap);
   }
   if (given) {

@@ -60,20 +60,21 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
 // of the scan's 1 m voxel leaf, below which the filtered scan and its alignment barely move.
 constexpr double kDeskewPassTolerance = 0.01;
 
-// A scan's sweep as the de-skew sees it: its largest |time| (s), its points' mean squared time
-// (s^2), and their largest and RMS range (m) within `max_range` (the arms of a twist's
-// angular part). All 0 for a scan whose times are all zero or not finite.
+// A scan's sweep as the de-skew sees it: its largest |time| (s), its points' mean and mean
+// squared time (s, s^2), and their largest and RMS range (m) within `max_range` (the arms of
+// a twist's angular part). All 0 for a scan whose times are all zero or not finite.
 struct SweepExtent {
-  double t_max = 0.0, t2_mean = 0.0, r_max = 0.0, r_rms = 0.0;
+  double t_max = 0.0, t_mean = 0.0, t2_mean = 0.0, r_max = 0.0, r_rms = 0.0;
 };
 
 SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_range) {
   SweepExtent e;
-  double r2_max = 0.0, r2_sum = 0.0, t2_sum = 0.0;
+  double r2_max = 0.0, r2_sum = 0.0, t_sum = 0.0, t2_sum = 0.0;
   std::size_t n = 0;
   for (std::size_t i = 0; i < scan.size(); ++i) {
     if (!std::isfinite(times[i])) continue;
     e.t_max = std::max(e.t_max, static_cast<double>(std::abs(times[i])));
+    t_sum += times[i];
     t2_sum += static_cast<double>(times[i]) * times[i];
     const double r2 = std::min(static_cast<double>(scan.points[i].squaredNorm()), max_range * max_range);
     r2_max = std::max(r2_max, r2);
@@ -82,8 +83,22 @@ SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_ran
   }
   e.r_max = std::sqrt(r2_max);
   e.r_rms = n > 0 ? std::sqrt(r2_sum / static_cast<double>(n)) : 0.0;
+  e.t_mean = n > 0 && e.t_max > 0.0 ? t_sum / static_cast<double>(n) : 0.0;
   e.t2_mean = n > 0 && e.t_max > 0.0 ? t2_sum / static_cast<double>(n) : 0.0;
   return e;
+}
+
+// exp(s xi): the sensor's pose s seconds into a sweep of constant motion xi, relative to its
+// pose at the scan's time (what de-skew_point undoes).
+Eigen::Matrix4d sweep_pose(const math::Twist& xi, double s) {
+  double r[9], o[3];
+  math::detail_deskew::twist_motion(xi, s, r, o);
+  Eigen::Matrix4d m = Eigen::Matrix4d::Identity();
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) m(i, j) = r[3 * i + j];
+    m(i, 3) = o[i];
+  }
+  return m;
 }
 
 // The standard deviation of each component ([v w], sensor frame) of the motion a swept frame
@@ -762,17 +777,35 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // the frame's time) by about half the spacing and half the sweep: it misses d (spacing +
   // t_max) / (2 spacing). A motion given over the sweep is its mean there and misses how it
   // changes within it: d t_max / spacing. Both are d at 10 Hz frames of a 0.1 s sweep, and
-  // shrink for frames further apart (1 Hz: 0.55 d and 0.1 d).
+  // shrink for frames further apart (1 Hz: 0.55 d and 0.1 d). A motion between two poses at
+  // their sweeps' mean times (constant velocity, a pass from the last good pose:
+  // Impl::last_mid) is centred half the spacing before the sweep's: it misses d / 2.
   const double spacing = time - before.last_time;
   double lag = 1.0;
   if (spacing > 0.0 && std::isfinite(spacing) && extent.t_max > 0.0) {
     lag = std::min(1.0, motion_given ? extent.t_max / spacing : 0.5 * (spacing + extent.t_max) / spacing);
   }
-  const auto set_deskew_term = [&](const std::optional<math::Twist>& xi, bool from_poses, double gap) {
+  const double mid_lag = std::min(lag, 0.5);
+  // The frame's pose at its sweep's mean time, which the motion model keeps (Impl::last_mid):
+  // the scan de-skewed with `xi` (or used as read) pins it whatever `xi` gets wrong.
+  struct MidReset {
+    Impl& m;
+    ~MidReset() {
+      m.frame_mid.setIdentity();
+      m.frame_mid_time = 0.0;
+    }
+  } mid_reset{m};
+  const auto mid_of = [&extent](const std::optional<math::Twist>& xi) {
+    return xi ? sweep_pose(*xi, extent.t_mean) : Eigen::Matrix4d::Identity();
+  };
+  const auto set_deskew_term = [&](const std::optional<math::Twist>& xi, bool from_poses, double gap,
+                                   bool from_mids) {
+    m.frame_mid = mid_of(xi);
+    m.frame_mid_time = extent.t_mean;
     m.deskew_term = swept;
     m.deskew_time2 = extent.t2_mean;
     m.deskew_sigma = deskew_sigma(xi, previous_known ? m.deskew_previous : std::nullopt, rotation_known, all_known,
-                                  lag, m.settings);
+                                  from_mids ? mid_lag : lag, m.settings);
     m.deskew_pose_noise.setZero();
     if (xi && from_poses && gap > 0.0 && std::isfinite(gap) && before.last_covariance.allFinite()) {
       m.deskew_pose_noise = extent.t2_mean / (gap * gap) * before.last_covariance;
@@ -789,7 +822,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     const bool own_before = m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 &&
                             before.last_time == m.sweep_twist_time;
     const bool from_odometry = prediction && (motion.source == Deskew::Odometry || motion.source == Deskew::Imu);
-    bool from_poses = false;
+    bool from_poses = false, from_mids = false;
     double gap = 0.0;
     if (motion_given) {
       from_poses = false;
@@ -799,9 +832,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     } else if ((motion.source == Deskew::ConstantVelocity || motion.source == Deskew::Imu) && !own_before &&
                before.known == 2) {
       from_poses = true;
+      from_mids = true;
       gap = before.last_time - before.before_last_time;
     }
-    set_deskew_term(twist, from_poses, gap);
+    set_deskew_term(twist, from_poses, gap, from_mids);
   }
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.deskewed = twist.has_value();
@@ -842,7 +876,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
       m.deskew_shift = deskew_shift(extent, xi);
-      set_deskew_term(xi, false, 0.0);
+      set_deskew_term(xi, false, 0.0, false);
       LocalizationResult again = localize_frame(bent, time, prediction, covariance, &start);
       detail::log().debug("localizer: frame at t={} lost; on its own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, w ({:.4f}, "
                           "{:.4f}, {:.4f}) rad/s: {}",
@@ -887,7 +921,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       const Eigen::Matrix4d start = r.pose;
       math::Twist next;
       if (from_last) {
-        next = detail::twist_of(before.last.inverse() * start, gap);
+        // From the last good pose at its sweep's mean time to this one's (Impl::last_mid).
+        const double mid_gap = time + extent.t_mean - before.last_mid_time;
+        if (!(mid_gap > 0.0) || !std::isfinite(mid_gap)) break;
+        next = detail::twist_of(before.last_mid.inverse() * (start * mid_of(twist)), mid_gap);
       } else {
         const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
         const std::optional<math::Twist> own =
@@ -908,7 +945,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
       m.deskew_shift = deskew_shift(extent, *twist);
-      set_deskew_term(twist, from_last, gap);
+      set_deskew_term(twist, from_last, gap, from_last);
       // A pose a search found was confirmed against the gate by that search: the pass from
       // it, on the same scan de-skewed anew, is not held to the gate again.
       LocalizationResult again = [&] {

@@ -92,6 +92,18 @@ struct Localizer::Impl {
   Eigen::Matrix4d last = Eigen::Matrix4d::Identity(), before_last = Eigen::Matrix4d::Identity();
   double last_time = 0.0, before_last_time = 0.0;
   int known = 0;
+  // The same two poses at their sweeps' mean point times (the pose times exp(t_mean xi), xi
+  // the motion the scan was de-skewed with; the pose itself for a scan without times), and
+  // those times: what a swept scan pins whatever its de-skew's motion got wrong. A motion
+  // off by d moves the pose at the scan's time by about t_mean d, and the pose at t_mean
+  // hardly at all; the de-skew's constant velocity comes from these (sweep_velocity), so a
+  // motion's error does not return in the next frame's.
+  Eigen::Matrix4d last_mid = Eigen::Matrix4d::Identity(), before_last_mid = Eigen::Matrix4d::Identity();
+  double last_mid_time = 0.0, before_last_mid_time = 0.0;
+  // The frame being localized: exp(t_mean xi) of the motion its scan is de-skewed with (the
+  // identity when it is not), and t_mean (s); advance() takes them. Reset once the frame is done.
+  Eigen::Matrix4d frame_mid = Eigen::Matrix4d::Identity();
+  double frame_mid_time = 0.0;
   // The covariance of `last` (the frame's reported one): the motion model's prediction
   // starts from it, so along a degenerate stretch's weak directions it keeps growing.
   Eigen::Matrix<double, 6, 6> last_covariance = Eigen::Matrix<double, 6, 6>::Zero();
@@ -129,6 +141,8 @@ struct Localizer::Impl {
   struct FrameState {
     Eigen::Matrix4d last, before_last;
     double last_time, before_last_time;
+    Eigen::Matrix4d last_mid, before_last_mid;
+    double last_mid_time, before_last_mid_time;
     int known;
     Eigen::Matrix<double, 6, 6> last_covariance;
     double first_time;
@@ -136,7 +150,8 @@ struct Localizer::Impl {
     double typical_nvtl;
   };
   FrameState frame_state() const {
-    return {last, before_last, last_time, before_last_time, known, last_covariance, first_time, consecutive_lost,
+    return {last,          before_last,          last_time, before_last_time, last_mid,         before_last_mid,
+            last_mid_time, before_last_mid_time, known,     last_covariance,  first_time,       consecutive_lost,
             typical_nvtl};
   }
   void restore(const FrameState& f) {
@@ -144,6 +159,10 @@ struct Localizer::Impl {
     before_last = f.before_last;
     last_time = f.last_time;
     before_last_time = f.before_last_time;
+    last_mid = f.last_mid;
+    before_last_mid = f.before_last_mid;
+    last_mid_time = f.last_mid_time;
+    before_last_mid_time = f.before_last_mid_time;
     known = f.known;
     last_covariance = f.last_covariance;
     first_time = f.first_time;
@@ -160,6 +179,12 @@ struct Localizer::Impl {
   void velocity(Eigen::Matrix4d& delta, double& gap) const {
     delta = before_last.inverse() * last;
     gap = last_time - before_last_time;
+  }
+  // The same between the two poses at their sweeps' mean times (last_mid): the de-skew's
+  // constant velocity. For scans without times, velocity() itself.
+  void sweep_velocity(Eigen::Matrix4d& delta, double& gap) const {
+    delta = before_last_mid.inverse() * last_mid;
+    gap = last_mid_time - before_last_mid_time;
   }
 
   // The sensor's motion over the sweep of a scan at `time` whose points' times span
@@ -311,6 +336,10 @@ struct Localizer::Impl {
     before_last_time = last_time;
     last = pose;
     last_time = time;
+    before_last_mid = last_mid;
+    before_last_mid_time = last_mid_time;
+    last_mid = pose * frame_mid;
+    last_mid_time = time + frame_mid_time;
     known = std::min(known + 1, 2);  // before_last is meaningful from the second pose on
     consecutive_lost = 0;
   }

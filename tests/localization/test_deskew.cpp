@@ -388,9 +388,14 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
   // prediction); the frames before are used as read, as off uses every frame: the bounds
   // hold from there. With the passes (the default) the first frame takes its sweep's own
   // motion (its halves aligned apart) and the second the same motion: every frame is
-  // de-skewed. Measured with 2 passes: HDL-32 3.77 cm over all 20 frames (2.99 from frame
-  // 2, frame 0 9.8 cm off where it was 35 cm), VLP-16 3.21 cm (2.53); with at most 3 passes
-  // on the first frame (before 2026-12-05) 4.20 and 3.54 cm, frame 0 12.6 and 10.1 cm.
+  // de-skewed. Measured with 2 passes: HDL-32 3.03 cm over all 20 frames (2.17 from frame
+  // 2, frame 0 9.8 cm off where it was 35 cm), VLP-16 2.48 cm (1.75); without passes, from
+  // frame 2, 4.13 and 3.91 cm. The motion comes from the poses at the sweeps' mean times
+  // (Impl::last_mid), which a wrong motion hardly moves; from the poses at the scans' times,
+  // as before, 3.77 cm (2.99) and 3.21 cm (2.53), and with at most 3 passes on the first
+  // frame (before 2026-12-05) 4.20 and 3.54 cm. Frame 0 has only its own sweep, whose
+  // halves hold a sideways velocity and a yaw rate only together (they settle 1.5 m/s
+  // sideways there): its 9.8 cm is most of the 3.03.
   for (const std::string preset : {"hdl32", "vlp16"}) {
     INFO(preset);
     const DeskewSequence seq = make_fast(preset, 0.1, 20);
@@ -412,9 +417,9 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
     CHECK(first_error(off) > 0.3);
     CHECK(first_error(again) < 0.2);
     CHECK(again.ate.rmse_m <= off.ate.rmse_m / 3.0);
-    CHECK(again.ate.rmse_m <= 0.045);
+    CHECK(again.ate.rmse_m <= 0.035);
     CHECK(again.ate_from.rmse_m <= off.ate.rmse_m / 3.0);
-    CHECK(again.ate_from.rmse_m <= 0.03);
+    CHECK(again.ate_from.rmse_m <= 0.025);
     CHECK(again.ate_from.rmse_m < cv.ate_from.rmse_m);
     CHECK(off.deskewed == 0);
     CHECK(cv.deskewed == seq.scans.size() - 2);
@@ -426,7 +431,7 @@ TEST_CASE("de-skew: the fast drive with a 0.1 s sweep, HDL-32 and VLP-16: consta
       CHECK(r->ate_from.rmse_m <= off.ate.rmse_m / 3.0);
     }
     CHECK(odo.ate_from.rmse_m <= 0.035);
-    CHECK(cv.ate_from.rmse_m <= 0.07);
+    CHECK(cv.ate_from.rmse_m <= 0.05);
     // The odometry's motion over each sweep itself (SweepMotion), from the first frame on
     // (the truth covers every sweep but the last, whose end is past its last pose): no pass
     // replaces it. Measured: HDL-32 2.05 cm over every frame, VLP-16 1.72 cm, where the
@@ -477,7 +482,9 @@ TEST_CASE("de-skew: a turn begun within a sweep is found on the sweep's own moti
       CHECK(cv.results[k].valid);
       CHECK(cv.results[k].deskewed);
     }
-    CHECK(cv.ate.rmse_m <= 0.05);
+    // Measured: HDL-32 2.60 cm, VLP-16 2.11 cm (3.70 and 3.08 cm with the motion from the
+    // poses at the scans' times rather than at the sweeps' mean times).
+    CHECK(cv.ate.rmse_m <= 0.035);
   }
 }
 

@@ -63,9 +63,12 @@ enum class Deskew {
   /// On the simulator's fast drive IMU rotation is at least as good as constant velocity's
   /// (docs/library.md, "De-skew"), so samples given are samples used.
   Auto,
-  /// "constant-velocity": the motion between the last two good poses (the one the
-  /// prediction extrapolates), per second; none before the second good pose, nor on the
-  /// frame right after a lost one (that motion is of a stretch before the loss).
+  /// "constant-velocity": the motion between the last two good poses, each taken at its
+  /// sweep's mean point time (the pose times exp(t_mean xi), xi the motion it was de-skewed
+  /// with: what a swept scan pins whatever that motion got wrong, where the pose at the
+  /// scan's time is off by about t_mean times its error), per second; none before the
+  /// second good pose, nor on the frame right after a lost one (that motion is of a stretch
+  /// before the loss).
   ConstantVelocity,
   /// "odometry": the sweep's motion given with the scan (SweepMotion), else the motion from
   /// the last good pose to the prediction given to localize(scan, time, prediction,
@@ -196,7 +199,8 @@ struct LocalizerSettings {
   /// the mean rate of a 0.1 s sweep wrong by at most what the rate changes in 20 ms.
   double imu_max_gap = 0.02;
   /// Re-de-skew passes after the alignment (0: none). Once a frame's pose is found, the
-  /// motion from the last good pose to it, over the time between them, is the sensor's
+  /// motion from the last good pose to it (both at their sweeps' mean point times, as
+  /// Deskew::ConstantVelocity takes them), over the time between them, is the sensor's
   /// motion one frame later than constant velocity's (two frames back) and is taken as the
   /// twist for the same scan: its raw points are de-skewed again with it (on the GPU with
   /// the GPU filter) and aligned once more, from the found pose; the passes stop early

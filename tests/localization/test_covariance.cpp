@@ -187,9 +187,13 @@ void check_same_poses(const Run& on, const Run& off) {
 // that motion misses times the points' time (2.9 cm per 0.5 m/s at a 0.1 s sweep's RMS
 // time), which the alignment's curvature does not see. The de-skew term
 // (covariance_deskew_scale) counts it; measured over the 30 frames: without it the mean 6-D
-// NEES is 160 and 6.7% of the frames lie within the 99% ellipse (the one frame more than 10 cm
-// off reporting a sigma under 3 cm along its error), with it 6.04 (bounds 4.82-7.30) and
-// 93.3%, and that frame's sigma covers it.
+// NEES is 100 and 26.7% of the frames lie within the 99% ellipse, with it 2.69 (bounds
+// 4.82-7.30) and 100%. (Before the motion came from the poses at the sweeps' mean times,
+// 2026-12-05, the frames were further off: 160 and 6.7%, the one frame more than 10 cm off
+// reporting a sigma under 3 cm along its error, against 6.04 and 93.3% with the term. The
+// term is now about twice too wide there: its share of the last pose's covariance, P / dt^2,
+// still counts the de-skew error of a pose the motion no longer comes from; taking that
+// pose's covariance without its de-skew term gave 18.6, over-confident in rotation.)
 // [heavy]: 30 swept scans simulated and localized twice (about 30 s on 2 cores).
 TEST_CASE("the calibrated covariance of swept scans: the de-skew term counts the motion the de-skew missed",
           "[unit][sim][heavy]") {
@@ -210,9 +214,10 @@ TEST_CASE("the calibrated covariance of swept scans: the de-skew term counts the
 // whole frame, and the term takes that share of the change (LocalizerSettings::
 // covariance_deskew_scale). Taken whole, it reported 0.20-0.35 m on frames 8-10 cm off and
 // made three of them uncertain (12 of 20 within 10 cm against 15). Measured: 17 valid, 3
-// lost, none uncertain with the term or without; 6-D NEES 28.4 (64.7% within the 99%
-// ellipse) against 142 (17.6%); of the 2 frames more than 10 cm off, 1 reports a sigma
-// under 3 cm (2 without the term).
+// lost, none uncertain with the term or without; 6-D NEES 24.6 (64.7% within the 99%
+// ellipse) against 134 (23.5%); of the 2 frames more than 10 cm off, 1 reports a sigma
+// under 3 cm (2 without the term). (28.4 against 142 before the motion came from the poses
+// at the sweeps' mean times.)
 // [heavy]: 20 swept 1 Hz scans simulated and localized twice, searches included (about 60 s
 // on 2 cores).
 TEST_CASE("the calibrated covariance of swept scans at 1 Hz: the de-skew term makes no frame uncertain",

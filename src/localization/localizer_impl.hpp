@@ -174,8 +174,8 @@ struct Localizer::Impl {
   const Eigen::Matrix4d& anchor() const { return known > 0 ? last : initial; }
 
   // The constant-velocity motion model: the motion between the last two good poses and the
-  // seconds it took (known == 2). The prediction extrapolates it and the de-skew takes it
-  // as the motion over the sweep.
+  // seconds it took (known == 2). The prediction extrapolates it; the de-skew takes
+  // sweep_velocity's.
   void velocity(Eigen::Matrix4d& delta, double& gap) const {
     delta = before_last.inverse() * last;
     gap = last_time - before_last_time;

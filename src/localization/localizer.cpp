@@ -767,12 +767,17 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   m.deskew_shift = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off && !whole_motion
                        ? std::numeric_limits<double>::infinity()
                        : (twist ? deskew_shift(extent, *twist) : 0.0);
-  // The de-skew term of the frame's covariance, for each pass's motion; reset once the frame
-  // is done, which leaves its motion for the next frame to be held against.
+  // The de-skew term of the frame's covariance, and its pose at its sweep's mean time that
+  // the motion model keeps (Impl::last_mid), for each pass's motion; reset once the frame is
+  // done, which leaves its motion for the next frame to be held against.
   struct DeskewTermReset {
-    bool& term;
-    ~DeskewTermReset() { term = false; }
-  } deskew_term_reset{m.deskew_term};
+    Impl& m;
+    ~DeskewTermReset() {
+      m.deskew_term = false;
+      m.frame_mid.setIdentity();
+      m.frame_mid_time = 0.0;
+    }
+  } deskew_term_reset{m};
   const bool swept = extent.t_max > 0.0 && m.settings.deskew != Deskew::Off;
   const bool previous_known = m.deskew_previous && before.known > 0 && before.consecutive_lost == 0 &&
                               m.deskew_previous_time == before.last_time;
@@ -795,15 +800,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     lag = std::min(1.0, motion_given ? extent.t_max / spacing : 0.5 * (spacing + extent.t_max) / spacing);
   }
   const double mid_lag = std::min(lag, 0.5);
-  // The frame's pose at its sweep's mean time, which the motion model keeps (Impl::last_mid):
-  // the scan de-skewed with `xi` (or used as read) pins it whatever `xi` gets wrong.
-  struct MidReset {
-    Impl& m;
-    ~MidReset() {
-      m.frame_mid.setIdentity();
-      m.frame_mid_time = 0.0;
-    }
-  } mid_reset{m};
+  // exp(t_mean xi): the scan de-skewed with `xi` (or used as read) pins the pose at its
+  // sweep's mean time whatever `xi` gets wrong.
   const auto mid_of = [&extent](const std::optional<math::Twist>& xi) {
     return xi ? sweep_pose(*xi, extent.t_mean) : Eigen::Matrix4d::Identity();
   };

@@ -178,6 +178,16 @@ NDTCU_HD inline void deskew_point(const SweepPath& path, float t, float& x, floa
   z = static_cast<float>(r[6] * q[0] + r[7] * q[1] + r[8] * q[2] + o[2]);
 }
 
+/// The path's pose at `t` (the sensor at t in the frame of the reference time), as a
+/// row-major rotation and a translation: what deskew_point applies to a point taken at t.
+NDTCU_HD inline void path_motion(const SweepPath& path, double t, double r[9], double o[3]) {
+  int k = 0;
+  while (k + 1 < path.segments && t >= path.begin[k + 1]) ++k;
+  double rt[9], ot[3];
+  detail_deskew::twist_motion(path.twist[k], t - path.begin[k], rt, ot);
+  detail_deskew::compose(path.rotation[k], path.translation[k], rt, ot, r, o);
+}
+
 /// The twist that moves by (rotation vector `phi`, translation `trans`) in `dt` seconds:
 /// log(T) / dt, T = (exp(phi), trans), with the translation's part V^-1 trans,
 /// V^-1 = I - K/2 + (1 - A / (2 B)) / th^2 K^2, K = [phi]x (the inverse of the V above;

@@ -215,8 +215,12 @@ struct LocalizerSettings {
   /// lost ones, take the sweep's own motion (its halves aligned apart), up to 8 passes while
   /// it changes. A swept frame every attempt lost, with a motion before it, is tried once
   /// more on the sweep's own motion, its halves aligned apart from the prediction; one that
-  /// no vehicle could follow the motion before with (above about 1.2 g) is refused; found,
-  /// the frame is FrameStage::SweepMotion. A scan without times, or whose
+  /// no vehicle could follow the motion before with (above about 1.2 g) is refused. Then,
+  /// unless the IMU measured the sweep's rotation, 32 candidate turns about the sensor's z
+  /// axis (up to 2 rad/s more or less, over the whole sweep or stepping in within it) each
+  /// de-skew it and run it once from the prediction; the best NVTL the checks take is kept,
+  /// its covariance widened by the poses the others found, and no pass runs after it.
+  /// Found either way, the frame is FrameStage::SweepMotion. A scan without times, or whose
   /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than
   /// off. Each pass costs one more de-skew and filter and one alignment from a pose near
   /// the optimum (BENCHMARK.md, "De-skew after the alignment").
@@ -564,7 +568,8 @@ enum class FrameStage {
   InitialSearch,   ///< "initial search"
   GlobalSearch,    ///< "global search": anywhere in the map (InitialPoseSearch)
   SweepMotion,     ///< "sweep motion": from the prediction, on the scan de-skewed with its own motion
-                   ///< (a swept frame every other attempt lost; LocalizerSettings::deskew_passes)
+                   ///< (its halves', or a candidate turn's; a swept frame every other attempt
+                   ///< lost; LocalizerSettings::deskew_passes)
 };
 
 /// The stage's name as frames.csv, JSON and Python write it ("prediction", "wide search", ...).

@@ -46,6 +46,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndtcu {
@@ -138,6 +139,10 @@ struct CovarianceEvidence {
   bool has_rival = false;
   Pose6 rival_gap = Pose6::Zero();
   double rival_nvtl_drop = 0.0;
+  /// Other optima of the same scan, each its pose minus this pose and its NVTL below this
+  /// pose's: the candidate motions a swept frame was de-skewed with, when it found its own
+  /// (Localizer: a turn that began within the sweep). Weighed with the rival.
+  std::vector<std::pair<Pose6, double>> alternatives;
   /// The alignment's localizability (AlignResult::localizability), when it has one: its
   /// weakest direction and eigenvalue ratio give the localizability term.
   Localizability localizability;
@@ -164,9 +169,11 @@ struct CalibratedCovariance {
   /// the mean squared Mahalanobis distance the NVTL implies:
   /// m2 = -2 ln(NVTL / -d1) / d2 (a point at its voxel's mean scores -d1).
   Eigen::Matrix<double, 6, 6> residual = Eigen::Matrix<double, 6, 6>::Zero();
-  /// g g' / 4 for the gap g to the other resolution's pose (the two weighed alike), plus
-  /// w (1 - w) h h' for the gap h to the rival, w = its softmax weight against this pose at
-  /// hypothesis_temperature (the spread of two poses weighed w and 1 - w).
+  /// g g' / 4 for the gap g to the other resolution's pose (the two weighed alike), plus the
+  /// weighted spread of this pose, the rival and the alternatives, each weighed
+  /// e^{-drop / T} (its NVTL drop below this pose's, T = hypothesis_temperature; this pose
+  /// 1): sum w_i (h_i - m)(h_i - m)' over the normalized weights w_i of the gaps h_i (0 for
+  /// this pose), m = sum w_i h_i. With the rival alone, w (1 - w) h h', w = 1 / (1 + e^{drop / T}).
   Eigen::Matrix<double, 6, 6> disagreement = Eigen::Matrix<double, 6, 6>::Zero();
   /// (c^2 / rho) v v': v the weakest direction (moving the points by 1 m RMS), rho its
   /// eigenvalue over the largest, c = weak_direction_sigma (zero without a localizability,

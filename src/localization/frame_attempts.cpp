@@ -307,6 +307,12 @@ class Localizer::Impl::FrameAttempts {
       e.rival_gap = rival->first;
       e.rival_nvtl_drop = rival->second;
     }
+    if (!m.frame_alternatives.empty()) {
+      const Pose6 here = matrix_to_pose(out.pose);
+      for (const auto& [pose, nvtl] : m.frame_alternatives) {
+        e.alternatives.emplace_back(detail::wrapped(pose - here), a.nvtl - nvtl);
+      }
+    }
     if (m.deskew_term) {
       // The motion's error, sensor frame, turned into the pose's axes (B = diag(R, R)).
       Eigen::Matrix<double, 6, 6> b = Eigen::Matrix<double, 6, 6>::Zero();

@@ -60,11 +60,12 @@ Eigen::Matrix4d scale_motion(const Eigen::Matrix4d& delta, double s) {
 // of the scan's 1 m voxel leaf, below which the filtered scan and its alignment barely move.
 constexpr double kDeskewPassTolerance = 0.01;
 
-// A scan's sweep as the de-skew sees it: its largest |time| (s), its points' mean and mean
-// squared time (s, s^2), and their largest and RMS range (m) within `max_range` (the arms of
-// a twist's angular part). All 0 for a scan whose times are all zero or not finite.
+// A scan's sweep as the de-skew sees it: its largest |time| (s), its first and last time
+// (s), its points' mean and mean squared time (s, s^2), and their largest and RMS range (m)
+// within `max_range` (the arms of a twist's angular part). All 0 for a scan whose times are
+// all zero or not finite.
 struct SweepExtent {
-  double t_max = 0.0, t_mean = 0.0, t2_mean = 0.0, r_max = 0.0, r_rms = 0.0;
+  double t_max = 0.0, t_first = 0.0, t_last = 0.0, t_mean = 0.0, t2_mean = 0.0, r_max = 0.0, r_rms = 0.0;
 };
 
 SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_range) {
@@ -74,6 +75,8 @@ SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_ran
   for (std::size_t i = 0; i < scan.size(); ++i) {
     if (!std::isfinite(times[i])) continue;
     e.t_max = std::max(e.t_max, static_cast<double>(std::abs(times[i])));
+    e.t_first = n > 0 ? std::min(e.t_first, static_cast<double>(times[i])) : times[i];
+    e.t_last = n > 0 ? std::max(e.t_last, static_cast<double>(times[i])) : times[i];
     t_sum += times[i];
     t2_sum += static_cast<double>(times[i]) * times[i];
     const double r2 = std::min(static_cast<double>(scan.points[i].squaredNorm()), max_range * max_range);
@@ -83,16 +86,17 @@ SweepExtent sweep_extent(PointCloudView scan, const float* times, double max_ran
   }
   e.r_max = std::sqrt(r2_max);
   e.r_rms = n > 0 ? std::sqrt(r2_sum / static_cast<double>(n)) : 0.0;
+  if (!(e.t_max > 0.0)) e.t_first = e.t_last = 0.0;
   e.t_mean = n > 0 && e.t_max > 0.0 ? t_sum / static_cast<double>(n) : 0.0;
   e.t2_mean = n > 0 && e.t_max > 0.0 ? t2_sum / static_cast<double>(n) : 0.0;
   return e;
 }
 
-// exp(s xi): the sensor's pose s seconds into a sweep of constant motion xi, relative to its
-// pose at the scan's time (what de-skew_point undoes).
-Eigen::Matrix4d sweep_pose(const math::Twist& xi, double s) {
+// The sensor's pose s seconds into a sweep along `path`, relative to its pose at the scan's
+// time (what deskew_point undoes).
+Eigen::Matrix4d sweep_pose(const math::SweepPath& path, double s) {
   double r[9], o[3];
-  math::detail_deskew::twist_motion(xi, s, r, o);
+  math::path_motion(path, s, r, o);
   Eigen::Matrix4d m = Eigen::Matrix4d::Identity();
   for (int i = 0; i < 3; ++i) {
     for (int j = 0; j < 3; ++j) m(i, j) = r[3 * i + j];
@@ -100,6 +104,9 @@ Eigen::Matrix4d sweep_pose(const math::Twist& xi, double s) {
   }
   return m;
 }
+
+// exp(s xi): the same along a sweep of constant motion xi.
+Eigen::Matrix4d sweep_pose(const math::Twist& xi, double s) { return sweep_pose(math::constant_path(xi), s); }
 
 // The standard deviation (m/s) of the translation of a sweep's own motion, from its halves
 // aligned apart (sweep_motion), for a frame with no motion before it: the halves hold a
@@ -227,6 +234,14 @@ constexpr int kSweepMotionPasses = 8;
 // pose found (the passes), 3 from a lost frame's prediction, further off (the fast drive's
 // corner frame on the VLP-16: its early half still under way after 60 iterations).
 constexpr int kLostHalfContinuations = 3;
+// The rates (rad/s) a swept frame still lost tries added to its motion's turn about the
+// sensor's z axis (see localize_points): up to 2 rad/s (115 deg/s) either way, 0.5 rad/s
+// apart, which leaves at most 0.25 rad/s (1.4 deg over a 0.1 s sweep) unmodelled.
+constexpr double kTurnRates[] = {-2.0, -1.5, -1.0, -0.5, 0.5, 1.0, 1.5, 2.0};
+// Where in the sweep (its share from its first point's time to its last's) a turn of
+// kTurnRates may begin: 0, a turn under way for the whole sweep, else a step of the rate
+// within it.
+constexpr double kTurnOnsets[] = {0.0, 0.25, 0.5, 0.75};
 
 // The sweep's own motion, for a frame with no motion to take (the first, or the first after
 // lost frames) or lost on the one it took (see localize_points): the filtered scan,
@@ -774,6 +789,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     Impl& m;
     ~DeskewTermReset() {
       m.deskew_term = false;
+      m.frame_alternatives.clear();
       m.frame_mid.setIdentity();
       m.frame_mid_time = 0.0;
     }
@@ -854,12 +870,25 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // must plausibly follow (plausible_change): a half scan holds a yaw rate and a sideways
   // velocity only together, and one taken for the other is a motion no vehicle makes.
   bool motion_found = false;
+  bool turn_found = false;  // by a candidate turn (below), which runs no pass after it
   // The IMU's rotation, when it covered the sweep, is kept: a motion the frame finds (here
   // and in the passes below) mends the translation.
   const bool imu_rotation = motion.twist && motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
-  if (r.status == FrameStatus::Lost && twist && times && m.settings.deskew != Deskew::Off &&
-      m.settings.deskew_passes > 0 && !motion_given && deskew_reach(extent) > 0.0 && spacing > 0.0 &&
-      std::isfinite(spacing)) {
+  const bool may_find_motion = twist && times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 &&
+                               !motion_given && deskew_reach(extent) > 0.0 && spacing > 0.0 && std::isfinite(spacing);
+  // The frame run once more, from the state before it, on `bent`: the scan de-skewed with
+  // `xi`, a motion it found itself. Its checks judge that run.
+  // With `path`, the scan was de-skewed along it (its pose at the sweep's mean time is the
+  // one kept), not along `xi`.
+  const auto run_on_own_motion = [&](const math::Twist& xi, const PointCloud& bent, const Eigen::Matrix4d& start,
+                                     const math::SweepPath* path = nullptr) {
+    m.restore(before);
+    m.deskew_shift = deskew_shift(extent, xi);
+    set_deskew_term(xi, false, 0.0, false, true);
+    if (path) m.frame_mid = sweep_pose(*path, extent.t_mean);
+    return localize_frame(bent, time, prediction, covariance, &start);
+  };
+  if (r.status == FrameStatus::Lost && may_find_motion) {
     const Eigen::Matrix4d start = r.prediction;
     const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
     math::Twist xi = *twist;
@@ -881,10 +910,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     }
     if (twist_change(xi, *twist) > 0.0 && plausible_change(*twist, xi, spacing + extent.t_max, time)) {
       const Impl::FrameState after = m.frame_state();
-      m.restore(before);
-      m.deskew_shift = deskew_shift(extent, xi);
-      set_deskew_term(xi, false, 0.0, false, true);
-      LocalizationResult again = localize_frame(bent, time, prediction, covariance, &start);
+      LocalizationResult again = run_on_own_motion(xi, bent, start);
       detail::log().debug("localizer: frame at t={} lost; on its own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, w ({:.4f}, "
                           "{:.4f}, {:.4f}) rad/s: {}",
                           time, xi.v[0], xi.v[1], xi.v[2], xi.w[0], xi.w[1], xi.w[2], to_string(again.status));
@@ -893,7 +919,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
         add_work(r, again);
       } else {
         add_work(again, r);
-        again.status = FrameStatus::Recovered;
+        if (again.status == FrameStatus::Tracked) again.status = FrameStatus::Recovered;  // (uncertain stays)
         again.stage = FrameStage::SweepMotion;
         again.deskewed = true;
         again.deskew_passes = 1;
@@ -902,6 +928,92 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
         filtered = std::move(bent);
         motion_found = true;
       }
+    }
+  }
+  // A swept frame still lost: a turn that began within its sweep or just before it, whose
+  // rate the halves took for a sideways velocity (plausible_change refused it). The fast
+  // drive's corners step from 0 to 73-109 deg/s about the sensor's z axis at 5-7 m/s: the
+  // sweep bends by up to 11 deg, which neither the searches (on the bent scan) nor the halves
+  // mend. Each candidate turn, kTurnRates added to the motion's rate about z from one of
+  // kTurnOnsets of the sweep on, de-skews the scan anew and the frame runs once from the
+  // prediction; the checks judge each run, and the best NVTL of the runs they take is kept.
+  // Not with the IMU's rotation, which measured the turn.
+  if (r.status == FrameStatus::Lost && may_find_motion && !motion_found && !imu_rotation) {
+    const Eigen::Matrix4d start = r.prediction;
+    const Impl::FrameState lost_state = m.frame_state();
+    std::optional<LocalizationResult> best;
+    std::vector<std::pair<Pose6, double>> tried;  // each candidate's pose and NVTL
+    std::size_t best_tried = 0;
+    math::Twist best_xi = *twist;
+    math::SweepPath best_path;
+    PointCloud best_bent;
+    for (const double onset : kTurnOnsets) {
+      for (const double rate : kTurnRates) {
+        math::Twist xi = *twist;
+        xi.w[2] += rate;
+        math::SweepPath path = path_of(xi);
+        if (onset > 0.0) {
+          path = math::SweepPath{};
+          path.segments = 2;
+          path.begin[0] = extent.t_first;
+          path.begin[1] = extent.t_first + onset * (extent.t_last - extent.t_first);
+          path.twist[0] = *twist;
+          path.twist[1] = xi;
+          math::anchor_path(path);
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        PointCloud bent = preprocess_points(scan, intensity, times, &path);
+        pre_ms += detail::ms_since(t1);
+        LocalizationResult again = run_on_own_motion(xi, bent, start, &path);
+        if (detail::has_pose(again.alignment)) {
+          tried.emplace_back(matrix_to_pose(again.alignment.transform), again.alignment.nvtl);
+        }
+        detail::log().debug("localizer: frame at t={} lost; turning {:+.2f} rad/s more about z from {:.2f} of the "
+                            "sweep on: {} (NVTL {:.3f}, {})",
+                            time, rate, onset, to_string(again.status), again.alignment.nvtl,
+                            to_string(again.decided_by));
+        if (again.status == FrameStatus::Lost || (best && !(again.alignment.nvtl > best->alignment.nvtl))) {
+          add_work(r, again);
+          continue;
+        }
+        if (best) add_work(r, *best);
+        best = std::move(again);
+        best_tried = tried.size() - 1;
+        best_xi = xi;
+        best_path = path;
+        best_bent = std::move(bent);
+      }
+    }
+    if (!best) m.restore(lost_state);
+    if (best) {
+      // The best once more, with the poses the other candidates found weighed in its
+      // covariance (their spread, by NVTL): a turn the sweep holds only loosely is reported
+      // as loosely known, and a frame whose candidates disagree by more than
+      // max_position_sigma is uncertain.
+      for (std::size_t k = 0; k < tried.size(); ++k) {
+        if (k != best_tried) m.frame_alternatives.push_back(tried[k]);
+      }
+      LocalizationResult again = run_on_own_motion(best_xi, best_bent, start, &best_path);
+      m.frame_alternatives.clear();
+      add_work(again, *best);
+      best = std::move(again);
+      if (best->status == FrameStatus::Lost) {  // (the same run as before: not expected)
+        m.restore(lost_state);
+        add_work(r, *best);
+        best.reset();
+      }
+    }
+    if (best) {
+      add_work(*best, r);
+      if (best->status == FrameStatus::Tracked) best->status = FrameStatus::Recovered;  // (uncertain stays)
+      best->stage = FrameStage::SweepMotion;
+      best->deskewed = true;
+      best->deskew_passes = 1;
+      r = std::move(*best);
+      twist = best_xi;  // the motion since the turn began: the next frame's
+      filtered = std::move(best_bent);
+      motion_found = true;
+      turn_found = true;
     }
   }
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
@@ -923,7 +1035,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       // Only from a pose the checks took: the motion to a lost frame's best attempt, when
       // that pose is wrong, bends the scan towards fitting it, and a pass from it could
       // confirm it.
-      if (r.status == FrameStatus::Lost || !(reach > 0.0)) break;
+      if (r.status == FrameStatus::Lost || !(reach > 0.0) || turn_found) break;
       if (from_last && (!(gap > 0.0) || !std::isfinite(gap))) break;
       const Eigen::Matrix4d start = r.pose;
       math::Twist next;

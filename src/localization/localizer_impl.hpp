@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace ndtcu {
@@ -308,6 +309,11 @@ struct Localizer::Impl {
   Eigen::Matrix<double, 6, 1> deskew_sigma = Eigen::Matrix<double, 6, 1>::Zero();
   double deskew_time2 = 0.0;
   Eigen::Matrix<double, 6, 6> deskew_pose_noise = Eigen::Matrix<double, 6, 6>::Zero();
+  // The poses (and their NVTL) the frame being localized found on the other motions it
+  // was tried with, when it searched for its own (a turn within the sweep): the covariance's
+  // disagreement term weighs them (CovarianceEvidence::alternatives). Reset once the frame
+  // is done.
+  std::vector<std::pair<Pose6, double>> frame_alternatives;
   // The motion the last frame was de-skewed with (its last pass's), when that frame was
   // valid, and its time: what the next frame's motion is held against.
   std::optional<math::Twist> deskew_previous;

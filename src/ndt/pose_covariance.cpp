@@ -18,6 +18,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ndtcu {
 
@@ -333,10 +334,25 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
     // The two resolutions weighed alike (w = 1/2): w (1 - w) g g'.
     out.disagreement += 0.25 * e.resolution_gap * e.resolution_gap.transpose();
   }
-  if (e.has_rival && e.rival_gap.allFinite() && std::isfinite(e.rival_nvtl_drop) && s.hypothesis_temperature > 0.0) {
-    // Softmax weights of the pose (NVTL s0) and the rival (s0 - drop): w = 1 / (1 + e^{drop / T}).
-    const double w = 1.0 / (1.0 + std::exp(std::max(0.0, e.rival_nvtl_drop) / s.hypothesis_temperature));
-    out.disagreement += w * (1.0 - w) * e.rival_gap * e.rival_gap.transpose();
+  if (s.hypothesis_temperature > 0.0) {
+    // Softmax weights of the pose (NVTL s0, gap 0) and each other optimum (s0 - drop, gap
+    // h): their weighted spread about their weighted mean.
+    std::vector<std::pair<Vector6d, double>> optima{{Vector6d::Zero(), 1.0}};
+    const auto offer = [&](const Pose6& gap, double drop) {
+      if (gap.allFinite() && std::isfinite(drop)) {
+        optima.emplace_back(gap, std::exp(-std::max(0.0, drop) / s.hypothesis_temperature));
+      }
+    };
+    if (e.has_rival) offer(e.rival_gap, e.rival_nvtl_drop);
+    for (const auto& [gap, drop] : e.alternatives) offer(gap, drop);
+    double total = 0.0;
+    Vector6d mean = Vector6d::Zero();
+    for (const auto& [h, w] : optima) {
+      total += w;
+      mean += w * h;
+    }
+    mean /= total;
+    for (const auto& [h, w] : optima) out.disagreement += w / total * (h - mean) * (h - mean).transpose();
   }
   // Localizability: along the weakest direction the optimum slides further than the score's
   // curvature says (the voxels' bias along a street's axis); the weaker, the further.

@@ -15,6 +15,7 @@
 #include <Eigen/LU>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -574,6 +575,35 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     s.hypothesis_temperature = 0.0;
     const CalibratedCovariance without = calibrated_pose_covariance(e, s);
     CHECK(relative_gap(without.disagreement, 0.25 * e.resolution_gap * e.resolution_gap.transpose()) < 1e-12);
+  }
+  SECTION("disagreement: the weighted spread of the pose, the rival and the alternatives") {
+    // A rival alone and the same pose as an alternative alone give the same term.
+    CovarianceEvidence rival = e;
+    rival.has_rival = true;
+    rival.rival_gap = make_pose(0.2, -0.1, 0.0, 0.0, 0.0, 0.05);
+    rival.rival_nvtl_drop = 0.03;
+    CovarianceEvidence alternative = e;
+    alternative.alternatives.emplace_back(rival.rival_gap, rival.rival_nvtl_drop);
+    const double w = 1.0 / (1.0 + std::exp(0.03 / 0.05));
+    const Matrix6d pair = w * (1.0 - w) * rival.rival_gap * rival.rival_gap.transpose();
+    CHECK(relative_gap(calibrated_pose_covariance(rival, s).disagreement, pair) < 1e-12);
+    CHECK(relative_gap(calibrated_pose_covariance(alternative, s).disagreement, pair) < 1e-12);
+    // Three optima: the pose (weight 1), one as good (1) and one 0.1 below (e^-2): their
+    // spread about their weighted mean. A drop below zero (an alternative scoring higher)
+    // weighs as none; one not finite is left out.
+    CovarianceEvidence three = e;
+    const Pose6 a = make_pose(0.1, 0.0, 0.0, 0.0, 0.0, 0.0), b = make_pose(0.0, 0.3, 0.0, 0.0, 0.0, 0.02);
+    three.alternatives = {{a, -0.01}, {b, 0.1}, {a, std::numeric_limits<double>::quiet_NaN()}};
+    const double wa = 1.0, wb = std::exp(-0.1 / 0.05), total = 1.0 + wa + wb;
+    const Pose6 mean = (wa * a + wb * b) / total;
+    const Matrix6d expected = (mean * mean.transpose() + wa * (a - mean) * (a - mean).transpose() +
+                               wb * (b - mean) * (b - mean).transpose()) /
+                              total;
+    const CalibratedCovariance c = calibrated_pose_covariance(three, s);
+    CHECK(relative_gap(c.disagreement, expected) < 1e-12);
+    CHECK(c.covariance.isApprox(c.laplace + c.sparsity + c.residual + c.disagreement + c.localizability + c.deskew));
+    s.hypothesis_temperature = 0.0;
+    CHECK(calibrated_pose_covariance(three, s).disagreement.isZero(0.0));
   }
   SECTION("residual: a refined pose takes the refined scale") {
     s.refined_residual_scale = 0.5;

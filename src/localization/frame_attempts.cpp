@@ -72,6 +72,9 @@ std::vector<Pose6> turned(const std::vector<Eigen::Matrix4d>& centres, const std
 // hundredths, well inside the drops that separate held directions (0.24 and more on the
 // real sets) from unheld ones (under 0.05 in the simulator's places).
 constexpr int kProbeDirections = 8;
+// The alignments a search's winner that ran out of iterations goes on for (each of
+// max_iterations, each from where the one before stopped) before the check judges it.
+constexpr int kSearchWinnerContinuations = 2;
 constexpr std::size_t kProbePoints = 512;
 struct Probe {
   bool weak[kProbeDirections] = {};
@@ -380,34 +383,51 @@ class Localizer::Impl::FrameAttempts {
     out.stage = stage;
     out.ambiguity_nvtl = found.ambiguity_nvtl;
     out.ambiguous = found.ambiguous;
-    const bool typical = m.typical(found.best.nvtl);
-    if (m.accept(found.best) && !found.ambiguous && typical) {
-      if (probe_holds(found.best)) {
-        best = found.best;
+    // A winner that ran out of iterations, a long correction still under way (the 1 Hz
+    // stop-and-go drive's frame after lost ones: NVTL 2.98 after 120 iterations), goes on
+    // from where it stopped, as the first attempt's continuation does, before the check
+    // judges it; not one the rival makes ambiguous.
+    AlignResult winner = found.best;
+    if (!found.ambiguous && detail::has_pose(winner) && winner.reason == StopReason::MaxIterations &&
+        m.failed_check(winner) == FrameCheck::NotConverged) {
+      AlignResult on = detail::align_continued(m.aligner, filtered, winner.transform, kSearchWinnerContinuations - 1);
+      ++out.attempts;
+      out.iterations_total += on.iterations;
+      out.evaluations += on.timings.evaluations;
+      on.iterations += winner.iterations;
+      detail::log().debug("localizer: {} at t={}: its winner (NVTL {:.3f}) ran out of iterations; continued: NVTL {:.3f}, "
+                          "{}",
+                          to_string(stage), time, winner.nvtl, on.nvtl, to_string(m.failed_check(on)));
+      if (detail::has_pose(on)) winner = std::move(on);
+    }
+    const bool typical = m.typical(winner.nvtl);
+    if (m.accept(winner) && !found.ambiguous && typical) {
+      if (probe_holds(winner)) {
+        best = winner;
         best_beaten = false;
         // The best distinct rival, weighed in the frame's covariance (its disagreement term).
         if (found.has_rival && std::isfinite(found.ambiguity_nvtl)) {
-          rival.emplace(detail::wrapped(found.rival_pose - found.best.pose), found.best.nvtl - found.ambiguity_nvtl);
+          rival.emplace(detail::wrapped(found.rival_pose - winner.pose), winner.nvtl - found.ambiguity_nvtl);
         } else {
           rival.reset();
         }
         return true;
       }
       // The winner stopped short of a better pose nearby: one alignment from there.
-      if (!detail::has_pose(best) || found.best.nvtl > best.nvtl) {
-        best = found.best;
+      if (!detail::has_pose(best) || winner.nvtl > best.nvtl) {
+        best = winner;
         best_beaten = true;
       }
       return !already_tried(*better) && run(*better);
     }
-    if (!typical && m.accept(found.best) && !found.ambiguous) {
+    if (!typical && m.accept(winner) && !found.ambiguous) {
       detail::log().debug("localizer: {} at t={}: NVTL {:.3f} below {} of the accepted frames' {:.3f}",
-                          to_string(stage), time, found.best.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
+                          to_string(stage), time, winner.nvtl, m.settings.search_nvtl_ratio, m.typical_nvtl);
     }
     detail::log().debug("localizer: {} at t={}: best NVTL {:.3f} after {} hypotheses{}", to_string(stage), time,
-                        found.best.nvtl, found.hypotheses_aligned, found.ambiguous ? ", ambiguous" : "");
-    if (!detail::has_pose(best) || (detail::has_pose(found.best) && found.best.nvtl > best.nvtl)) {
-      best = found.best;
+                        winner.nvtl, found.hypotheses_aligned, found.ambiguous ? ", ambiguous" : "");
+    if (!detail::has_pose(best) || (detail::has_pose(winner) && winner.nvtl > best.nvtl)) {
+      best = winner;
       best_beaten = false;
     }
     return false;

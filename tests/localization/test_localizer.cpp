@@ -155,7 +155,9 @@ TEST_CASE("a scan far outside the map is lost, keeps no wild pose, and tracking 
       CHECK(r.stage == FrameStage::WideSearch);
       CHECK(r.hypotheses <= 18 + 246 + 91 + 343 + (18 + 3 * 18) + 3 * (32 + 3 * 32));
       CHECK(r.screened == 0);  // too few to screen
-      CHECK(r.attempts <= 1 + s.recovery_attempts + r.hypotheses);
+      // Each of the four stages' winners may go on for up to 2 alignments when it ran out of
+      // iterations (frame_attempts.cpp, kSearchWinnerContinuations).
+      CHECK(r.attempts <= 1 + s.recovery_attempts + r.hypotheses + 4 * 2);
       CHECK(localizer.consecutive_lost() == 1);
     } else {
       CHECK(r.valid);

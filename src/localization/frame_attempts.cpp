@@ -390,16 +390,11 @@ class Localizer::Impl::FrameAttempts {
     AlignResult winner = found.best;
     if (!found.ambiguous && detail::has_pose(winner) && winner.reason == StopReason::MaxIterations &&
         m.failed_check(winner) == FrameCheck::NotConverged) {
-      AlignResult on = winner;
-      for (int c = 0; c < kSearchWinnerContinuations && on.reason == StopReason::MaxIterations; ++c) {
-        const int iterations = on.iterations;
-        on = m.aligner.align(filtered, on.transform);
-        ++out.attempts;
-        out.iterations_total += on.iterations;
-        out.evaluations += on.timings.evaluations;
-        on.iterations += iterations;
-        if (!detail::has_pose(on)) break;
-      }
+      AlignResult on =
+          detail::align_continued(m.aligner, filtered, winner.transform, kSearchWinnerContinuations - 1, &out.attempts);
+      out.iterations_total += on.iterations;
+      out.evaluations += on.timings.evaluations;
+      on.iterations += winner.iterations;
       detail::log().debug("localizer: {} at t={}: its winner (NVTL {:.3f}) ran out of iterations; continued: NVTL {:.3f}, "
                           "{}",
                           to_string(stage), time, winner.nvtl, on.nvtl, to_string(m.failed_check(on)));

@@ -888,6 +888,19 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     if (path) m.frame_mid = sweep_pose(*path, extent.t_mean);
     return localize_frame(bent, time, prediction, covariance, &start);
   };
+  // The frame found on its own motion `xi` (the scan de-skewed with it, `bent`) replaces the
+  // lost one: recovered (an uncertain verdict stays), its stage SweepMotion.
+  const auto take_own_motion = [&](LocalizationResult&& found, const math::Twist& xi, PointCloud&& bent) {
+    add_work(found, r);
+    if (found.status == FrameStatus::Tracked) found.status = FrameStatus::Recovered;
+    found.stage = FrameStage::SweepMotion;
+    found.deskewed = true;
+    found.deskew_passes = 1;
+    r = std::move(found);
+    twist = xi;
+    filtered = std::move(bent);
+    motion_found = true;
+  };
   if (r.status == FrameStatus::Lost && may_find_motion) {
     const Eigen::Matrix4d start = r.prediction;
     const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
@@ -918,15 +931,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
         m.restore(after);
         add_work(r, again);
       } else {
-        add_work(again, r);
-        if (again.status == FrameStatus::Tracked) again.status = FrameStatus::Recovered;  // (uncertain stays)
-        again.stage = FrameStage::SweepMotion;
-        again.deskewed = true;
-        again.deskew_passes = 1;
-        r = std::move(again);
-        twist = xi;
-        filtered = std::move(bent);
-        motion_found = true;
+        take_own_motion(std::move(again), xi, std::move(bent));
       }
     }
   }
@@ -984,7 +989,6 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
         best_bent = std::move(bent);
       }
     }
-    if (!best) m.restore(lost_state);
     if (best) {
       // The best once more, with the poses the other candidates found weighed in its
       // covariance (their spread, by NVTL): a turn the sweep holds only loosely is reported
@@ -998,22 +1002,16 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       add_work(again, *best);
       best = std::move(again);
       if (best->status == FrameStatus::Lost) {  // (the same run as before: not expected)
-        m.restore(lost_state);
         add_work(r, *best);
         best.reset();
       }
     }
     if (best) {
-      add_work(*best, r);
-      if (best->status == FrameStatus::Tracked) best->status = FrameStatus::Recovered;  // (uncertain stays)
-      best->stage = FrameStage::SweepMotion;
-      best->deskewed = true;
-      best->deskew_passes = 1;
-      r = std::move(*best);
-      twist = best_xi;  // the motion since the turn began: the next frame's
-      filtered = std::move(best_bent);
-      motion_found = true;
+      // The next frame takes the motion since the turn began.
+      take_own_motion(std::move(*best), best_xi, std::move(best_bent));
       turn_found = true;
+    } else {
+      m.restore(lost_state);
     }
   }
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the

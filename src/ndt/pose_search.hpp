@@ -37,11 +37,14 @@ inline PointCloudView thinned(PointCloudView scan, std::size_t limit, PointCloud
 
 /// aligner.align(scan, from), gone on from where it stopped up to `continuations` times
 /// while it runs out of iterations (a pose from a coarser map may need more than one budget
-/// on a finer one): iterations and evaluations are those of all the calls.
+/// on a finer one): iterations and evaluations are those of all the calls, and `calls` (when
+/// given) is added their number.
 inline AlignResult align_continued(Aligner& aligner, PointCloudView scan, const Eigen::Matrix4d& from,
-                                   int continuations) {
+                                   int continuations, int* calls = nullptr) {
   AlignResult r = aligner.align(scan, from);
+  if (calls) ++*calls;
   for (int c = 0; c < continuations && r.reason == StopReason::MaxIterations && r.transform.allFinite(); ++c) {
+    if (calls) ++*calls;
     const int iterations = r.iterations, evaluations = r.timings.evaluations;
     r = aligner.align(scan, r.transform);
     r.iterations += iterations;

@@ -266,6 +266,13 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
           ->capture_default_str(),
       field_range<LocalizerSettings>("covariance_deskew_scale"));
   check_number_range(
+      cmd->add_option("--covariance-deskew-jerk", o.covariance_deskew_jerk,
+                      "the de-skew term's jerk (m/s^3): a motion from poses or a prediction lags the sweep by a "
+                      "share of the frames' spacing, and the acceleration may have changed by this per second of the "
+                      "spacing since (0: none)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_deskew_jerk"));
+  check_number_range(
       cmd->add_option("--max-position-sigma", o.max_position_sigma,
                       "a frame whose calibrated covariance gives a position sigma above this (m) is uncertain, not "
                       "valid: counted apart, not in the trajectory (0: no bound)")
@@ -456,6 +463,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.covariance_hypothesis_temperature = o.covariance_hypothesis_temperature;
   ls.covariance_weak_direction_sigma = o.covariance_weak_direction_sigma;
   ls.covariance_deskew_scale = o.covariance_deskew_scale;
+  ls.covariance_deskew_jerk = o.covariance_deskew_jerk;
   ls.max_position_sigma = o.max_position_sigma;
   ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;

@@ -479,6 +479,16 @@ struct LocalizerSettings {
   /// motion_rotation_sigma (per second) where no motion came before it (a first frame, the first
   /// after lost ones) or none was taken (the scan used as read).
   double covariance_deskew_scale = CalibratedCovarianceSettings{}.deskew_scale;
+  /// The de-skew term's jerk (m/s^3; 0: none): a motion made from poses, or the mean of a
+  /// prediction since the last pose, lags the sweep by a share of the frames' spacing, and
+  /// its change from the frame before's shows the acceleration of the spacing before, not
+  /// one that began since (a brake applied). This times the spacing (the acceleration's
+  /// possible change) times the lag (s) adds, in quadrature, to each linear component's
+  /// sigma: 1 m/s at 1 Hz, 0.01 m/s at 10 Hz, where the change before already shows the
+  /// acceleration. 2.0: on the simulator's 1 Hz stop-and-go drives (6 m/s^2 braking) no frame
+  /// more than 10 cm off reports under 3 cm where one did (seed 3), and none turns uncertain;
+  /// docs/library.md, "Swept scans: the de-skew term".
+  double covariance_deskew_jerk = 2.0;
   /// A frame that passes every other check but whose calibrated covariance gives a position
   /// standard deviation above this (m; the largest, max_position_sigma()) is not valid but
   /// FrameStatus::Uncertain (decided_by FrameCheck::CovarianceBound); 0: no bound. 0.2 m is
@@ -803,6 +813,15 @@ class Localizer {
 
   /// Frames lost in a row since the last valid one.
   int consecutive_lost() const noexcept;
+  /// True once the frames' times were found not to match their points' times: a frame
+  /// after one that took its sweep's own motion (its halves, aligned apart, at the points'
+  /// times) moved at a mean speed, by the frames' times, more than 3 times that motion's
+  /// speed plus 3 m/s, or less than a third of it minus 3 m/s (scans numbered at a period
+  /// ten times too short, or stamps in the wrong unit). From then on, until
+  /// set_initial_pose, no motion between poses at the frames' times de-skews a scan (the
+  /// constant-velocity motion, the passes from the last good pose): each sweep takes its
+  /// own motion, as a first frame does. Warned once, with the two speeds.
+  bool frame_times_disagree() const noexcept;
 
  private:
   // preprocess and localize of `scan` with `intensity` and `time` (one per point) or none

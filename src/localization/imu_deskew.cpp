@@ -143,7 +143,7 @@ Localizer::Impl::DeskewMotion Localizer::Impl::deskew_motion(double time, const 
   std::optional<math::Twist> constant_velocity, odometry;
   if (sweep_twist && known > 0 && consecutive_lost == 0 && last_time == sweep_twist_time) {
     constant_velocity = sweep_twist;  // the last frame's own sweep (localizer.cpp, sweep_motion)
-  } else if (known == 2 && consecutive_lost == 0) {
+  } else if (known == 2 && consecutive_lost == 0 && !frame_times_disagree) {
     Eigen::Matrix4d delta;
     double gap = 0.0;
     sweep_velocity(delta, gap);

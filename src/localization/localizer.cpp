@@ -124,16 +124,25 @@ constexpr double kSweepOwnMotionSigma = 2.0;
 // own sigmas per second where nothing came before it or no motion was taken; none for what
 // is given part by part: the IMU's rate (`rotation_known`), the caller's parts (`all_known`).
 // The change is taken times `lag`, the share of the frames' spacing by which the motion
-// misses the sweep's (1 at 10 Hz frames of a 0.1 s sweep). A sweep's own motion (`own`: its
-// halves aligned apart) with nothing before it takes kSweepOwnMotionSigma in translation.
+// misses the sweep's (1 at 10 Hz frames of a 0.1 s sweep); over that lag, `lag` times the
+// frames' `spacing` (s), the velocity may also change in a way the change before does not
+// show: an acceleration that changed since, by LocalizerSettings::covariance_deskew_jerk
+// per second of the spacing (in quadrature). A sweep's own
+// motion (`own`: its halves aligned apart) with nothing before it takes
+// kSweepOwnMotionSigma in translation.
 Eigen::Matrix<double, 6, 1> deskew_sigma(const std::optional<math::Twist>& twist,
                                          const std::optional<math::Twist>& previous, bool rotation_known,
-                                         bool all_known, double lag, bool own, const LocalizerSettings& s) {
+                                         bool all_known, double lag, double spacing, bool own,
+                                         const LocalizerSettings& s) {
   Eigen::Matrix<double, 6, 1> sigma = Eigen::Matrix<double, 6, 1>::Zero();
   if (all_known) return sigma;
   if (twist && previous) {
+    // The velocity's change over the lag that the change before does not show: the
+    // acceleration's change over the spacing (covariance_deskew_jerk) over the lag.
+    const double unseen =
+        spacing > 0.0 && std::isfinite(spacing) ? s.covariance_deskew_jerk * spacing * (lag * spacing) : 0.0;
     for (int i = 0; i < 3; ++i) {
-      sigma(i) = lag * std::abs(twist->v[i] - previous->v[i]);
+      sigma(i) = std::hypot(lag * std::abs(twist->v[i] - previous->v[i]), unseen);
       sigma(3 + i) = lag * std::abs(twist->w[i] - previous->w[i]);
     }
   } else {
@@ -169,6 +178,17 @@ double twist_change(const math::Twist& a, const math::Twist& b) {
 // s between the two motions' mean times (braking into a corner), those found 29-49 cm off
 // by 3.0-7.0 m/s (a half scan's yaw rate taken for speed) or turned their velocity 87-88 deg.
 constexpr double kMaxSweepAcceleration = 12.0;
+
+// The frames' times against their points': a sweep's own motion (its halves, from the
+// points' times) and the mean speed between its pose and the next frame's (from the frames'
+// times) disagree by more than this ratio and this margin (m/s) only when one of the two
+// clocks is wrong, e.g. scans numbered at a --period ten times too short: their motion
+// between frames then reads ten times too fast and bends every sweep it de-skews (the
+// simulator's 1 Hz kidnap drive taken at 0.1 s: 2 frames accepted 37-39 cm off). A sweep's
+// own speed is good to about kSweepOwnMotionSigma, and at the 1 Hz drives' 6 m/s^2 the
+// mean over the next second is within half of it.
+constexpr double kTimeScaleRatio = 3.0;
+constexpr double kTimeScaleMargin = 3.0;
 
 // Whether the motion `found` for a lost frame's sweep could follow `before`, `dt` seconds
 // apart (their mean times): its speed within kMaxSweepAcceleration dt of the one before,
@@ -620,6 +640,7 @@ void Localizer::set_initial_pose(const Eigen::Matrix4d& pose) {
   impl_->initial = pose;
   impl_->known = 0;
   impl_->sweep_twist.reset();
+  impl_->frame_times_disagree = false;
   impl_->last_covariance.setZero();
   impl_->initialized = true;
   impl_->consecutive_lost = 0;
@@ -660,6 +681,7 @@ void Localizer::set_initial_region(const Eigen::Matrix4d& around, double radius,
 
 bool Localizer::initialized() const noexcept { return impl_->initialized; }
 int Localizer::consecutive_lost() const noexcept { return impl_->consecutive_lost; }
+bool Localizer::frame_times_disagree() const noexcept { return impl_->frame_times_disagree; }
 
 PointCloud Localizer::preprocess(const PointCloud& scan) const {
   return preprocess_points(scan, scan.intensity_or_null(), scan.time_or_null());
@@ -827,8 +849,12 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     m.frame_mid_time = extent.t_mean;
     m.deskew_term = swept;
     m.deskew_time2 = extent.t2_mean;
-    m.deskew_sigma = deskew_sigma(xi, previous_known ? m.deskew_previous : std::nullopt, rotation_known, all_known,
-                                  from_mids ? mid_lag : lag, own, m.settings);
+    // Once every sweep takes its own motion (Impl::frame_times_disagree), one frame's is no
+    // check on the next's: both come from halves that settle alike (at rest on the 1 Hz
+    // stop-and-go drive, 9.5 cm off reporting 0.8 cm), and each takes the halves' own sigma.
+    const bool after_own = own && m.frame_times_disagree;
+    m.deskew_sigma = deskew_sigma(xi, previous_known && !after_own ? m.deskew_previous : std::nullopt, rotation_known,
+                                  all_known, from_mids ? mid_lag : lag, spacing, own, m.settings);
     m.deskew_pose_noise.setZero();
     if (xi && from_poses && gap > 0.0 && std::isfinite(gap) && before.last_covariance.allFinite()) {
       m.deskew_pose_noise = extent.t2_mean / (gap * gap) * before.last_covariance;
@@ -1014,6 +1040,26 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       m.restore(lost_state);
     }
   }
+  // A frame after one that took its sweep's own motion, found near its prediction: the speed
+  // between the two poses at the frames' times against that sweep's own (kTimeScaleRatio).
+  // Once they disagree, no motion is taken from the frames' times again (Impl::
+  // frame_times_disagree): every sweep is de-skewed with its own motion, as a first frame is.
+  if (r.valid && times && m.settings.deskew != Deskew::Off && !m.frame_times_disagree && !prediction && !motion_given &&
+      m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 && before.last_time == m.sweep_twist_time &&
+      r.stage != FrameStage::WideSearch && r.stage != FrameStage::GlobalSearch && spacing > 0.0 &&
+      std::isfinite(spacing)) {
+    const double between =
+        (r.pose.topRightCorner<3, 1>() - before.last.topRightCorner<3, 1>()).norm() / spacing;
+    const double own = Eigen::Vector3d(m.sweep_twist->v[0], m.sweep_twist->v[1], m.sweep_twist->v[2]).norm();
+    if (between > kTimeScaleRatio * own + kTimeScaleMargin || own > kTimeScaleRatio * between + kTimeScaleMargin) {
+      m.frame_times_disagree = true;
+      detail::log().warn("frames at t={:.6f} and t={:.6f} are {:.2f} m apart, {:.1f} m/s by their times, but the "
+                         "first's sweep moved at {:.1f} m/s by its points' times: the frames' times (their stamps, "
+                         "or the scan period they were numbered at) or the points' do not match; from here on each "
+                         "sweep is de-skewed with its own motion, none from the frames' times",
+                         before.last_time, time, between * spacing, between, own);
+    }
+  }
   // Re-de-skew (LocalizerSettings::deskew_passes): the motion from the last good pose to the
   // pose found, over the time between them, de-skews the same raw scan again, and the frame
   // runs once more from that pose; its checks judge the last pass. A first frame (no good
@@ -1021,7 +1067,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // stretch the motion may have turned through: the fast drive's 90 deg corner) take the
   // sweep's own motion instead (sweep_motion), when no prediction is given. A frame given
   // its sweep's motion runs none: the passes would estimate what was given.
-  const bool from_last = before.known > 0 && before.consecutive_lost == 0 && !motion_found;
+  const bool from_last = before.known > 0 && before.consecutive_lost == 0 && !motion_found && !m.frame_times_disagree;
   const bool own_motion = (!from_last && !prediction) || motion_found;
   if (times && m.settings.deskew != Deskew::Off && m.settings.deskew_passes > 0 && (from_last || own_motion) &&
       !motion_given) {

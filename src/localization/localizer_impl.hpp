@@ -133,6 +133,10 @@ struct Localizer::Impl {
   // between two good poses that is not there yet (the first frame) or spans a lost stretch.
   std::optional<math::Twist> sweep_twist;
   double sweep_twist_time = 0.0;
+  // The frames' times disagreed with their points' (localizer.cpp, kTimeScaleRatio): no
+  // motion is taken from the poses at the frames' times for the de-skew (constant
+  // velocity, the passes from the last good pose) until set_initial_pose.
+  bool frame_times_disagree = false;
   // The running mean of the accepted frames' NVTL (NaN before the first), the reference of
   // settings.search_nvtl_ratio.
   double typical_nvtl = std::numeric_limits<double>::quiet_NaN();

@@ -269,7 +269,16 @@ void define_localizer(nb::module_& m) {
       .def_prop_ro("consecutive_lost", [](PyLocalizer& l) {
         Working working(l.mutex);
         return l.consecutive_lost();
-      });
+      })
+      .def_prop_ro(
+          "frame_times_disagree",
+          [](PyLocalizer& l) {
+            Working working(l.mutex);
+            return l.frame_times_disagree();
+          },
+          "True once the frames' times were found not to match their points' times (a sweep's own "
+          "speed against the speed between frames): no motion from the frames' times de-skews a scan "
+          "since.");
 }
 
 }  // namespace ndtcu::python

@@ -214,10 +214,13 @@ TEST_CASE("the calibrated covariance of swept scans: the de-skew term counts the
 // whole frame, and the term takes that share of the change (LocalizerSettings::
 // covariance_deskew_scale). Taken whole, it reported 0.20-0.35 m on frames 8-10 cm off and
 // made three of them uncertain (12 of 20 within 10 cm against 15). Measured: 17 valid, 3
-// lost, none uncertain with the term or without; 6-D NEES 24.6 (64.7% within the 99%
-// ellipse) against 134 (23.5%); of the 2 frames more than 10 cm off, 1 reports a sigma
-// under 3 cm (2 without the term). (28.4 against 142 before the motion came from the poses
-// at the sweeps' mean times.)
+// lost, none uncertain with the term or without; 6-D NEES 10.7 (82.4% within the 99%
+// ellipse) against 134 (23.5%); of the 2 frames more than 10 cm off, none reports a sigma
+// under 3 cm (2 without the term). Frame 13 is 12 cm off: the car brakes at 6 m/s^2 from
+// the sweep before on, and the motion between the last two poses has not changed. Without
+// the velocity's unseen change over the lag (covariance_deskew_jerk, 2 m/s^2: 1 m/s
+// here) it reported 1.2 cm, and the NEES was 24.6 (64.7%). (28.4 against 142 before the
+// motion came from the poses at the sweeps' mean times.)
 // [heavy]: 20 swept 1 Hz scans simulated and localized twice, searches included (about 60 s
 // on 2 cores).
 TEST_CASE("the calibrated covariance of swept scans at 1 Hz: the de-skew term makes no frame uncertain",
@@ -229,6 +232,7 @@ TEST_CASE("the calibrated covariance of swept scans at 1 Hz: the de-skew term ma
   check_same_poses(r.on, r.off);
   CHECK(r.c_on.pose.mean < 0.5 * r.c_off.pose.mean);
   CHECK(r.c_on.far_confident <= r.c_off.far_confident);
+  CHECK(r.c_on.far_confident == 0);  // frame 13, braking since the motion's poses: 12 cm off
 }
 
 // A dense sensor down a walled street (`ndtcu simulate --seed 7 --sensor hdl64 --frames 100`,

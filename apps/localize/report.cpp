@@ -67,6 +67,7 @@ void add_run_json(nlohmann::json& j, const LocalizeRun& run) {
   j["uncertain"] = t.uncertain;
   j["refined"] = t.refined;
   j["deskewed"] = t.deskewed;
+  j["frame_times_disagree"] = run.localizer.frame_times_disagree();
   j["skipped"] = t.skipped;
   j["odometry"] = in.odometry ? nlohmann::json{{"file", json_text(o.odometry.empty() ? o.scans : o.odometry)},
                                                {"topic", o.odometry_topic.empty() ? nlohmann::json(nullptr)
@@ -405,8 +406,12 @@ void print_summary(const LocalizeRun& run, const nlohmann::json& j, const std::s
     }
     const LocalizerSettings& ls = run.settings.localizer;
     if (ls.deskew != Deskew::Off) {
-      text += fmt::format("  deskew      {} of {} aligned frames de-skewed (--deskew {})\n", t.deskewed,
-                          t.done - t.skipped, to_string(ls.deskew));
+      text += fmt::format("  deskew      {} of {} aligned frames de-skewed (--deskew {}){}\n", t.deskewed,
+                          t.done - t.skipped, to_string(ls.deskew),
+                          localizer.frame_times_disagree()
+                              ? "; the scans' times disagreed with their points' times: each sweep after it took its "
+                                "own motion (--period? stamps?)"
+                              : "");
       if (!run.inputs.imu.empty()) {
         const ImuStats imu = localizer.imu_stats();
         text += fmt::format("  imu         {} samples of {}: {} frames' rotation from them, {} fell back to constant "

@@ -366,6 +366,12 @@ int run_localize(LocalizeOptions& o, const ConfigurableOptions& given, const Glo
                                  imu.frames_gap + imu.frames_missing, in.imu_source, imu.frames_gap,
                                  number_text(ls.imu_max_gap), imu.frames_missing));
   }
+  if (localizer.frame_times_disagree()) {
+    progress.message("ndtcu: warning: the scans' times do not match their points' times (a sweep's own speed against "
+                     "the speed between frames, warned above): every sweep after that was de-skewed with its own "
+                     "motion; give the scans their times (--period, or a list file with times) "
+                     "(summary.json frame_times_disagree)");
+  }
   files.commit();
   // Stopped by a signal with frames left (one that comes after the last frame stops
   // nothing: the run is complete).

@@ -821,8 +821,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
                               m.deskew_previous_time == before.last_time;
   const bool rotation_known = motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
   const bool all_known = motion_given && motion.source == Deskew::Odometry && !motion.parts.empty();
-  // With `from_poses`, the motion was made from the localizer's own poses `gap` seconds apart
-  // (Impl::deskew_pose_noise).
+  // A motion made from the localizer's own poses `gap` seconds apart (MotionOrigin
+  // Prediction and PoseMids, below) carries their errors too (Impl::deskew_pose_noise).
   //
   // The motion changed by d from the last frame's, `spacing` seconds before. A motion from
   // poses or a prediction (the mean since the last pose) lags the sweep (0 to t_max after
@@ -843,8 +843,16 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   const auto mid_of = [&extent](const std::optional<math::Twist>& xi) {
     return xi ? sweep_pose(*xi, extent.t_mean) : Eigen::Matrix4d::Identity();
   };
-  const auto set_deskew_term = [&](const std::optional<math::Twist>& xi, bool from_poses, double gap,
-                                   bool from_mids, bool own = false) {
+  // Where the motion a sweep is de-skewed with came from, for its de-skew term.
+  enum class MotionOrigin {
+    Other,       // given with the scan, the frame before's own motion, or none
+    Prediction,  // from the last good pose to the caller's prediction, `gap` seconds on
+    PoseMids,    // between two good poses at their sweeps' mean times, `gap` seconds apart
+    OwnSweep,    // the sweep's own: its halves aligned apart, or a candidate turn
+  };
+  const auto set_deskew_term = [&](const std::optional<math::Twist>& xi, MotionOrigin origin, double gap) {
+    const bool from_poses = origin == MotionOrigin::Prediction || origin == MotionOrigin::PoseMids;
+    const bool own = origin == MotionOrigin::OwnSweep;
     m.frame_mid = mid_of(xi);
     m.frame_mid_time = extent.t_mean;
     m.deskew_term = swept;
@@ -854,7 +862,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     // stop-and-go drive, 9.5 cm off reporting 0.8 cm), and each takes the halves' own sigma.
     const bool after_own = own && m.frame_times_disagree;
     m.deskew_sigma = deskew_sigma(xi, previous_known && !after_own ? m.deskew_previous : std::nullopt, rotation_known,
-                                  all_known, from_mids ? mid_lag : lag, spacing, own, m.settings);
+                                  all_known, origin == MotionOrigin::PoseMids ? mid_lag : lag, spacing, own,
+                                  m.settings);
     m.deskew_pose_noise.setZero();
     if (xi && from_poses && gap > 0.0 && std::isfinite(gap) && before.last_covariance.allFinite()) {
       m.deskew_pose_noise = extent.t2_mean / (gap * gap) * before.last_covariance;
@@ -871,20 +880,19 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     const bool own_before = m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 &&
                             before.last_time == m.sweep_twist_time;
     const bool from_odometry = prediction && (motion.source == Deskew::Odometry || motion.source == Deskew::Imu);
-    bool from_poses = false, from_mids = false;
+    MotionOrigin origin = MotionOrigin::Other;
     double gap = 0.0;
     if (motion_given) {
-      from_poses = false;
+      origin = MotionOrigin::Other;
     } else if (from_odometry && before.known > 0) {
-      from_poses = true;
+      origin = MotionOrigin::Prediction;
       gap = time - before.last_time;
     } else if ((motion.source == Deskew::ConstantVelocity || motion.source == Deskew::Imu) && !own_before &&
                before.known == 2) {
-      from_poses = true;
-      from_mids = true;
+      origin = MotionOrigin::PoseMids;
       gap = before.last_time - before.before_last_time;
     }
-    set_deskew_term(twist, from_poses, gap, from_mids);
+    set_deskew_term(twist, origin, gap);
   }
   LocalizationResult r = localize_frame(filtered, time, prediction, covariance);
   r.deskewed = twist.has_value();
@@ -910,7 +918,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
                                      const math::SweepPath* path = nullptr) {
     m.restore(before);
     m.deskew_shift = deskew_shift(extent, xi);
-    set_deskew_term(xi, false, 0.0, false, true);
+    set_deskew_term(xi, MotionOrigin::OwnSweep, 0.0);
     if (path) m.frame_mid = sweep_pose(*path, extent.t_mean);
     return localize_frame(bent, time, prediction, covariance, &start);
   };
@@ -1108,7 +1116,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       const Impl::FrameState after = m.frame_state();
       m.restore(before);
       m.deskew_shift = deskew_shift(extent, *twist);
-      set_deskew_term(twist, from_last, gap, from_last, !from_last);
+      set_deskew_term(twist, from_last ? MotionOrigin::PoseMids : MotionOrigin::OwnSweep, gap);
       // A pose a search found was confirmed against the gate by that search: the pass from
       // it, on the same scan de-skewed anew, is not held to the gate again.
       LocalizationResult again = [&] {

@@ -340,6 +340,17 @@ TEST_CASE("ndtcu localize --odometry de-skews each scan with the odometry's moti
   // Constant velocity takes no motion from the odometry.
   const auto cv = run("constant_velocity", "constant-velocity", poses);
   CHECK(cv["odometry"]["frames_sweep_motion"] == 0);
+  CHECK(cv["frame_times_disagree"] == false);
+  // The scans numbered at a tenth of their period: 2.4 m between the first two frames in
+  // 0.01 s (240 m/s), where the first's sweep moved at 24 m/s by its points' times.
+  const CliRun tenth = test::run_ndtcu({"--json", "localize", "--map", (sim / "map.pcd").string(), "--scans",
+                                       (sim / "scans").string(), "--out", (dir / "tenth").string(), "--backend", "cpu",
+                                       "--threads", "2", "--no-plot", "--init-from", poses, "--deskew",
+                                       "constant-velocity", "--period", "0.01"});
+  CAPTURE(tenth.err);
+  REQUIRE(tenth.rc == 0);
+  CHECK(nlohmann::json::parse(tenth.out)["frame_times_disagree"] == true);
+  CHECK_THAT(tenth.err, Catch::Contains("do not match their points' times"));
   // The dense odometry, its poses covering the last sweep too.
   const std::string dense = (sim / "odometry_tum.txt").string();
   REQUIRE(fs::exists(dense));

@@ -273,6 +273,12 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
           ->capture_default_str(),
       field_range<LocalizerSettings>("covariance_deskew_jerk"));
   check_number_range(
+      cmd->add_option("--covariance-imu-rate-sigma", o.covariance_imu_rate_sigma,
+                      "the de-skew term's sigma (rad/s, each axis) of the IMU's rate a sweep was de-skewed with "
+                      "(--deskew imu): the gyro's bias after a static calibration (0: taken as exact)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_imu_rate_sigma"));
+  check_number_range(
       cmd->add_option("--max-position-sigma", o.max_position_sigma,
                       "a frame whose calibrated covariance gives a position sigma above this (m) is uncertain, not "
                       "valid: counted apart, not in the trajectory (0: no bound)")
@@ -464,6 +470,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.covariance_weak_direction_sigma = o.covariance_weak_direction_sigma;
   ls.covariance_deskew_scale = o.covariance_deskew_scale;
   ls.covariance_deskew_jerk = o.covariance_deskew_jerk;
+  ls.covariance_imu_rate_sigma = o.covariance_imu_rate_sigma;
   ls.max_position_sigma = o.max_position_sigma;
   ls.max_prediction_scale = o.max_prediction_scale;
   ls.prediction_prior = o.prediction_prior;

@@ -61,6 +61,7 @@ struct LocalizeOptions {
   double covariance_weak_direction_sigma = kDefaults.covariance_weak_direction_sigma;
   double covariance_deskew_scale = kDefaults.covariance_deskew_scale;
   double covariance_deskew_jerk = kDefaults.covariance_deskew_jerk;
+  double covariance_imu_rate_sigma = kDefaults.covariance_imu_rate_sigma;
   double covariance_hypothesis_temperature = kDefaults.covariance_hypothesis_temperature;
   double max_position_sigma = kDefaults.max_position_sigma;
   double max_prediction_scale = kDefaults.max_prediction_scale;

@@ -308,6 +308,10 @@ struct FieldList<LocalizerSettings> {
                  "calibrated covariance: the jerk (m/s^3) the de-skew term allows: the acceleration's change over "
                  "the frames' spacing, over the motion's lag behind the sweep (0: none)",
                  range_closed(0.0, 100.0)));
+    v(make_field("covariance_imu_rate_sigma", &S::covariance_imu_rate_sigma,
+                 "calibrated covariance: the de-skew term's sigma (rad/s) of the IMU's rate, each axis (the gyro's "
+                 "bias; 0: taken as exact)",
+                 range_closed(0.0, 10.0)));
     v(make_field("max_position_sigma", &S::max_position_sigma,
                  "a frame whose calibrated position sigma exceeds this (m) is uncertain, not valid (0: no bound)",
                  range_closed(0.0, 1000.0)));

@@ -489,6 +489,15 @@ struct LocalizerSettings {
   /// more than 10 cm off reports under 3 cm where one did (seed 3), and none turns uncertain;
   /// docs/library.md, "Swept scans: the de-skew term".
   double covariance_deskew_jerk = 2.0;
+  /// The de-skew term's sigma (rad/s, each axis) of the IMU's rate a sweep was de-skewed
+  /// with (Deskew::Imu, the sweep covered): what a gyro's bias leaves after a static
+  /// calibration, 0.1-0.25 deg/s on a consumer MEMS part (0.002 rad/s = 0.11 deg/s; the
+  /// simulator's IMU has 0.003, -0.002, 0.004). Taken as exact (0), two of the simulator's
+  /// fast drives with the IMU reported a yaw sigma of 0.16-0.18 mrad where the yaw was a
+  /// steady 0.33 mrad off (6-D NEES 8.4, 93.3-95% within the 99% ellipse); with 0.002 their
+  /// NEES is 6.3-6.7 (100%), and the drives that were honest already stay below 6 (0.004
+  /// took them to 2.0-3.2). docs/library.md, "Swept scans: the de-skew term".
+  double covariance_imu_rate_sigma = 0.002;
   /// A frame that passes every other check but whose calibrated covariance gives a position
   /// standard deviation above this (m; the largest, max_position_sigma()) is not valid but
   /// FrameStatus::Uncertain (decided_by FrameCheck::CovarianceBound); 0: no bound. 0.2 m is

@@ -121,8 +121,8 @@ constexpr double kSweepOwnMotionSigma = 2.0;
 // de-skew term (LocalizerSettings::covariance_deskew_scale): its change from the motion the
 // frame before was de-skewed with, `previous` (a constant motion lags the sweep by about a
 // frame; a mean over the sweep misses how the motion changes within it); the motion model's
-// own sigmas per second where nothing came before it or no motion was taken; none for what
-// is given part by part: the IMU's rate (`rotation_known`), the caller's parts (`all_known`).
+// own sigmas per second where nothing came before it or no motion was taken; none for the
+// caller's parts (`all_known`), and the gyro's bias for the IMU's rate (`rotation_known`).
 // The change is taken times `lag`, the share of the frames' spacing by which the motion
 // misses the sweep's (1 at 10 Hz frames of a 0.1 s sweep); over that lag, `lag` times the
 // frames' `spacing` (s), the velocity may also change in a way the change before does not
@@ -149,7 +149,8 @@ Eigen::Matrix<double, 6, 1> deskew_sigma(const std::optional<math::Twist>& twist
     const double v = own ? std::max(s.motion_translation_sigma, kSweepOwnMotionSigma) : s.motion_translation_sigma;
     sigma << v, v, v, s.motion_rotation_sigma, s.motion_rotation_sigma, s.motion_rotation_sigma;
   }
-  if (rotation_known) sigma.tail<3>().setZero();
+  // The IMU's rate, part by part: as uncertain as the gyro's bias (covariance_imu_rate_sigma).
+  if (rotation_known) sigma.tail<3>().setConstant(s.covariance_imu_rate_sigma);
   return sigma;
 }
 

@@ -127,9 +127,8 @@ constexpr double kSweepOwnMotionSigma = 2.0;
 // misses the sweep's (1 at 10 Hz frames of a 0.1 s sweep); over that lag, `lag` times the
 // frames' `spacing` (s), the velocity may also change in a way the change before does not
 // show: an acceleration that changed since, by LocalizerSettings::covariance_deskew_jerk
-// per second of the spacing (in quadrature). A sweep's own
-// motion (`own`: its halves aligned apart) with nothing before it takes
-// kSweepOwnMotionSigma in translation.
+// per second of the spacing (in quadrature). A sweep's own motion (`own`: its halves aligned
+// apart) with nothing before it takes kSweepOwnMotionSigma in translation.
 Eigen::Matrix<double, 6, 1> deskew_sigma(const std::optional<math::Twist>& twist,
                                          const std::optional<math::Twist>& previous, bool rotation_known,
                                          bool all_known, double lag, double spacing, bool own,
@@ -821,6 +820,10 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   const bool previous_known = m.deskew_previous && before.known > 0 && before.consecutive_lost == 0 &&
                               m.deskew_previous_time == before.last_time;
   const bool rotation_known = motion.source == Deskew::Imu && motion.imu == ImuCoverage::Covered;
+  // The frame before took its sweep's own motion (Impl::sweep_twist), which this frame's
+  // first pass takes for constant velocity's.
+  const bool own_before = m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 &&
+                          before.last_time == m.sweep_twist_time;
   const bool all_known = motion_given && motion.source == Deskew::Odometry && !motion.parts.empty();
   // A motion made from the localizer's own poses `gap` seconds apart (MotionOrigin
   // Prediction and PoseMids, below) carries their errors too (Impl::deskew_pose_noise).
@@ -878,8 +881,6 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     // The first pass's motion: constant velocity's (or the IMU's translation) from the last
     // two good poses, unless it is the frame before's own sweep motion; odometry's from the
     // last good pose to the prediction, unless given over the sweep.
-    const bool own_before = m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 &&
-                            before.last_time == m.sweep_twist_time;
     const bool from_odometry = prediction && (motion.source == Deskew::Odometry || motion.source == Deskew::Imu);
     MotionOrigin origin = MotionOrigin::Other;
     double gap = 0.0;
@@ -1054,8 +1055,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // Once they disagree, no motion is taken from the frames' times again (Impl::
   // frame_times_disagree): every sweep is de-skewed with its own motion, as a first frame is.
   if (r.valid && times && m.settings.deskew != Deskew::Off && !m.frame_times_disagree && !prediction && !motion_given &&
-      m.sweep_twist && before.known > 0 && before.consecutive_lost == 0 && before.last_time == m.sweep_twist_time &&
-      r.stage != FrameStage::WideSearch && r.stage != FrameStage::GlobalSearch && spacing > 0.0 &&
+      own_before && r.stage != FrameStage::WideSearch && r.stage != FrameStage::GlobalSearch && spacing > 0.0 &&
       std::isfinite(spacing)) {
     const double between =
         (r.pose.topRightCorner<3, 1>() - before.last.topRightCorner<3, 1>()).norm() / spacing;

@@ -105,6 +105,11 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
                   "motion changes (0: none; needs --deskew other than off); frames.csv: deskew_passes")
       ->capture_default_str()
       ->check(CLI::Range(0, 5));
+  cmd->add_flag("--deskew-sideways", o.deskew_sideways,
+                "let a sweep's own motion (its halves aligned apart: the first frame with no motion source, a "
+                "lost frame's) move sideways; by default it moves along the sensor's x axis, as a forward-facing "
+                "sensor on a vehicle does, unless the halves find it clearly sideways (over 3 m/s and over the "
+                "forward speed)");
   auto* init =
       cmd->add_option("--init", o.init,
                       "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "
@@ -430,6 +435,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.gpu_preprocess = !o.cpu_preprocess;
   ls.deskew = deskew_from_string(o.deskew);
   ls.deskew_passes = o.deskew_passes;
+  ls.deskew_forward = !o.deskew_sideways;
   if (ls.deskew == Deskew::Odometry && o.odometry.empty() && o.odometry_topic.empty()) {
     throw Error("--deskew odometry needs the odometry: give --odometry FILE (TUM) or --odometry-topic TOPIC");
   }

@@ -43,6 +43,7 @@ struct LocalizeOptions {
   double refine_min_support = kDefaults.refine_min_support;
   std::string deskew = to_string(kDefaults.deskew);          // --deskew
   int deskew_passes = kDefaults.deskew_passes;              // --deskew-passes
+  bool deskew_sideways = !kDefaults.deskew_forward;          // --deskew-sideways
   std::string point_time = "auto";                          // --point-time FIELD:UNIT, auto or none
   std::string odometry;                                     // --odometry FILE (TUM)
   std::string odometry_topic;                               // --odometry-topic TOPIC (of the scans' bag)

@@ -191,6 +191,7 @@ void add_settings_json(nlohmann::json& j, const LocalizeRun& run) {
                    {"imu_rotation_deg", {ls.imu_roll_deg, ls.imu_pitch_deg, ls.imu_yaw_deg}},
                    {"imu_max_gap", ls.imu_max_gap},
                    {"deskew_passes", ls.deskew_passes},
+                   {"deskew_forward", ls.deskew_forward},
                    {"preprocess", to_string(localizer.preprocess_backend())},
                    {"map_voxel", o.map_voxel},
                    {"nvtl_threshold", ls.nvtl_threshold},

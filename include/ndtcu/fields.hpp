@@ -232,6 +232,9 @@ struct FieldList<LocalizerSettings> {
             "re-de-skew passes after the alignment: the scan de-skewed again with the motion from the last good pose "
             "to the pose found, and aligned again from it (0: none)",
             range_closed(0, 5)));
+    v(make_field("deskew_forward", &S::deskew_forward,
+            "a sweep's own motion (its halves aligned apart) moves along the sensor's x axis: its sideways velocity "
+            "stays 0 unless the halves find it clearly sideways (false: the halves set it)"));
     v(make_field("nvtl_threshold", &S::nvtl_threshold, "a pose is valid when its NVTL reaches this", range_finite()));
     v(make_field("min_matched_ratio", &S::min_matched_ratio, "... and when this share of its points found a map voxel",
             range_closed(0.0, 1.0)));

@@ -250,6 +250,18 @@ constexpr std::size_t kSweepHalfMinPoints = 100;
 // 6) 2.5-5.1 cm where three gave 3.3-7.6 (seeds 3 and 4 0.2-0.5 cm worse, the rest better).
 constexpr double kSweepMotionStep = 0.7;
 constexpr int kSweepMotionPasses = 8;
+// With the sideways velocity held at 0 (LocalizerSettings::deskew_forward) nothing swings
+// into it, and the halves' full correction settles faster: 20 frames of the fast drive's
+// HDL-32 seeds 1-6, VLP-16 1, 2, 6 and OS1-64 1 at 1.8-2.7 cm where 0.7 of it left 1.8-3.0
+// (seed 6's first frame, 8 passes short of its 20.8 m/s, 8.6 cm off where it was 10.2);
+// 1.3 of it overshot (seeds 2 and 5 24-34 cm off).
+constexpr double kForwardMotionStep = 1.0;
+// A sweep's own sideways velocity (m/s) above which, when it is also above kSidewaysShare of
+// the forward speed (14 deg off the x axis), LocalizerSettings::deskew_forward keeps it: a
+// sensor mounted across the way it moves. The halves' own settled 1.6-2.4 m/s sideways at
+// 24 m/s on the fast drive.
+constexpr double kSidewaysSpeed = 3.0;
+constexpr double kSidewaysShare = 0.25;
 // The continuations a half's alignment runs when it stops at the iteration limit: 1 from a
 // pose found (the passes), 3 from a lost frame's prediction, further off (the fast drive's
 // corner frame on the VLP-16: its early half still under way after 60 iterations).
@@ -269,11 +281,14 @@ constexpr double kTurnOnsets[] = {0.0, 0.25, 0.5, 0.75};
 // aligned on its own from `pose` (continued up to `continuations` times). Were `current` the sweep's
 // motion, both halves would find the reference time's pose; a remaining error d of the
 // twist leaves the half of mean time t at about pose exp(t d), so the two poses' gap over
-// the gap of their mean times is d, and current + kSweepMotionStep d the motion. Empty when the scan has no
+// the gap of their mean times is d, and current + kSweepMotionStep d the motion. With
+// `forward` (LocalizerSettings::deskew_forward) current + kForwardMotionStep d, its sideways
+// velocity (y) 0 unless above kSidewaysSpeed and kSidewaysShare of the forward speed. Empty when the scan has no
 // times, a half is too small, or either half's alignment fails the frame's checks (`accepted`).
 template <typename Accepted>
 std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, const PointCloud& filtered,
-                                        const Eigen::Matrix4d& pose, const math::Twist& current, int continuations) {
+                                        const Eigen::Matrix4d& pose, const math::Twist& current, int continuations,
+                                        bool forward) {
   if (!filtered.has_time()) return std::nullopt;
   std::vector<float> order;
   order.reserve(filtered.size());
@@ -307,11 +322,14 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
   const AlignResult b = detail::align_continued(aligner, late, pose, continuations);
   if (!detail::has_pose(b) || !accepted(b)) return std::nullopt;
   const math::Twist d = detail::twist_of(a.transform.inverse() * b.transform, t_late - t_early);
+  const double step = forward ? kForwardMotionStep : kSweepMotionStep;
   math::Twist out = current;
   for (int i = 0; i < 3; ++i) {
-    out.v[i] += kSweepMotionStep * d.v[i];
-    out.w[i] += kSweepMotionStep * d.w[i];
+    out.v[i] += step * d.v[i];
+    out.w[i] += step * d.w[i];
   }
+  const double sideways = std::abs(out.v[1]);
+  if (forward && !(sideways > kSidewaysSpeed && sideways > kSidewaysShare * std::abs(out.v[0]))) out.v[1] = 0.0;
   return out;
 }
 
@@ -943,7 +961,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     math::Twist xi = *twist;
     PointCloud bent = filtered;
     for (int pass = 0; pass < kSweepMotionPasses; ++pass) {
-      const std::optional<math::Twist> own = sweep_motion(accepted, m.aligner, bent, start, xi, kLostHalfContinuations);
+      const std::optional<math::Twist> own = sweep_motion(accepted, m.aligner, bent, start, xi, kLostHalfContinuations,
+                                                                  m.settings.deskew_forward);
       if (!own) {
         detail::log().debug("localizer: frame at t={} lost; its halves, pass {}, gave no motion", time, pass + 1);
         break;
@@ -1100,7 +1119,8 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       } else {
         const auto accepted = [&m](const AlignResult& a) { return m.accept(a); };
         const std::optional<math::Twist> own =
-            sweep_motion(accepted, m.aligner, filtered, start, twist ? *twist : math::Twist{}, 1);
+            sweep_motion(accepted, m.aligner, filtered, start, twist ? *twist : math::Twist{}, 1,
+                         m.settings.deskew_forward);
         if (!own) break;
         next = *own;
         detail::log().debug("localizer: frame at t={} pass {}: the sweep's own motion v ({:.3f}, {:.3f}, {:.3f}) m/s, "

@@ -310,7 +310,8 @@ TEST_CASE("ndtcu localize --odometry de-skews each scan with the odometry's moti
   // The simulator's fast drive (VLP-16 at 24 m/s, 0.1 s sweeps with per-point times) and
   // its exact poses as odometry. The odometry covers every sweep but the last (its end lies
   // past the last pose): frames 0-4 are given their sweep's motion, frame 0 too, which has no
-  // pose before it to take a motion from (with constant velocity it is 10 cm off). Its
+  // pose before it to take a motion from (with constant velocity, its sweep's own motion
+  // along the sensor's x axis, it is 2.5 cm off, and 8.0 cm with --deskew-sideways). Its
   // odometry at 100 Hz (--odometry-rate: odometry_tum.txt) has nine poses inside each sweep:
   // every sweep it covers is given its motion in ten parts.
   const fs::path dir = test::temp_dir("cli_sweep_odometry");
@@ -321,11 +322,12 @@ TEST_CASE("ndtcu localize --odometry de-skews each scan with the odometry's moti
   CAPTURE(made.err);
   REQUIRE(made.rc == 0);
   const std::string poses = (sim / "poses_tum.txt").string();
-  const auto run = [&](const std::string& name, const std::string& deskew, const std::string& odometry) {
+  const auto run = [&](const std::string& name, const std::string& deskew, const std::string& odometry,
+                       const std::string& extra = "--no-plot") {
     const CliRun r = test::run_ndtcu({"--json", "localize", "--map", (sim / "map.pcd").string(), "--scans",
                                       (sim / "scans").string(), "--out", (dir / name).string(), "--backend", "cpu",
                                       "--threads", "2", "--no-plot", "--init-from", poses, "--reference", poses,
-                                      "--odometry", odometry, "--odometry-noise", "0,0,0,0", "--deskew", deskew});
+                                      "--odometry", odometry, "--odometry-noise", "0,0,0,0", "--deskew", deskew, extra});
     CAPTURE(r.err);
     REQUIRE(r.rc == 0);
     return nlohmann::json::parse(r.out);
@@ -341,6 +343,15 @@ TEST_CASE("ndtcu localize --odometry de-skews each scan with the odometry's moti
   const auto cv = run("constant_velocity", "constant-velocity", poses);
   CHECK(cv["odometry"]["frames_sweep_motion"] == 0);
   CHECK(cv["frame_times_disagree"] == false);
+  // The first frame's own motion along the sensor's x axis (the default), or free to move
+  // sideways.
+  const auto sideways = run("sideways", "constant-velocity", poses, "--deskew-sideways");
+  CHECK(cv["settings"]["deskew_forward"] == true);
+  CHECK(sideways["settings"]["deskew_forward"] == false);
+  std::printf("constant velocity, 6 frames: ATE %.4f m along x, %.4f m sideways free\n", double(cv["ate"]["rmse_m"]),
+              double(sideways["ate"]["rmse_m"]));
+  CHECK(sideways["success"]["accepted_wrong"] == 0);
+  CHECK(double(cv["ate"]["rmse_m"]) < double(sideways["ate"]["rmse_m"]));
   // The scans numbered at a tenth of their period: 2.4 m between the first two frames in
   // 0.01 s (240 m/s), where the first's sweep moved at 24 m/s by its points' times.
   const CliRun tenth = test::run_ndtcu({"--json", "localize", "--map", (sim / "map.pcd").string(), "--scans",

@@ -848,6 +848,8 @@ def test_imu_samples():
     assert stats["added"] == 2 and stats["out_of_order"] == 1 and stats["held"] == 2
     assert loc.frame_times_disagree is False  # nothing localized yet
     assert ndtcu.Localizer(covariance_deskew_jerk=0.5).settings.covariance_deskew_jerk == 0.5
+    assert ndtcu.Localizer().settings.deskew_forward is True
+    assert ndtcu.Localizer(deskew_forward=False).settings.deskew_forward is False
     with pytest.raises(ndtcu.Error, match="angular_velocity.x is nan"):
         loc.add_imu(0.01, [float("nan"), 0.0, 0.0])
     with pytest.raises(ValueError, match="3 numbers each"):

@@ -108,8 +108,8 @@ ConfigurableOptions add_input_options(CLI::App* cmd, LocalizeOptions& o) {
   cmd->add_flag("--deskew-sideways", o.deskew_sideways,
                 "let a sweep's own motion (its halves aligned apart: the first frame with no motion source, a "
                 "lost frame's) move sideways; by default it moves along the sensor's x axis, as a forward-facing "
-                "sensor on a vehicle does, unless the halves find it clearly sideways (over 3 m/s and over the "
-                "forward speed)");
+                "sensor on a vehicle does, unless the halves find it clearly sideways (over 3 m/s and a quarter "
+                "of the forward speed) or look the same way (a Livox Avia's pattern)");
   auto* init =
       cmd->add_option("--init", o.init,
                       "pose of the first scan x,y,z,roll,pitch,yaw (m, rad), or `global`: no pose, the first frames "

@@ -302,21 +302,31 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
   PointCloud early, late;
   early.origin = late.origin = filtered.origin;  // the halves' poses are the scan's
   double t_early = 0.0, t_late = 0.0;
+  Eigen::Vector2d look_early = Eigen::Vector2d::Zero(), look_late = Eigen::Vector2d::Zero();
   for (std::size_t i = 0; i < filtered.size(); ++i) {
     const float t = filtered.time[i];
     if (!std::isfinite(t)) continue;
+    const Eigen::Vector3d p = filtered.world(i);  // from the sensor
+    const double r = std::hypot(p.x(), p.y());
+    const Eigen::Vector2d look = r > 0.0 ? Eigen::Vector2d(p.x() / r, p.y() / r) : Eigen::Vector2d::Zero();
     if (t < split) {
       early.points.push_back(filtered.points[i]);
       t_early += t;
+      look_early += look;
     } else {
       late.points.push_back(filtered.points[i]);
       t_late += t;
+      look_late += look;
     }
   }
   if (early.size() < kSweepHalfMinPoints || late.size() < kSweepHalfMinPoints) return std::nullopt;
   t_early /= static_cast<double>(early.size());
   t_late /= static_cast<double>(late.size());
   if (!(t_late > t_early)) return std::nullopt;
+  // A spinning sensor's halves look opposite ways, and each holds the sideways velocity only
+  // with the yaw rate; halves that look the same way (a forward-looking pattern swept over
+  // its whole view, as a Livox Avia's) see it whole and set it themselves.
+  if (look_early.dot(look_late) > 0.0) forward = false;
   const AlignResult a = detail::align_continued(aligner, early, pose, continuations);
   if (!detail::has_pose(a) || !accepted(a)) return std::nullopt;
   const AlignResult b = detail::align_continued(aligner, late, pose, continuations);

@@ -310,7 +310,7 @@ TEST_CASE("imu de-skew: the fast drive, HDL-32 and VLP-16: IMU rotation at least
   // cm, IMU 2.37, 2.28, 3.6; VLP-16 constant velocity 1.81, 1.76, 2.5, IMU 1.80, 1.77, 2.2;
   // no frame lost, none accepted 0.3 m off (frame 0 takes its sweep's own translation along
   // the sensor's x axis, LocalizerSettings::deskew_forward, and with the IMU its rotation).
-  // With the sideways velocity free (before 2026-12-06) constant velocity left 3.03 / 2.17
+  // With the sideways velocity free (before 2026-12-05, eighth) constant velocity left 3.03 / 2.17
   // and 2.48 / 1.75 cm, the IMU 2.84 / 2.33 and 2.29 / 1.77. From frame 2 this stretch is a
   // steady 24 m/s, and the motion between poses is as good as the IMU's biased rate (within
   // 2 mm); the IMU is ahead through the corner (the 60-frame test below) and on frame 0.

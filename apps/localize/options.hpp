@@ -82,6 +82,7 @@ struct LocalizeOptions {
 inline const std::pair<const char*, const char*> kRenamedLocalizerOptions[] = {
     {"voxel_leaf", "--voxel"},
     {"gpu_preprocess", "--cpu-preprocess"},
+    {"deskew_forward", "--deskew-sideways"},
     {"reject_max_iterations", "--accept-max-iterations"},
     {"rotation_search_range_deg", "--rotation-search-range"},
     {"rotation_search_step_deg", "--rotation-search-step"},

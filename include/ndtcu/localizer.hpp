@@ -228,8 +228,8 @@ struct LocalizerSettings {
   /// A sweep's own motion (its halves aligned apart: the first frame with no motion source,
   /// a frame after lost ones, a lost frame's; see deskew_passes) moves along the sensor's x
   /// axis, as a forward-facing sensor on a vehicle does: its sideways velocity (y) stays 0
-  /// unless the halves find it sideways beyond doubt (over 3 m/s and over the forward
-  /// speed: a sensor mounted across the way it moves). One sweep hardly holds its sideways
+  /// unless the halves find it sideways beyond doubt (over 3 m/s and over a quarter of the
+  /// forward speed: a sensor mounted across the way it moves). One sweep hardly holds its sideways
   /// velocity: on the simulator's fast drive (24 m/s, truly 0.1 sideways) the halves
   /// settled 1.6 m/s to one side and the first frame's pose at its time 9.8 cm off, and a
   /// sideways velocity from -2 to +1 m/s changed the frame's NVTL by under 0.3%. Taken as 0,

@@ -306,9 +306,13 @@ std::optional<math::Twist> sweep_motion(Accepted accepted, Aligner& aligner, con
   for (std::size_t i = 0; i < filtered.size(); ++i) {
     const float t = filtered.time[i];
     if (!std::isfinite(t)) continue;
-    const Eigen::Vector3d p = filtered.world(i);  // from the sensor
-    const double r = std::hypot(p.x(), p.y());
-    const Eigen::Vector2d look = r > 0.0 ? Eigen::Vector2d(p.x() / r, p.y() / r) : Eigen::Vector2d::Zero();
+    // Where the point lies from the sensor, looked at only when the sideways velocity is held.
+    Eigen::Vector2d look = Eigen::Vector2d::Zero();
+    if (forward) {
+      const Eigen::Vector3d p = filtered.world(i);
+      const double r = std::hypot(p.x(), p.y());
+      if (r > 0.0) look = Eigen::Vector2d(p.x() / r, p.y() / r);
+    }
     if (t < split) {
       early.points.push_back(filtered.points[i]);
       t_early += t;

@@ -101,10 +101,21 @@ struct Localizer::Impl {
   // motion's error does not return in the next frame's.
   Eigen::Matrix4d last_mid = Eigen::Matrix4d::Identity(), before_last_mid = Eigen::Matrix4d::Identity();
   double last_mid_time = 0.0, before_last_mid_time = 0.0;
+  // The newest pose's sweep at the middle of its last part, and that time, where a turn
+  // began within the sweep (a candidate turn, see localize_points); last_mid otherwise. The
+  // next frame's passes take their rotation from it: from last_mid, a turn's rate would be
+  // averaged with the motion before it began.
+  Eigen::Matrix4d last_turn = Eigen::Matrix4d::Identity();
+  double last_turn_time = 0.0;
   // The frame being localized: exp(t_mean xi) of the motion its scan is de-skewed with (the
   // identity when it is not), and t_mean (s); advance() takes them. Reset once the frame is done.
   Eigen::Matrix4d frame_mid = Eigen::Matrix4d::Identity();
   double frame_mid_time = 0.0;
+  // The same at the middle of the sweep's last part, for last_turn: frame_mid unless a turn
+  // began within the sweep (frame_turn_set).
+  Eigen::Matrix4d frame_turn = Eigen::Matrix4d::Identity();
+  double frame_turn_time = 0.0;
+  bool frame_turn_set = false;
   // The covariance of `last` (the frame's reported one): the motion model's prediction
   // starts from it, so along a degenerate stretch's weak directions it keeps growing.
   Eigen::Matrix<double, 6, 6> last_covariance = Eigen::Matrix<double, 6, 6>::Zero();
@@ -148,6 +159,8 @@ struct Localizer::Impl {
     double last_time, before_last_time;
     Eigen::Matrix4d last_mid, before_last_mid;
     double last_mid_time, before_last_mid_time;
+    Eigen::Matrix4d last_turn;
+    double last_turn_time;
     int known;
     Eigen::Matrix<double, 6, 6> last_covariance;
     double first_time;
@@ -156,8 +169,8 @@ struct Localizer::Impl {
   };
   FrameState frame_state() const {
     return {last,          before_last,          last_time, before_last_time, last_mid,         before_last_mid,
-            last_mid_time, before_last_mid_time, known,     last_covariance,  first_time,       consecutive_lost,
-            typical_nvtl};
+            last_mid_time, before_last_mid_time, last_turn, last_turn_time,   known,            last_covariance,
+            first_time,    consecutive_lost,     typical_nvtl};
   }
   void restore(const FrameState& f) {
     last = f.last;
@@ -168,6 +181,8 @@ struct Localizer::Impl {
     before_last_mid = f.before_last_mid;
     last_mid_time = f.last_mid_time;
     before_last_mid_time = f.before_last_mid_time;
+    last_turn = f.last_turn;
+    last_turn_time = f.last_turn_time;
     known = f.known;
     last_covariance = f.last_covariance;
     first_time = f.first_time;
@@ -350,6 +365,8 @@ struct Localizer::Impl {
     before_last_mid_time = last_mid_time;
     last_mid = pose * frame_mid;
     last_mid_time = time + frame_mid_time;
+    last_turn = frame_turn_set ? pose * frame_turn : last_mid;
+    last_turn_time = frame_turn_set ? time + frame_turn_time : last_mid_time;
     known = std::min(known + 1, 2);  // before_last is meaningful from the second pose on
     consecutive_lost = 0;
   }

@@ -473,8 +473,15 @@ TEST_CASE("a CUDA localizer de-skews the simulator's fast drive as the CPU one d
       std::printf("passes %d, frame %zu: CUDA %.4f m from the truth (%d passes), CPU %.4f m (%d), %.4f m apart\n",
                   passes, k, off(g), g.deskew_passes, off(c), c.deskew_passes, apart);
       CHECK(apart < 0.05);
-      CHECK(off(g) < 0.1);
-      CHECK(off(c) < 0.1);
+      if (passes > 0) {
+        CHECK(off(g) < 0.1);
+        CHECK(off(c) < 0.1);
+      } else {
+        // Without passes the first two frames are de-skewed with nothing (23-28 cm off on
+        // both backends), and nothing feeds a pass's motion back: the poses stay millimetres
+        // apart (at most 3.6 mm on an H100).
+        CHECK(apart < 0.01);
+      }
     }
   }
 }

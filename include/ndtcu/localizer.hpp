@@ -218,8 +218,10 @@ struct LocalizerSettings {
   /// no vehicle could follow the motion before with (above about 1.2 g) is refused. Then,
   /// unless the IMU measured the sweep's rotation, 32 candidate turns about the sensor's z
   /// axis (up to 2 rad/s more or less, over the whole sweep or stepping in within it) each
-  /// de-skew it and run it once from the prediction; the best NVTL the checks take is kept,
-  /// its covariance widened by the poses the others found, and no pass runs after it.
+  /// de-skew it and run it once from the prediction; the best NVTL the checks take is
+  /// refined between them (a pattern search over the rate and where in the sweep it steps
+  /// in) and kept, its covariance widened by the poses the others found, and no pass runs
+  /// after it; the next frame's passes take their rotation from after the turn began.
   /// Found either way, the frame is FrameStage::SweepMotion. A scan without times, or whose
   /// times are all zero, runs no pass (the poses of 0 bit for bit). Needs deskew other than
   /// off. Each pass costs one more de-skew and filter and one alignment from a pose near

@@ -218,7 +218,8 @@ struct LocalizerSettings {
   /// no vehicle could follow the motion before with (above about 1.2 g) is refused. Then,
   /// unless the IMU measured the sweep's rotation, 32 candidate turns about the sensor's z
   /// axis (up to 2 rad/s more or less, over the whole sweep or stepping in within it) each
-  /// de-skew it and run it once from the prediction; the best NVTL the checks take is
+  /// de-skew it and run it once from the prediction (and, when none passes, from the
+  /// searches' best attempt, if far from it); the best NVTL the checks take is
   /// refined between them (a pattern search over the rate and where in the sweep it steps
   /// in) and kept, its covariance widened by the poses the others found, and no pass runs
   /// after it; the next frame's passes take their rotation from after the turn began.

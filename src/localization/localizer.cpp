@@ -283,6 +283,10 @@ constexpr int kTurnRefineRounds = 14;
 constexpr double kTurnRefineMinRateStep = 0.03;  // 0.17 deg over a 0.1 s sweep
 constexpr double kTurnRefineMaxRate = 2.5;
 constexpr double kTurnRefineMaxOnset = 0.9;
+// How far the lost frame's best attempt must lie from its prediction for the candidate
+// turns to run once more from it, when none from the prediction passed.
+constexpr double kTurnRestartDistance = 0.5;  // m
+constexpr double kTurnRestartAngle = 0.1;     // rad, 5.7 deg
 
 // The sweep's own motion, for a frame with no motion to take (the first, or the first after
 // lost frames) or lost on the one it took (see localize_points): the filtered scan,
@@ -1031,7 +1035,7 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
   // prediction; the checks judge each run, and the best NVTL of the runs they take is kept.
   // Not with the IMU's rotation, which measured the turn.
   if (r.status == FrameStatus::Lost && may_find_motion && !motion_found && !imu_rotation) {
-    const Eigen::Matrix4d start = r.prediction;
+    Eigen::Matrix4d start = r.prediction;
     const Impl::FrameState lost_state = m.frame_state();
     std::optional<LocalizationResult> best;
     std::vector<std::pair<Pose6, double>> tried;  // each candidate's pose and NVTL
@@ -1089,6 +1093,26 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     };
     for (const double onset : kTurnOnsets) {
       for (const double rate : kTurnRates) try_turn(onset, rate);
+    }
+    // None taken from the prediction: once more from the lost frame's best attempt, when it
+    // lies further from the prediction than a candidate's alignment reaches. At 1 Hz a turn
+    // that began after the frame before leaves the prediction 1 m and 12-28 deg off (the
+    // stop-and-go drive's corner): every candidate stopped at the iteration limit there,
+    // while the searches had found the place, on a scan the turn bent below the NVTL the
+    // checks ask for. Each run is judged by every check, as from the prediction.
+    if (!best && detail::has_pose(r.alignment)) {
+      const Eigen::Matrix4d found = r.alignment.transform;
+      const double apart = (found.topRightCorner<3, 1>() - r.prediction.topRightCorner<3, 1>()).norm();
+      const double turned = Eigen::AngleAxisd(Eigen::Matrix3d(r.prediction.topLeftCorner<3, 3>().transpose() *
+                                                               found.topLeftCorner<3, 3>()))
+                                .angle();
+      if (apart > kTurnRestartDistance || turned > kTurnRestartAngle) {
+        start = found;
+        turns_run.clear();
+        for (const double onset : kTurnOnsets) {
+          for (const double rate : kTurnRates) try_turn(onset, rate);
+        }
+      }
     }
     // The grid's best, refined: a turn between its points fits the sweep much better than
     // the nearest of them (the fast drive's corner, HDL-32 seed 2 frame 55: NVTL 3.07 on the

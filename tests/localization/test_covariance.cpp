@@ -231,10 +231,11 @@ TEST_CASE("the calibrated covariance of swept scans: the de-skew term counts the
 // next, but the motion between two poses lags the sweep by about half a second, not a
 // whole frame, and the term takes that share of the change (LocalizerSettings::
 // covariance_deskew_scale). Taken whole, it reported 0.20-0.35 m on frames 8-10 cm off and
-// made three of them uncertain (12 of 20 within 10 cm against 15). Measured: 17 valid, 3
-// lost, none uncertain with the term or without; 6-D NEES 10.7 (82.4% within the 99%
-// ellipse) against 134 (23.5%); of the 2 frames more than 10 cm off, none reports a sigma
-// under 3 cm (2 without the term). Frame 13 is 12 cm off: the car brakes at 6 m/s^2 from
+// made three of them uncertain (12 of 20 within 10 cm against 15). Measured: 20 valid, none
+// lost or uncertain with the term or without (17 valid and 3 lost before the candidate
+// turns ran from the searches' best place too: frame 14, 25.8 cm off, reports 7.1 cm);
+// 6-D NEES 10.7 (80% within the 99% ellipse) against 118 (25%); of the 3 frames more than
+// 10 cm off, none reports a sigma under 3 cm (3 without the term). Frame 13 is 12 cm off: the car brakes at 6 m/s^2 from
 // the sweep before on, and the motion between the last two poses has not changed. Without
 // the velocity's unseen change over the lag (covariance_deskew_jerk, 2 m/s^2: 1 m/s
 // here) it reported 1.2 cm, and the NEES was 24.6 (64.7%). (28.4 against 142 before the

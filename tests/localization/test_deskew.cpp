@@ -651,11 +651,17 @@ TEST_CASE("de-skew: at 1 Hz, a search's winner that ran out of iterations goes o
   // iterations (NVTL 2.98, 120 iterations), still closing in on the pose. Judged there, it
   // failed convergence, and so the frame and the two after it were lost too: 6 of 20. It
   // now goes on from where it stopped (NVTL 3.26, 2.5 cm off), and the frames after it
-  // follow.
+  // follow. Frames 14-16 were lost to the turn (0.49 rad/s, begun after frame 13): the
+  // prediction 1 m and 12 deg off, every candidate turn run from it stopped at the iteration
+  // limit, while the searches had found the place on a scan the turn bent below the NVTL the
+  // checks ask for. The candidate turns now run once more from the searches' best place:
+  // none lost, frame 14 26.9 cm off reporting 7.2 cm, 17-18 15-17 cm (ATE 9.7 cm over 20
+  // frames, where it was 6.4 cm over the 17 found).
   const DeskewSequence seq = make_fast("hdl32", 0.1, 20, 3, sim::Scenario::StopAndGo);
   const DeskewRun cv = run(seq, Deskew::ConstantVelocity, false, "hdl32 stop-and-go 1 Hz, constant-velocity", false, 0, 2);
-  CHECK(cv.lost <= 3);
+  CHECK(cv.lost == 0);
   CHECK(cv.wrong == 0);
+  CHECK(cv.ate.rmse_m <= 0.12);
   CHECK(!cv.times_disagree);  // from rest to 9.6 m/s and back: the frames' times are right
   for (std::size_t k = 17; k < seq.scans.size(); ++k) {
     INFO("frame " << k);

@@ -19,15 +19,18 @@
 
 namespace ndtcu {
 
-namespace {
+namespace detail {
 
-// Translation (m) and rotation (rad) between two transforms.
 double translation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
   return (a.topRightCorner<3, 1>() - b.topRightCorner<3, 1>()).norm();
 }
 double rotation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b) {
   return Eigen::AngleAxisd(Eigen::Matrix3d(a.topLeftCorner<3, 3>().transpose() * b.topLeftCorner<3, 3>())).angle();
 }
+
+}  // namespace detail
+
+namespace {
 
 // The pose `d` away from `p` in the 6-vector [x y z roll pitch yaw] (a probe's step: small
 // enough in angle for the sum of Euler angles to be the turn meant).
@@ -203,7 +206,8 @@ class Localizer::Impl::FrameAttempts {
     // The searches' rotation centres: the prediction and the last good pose, unless it is
     // the prediction (no velocity yet).
     std::vector<Eigen::Matrix4d> centres{out.prediction};
-    if (translation_gap(m.anchor(), out.prediction) >= 1e-3 || rotation_gap(m.anchor(), out.prediction) >= 1e-4) {
+    if (detail::translation_gap(m.anchor(), out.prediction) >= 1e-3 ||
+        detail::rotation_gap(m.anchor(), out.prediction) >= 1e-4) {
       centres.push_back(m.anchor());
     }
     if (!m.headings.empty() && heading_search(centres)) return true;
@@ -332,7 +336,7 @@ class Localizer::Impl::FrameAttempts {
   // the same result.
   bool already_tried(const Eigen::Matrix4d& guess) const {
     for (const auto& g : tried) {
-      if (translation_gap(g, guess) < 1e-3 && rotation_gap(g, guess) < 1e-4) return true;
+      if (detail::translation_gap(g, guess) < 1e-3 && detail::rotation_gap(g, guess) < 1e-4) return true;
     }
     return false;
   }
@@ -589,7 +593,7 @@ class Localizer::Impl::FrameAttempts {
     if (prior.active()) return;
     const std::optional<AlignResult> r = finer(out.pose);
     if (!r) return;
-    out.refinement_m = translation_gap(out.pose, r->transform);
+    out.refinement_m = detail::translation_gap(out.pose, r->transform);
     // The finer voxels' support: the points they held over those the map's voxels held.
     // Where the map is too sparse for them (a voxel needs 6 points) the finer alignment
     // fits the part of the scan that found one, and its optimum is no better evidence
@@ -601,7 +605,7 @@ class Localizer::Impl::FrameAttempts {
     // The two resolutions' optima: their gap enters the covariance (its disagreement term).
     if (supported) resolution_gap = detail::wrapped(r->pose - out.alignment.pose);
     if (supported && out.refinement_m <= 0.5 * m.fine_resolution() &&
-        rotation_gap(out.pose, r->transform) <= 2.0 * detail::kPi / 180.0) {
+        detail::rotation_gap(out.pose, r->transform) <= 2.0 * detail::kPi / 180.0) {
       out.pose = r->transform;
       out.refined = true;
     }

@@ -1091,9 +1091,12 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
       best_rate = rate;
       return true;
     };
-    for (const double onset : kTurnOnsets) {
-      for (const double rate : kTurnRates) try_turn(onset, rate);
-    }
+    const auto run_grid = [&] {
+      for (const double onset : kTurnOnsets) {
+        for (const double rate : kTurnRates) try_turn(onset, rate);
+      }
+    };
+    run_grid();
     // None taken from the prediction: once more from the lost frame's best attempt, when it
     // lies further from the prediction than a candidate's alignment reaches. At 1 Hz a turn
     // that began after the frame before leaves the prediction 1 m and 12-28 deg off (the
@@ -1101,17 +1104,12 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
     // while the searches had found the place, on a scan the turn bent below the NVTL the
     // checks ask for. Each run is judged by every check, as from the prediction.
     if (!best && detail::has_pose(r.alignment)) {
-      const Eigen::Matrix4d found = r.alignment.transform;
-      const double apart = (found.topRightCorner<3, 1>() - r.prediction.topRightCorner<3, 1>()).norm();
-      const double turned = Eigen::AngleAxisd(Eigen::Matrix3d(r.prediction.topLeftCorner<3, 3>().transpose() *
-                                                               found.topLeftCorner<3, 3>()))
-                                .angle();
-      if (apart > kTurnRestartDistance || turned > kTurnRestartAngle) {
+      const Eigen::Matrix4d& found = r.alignment.transform;
+      if (detail::translation_gap(found, r.prediction) > kTurnRestartDistance ||
+          detail::rotation_gap(r.prediction, found) > kTurnRestartAngle) {
         start = found;
         turns_run.clear();
-        for (const double onset : kTurnOnsets) {
-          for (const double rate : kTurnRates) try_turn(onset, rate);
-        }
+        run_grid();
       }
     }
     // The grid's best, refined: a turn between its points fits the sweep much better than
@@ -1212,11 +1210,12 @@ LocalizationResult Localizer::localize_points(PointCloudView scan, const float* 
         // From the last good pose at its sweep's mean time to this one's (Impl::last_mid).
         const double mid_gap = time + extent.t_mean - before.last_mid_time;
         if (!(mid_gap > 0.0) || !std::isfinite(mid_gap)) break;
-        next = detail::twist_of(before.last_mid.inverse() * (start * mid_of(twist)), mid_gap);
+        const Eigen::Matrix4d mid = start * mid_of(twist);
+        next = detail::twist_of(before.last_mid.inverse() * mid, mid_gap);
         const double turn_gap = time + extent.t_mean - before.last_turn_time;
         if (before.last_turn_time != before.last_mid_time && turn_gap > 0.0 && std::isfinite(turn_gap)) {
           // The frame before turned within its sweep (Impl::last_turn): the rate since then.
-          const math::Twist turn = detail::twist_of(before.last_turn.inverse() * (start * mid_of(twist)), turn_gap);
+          const math::Twist turn = detail::twist_of(before.last_turn.inverse() * mid, turn_gap);
           std::copy(std::begin(turn.w), std::end(turn.w), std::begin(next.w));
         }
       } else {

@@ -56,6 +56,10 @@ inline Eigen::Matrix<double, 6, 6> information_of(const Eigen::Matrix<double, 6,
 // The constant twist that moves by `delta` in `dt` seconds (SE(3) logarithm over dt).
 math::Twist twist_of(const Eigen::Matrix4d& delta, double dt);
 
+// Translation (m) and rotation (rad) between two transforms (frame_attempts.cpp).
+double translation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b);
+double rotation_gap(const Eigen::Matrix4d& a, const Eigen::Matrix4d& b);
+
 // How IMU samples cover a sweep [begin, end] (s), and their mean angular rate over it.
 struct ImuSweepRate {
   ImuCoverage coverage = ImuCoverage::Missing;

@@ -258,11 +258,18 @@ CLI::Option* add_check_options(CLI::App* cmd, LocalizeOptions& o) {
       field_range<LocalizerSettings>("covariance_hypothesis_temperature"));
   check_number_range(
       cmd->add_option("--covariance-weak-direction-sigma", o.covariance_weak_direction_sigma,
-                      "the calibrated covariance's localizability term: a sigma of this many metres of RMS point "
-                      "motion along the scan's weakest direction, over the square root of its eigenvalue ratio "
-                      "(frames.csv weakest_ratio; 0: none)")
+                      "the calibrated covariance's localizability term: along each direction the scan holds "
+                      "weakly (eigenvalue ratio rho below --covariance-weak-direction-ratio rho_c; frames.csv "
+                      "weakest_ratio is the least) a variance of C^2 (1/rho - 1/rho_c), metres of RMS point "
+                      "motion (0: none)")
           ->capture_default_str(),
       field_range<LocalizerSettings>("covariance_weak_direction_sigma"));
+  check_number_range(
+      cmd->add_option("--covariance-weak-direction-ratio", o.covariance_weak_direction_ratio,
+                      "the localizability term's rho_c: the eigenvalue ratio (over the largest) below which a "
+                      "direction counts (0: none)")
+          ->capture_default_str(),
+      field_range<LocalizerSettings>("covariance_weak_direction_ratio"));
   check_number_range(
       cmd->add_option("--covariance-deskew-scale", o.covariance_deskew_scale,
                       "the calibrated covariance's de-skew term: a swept scan's pose as uncertain as the motion it "
@@ -474,6 +481,7 @@ LocalizeSettings localize_settings(LocalizeOptions& o, const ConfigurableOptions
   ls.covariance_refined_residual_scale = o.covariance_refined_residual_scale;
   ls.covariance_hypothesis_temperature = o.covariance_hypothesis_temperature;
   ls.covariance_weak_direction_sigma = o.covariance_weak_direction_sigma;
+  ls.covariance_weak_direction_ratio = o.covariance_weak_direction_ratio;
   ls.covariance_deskew_scale = o.covariance_deskew_scale;
   ls.covariance_deskew_jerk = o.covariance_deskew_jerk;
   ls.covariance_imu_rate_sigma = o.covariance_imu_rate_sigma;

@@ -60,6 +60,7 @@ struct LocalizeOptions {
   double covariance_residual_scale = kDefaults.covariance_residual_scale;
   double covariance_refined_residual_scale = kDefaults.covariance_refined_residual_scale;
   double covariance_weak_direction_sigma = kDefaults.covariance_weak_direction_sigma;
+  double covariance_weak_direction_ratio = kDefaults.covariance_weak_direction_ratio;
   double covariance_deskew_scale = kDefaults.covariance_deskew_scale;
   double covariance_deskew_jerk = kDefaults.covariance_deskew_jerk;
   double covariance_imu_rate_sigma = kDefaults.covariance_imu_rate_sigma;

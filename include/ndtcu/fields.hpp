@@ -300,9 +300,13 @@ struct FieldList<LocalizerSettings> {
                  "calibrated covariance: softmax temperature (NVTL) weighing the search's best rival (0: left out)",
                  range_closed(0.0, 10.0)));
     v(make_field("covariance_weak_direction_sigma", &S::covariance_weak_direction_sigma,
-                 "calibrated covariance: sigma (m of point motion) along the weakest direction, over sqrt(its "
-                 "eigenvalue ratio) (0: none)",
+                 "calibrated covariance: c (m of point motion) of the localizability term, a variance "
+                 "c^2 (1/rho - 1/rho_c) along each direction of eigenvalue ratio rho below rho_c (0: none)",
                  range_closed(0.0, 10.0)));
+    v(make_field("covariance_weak_direction_ratio", &S::covariance_weak_direction_ratio,
+                 "calibrated covariance: rho_c, the eigenvalue ratio below which a direction counts in the "
+                 "localizability term (0: none)",
+                 range_closed(0.0, 1.0)));
     v(make_field("covariance_deskew_scale", &S::covariance_deskew_scale,
                  "calibrated covariance: the de-skew term's scale (the sweep's motion as far as it was not known; "
                  "0: none)",

@@ -488,9 +488,12 @@ struct LocalizerSettings {
   /// The softmax temperature (NVTL) weighing the search's best distinct rival against the
   /// accepted pose (0: the rival is left out).
   double covariance_hypothesis_temperature = CalibratedCovarianceSettings{}.hypothesis_temperature;
-  /// The localizability term's sigma, metres of RMS point motion along the weakest direction
-  /// over the square root of its eigenvalue ratio (0: none; see CalibratedCovariance).
+  /// The localizability term's c: along each weak direction (eigenvalue ratio rho below
+  /// covariance_weak_direction_ratio rho_c) a variance of c^2 (1 / rho - 1 / rho_c) metres^2
+  /// of RMS point motion (0: none; see CalibratedCovariance).
   double covariance_weak_direction_sigma = CalibratedCovarianceSettings{}.weak_direction_sigma;
+  /// ... and its rho_c, the eigenvalue ratio below which a direction counts (at most 1).
+  double covariance_weak_direction_ratio = CalibratedCovarianceSettings{}.weak_direction_ratio;
   /// The de-skew term's scale (0: none; see CovarianceEvidence::deskew): a swept scan's pose
   /// is as uncertain as the motion the de-skew took for its sweep. That motion's standard
   /// deviation, per component, is its change from the frame before's (a constant motion's

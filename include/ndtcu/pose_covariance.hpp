@@ -88,23 +88,26 @@ struct CalibratedCovarianceSettings {
   /// the Livox set 93.9%), and honest against exact truth for the unrefined pose (the
   /// simulator's drives: mean 6-D NEES 5.9).
   double residual_scale = 1.0;
-  /// The same for a pose the finer voxels refined (CovarianceEvidence::refined). Against
-  /// exact truth alone (the simulator's drives of tests/localization/test_covariance.cpp)
-  /// 0.065 would be honest there, the refinement having removed the coarse bias; the real
-  /// sets' errors against their references need 1.0 (docs/library.md, "The calibrated
-  /// covariance"), which is kept.
-  double refined_residual_scale = 1.0;
+  /// The same for a pose the finer voxels refined (CovarianceEvidence::refined): the
+  /// refinement removed most of the coarse voxels' bias this term stands for. Fitted with the
+  /// localizability term against the simulator's exact truth (docs/library.md, "The
+  /// calibrated covariance").
+  double refined_residual_scale = 0.065;
   /// The two best hypotheses' weights, Autoware's softmax of their NVTL at this temperature.
   double hypothesis_temperature = 0.05;
-  /// The localizability term: along the scan's weakest direction (scaled to move the points
-  /// by 1 m RMS), a standard deviation of this many metres of point motion over the square
-  /// root of its eigenvalue ratio (0: no term). An NDT optimum slides along a direction the
-  /// scan holds little (a street's axis), biased by the voxels, further than the Laplace
-  /// estimate's curvature says: fitted 0.01 so that 95% of a dense sensor's frames down a
-  /// walled street (the simulator's HDL-64, seed 7: 3-6 cm off along the street at ratios
-  /// 0.035-0.1) lie within the 99% ellipse (87% without it). A ratio of 0.04 gives 5 cm,
-  /// 0.3 gives 1.8 cm.
-  double weak_direction_sigma = 0.01;
+  /// The localizability term: along each direction the scan holds weakly (eigenvalue ratio
+  /// rho, the direction scaled to move the points by 1 m RMS), a variance of
+  /// c^2 (1 / rho - 1 / rho_c) metres^2 of point motion, c this, rho_c weak_direction_ratio
+  /// (0: none). An NDT optimum slides along a direction the scan holds little (a street's
+  /// axis), biased by the voxels, further than the Laplace estimate's curvature says. Fitted
+  /// with refined_residual_scale so that the simulator's drives are honest against exact
+  /// truth (docs/library.md, "The calibrated covariance"): on the fit drives a mean 6-D NEES
+  /// of 5.89, on held-out seeds 5.94. A ratio of 0.04 gives 2.4 cm, 0.3 gives 0.6 cm.
+  double weak_direction_sigma = 0.005;
+  /// The eigenvalue ratio below which a direction is weak for the localizability term (at
+  /// most 1; 0: no term). Every direction below it counts, not only the weakest: down a
+  /// street the weakest turns between the street's axis and across it from frame to frame.
+  double weak_direction_ratio = 0.5;
   /// The de-skew term: CovarianceEvidence::deskew times this (0: no term). 1: the motion's
   /// uncertainty as the localizer states it (the change of the motion from one sweep to the
   /// next); on the simulator's fast drive (0.1 s sweeps, 20-25 m/s, 4 m corners) that brought
@@ -144,7 +147,7 @@ struct CovarianceEvidence {
   /// (Localizer: a turn that began within the sweep). Weighed with the rival.
   std::vector<std::pair<Pose6, double>> alternatives;
   /// The alignment's localizability (AlignResult::localizability), when it has one: its
-  /// weakest direction and eigenvalue ratio give the localizability term.
+  /// weak directions and their eigenvalue ratios give the localizability term.
   Localizability localizability;
   /// The pose's covariance from the de-skew ([x y z roll pitch yaw]), when the scan was
   /// swept: a motion over the sweep off by a twist d (sensor frame, [v w]) moves a point
@@ -175,10 +178,12 @@ struct CalibratedCovariance {
   /// 1): sum w_i (h_i - m)(h_i - m)' over the normalized weights w_i of the gaps h_i (0 for
   /// this pose), m = sum w_i h_i. With the rival alone, w (1 - w) h h', w = 1 / (1 + e^{drop / T}).
   Eigen::Matrix<double, 6, 6> disagreement = Eigen::Matrix<double, 6, 6>::Zero();
-  /// (c^2 / rho) v v': v the weakest direction (moving the points by 1 m RMS), rho its
-  /// eigenvalue over the largest, c = weak_direction_sigma (zero without a localizability,
-  /// or with rho not above 0: such a frame is degenerate, and the localizer keeps the
-  /// alignment's own estimate along the directions its probe found).
+  /// sum over the directions v_i with rho_i < rho_c of c^2 (1 / rho_i - 1 / rho_c) v_i v_i':
+  /// v_i a direction of the localizability (moving the points by 1 m RMS), rho_i its
+  /// eigenvalue over the largest, c = weak_direction_sigma, rho_c = weak_direction_ratio
+  /// (zero without a localizability; a direction with rho_i not above 0 is left out: such a
+  /// frame is degenerate, and the localizer keeps the alignment's own estimate along the
+  /// directions its probe found).
   Eigen::Matrix<double, 6, 6> localizability = Eigen::Matrix<double, 6, 6>::Zero();
   /// deskew_scale x CovarianceEvidence::deskew (zero for a scan not swept).
   Eigen::Matrix<double, 6, 6> deskew = Eigen::Matrix<double, 6, 6>::Zero();

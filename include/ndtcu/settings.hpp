@@ -92,7 +92,7 @@ enum class PoseCovariance {
   Sandwich,
   /// The Laplace estimate calibrated (calibrated_pose_covariance in ndtcu/pose_covariance.hpp,
   /// PoseCovarianceOptions::calibrated; the constants a Localizer's frames use by default):
-  /// widened by the residuals' spread, the scan's sparsity and its weakest direction, which
+  /// widened by the residuals' spread, the scan's sparsity and its weak directions, which
   /// the alignment's own curvature does not see (the Laplace estimate alone is several times
   /// too small against real errors). One pass over the scan's points more than Laplace. A
   /// Localizer's frames calibrate with more of what the frame knows (the refinement's gap,

@@ -413,6 +413,7 @@ struct Localizer::Impl {
     c.refined_residual_scale = settings.covariance_refined_residual_scale;
     c.hypothesis_temperature = settings.covariance_hypothesis_temperature;
     c.weak_direction_sigma = settings.covariance_weak_direction_sigma;
+    c.weak_direction_ratio = settings.covariance_weak_direction_ratio;
     c.deskew_scale = settings.covariance_deskew_scale;
     return c;
   }

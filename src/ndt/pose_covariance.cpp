@@ -304,6 +304,11 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
   check(s.refined_residual_scale, "refined_residual_scale");
   check(s.hypothesis_temperature, "hypothesis_temperature");
   check(s.weak_direction_sigma, "weak_direction_sigma");
+  check(s.weak_direction_ratio, "weak_direction_ratio");
+  if (s.weak_direction_ratio > 1.0) {
+    throw Error("calibrated covariance: weak_direction_ratio must be at most 1 (an eigenvalue over the largest), got " +
+                ndtcu::number_text(s.weak_direction_ratio));
+  }
   check(s.deskew_scale, "deskew_scale");
   CalibratedCovariance out;
   if (!e.laplace_valid || !e.laplace.allFinite()) return out;
@@ -354,12 +359,23 @@ CalibratedCovariance calibrated_pose_covariance(const CovarianceEvidence& e, con
     mean /= total;
     for (const auto& [h, w] : optima) out.disagreement += w / total * (h - mean) * (h - mean).transpose();
   }
-  // Localizability: along the weakest direction the optimum slides further than the score's
-  // curvature says (the voxels' bias along a street's axis); the weaker, the further.
+  // Localizability: along a direction the scan holds weakly the optimum slides further than
+  // the score's curvature says (the voxels' bias along a street's axis); the weaker, the
+  // further. Each direction whose eigenvalue ratio rho lies below the cut rho_c adds a
+  // variance c^2 (1 / rho - 1 / rho_c) of RMS point motion along it (none at the cut).
   const Localizability& l = e.localizability;
-  if (l.valid && l.weakest_ratio > 0.0 && std::isfinite(l.weakest_ratio) && l.directions.col(0).allFinite()) {
-    const Vector6d v = l.directions.col(0);
-    out.localizability = s.weak_direction_sigma * s.weak_direction_sigma / l.weakest_ratio * v * v.transpose();
+  const double strongest = l.eigenvalues(5);
+  if (l.valid && s.weak_direction_sigma > 0.0 && s.weak_direction_ratio > 0.0 && strongest > 0.0 &&
+      std::isfinite(strongest)) {
+    const double c2 = s.weak_direction_sigma * s.weak_direction_sigma;
+    for (int i = 0; i < 6; ++i) {
+      const double rho = l.eigenvalues(i) / strongest;
+      // A ratio not above zero is a degenerate direction: the localizer keeps the alignment's
+      // own estimate along it.
+      if (!(rho > 0.0) || !(rho < s.weak_direction_ratio) || !l.directions.col(i).allFinite()) continue;
+      const Vector6d v = l.directions.col(i);
+      out.localizability += c2 * (1.0 / rho - 1.0 / s.weak_direction_ratio) * v * v.transpose();
+    }
   }
   // De-skew: the sweep's motion as far as it was not known (the evidence's own estimate).
   if (e.has_deskew && e.deskew.allFinite()) out.deskew = s.deskew_scale * 0.5 * (e.deskew + e.deskew.transpose());

@@ -157,8 +157,8 @@ TEST_CASE("the ranges of the list are validate()'s, naming the field and the val
   CHECK(check_validated_ranges<AlignSettings>("invalid setting ") == 7);
   CHECK(check_validated_ranges<ExecutionOptions>("invalid setting ") == 2);
   // The IMU's four, deskew_passes, refine_min_support, the refined residual scale, the
-  // weak direction's sigma, the de-skew term's jerk and IMU rate sigma among them.
-  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 42);
+  // weak directions' sigma and ratio, the de-skew term's jerk and IMU rate sigma among them.
+  CHECK(check_validated_ranges<LocalizerSettings>("localizer ") == 43);
 }
 
 TEST_CASE("every Autoware parameter renamed names an AlignSettings or ExecutionOptions field of its type",

@@ -612,20 +612,41 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     e.refined = false;
     CHECK(relative_gap(calibrated_pose_covariance(e, s).residual, 2.0 * 3.0 * e.laplace) < 1e-5);
   }
-  SECTION("localizability: (c^2 / rho) v v' along the weakest direction") {
+  SECTION("localizability: c^2 (1 / rho - 1 / rho_c) v v' along each direction below the cut") {
     s.weak_direction_sigma = 0.01;
+    s.weak_direction_ratio = 0.5;
     e.localizability.valid = true;
+    // Ratios 0.04, 0.2, 0.5 (at the cut: no term), 0.8, 0.9, 1 of the largest eigenvalue.
+    e.localizability.eigenvalues << 0.4, 2.0, 5.0, 8.0, 9.0, 10.0;
     e.localizability.weakest_ratio = 0.04;
+    e.localizability.directions.setZero();
     e.localizability.directions.col(0) = make_pose(0.9, 0.4, 0.0, 0.0, 0.0, 0.01);
-    const Pose6 v = e.localizability.directions.col(0);
+    e.localizability.directions.col(1) = make_pose(-0.4, 0.9, 0.0, 0.0, 0.0, 0.02);
+    for (int i = 2; i < 6; ++i) e.localizability.directions(i, i) = 1.0;
+    const Pose6 v0 = e.localizability.directions.col(0), v1 = e.localizability.directions.col(1);
+    const Matrix6d expected =
+        1e-4 * ((1.0 / 0.04 - 2.0) * v0 * v0.transpose() + (1.0 / 0.2 - 2.0) * v1 * v1.transpose());
     const CalibratedCovariance c = calibrated_pose_covariance(e, s);
-    CHECK(relative_gap(c.localizability, 1e-4 / 0.04 * v * v.transpose()) < 1e-12);
-    // Along v's x-y direction a sigma of 1 cm / sqrt(0.04) = 5 cm of point motion.
-    CHECK(std::sqrt(c.localizability.topLeftCorner<2, 2>().trace()) == Approx(0.05 * v.head<2>().norm()));
-    // No analysis, a ratio not above zero (degenerate: the localizer's own remap), or c = 0: no term.
-    e.localizability.weakest_ratio = 0.0;
+    CHECK(relative_gap(c.localizability, expected) < 1e-12);
+    // Along v0's x-y direction (v1's is across it) a sigma of 1 cm x sqrt(25 - 2) = 4.8 cm of
+    // point motion.
+    const Eigen::Vector2d u = v0.head<2>().normalized();
+    CHECK(std::sqrt(u.dot(c.localizability.topLeftCorner<2, 2>() * u)) ==
+          Approx(0.01 * std::sqrt(23.0) * v0.head<2>().norm()));
+    // A cut at 0.1 keeps only the weakest; at 0 none.
+    s.weak_direction_ratio = 0.1;
+    CHECK(relative_gap(calibrated_pose_covariance(e, s).localizability,
+                       1e-4 * (1.0 / 0.04 - 10.0) * v0 * v0.transpose()) < 1e-12);
+    s.weak_direction_ratio = 0.0;
     CHECK(calibrated_pose_covariance(e, s).localizability.isZero(0.0));
-    e.localizability.weakest_ratio = 0.04;
+    s.weak_direction_ratio = 0.5;
+    // A direction whose eigenvalue is not above zero (degenerate: the localizer's own remap)
+    // is left out; the others still count.
+    e.localizability.eigenvalues(0) = 0.0;
+    CHECK(relative_gap(calibrated_pose_covariance(e, s).localizability,
+                       1e-4 * (1.0 / 0.2 - 2.0) * v1 * v1.transpose()) < 1e-12);
+    e.localizability.eigenvalues(0) = 0.4;
+    // No analysis, or c = 0: no term.
     e.localizability.valid = false;
     CHECK(calibrated_pose_covariance(e, s).localizability.isZero(0.0));
     e.localizability.valid = true;
@@ -633,7 +654,7 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     CHECK(calibrated_pose_covariance(e, s).localizability.isZero(0.0));
     // A weak enough direction dominates.
     s.weak_direction_sigma = 0.05;
-    e.localizability.weakest_ratio = 0.01;
+    e.localizability.eigenvalues(0) = 0.1;
     CHECK(calibrated_pose_covariance(e, s).dominant == CovarianceTerm::Localizability);
   }
   SECTION("de-skew: the evidence's own term, times its scale; none without it") {
@@ -662,6 +683,7 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     e.has_resolution_gap = true;
     e.resolution_gap = make_pose(0.04, -0.02, 0.01, 0.001, 0.0, 0.002);
     e.localizability.valid = true;
+    e.localizability.eigenvalues << 1.0, 6.0, 7.0, 8.0, 9.0, 10.0;
     e.localizability.weakest_ratio = 0.1;
     e.localizability.directions.col(0) = make_pose(0.0, 1.0, 0.0, 0.0, 0.0, 0.0);
     e.has_deskew = true;
@@ -708,6 +730,11 @@ TEST_CASE("Calibrated covariance: each term by its formula, their sum, the domin
     s.weak_direction_sigma = -0.01;
     CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("weak_direction_sigma"));
     s.weak_direction_sigma = 0.01;
+    s.weak_direction_ratio = 1.5;
+    CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("weak_direction_ratio"));
+    s.weak_direction_ratio = -0.1;
+    CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("weak_direction_ratio"));
+    s.weak_direction_ratio = 0.5;
     s.refined_residual_scale = INFINITY;
     CHECK_THROWS_WITH(calibrated_pose_covariance(e, s), Catch::Matchers::Contains("refined_residual_scale"));
   }
@@ -719,15 +746,17 @@ TEST_CASE("Calibrated covariance: the defaults, the bound's sigma, the term name
   CHECK(d.sparsity_translation == 0.0);
   CHECK(d.sparsity_rotation == 0.0037);
   CHECK(d.residual_scale == 1.0);  // refitted for the refined pose (2.5 before)
-  CHECK(d.refined_residual_scale == 1.0);
+  CHECK(d.refined_residual_scale == 0.065);
   CHECK(d.hypothesis_temperature == 0.05);
-  CHECK(d.weak_direction_sigma == 0.01);
+  CHECK(d.weak_direction_sigma == 0.005);
+  CHECK(d.weak_direction_ratio == 0.5);
   CHECK(d.deskew_scale == 1.0);
   const LocalizerSettings ls;
   CHECK(ls.covariance_deskew_scale == d.deskew_scale);
   CHECK(ls.covariance_residual_scale == d.residual_scale);
   CHECK(ls.covariance_refined_residual_scale == d.refined_residual_scale);
   CHECK(ls.covariance_weak_direction_sigma == d.weak_direction_sigma);
+  CHECK(ls.covariance_weak_direction_ratio == d.weak_direction_ratio);
   CHECK(ls.max_position_sigma == 0.2);
   // max_position_sigma: the largest standard deviation of the x-y-z block, whatever its axes.
   Matrix6d c = Matrix6d::Zero();

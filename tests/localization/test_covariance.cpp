@@ -70,10 +70,11 @@ Run localize(const PointCloud& map, std::vector<ScanEntry> scans, const Trajecto
 }
 
 // A drive of `frames` scans at 10 Hz in a `world` m world (map voxelized to 0.2 m) by
-// `sensor` with `columns` (0: the sensor's), simulated into a folder of its own and localized.
-Run simulated_drive(const std::string& sensor, int columns, double noise, std::uint64_t seed, int frames,
-                    double world = 150.0, const std::vector<LocalizerSettings>& also = {},
-                    std::vector<Run>* also_runs = nullptr) {
+// `sensor` with `columns` (0: the sensor's), simulated into a folder of its own and localized
+// once with each of `settings` (one run each, in order).
+std::vector<Run> simulated_drive(const std::string& sensor, int columns, double noise, std::uint64_t seed,
+                                 int frames, double world = 150.0,
+                                 const std::vector<LocalizerSettings>& settings = {test::cpu_localizer_settings()}) {
   const fs::path dir = test::temp_dir("covariance_" + sensor + "_" + std::to_string(seed));
   sim::SimulationSettings s;
   s.world.seed = seed;
@@ -90,9 +91,9 @@ Run simulated_drive(const std::string& sensor, int columns, double noise, std::u
   const Trajectory truth = read_trajectory((dir / "poses_tum.txt").string());
   REQUIRE(scans.size() == static_cast<std::size_t>(frames));
   const PointCloud map = read_point_cloud((dir / "map.pcd").string());
-  // The same drive localized again with each of `also` (into *also_runs).
-  for (const LocalizerSettings& settings : also) also_runs->push_back(localize(map, scans, truth, settings));
-  return localize(map, scans, truth);
+  std::vector<Run> runs;
+  for (const LocalizerSettings& each : settings) runs.push_back(localize(map, scans, truth, each));
+  return runs;
 }
 
 void print(const char* label, const Run& run, const CovarianceCalibration& c) {
@@ -120,7 +121,7 @@ TEST_CASE("the calibrated covariance on the simulator: 720 held-out frames, the 
   for (std::uint64_t seed : {31, 32, 33}) {
     for (const auto& [sensor, noise] : {std::pair<const char*, double>{"vlp16", 0.03}, {"hdl32", 0.0},
                                         {"hdl64", 0.0}, {"os1-64", 0.0}}) {
-      const Run run = simulated_drive(sensor, 0, noise, seed, 60, 200.0);
+      const Run run = simulated_drive(sensor, 0, noise, seed, 60, 200.0).front();
       const CovarianceCalibration c = calibrate_covariance(run.samples);
       print((std::string(sensor) + " seed " + std::to_string(seed)).c_str(), run, c);
       CHECK(run.lost == 0);
@@ -286,12 +287,13 @@ TEST_CASE("the calibrated covariance of scans de-skewed with an IMU: the gyro's 
 TEST_CASE("the calibrated covariance down a walled street: the weak directions widen it", "[unit][sim][heavy]") {
   LocalizerSettings without = test::cpu_localizer_settings();
   without.covariance_weak_direction_sigma = 0.0;
-  std::vector<Run> others;
-  const Run run = simulated_drive("hdl64", 0, 0.0, 7, 100, 200.0, {without}, &others);
+  const std::vector<Run> runs =
+      simulated_drive("hdl64", 0, 0.0, 7, 100, 200.0, {test::cpu_localizer_settings(), without});
+  const Run& run = runs[0];
   const CovarianceCalibration c = calibrate_covariance(run.samples);
-  const CovarianceCalibration c_without = calibrate_covariance(others.at(0).samples);
+  const CovarianceCalibration c_without = calibrate_covariance(runs[1].samples);
   print("hdl64 seed 7", run, c);
-  print("hdl64 seed 7, no localizability term", others[0], c_without);
+  print("hdl64 seed 7, no localizability term", runs[1], c_without);
   CHECK(run.lost == 0);
   CHECK(run.uncertain == 0);
   REQUIRE(c.pose.frames == 100);
